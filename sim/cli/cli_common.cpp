@@ -1,0 +1,65 @@
+#include "cli_common.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+
+namespace kvsim::cli {
+
+bool parse_options(const std::string& verb, const std::string& usage, const std::vector<std::string>& args,
+                   po::options_description& options, const po::positional_options_description& positional,
+                   po::variables_map& vm) {
+  options.add_options()("help,h", "show this help");
+  po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+  if (vm.count("help")) {
+    std::cout << "usage: kvsim " << verb << " " << usage << "\n\n" << options << "\n";
+    return false;
+  }
+  po::notify(vm);
+  return true;
+}
+
+void bad_option(const std::string& option, const std::string& problem) {
+  throw kvtrace::InputError("", "", "--" + option + ": " + problem);
+}
+
+kvtrace::DType parse_dtype(const std::string& option, const std::string& text) {
+  if (text == "float16" || text == "f16" || text == "fp16") return kvtrace::DType::f16;
+  if (text == "float32" || text == "f32" || text == "fp32") return kvtrace::DType::f32;
+  bad_option(option, "unknown dtype '" + text + "' (float16 or float32)");
+}
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1000.0 && unit < 4) {
+    value /= 1000.0;
+    ++unit;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+  return buffer;
+}
+
+Progress::Progress(std::string label) : label_(std::move(label)), enabled_(::isatty(STDERR_FILENO) != 0) {}
+
+Progress::~Progress() {
+  if (drawn_) std::fprintf(stderr, "\r\033[K");
+}
+
+void Progress::update(int64_t done, int64_t total) {
+  if (!enabled_ || total <= 0) return;
+  const int percent = static_cast<int>(100 * done / total);
+  if (percent == last_percent_) return;
+  last_percent_ = percent;
+  constexpr int kWidth = 30;
+  const int filled = percent * kWidth / 100;
+  std::fprintf(stderr, "\r%s [%.*s%*s] %3d%%", label_.c_str(), filled, "==============================",
+               kWidth - filled, "", percent);
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+}  // namespace kvsim::cli

@@ -1,0 +1,53 @@
+#pragma once
+// Shared plumbing of the kvsim verbs: option parsing with --help, progress on stderr, the
+// mapping of errors to exit codes (2: bad input, one line), and small formatting helpers.
+#include <boost/program_options.hpp>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "kvtrace/error.hpp"
+#include "kvtrace/schema.hpp"
+
+namespace kvsim::cli {
+
+namespace po = boost::program_options;
+
+struct Verb {
+  const char* name;
+  const char* summary;
+  int (*run)(const std::vector<std::string>& args);
+};
+
+const std::vector<Verb>& verbs();
+
+// Parses args into vm. Returns false after printing help when --help was given.
+bool parse_options(const std::string& verb, const std::string& usage, const std::vector<std::string>& args,
+                   po::options_description& options, const po::positional_options_description& positional,
+                   po::variables_map& vm);
+
+// Throws InputError for option values a user got wrong.
+[[noreturn]] void bad_option(const std::string& option, const std::string& problem);
+
+kvtrace::DType parse_dtype(const std::string& option, const std::string& text);
+std::string human_bytes(uint64_t bytes);
+
+// A progress bar on stderr, shown only when stderr is a terminal.
+class Progress {
+ public:
+  explicit Progress(std::string label);
+  ~Progress();
+  void update(int64_t done, int64_t total);
+  std::function<void(int64_t, int64_t)> callback() {
+    return [this](int64_t done, int64_t total) { update(done, total); };
+  }
+
+ private:
+  std::string label_;
+  bool enabled_;
+  bool drawn_ = false;
+  int last_percent_ = -1;
+};
+
+}  // namespace kvsim::cli

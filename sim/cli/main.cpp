@@ -1,0 +1,70 @@
+// kvsim: replay attention traces through KV-cache eviction policies. One verb per file
+// (cmd_*.cpp); this file only dispatches and maps errors to exit codes.
+#include <cstdio>
+#include <iostream>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "cli_common.hpp"
+#include "kvsim/version.hpp"
+
+namespace kvsim::cli {
+int cmd_info(const std::vector<std::string>& args);
+int cmd_validate(const std::vector<std::string>& args);
+int cmd_synth(const std::vector<std::string>& args);
+
+const std::vector<Verb>& verbs() {
+  static const std::vector<Verb> table = {
+      {"info", "describe a trace: model, shape, forms, sequences and their prompts", cmd_info},
+      {"validate", "check a trace completely (structure, shapes, NaN/Inf, attention rows)", cmd_validate},
+      {"synth", "write a synthetic trace of any shape with realistic attention structure", cmd_synth},
+  };
+  return table;
+}
+}  // namespace kvsim::cli
+
+namespace {
+
+void print_usage() {
+  std::cout << "kvsim " << kvsim::version()
+            << " - replay LLM attention traces through KV-cache eviction policies\n\n"
+               "usage: kvsim <verb> [options]   (kvsim <verb> --help for each verb's options)\n\nverbs:\n";
+  for (const auto& verb : kvsim::cli::verbs()) std::printf("  %-10s %s\n", verb.name, verb.summary);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    print_usage();
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "kvsim " << kvsim::version() << "\n";
+    return 0;
+  }
+  const std::string name = args[0];
+  args.erase(args.begin());
+  for (const auto& verb : kvsim::cli::verbs()) {
+    if (name != verb.name) continue;
+    try {
+      return verb.run(args);
+    } catch (const kvtrace::InputError& e) {
+      std::cerr << "kvsim " << name << ": " << e.what() << "\n";
+      return 2;
+    } catch (const boost::program_options::error& e) {
+      std::cerr << "kvsim " << name << ": " << e.what() << " (see kvsim " << name << " --help)\n";
+      return 2;
+    } catch (const std::bad_alloc&) {
+      std::cerr << "kvsim " << name << ": out of memory\n";
+      return 1;
+    } catch (const std::exception& e) {
+      std::cerr << "kvsim " << name << ": internal error: " << e.what() << "\n";
+      return 1;
+    }
+  }
+  std::cerr << "kvsim: unknown verb '" << name << "' (kvsim --help lists them)\n";
+  return 2;
+}

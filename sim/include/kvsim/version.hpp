@@ -1,0 +1,4 @@
+#pragma once
+namespace kvsim {
+const char* version();
+}

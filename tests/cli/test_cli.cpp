@@ -1,0 +1,78 @@
+// The CLI as a user runs it: exit codes, one-line errors, --help on every verb.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../support/temp_dir.hpp"
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+Result run(const std::string& args) {
+  const std::string command = std::string(KVSIM_EXE) + " " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+int lines(const std::string& text) {
+  int count = 0;
+  for (char c : text) count += c == '\n';
+  return count;
+}
+
+}  // namespace
+
+TEST(Cli, HelpOnEveryVerb) {
+  for (const char* verb : {"info", "validate", "synth"}) {
+    const Result result = run(std::string(verb) + " --help");
+    EXPECT_EQ(result.code, 0) << verb;
+    EXPECT_NE(result.output.find("usage: kvsim"), std::string::npos) << verb;
+  }
+  EXPECT_EQ(run("--help").code, 0);
+  EXPECT_EQ(run("").code, 2);
+}
+
+TEST(Cli, SynthInfoValidate) {
+  kvtest::TempDir dir;
+  const std::string trace = dir.file("s.h5");
+  Result result = run("synth " + trace + " --layers 2 --heads 4 --kv-heads 2 --head-dim 16 --tokens 40 --seqs 3");
+  ASSERT_EQ(result.code, 0) << result.output;
+  result = run("info " + trace + " --json " + dir.file("info.json"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  EXPECT_NE(result.output.find("2 layers x 4 heads, 2 kv heads (GQA"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("sequences  3, 120 tokens"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("q:float16 k:float16 v:float16"), std::string::npos) << result.output;
+  std::ifstream json(dir.file("info.json"));
+  EXPECT_TRUE(json.good());
+  result = run("validate " + trace);
+  EXPECT_EQ(result.code, 0) << result.output;
+  EXPECT_NE(result.output.find("ok: "), std::string::npos);
+}
+
+TEST(Cli, BadInputIsOneLineAndExitTwo) {
+  kvtest::TempDir dir;
+  const std::string text = dir.file("notes.txt");
+  std::ofstream(text) << "hello\n";
+  for (const std::string& args : std::vector<std::string>{"validate " + text, "info " + dir.file("missing.h5"), "validate", "synth " + dir.file("x.h5") + " --form xyz",
+        "synth " + dir.file("x.h5") + " --heads 6 --kv-heads 4", "synth /nonexistent/x.h5", "frobnicate",
+        "info " + text + " --bogus"}) {
+    const Result result = run(args);
+    EXPECT_EQ(result.code, 2) << args << ": " << result.output;
+    EXPECT_EQ(lines(result.output), 1) << args << ": " << result.output;
+  }
+  EXPECT_FALSE(std::ifstream(dir.file("x.h5")).good()) << "no output file after a failure";
+}

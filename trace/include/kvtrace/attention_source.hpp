@@ -1,0 +1,95 @@
+#pragma once
+// AttentionSource: the one interface the replay engine reads attention through. It yields
+// the causal softmax rows a_t[0..t] of a set of query heads of one layer of one sequence,
+// a block of consecutive steps at a time, either read from stored `attn` or recomputed
+// exactly from post-RoPE q and k (softmax of attn_scale * q.k over 0..t, with the layer's
+// sliding window and logit soft-cap). The engine never sees where the rows come from.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+namespace kvtrace {
+
+class TraceReader;
+
+struct RowBlock {
+  int64_t first = 0;   // step of the first row
+  int64_t count = 0;   // rows in the block
+  int64_t stride = 0;  // floats from one row to the next
+  int n_heads = 0;
+  std::vector<float> data;  // [n_heads][count][stride]; row t holds a_t[0..t], the rest undefined
+
+  const float* row(int head, int64_t t) const {
+    return data.data() + (static_cast<size_t>(head) * static_cast<size_t>(count) +
+                          static_cast<size_t>(t - first)) * static_cast<size_t>(stride);
+  }
+  float* row(int head, int64_t t) {
+    return data.data() + (static_cast<size_t>(head) * static_cast<size_t>(count) +
+                          static_cast<size_t>(t - first)) * static_cast<size_t>(stride);
+  }
+  void reshape(int64_t first_row, int64_t rows, int64_t row_stride, int heads);
+};
+
+class AttentionSource {
+ public:
+  virtual ~AttentionSource() = default;
+  virtual int64_t n_tokens() const = 0;
+  virtual int n_heads() const = 0;  // query heads served, in the order given at construction
+  // Fills `block` with rows [first, first + count) of every served head.
+  virtual void rows(int64_t first, int64_t count, RowBlock& block) = 0;
+};
+
+// Steps per block when streaming a head (fixed, so results never depend on scheduling).
+inline constexpr int64_t kRowBlockSize = 64;
+
+// Rows given in memory, one packed lower triangle per head (row t at offset t(t+1)/2).
+class PackedAttentionSource final : public AttentionSource {
+ public:
+  PackedAttentionSource(int64_t n_tokens, std::vector<std::vector<float>> packed_per_head);
+  int64_t n_tokens() const override { return n_tokens_; }
+  int n_heads() const override { return static_cast<int>(packed_.size()); }
+  void rows(int64_t first, int64_t count, RowBlock& block) override;
+
+ private:
+  int64_t n_tokens_;
+  std::vector<std::vector<float>> packed_;
+};
+
+struct SoftmaxOptions {
+  double scale = 1.0;
+  int sliding_window = 0;      // 0: none
+  double logit_softcap = 0.0;  // 0: none
+};
+
+// Rows recomputed from queries and keys ([n_tokens * head_dim] row-major each); head i of
+// the source uses queries[i] against keys[key_of[i]].
+class QKAttentionSource final : public AttentionSource {
+ public:
+  QKAttentionSource(int64_t n_tokens, int head_dim, std::vector<std::vector<float>> queries,
+                    std::vector<std::vector<float>> keys, std::vector<int> key_of, SoftmaxOptions options);
+  int64_t n_tokens() const override { return n_tokens_; }
+  int n_heads() const override { return static_cast<int>(queries_.size()); }
+  void rows(int64_t first, int64_t count, RowBlock& block) override;
+
+ private:
+  int64_t n_tokens_;
+  int head_dim_;
+  std::vector<std::vector<float>> queries_, keys_;
+  std::vector<int> key_of_;
+  SoftmaxOptions options_;
+};
+
+// In place over row[0..t]: logits -> causal softmax probabilities (entries before the
+// sliding window become 0).
+void causal_softmax_row(float* row, int64_t t, const SoftmaxOptions& options);
+
+enum class RowsFrom { automatic, attn, qk };
+
+// Opens the rows of `heads` (query heads) of one layer of one sequence. automatic: stored
+// attn when the layer has it, else recomputed from q and k. Throws InputError.
+std::unique_ptr<AttentionSource> open_attention_source(const TraceReader& reader, int seq, int layer,
+                                                       std::span<const int> heads,
+                                                       RowsFrom from = RowsFrom::automatic);
+
+}  // namespace kvtrace

@@ -1,0 +1,64 @@
+#pragma once
+// Streaming reader of trace schema v1. Opening checks the whole structure (attributes,
+// shapes, dtypes, head counts, sizes) without reading tensor data; reads then fetch one head
+// of one layer of one sequence at a time, converted to float32 and checked for NaN/Inf
+// (and, for attn, for negative entries and rows that do not sum to 1 within 1e-3).
+// Every problem is thrown as InputError naming the file, the dataset and what is wrong.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtrace/error.hpp"
+#include "kvtrace/schema.hpp"
+
+namespace kvtrace {
+
+class TraceReader {
+ public:
+  explicit TraceReader(const std::string& path);
+  ~TraceReader();
+  TraceReader(TraceReader&&) noexcept;
+  TraceReader& operator=(TraceReader&&) noexcept;
+
+  const std::string& path() const { return path_; }
+  const TraceMeta& meta() const { return meta_; }
+  int n_sequences() const { return static_cast<int>(sequences_.size()); }
+  const SequenceMeta& sequence(int seq) const;
+  const LayerForm& layer(int seq, int layer) const;
+  uint64_t file_size() const { return file_size_; }
+
+  std::vector<int32_t> tokens(int seq) const;
+  // Empty when the sequence has no token_text.
+  std::vector<std::string> token_text(int seq) const;
+
+  // One head as [n_tokens * head_dim] row-major; `head` is a query head for q and a kv head
+  // for k and v.
+  std::vector<float> read_head(int seq, int layer, Tensor tensor, int head) const;
+  // Rows [first_row, first_row + n_rows) of one query head's stored attention, packed
+  // (row t holds t+1 entries), each row checked and renormalised to sum to exactly 1.
+  std::vector<float> read_attn_rows(int seq, int layer, int head, int64_t first_row,
+                                    int64_t n_rows) const;
+
+  // Throws InputError with this file and `dataset` in the message.
+  [[noreturn]] void fail(const std::string& dataset, const std::string& problem) const;
+
+ private:
+  void load_root();
+  void load_sequence(int seq);
+  LayerForm load_layer(int seq, int layer, int64_t n_tokens);
+  void check_index(int seq, int layer) const;
+
+  struct Handle;
+  std::string path_;
+  uint64_t file_size_ = 0;
+  std::unique_ptr<Handle> handle_;
+  TraceMeta meta_;
+  std::vector<SequenceMeta> sequences_;
+};
+
+// Attention-row sums stored in a trace must be 1 within this tolerance.
+inline constexpr double kRowSumTolerance = 1e-3;
+
+}  // namespace kvtrace

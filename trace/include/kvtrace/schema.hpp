@@ -1,0 +1,72 @@
+#pragma once
+// Trace schema v1 (DESIGN.md "Trace schema v1"): the in-memory description of a trace file.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kvtrace {
+
+inline constexpr const char* kFormatName = "kvtrace";
+inline constexpr int kSchemaVersion = 1;
+
+// Anything larger is refused before a byte is allocated.
+struct Limits {
+  static constexpr int64_t max_layers = 1024;
+  static constexpr int64_t max_heads = 1024;
+  static constexpr int64_t max_head_dim = 4096;
+  static constexpr int64_t max_tokens = int64_t{1} << 20;
+  static constexpr int64_t max_sequences = int64_t{1} << 20;
+  static constexpr int64_t max_head_elements = int64_t{1} << 28;  // n_tokens * head_dim, one head
+  static constexpr int64_t max_attn_tokens = int64_t{1} << 17;     // packed rows grow as n^2
+};
+
+enum class DType { f16, f32, f64 };
+const char* dtype_name(DType dtype);
+int dtype_bytes(DType dtype);
+
+// The datasets a layer group may hold.
+enum class Tensor { q, k, v, attn };
+const char* tensor_name(Tensor tensor);
+
+struct TraceMeta {
+  std::string model;
+  std::string source;
+  std::string created;
+  std::string tool;
+  int version = kSchemaVersion;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  double attn_scale = 0.0;
+
+  int group_size() const { return n_heads / n_kv_heads; }
+  int kv_head_of(int head) const { return head / group_size(); }
+};
+
+struct LayerForm {
+  bool has_q = false, has_k = false, has_v = false, has_attn = false;
+  DType q_dtype = DType::f32, k_dtype = DType::f32, v_dtype = DType::f32, attn_dtype = DType::f32;
+  int sliding_window = 0;     // 0: none; else query t sees keys i with t - i < sliding_window
+  double logit_softcap = 0.0;  // 0: none; else logits s -> cap * tanh(s / cap)
+
+  bool has_qk() const { return has_q && has_k; }
+  bool has(Tensor tensor) const;
+  DType dtype(Tensor tensor) const;
+};
+
+struct SequenceMeta {
+  int64_t n_tokens = 0;
+  int64_t prompt_len = 0;
+  bool has_token_text = false;
+  std::vector<LayerForm> layers;
+};
+
+inline int64_t packed_length(int64_t n_tokens) { return n_tokens * (n_tokens + 1) / 2; }
+inline int64_t packed_row_offset(int64_t row) { return row * (row + 1) / 2; }
+
+std::string seq_path(int seq);
+std::string layer_path(int seq, int layer);
+std::string tensor_path(int seq, int layer, Tensor tensor);
+
+}  // namespace kvtrace

@@ -1,0 +1,157 @@
+#include "kvtrace/attention_source.hpp"
+
+#include <Eigen/Core>
+#include <algorithm>
+#include <cmath>
+
+#include "kvtrace/error.hpp"
+#include "kvtrace/reader.hpp"
+
+namespace kvtrace {
+
+void RowBlock::reshape(int64_t first_row, int64_t rows, int64_t row_stride, int heads) {
+  first = first_row;
+  count = rows;
+  stride = row_stride;
+  n_heads = heads;
+  data.resize(static_cast<size_t>(heads) * static_cast<size_t>(rows) * static_cast<size_t>(row_stride));
+}
+
+PackedAttentionSource::PackedAttentionSource(int64_t n_tokens, std::vector<std::vector<float>> packed_per_head)
+    : n_tokens_(n_tokens), packed_(std::move(packed_per_head)) {
+  for (const auto& head : packed_)
+    if (static_cast<int64_t>(head.size()) != packed_length(n_tokens_))
+      throw InputError("", "attn", "packed rows of a head must hold n(n+1)/2 = " +
+                                       std::to_string(packed_length(n_tokens_)) + " values, got " +
+                                       std::to_string(head.size()));
+}
+
+void PackedAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) {
+  block.reshape(first, count, first + count, n_heads());
+  for (int h = 0; h < n_heads(); ++h)
+    for (int64_t t = first; t < first + count; ++t) {
+      const float* src = packed_[static_cast<size_t>(h)].data() + packed_row_offset(t);
+      std::copy(src, src + t + 1, block.row(h, t));
+    }
+}
+
+QKAttentionSource::QKAttentionSource(int64_t n_tokens, int head_dim, std::vector<std::vector<float>> queries,
+                                     std::vector<std::vector<float>> keys, std::vector<int> key_of,
+                                     SoftmaxOptions options)
+    : n_tokens_(n_tokens),
+      head_dim_(head_dim),
+      queries_(std::move(queries)),
+      keys_(std::move(keys)),
+      key_of_(std::move(key_of)),
+      options_(options) {
+  const auto size = static_cast<size_t>(n_tokens_) * static_cast<size_t>(head_dim_);
+  if (key_of_.size() != queries_.size()) throw InputError("", "", "one key head per query head is needed");
+  for (const auto& q : queries_)
+    if (q.size() != size) throw InputError("", "q", "query head has the wrong size");
+  for (const auto& k : keys_)
+    if (k.size() != size) throw InputError("", "k", "key head has the wrong size");
+  for (int index : key_of_)
+    if (index < 0 || index >= static_cast<int>(keys_.size())) throw InputError("", "k", "no such key head");
+}
+
+void causal_softmax_row(float* row, int64_t t, const SoftmaxOptions& options) {
+  const int64_t lo = options.sliding_window > 0 ? std::max<int64_t>(0, t - options.sliding_window + 1) : 0;
+  std::fill(row, row + lo, 0.0f);
+  float* begin = row + lo;
+  const int64_t n = t + 1 - lo;
+  if (options.logit_softcap > 0) {
+    const auto cap = static_cast<float>(options.logit_softcap);
+    for (int64_t i = 0; i < n; ++i) begin[i] = cap * std::tanh(begin[i] / cap);
+  }
+  const float max = *std::max_element(begin, begin + n);
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    begin[i] = std::exp(begin[i] - max);
+    sum += begin[i];
+  }
+  const double inverse = 1.0 / sum;
+  for (int64_t i = 0; i < n; ++i) begin[i] = static_cast<float>(begin[i] * inverse);
+}
+
+void QKAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) {
+  using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+  const int64_t width = first + count;
+  block.reshape(first, count, width, n_heads());
+  const auto scale = static_cast<float>(options_.scale);
+  for (int h = 0; h < n_heads(); ++h) {
+    Eigen::Map<const RowMajor> q(queries_[static_cast<size_t>(h)].data() + first * head_dim_, count, head_dim_);
+    Eigen::Map<const RowMajor> k(keys_[static_cast<size_t>(key_of_[static_cast<size_t>(h)])].data(), width,
+                                 head_dim_);
+    Eigen::Map<RowMajor, 0, Eigen::OuterStride<>> logits(block.row(h, first), count, width,
+                                                         Eigen::OuterStride<>(block.stride));
+    logits.noalias() = q * k.transpose();
+    logits *= scale;
+    for (int64_t t = first; t < width; ++t) causal_softmax_row(block.row(h, t), t, options_);
+  }
+}
+
+namespace {
+
+// Streams stored attention rows from the file, one block at a time.
+class StoredAttentionSource final : public AttentionSource {
+ public:
+  StoredAttentionSource(const TraceReader& reader, int seq, int layer, std::vector<int> heads)
+      : reader_(reader), seq_(seq), layer_(layer), heads_(std::move(heads)),
+        n_tokens_(reader.sequence(seq).n_tokens) {}
+  int64_t n_tokens() const override { return n_tokens_; }
+  int n_heads() const override { return static_cast<int>(heads_.size()); }
+  void rows(int64_t first, int64_t count, RowBlock& block) override {
+    block.reshape(first, count, first + count, n_heads());
+    for (int h = 0; h < n_heads(); ++h) {
+      const std::vector<float> packed = reader_.read_attn_rows(seq_, layer_, heads_[static_cast<size_t>(h)], first, count);
+      const float* src = packed.data();
+      for (int64_t t = first; t < first + count; ++t) {
+        std::copy(src, src + t + 1, block.row(h, t));
+        src += t + 1;
+      }
+    }
+  }
+
+ private:
+  const TraceReader& reader_;
+  int seq_, layer_;
+  std::vector<int> heads_;
+  int64_t n_tokens_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionSource> open_attention_source(const TraceReader& reader, int seq, int layer,
+                                                       std::span<const int> heads, RowsFrom from) {
+  const LayerForm& form = reader.layer(seq, layer);
+  const TraceMeta& meta = reader.meta();
+  for (int head : heads)
+    if (head < 0 || head >= meta.n_heads)
+      reader.fail(layer_path(seq, layer), "head " + std::to_string(head) + " out of range (the trace has " +
+                                              std::to_string(meta.n_heads) + ")");
+  const bool use_attn = from == RowsFrom::attn || (from == RowsFrom::automatic && form.has_attn);
+  if (use_attn) {
+    if (!form.has_attn) reader.fail(tensor_path(seq, layer, Tensor::attn), "missing dataset (rows from attn requested)");
+    return std::make_unique<StoredAttentionSource>(reader, seq, layer, std::vector<int>(heads.begin(), heads.end()));
+  }
+  if (!form.has_qk())
+    reader.fail(layer_path(seq, layer), "cannot recompute attention: the layer has no q and k");
+  std::vector<std::vector<float>> queries, keys;
+  std::vector<int> kv_heads, key_of;
+  for (int head : heads) {
+    queries.push_back(reader.read_head(seq, layer, Tensor::q, head));
+    const int kv = meta.kv_head_of(head);
+    auto found = std::find(kv_heads.begin(), kv_heads.end(), kv);
+    if (found == kv_heads.end()) {
+      kv_heads.push_back(kv);
+      keys.push_back(reader.read_head(seq, layer, Tensor::k, kv));
+      found = kv_heads.end() - 1;
+    }
+    key_of.push_back(static_cast<int>(found - kv_heads.begin()));
+  }
+  SoftmaxOptions options{meta.attn_scale, form.sliding_window, form.logit_softcap};
+  return std::make_unique<QKAttentionSource>(reader.sequence(seq).n_tokens, meta.head_dim, std::move(queries),
+                                             std::move(keys), std::move(key_of), options);
+}
+
+}  // namespace kvtrace

@@ -1,0 +1,50 @@
+#pragma once
+// Internal helpers over the HDF5 C++ API: quiet error handling, the float16 type, typed
+// attributes and hyperslab reads converted to float32. Not installed; not used outside trace/.
+#include <H5Cpp.h>
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kvtrace/schema.hpp"
+
+namespace kvtrace::h5 {
+
+// HDF5 prints its error stack to stderr by default, per thread; kvsim reports one line instead.
+void quiet();
+// The innermost message of this thread's HDF5 error stack ("truncated file: eof = ...").
+std::string error_detail();
+
+H5::FloatType half_type();
+// The dtype of a float dataset, or nullopt for anything else.
+std::optional<DType> float_dtype(const H5::DataType& type);
+const H5::DataType& mem_type(DType dtype);
+
+bool has_attr(const H5::H5Object& object, const std::string& name);
+// nullopt when the attribute is absent; throws std::runtime_error("...") when it has the wrong type.
+std::optional<std::string> string_attr(const H5::H5Object& object, const std::string& name);
+std::optional<int64_t> int_attr(const H5::H5Object& object, const std::string& name);
+std::optional<double> float_attr(const H5::H5Object& object, const std::string& name);
+
+void write_attr(H5::H5Object& object, const std::string& name, const std::string& value);
+void write_attr(H5::H5Object& object, const std::string& name, int64_t value);
+void write_attr(H5::H5Object& object, const std::string& name, double value);
+
+std::vector<hsize_t> dims(const H5::DataSet& dataset);
+
+// Reads the hyperslab [start, start + count) of a float dataset stored as `dtype` into out
+// (as float32). out.size() must equal the product of count.
+void read_floats(const H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start,
+                 std::span<const hsize_t> count, std::span<float> out);
+// Writes float32 data into the hyperslab, converting to the dataset's dtype.
+void write_floats(H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start,
+                  std::span<const hsize_t> count, std::span<const float> data);
+
+// Names of a group's members that are decimal indices 0..n-1 without padding; nullopt with
+// `bad` set to the offending name otherwise.
+std::optional<int> count_indexed_members(const H5::Group& group, std::string& bad);
+
+}  // namespace kvtrace::h5

@@ -1,0 +1,217 @@
+#include "kvtrace/writer.hpp"
+
+#include <H5Cpp.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <ctime>
+#include <optional>
+
+#include "h5io.hpp"
+#include "kvtrace/atomic_file.hpp"
+#include "kvtrace/error.hpp"
+
+#ifndef KVSIM_VERSION
+#define KVSIM_VERSION "dev"
+#endif
+
+namespace kvtrace {
+
+std::string tool_string() { return std::string("kvsim ") + KVSIM_VERSION; }
+
+// SOURCE_DATE_EPOCH (reproducible-builds.org) pins the timestamp so the same inputs give
+// the same bytes.
+std::string now_iso8601() {
+  std::time_t when = std::time(nullptr);
+  if (const char* epoch = std::getenv("SOURCE_DATE_EPOCH")) {
+    char* end = nullptr;
+    const long long value = std::strtoll(epoch, &end, 10);
+    if (end != epoch && *end == '\0') when = static_cast<std::time_t>(value);
+  }
+  std::tm utc{};
+  gmtime_r(&when, &utc);
+  char buffer[32];
+  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
+  return buffer;
+}
+
+struct TraceWriter::State {
+  AtomicFile file;
+  std::optional<H5::H5File> h5;
+  std::vector<int64_t> n_tokens;  // per sequence
+  bool closed = false;
+  explicit State(const std::string& path) : file(path) {}
+};
+
+namespace {
+
+// Object modification times would make two runs of the same command differ byte for byte.
+H5::DSetCreatPropList untimed_dataset_plist() {
+  H5::DSetCreatPropList plist;
+  H5Pset_obj_track_times(plist.getId(), false);
+  return plist;
+}
+
+H5::Group create_group(H5::H5Location& parent, const std::string& name) {
+  hid_t plist = H5Pcreate(H5P_GROUP_CREATE);
+  H5Pset_obj_track_times(plist, false);
+  hid_t id = H5Gcreate2(parent.getId(), name.c_str(), H5P_DEFAULT, plist, H5P_DEFAULT);
+  H5Pclose(plist);
+  if (id < 0) throw H5::GroupIException("create_group", "H5Gcreate2 failed");
+  H5::Group group(id);
+  H5Gclose(id);  // the Group holds its own reference
+  return group;
+}
+
+}  // namespace
+
+TraceWriter::TraceWriter(const std::string& path, TraceMeta meta, WriterOptions options)
+    : path_(path), meta_(std::move(meta)), options_(options), state_(std::make_unique<State>(path)) {
+  h5::quiet();
+  if (meta_.n_layers < 1 || meta_.n_heads < 1 || meta_.n_kv_heads < 1 || meta_.head_dim < 1 ||
+      meta_.n_heads % meta_.n_kv_heads != 0)
+    throw InputError(path, "/", "invalid shape: layers, heads, kv heads and head_dim must be positive and heads a multiple of kv heads");
+  if (meta_.attn_scale <= 0) meta_.attn_scale = 1.0 / std::sqrt(static_cast<double>(meta_.head_dim));
+  if (meta_.created.empty()) meta_.created = now_iso8601();
+  if (meta_.tool.empty()) meta_.tool = tool_string();
+  meta_.version = kSchemaVersion;
+  try {
+    H5::FileAccPropList access;
+    access.setLibverBounds(H5F_LIBVER_EARLIEST, H5F_LIBVER_V18);  // readable by h5py and HDF5 1.8+
+    state_->h5.emplace(state_->file.temp_path(), H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, access);
+    H5::Group root = state_->h5->openGroup("/");
+    h5::write_attr(root, "format", std::string(kFormatName));
+    h5::write_attr(root, "version", int64_t{kSchemaVersion});
+    h5::write_attr(root, "model", meta_.model);
+    h5::write_attr(root, "source", meta_.source);
+    h5::write_attr(root, "n_layers", int64_t{meta_.n_layers});
+    h5::write_attr(root, "n_heads", int64_t{meta_.n_heads});
+    h5::write_attr(root, "n_kv_heads", int64_t{meta_.n_kv_heads});
+    h5::write_attr(root, "head_dim", int64_t{meta_.head_dim});
+    h5::write_attr(root, "attn_scale", meta_.attn_scale);
+    h5::write_attr(root, "created", meta_.created);
+    h5::write_attr(root, "tool", meta_.tool);
+    create_group(*state_->h5, "seqs");
+  } catch (const H5::Exception&) {
+    throw InputError(path, "", "cannot create HDF5 file (" + h5::error_detail() + ")");
+  }
+}
+
+TraceWriter::~TraceWriter() {
+  if (state_ && !state_->closed) {
+    try {
+      state_->h5->close();
+    } catch (const H5::Exception&) {
+    }
+  }
+}
+
+int TraceWriter::n_sequences() const { return static_cast<int>(state_->n_tokens.size()); }
+
+int TraceWriter::add_sequence(int64_t prompt_len, std::span<const int32_t> tokens,
+                              std::span<const std::string> token_text) {
+  const int seq = n_sequences();
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n < 1) throw InputError(path_, seq_path(seq), "a sequence needs at least one token");
+  if (prompt_len < 0 || prompt_len > n) throw InputError(path_, seq_path(seq), "prompt_len outside 0..n_tokens");
+  if (!token_text.empty() && static_cast<int64_t>(token_text.size()) != n)
+    throw InputError(path_, seq_path(seq), "token_text length differs from tokens");
+  try {
+    H5::Group seqs = state_->h5->openGroup("/seqs");
+    H5::Group group = create_group(seqs, std::to_string(seq));
+    h5::write_attr(group, "n_tokens", n);
+    h5::write_attr(group, "prompt_len", prompt_len);
+    const hsize_t length = static_cast<hsize_t>(n);
+    H5::DataSpace space(1, &length);
+    H5::DataSet ids = group.createDataSet("tokens", H5::PredType::STD_I32LE, space, untimed_dataset_plist());
+    ids.write(tokens.data(), H5::PredType::NATIVE_INT32);
+    if (!token_text.empty()) {
+      H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
+      type.setCset(H5T_CSET_UTF8);
+      std::vector<const char*> raw(token_text.size());
+      for (size_t i = 0; i < raw.size(); ++i) raw[i] = token_text[i].c_str();
+      H5::DataSet text = group.createDataSet("token_text", type, space, untimed_dataset_plist());
+      text.write(raw.data(), type);
+    }
+    create_group(group, "layers");
+  } catch (const H5::Exception&) {
+    throw InputError(path_, seq_path(seq), "cannot write (" + h5::error_detail() + ")");
+  }
+  state_->n_tokens.push_back(n);
+  return seq;
+}
+
+void TraceWriter::add_layer(int seq, int layer, const LayerContents& contents) {
+  if (seq < 0 || seq >= n_sequences()) throw InputError(path_, seq_path(seq), "no such sequence");
+  if (layer < 0 || layer >= meta_.n_layers) throw InputError(path_, layer_path(seq, layer), "no such layer");
+  const auto n = static_cast<hsize_t>(state_->n_tokens[static_cast<size_t>(seq)]);
+  const auto d = static_cast<hsize_t>(meta_.head_dim);
+  try {
+    H5::Group layers = state_->h5->openGroup(seq_path(seq) + "/layers");
+    H5::Group group = create_group(layers, std::to_string(layer));
+    if (contents.sliding_window > 0) h5::write_attr(group, "sliding_window", int64_t{contents.sliding_window});
+    if (contents.logit_softcap > 0) h5::write_attr(group, "logit_softcap", contents.logit_softcap);
+    const H5::DataType& file_type = options_.dtype == DType::f16
+                                        ? static_cast<const H5::DataType&>(h5::mem_type(DType::f16))
+                                        : (options_.dtype == DType::f32 ? H5::PredType::IEEE_F32LE
+                                                                        : H5::PredType::IEEE_F64LE);
+    auto create = [&](const char* name, std::vector<hsize_t> shape) {
+      H5::DataSpace space(static_cast<int>(shape.size()), shape.data());
+      H5::DSetCreatPropList plist = untimed_dataset_plist();
+      std::vector<hsize_t> chunk = shape;
+      chunk[0] = 1;
+      plist.setChunk(static_cast<int>(chunk.size()), chunk.data());
+      if (options_.compression > 0) {
+        plist.setShuffle();
+        plist.setDeflate(options_.compression);
+      }
+      group.createDataSet(name, file_type, space, plist);
+    };
+    const auto heads = static_cast<hsize_t>(meta_.n_heads);
+    const auto kv_heads = static_cast<hsize_t>(meta_.n_kv_heads);
+    if (contents.q) create("q", {heads, n, d});
+    if (contents.k) create("k", {kv_heads, n, d});
+    if (contents.v) create("v", {kv_heads, n, d});
+    if (contents.attn) create("attn", {heads, static_cast<hsize_t>(packed_length(static_cast<int64_t>(n)))});
+  } catch (const H5::Exception&) {
+    throw InputError(path_, layer_path(seq, layer), "cannot write (" + h5::error_detail() + ")");
+  }
+}
+
+void TraceWriter::write_head(int seq, int layer, Tensor tensor, int head, std::span<const float> data) {
+  const std::string path = tensor_path(seq, layer, tensor);
+  if (seq < 0 || seq >= n_sequences()) throw InputError(path_, path, "no such sequence");
+  const auto n = static_cast<hsize_t>(state_->n_tokens[static_cast<size_t>(seq)]);
+  const auto d = static_cast<hsize_t>(meta_.head_dim);
+  try {
+    H5::DataSet dataset = state_->h5->openDataSet(path);
+    if (tensor == Tensor::attn) {
+      const hsize_t length = static_cast<hsize_t>(packed_length(static_cast<int64_t>(n)));
+      if (data.size() != length) throw InputError(path_, path, "packed attention has the wrong length");
+      const hsize_t start[2] = {static_cast<hsize_t>(head), 0};
+      const hsize_t count[2] = {1, length};
+      h5::write_floats(dataset, options_.dtype, start, count, data);
+    } else {
+      if (data.size() != n * d) throw InputError(path_, path, "head data has the wrong length");
+      const hsize_t start[3] = {static_cast<hsize_t>(head), 0, 0};
+      const hsize_t count[3] = {1, n, d};
+      h5::write_floats(dataset, options_.dtype, start, count, data);
+    }
+  } catch (const H5::Exception&) {
+    throw InputError(path_, path, "cannot write head " + std::to_string(head) + " (" + h5::error_detail() + ")");
+  }
+}
+
+void TraceWriter::close() {
+  if (state_->closed) return;
+  try {
+    state_->h5->close();
+  } catch (const H5::Exception&) {
+    throw InputError(path_, "", "cannot finish writing (" + h5::error_detail() + ")");
+  }
+  state_->closed = true;
+  state_->file.commit();
+}
+
+}  // namespace kvtrace
