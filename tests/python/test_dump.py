@@ -250,6 +250,25 @@ class DumpTransformersTest(unittest.TestCase):
                                 ref.rope_llama2c)
         np.testing.assert_allclose(hf_logits, expect, atol=1e-4, rtol=1e-4)
 
+    def test_stories15m_in_transformers(self):
+        from .test_convert_llama2c import stories15m_path
+        path = stories15m_path()
+        if not os.path.isfile(path):
+            self.skipTest(f"{path} not present")
+        import torch
+        from transformers import LlamaForCausalLM
+        from kvsim import convert_llama2c
+        out = os.path.join(self.dir, "stories15M")
+        convert_llama2c.convert(path, out)
+        model = LlamaForCausalLM.from_pretrained(out, attn_implementation="eager").float().eval()
+        tokens = [1, 9038, 2501, 263, 931]  # what llama2.c's tokenizer makes of "Once upon a time"
+        with torch.no_grad():
+            hf_logits = model(input_ids=torch.tensor([tokens])).logits[0].double().numpy()
+        p, w = convert_llama2c.read_checkpoint(path)
+        expect, _ = ref.forward(ref.weights_from_llama2c(w, 6, True), tokens, 6, 6,
+                                ref.rope_llama2c)
+        np.testing.assert_allclose(hf_logits, expect, atol=1e-3, rtol=1e-4)
+
     def test_cli_on_converted_model_with_ids(self):
         src = os.path.join(self.dir, "m.bin")
         ref.write_llama2c_checkpoint(src, np.random.default_rng(6), 16, 24, 2, 4, 2, 11, 8)

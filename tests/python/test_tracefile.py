@@ -204,9 +204,11 @@ class WriterTest(unittest.TestCase):
                             n_kv_heads=G, head_dim=HD, attn_scale=0.25, created="2024-01-01T00:00:00Z",
                             tool="test 1") as w:
             w.write_sequence([5, 6, 7], 1, [{"attn": attn}])
+            w.write_sequence([5], 1, [{"attn": attn[:, :1]}], token_text=["\0"])
         with h5py.File(self.path) as f:
             self.assertEqual(set(f["seqs/0/layers/0"].keys()), {"attn"})
             self.assertNotIn("token_text", f["seqs/0"])
+            self.assertEqual(f["seqs/1/token_text"][0], b"<0x00>")  # HDF5 strings end at NUL
             self.assertEqual((f.attrs["attn_scale"], f.attrs["tool"]), (0.25, "test 1"))
             np.testing.assert_allclose(f["seqs/0/layers/0/attn"][0], [1, .5, .5, 1 / 3, 1 / 3, 1 / 3],
                                        rtol=1e-3)

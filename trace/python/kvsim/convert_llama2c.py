@@ -127,7 +127,6 @@ def hf_config(p):
         "initializer_range": 0.02,
         "use_cache": True,
         "torch_dtype": "float32",
-        "dtype": "float32",
     }
 
 

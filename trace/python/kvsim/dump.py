@@ -103,7 +103,7 @@ def _require():
     try:
         import torch
         import transformers
-        from transformers import AttentionInterface  # noqa: F401
+        from transformers import AttentionInterface  # noqa: F401  (only checks it exists)
     except ImportError as e:
         raise DumpError("needs PyTorch and Hugging Face transformers with "
                         f"AttentionInterface (4.5x or 5.x) on this machine: {e}") from None
@@ -212,10 +212,10 @@ def register(inner="sdpa"):
     _REC.inner = inner
     AttentionInterface.register(ATTN_NAME, kvsim_dump_attention)
     try:  # transformers >= 4.53 builds masks per implementation; unregistered means no mask
-        from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, AttentionMaskInterface
-    except ImportError:
+        from transformers.masking_utils import AttentionMaskInterface
+    except ImportError:  # older: non-sdpa names get a 4-D additive mask, which both inners take
         return
-    AttentionMaskInterface.register(ATTN_NAME, ALL_MASK_ATTENTION_FUNCTIONS[inner])
+    AttentionMaskInterface.register(ATTN_NAME, AttentionMaskInterface._global_mapping[inner])
 
 
 def _text_config(config):
@@ -370,7 +370,7 @@ def main(argv=None):
                           generate=not args.no_generate, attn=args.attn,
                           store_dtype=args.store_dtype, inner=inner,
                           log=lambda s: print(s, file=sys.stderr))
-    except DumpError as e:
+    except (DumpError, OSError, ValueError) as e:
         print(f"kvsim.dump: {e}", file=sys.stderr)
         return 2
     print(f"{args.out}: {len(prompts)} sequences, {meta['n_layers']} layers, {meta['n_heads']} "
