@@ -13,12 +13,14 @@ namespace kvsim::cli {
 int cmd_info(const std::vector<std::string>& args);
 int cmd_validate(const std::vector<std::string>& args);
 int cmd_synth(const std::vector<std::string>& args);
+int cmd_capture(const std::vector<std::string>& args);
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> table = {
       {"info", "describe a trace: model, shape, forms, sequences and their prompts", cmd_info},
       {"validate", "check a trace completely (structure, shapes, NaN/Inf, attention rows)", cmd_validate},
       {"synth", "write a synthetic trace of any shape with realistic attention structure", cmd_synth},
+      {"capture", "record a real trace from the built-in llama2.c model (stories15M) on the CPU", cmd_capture},
   };
   return table;
 }

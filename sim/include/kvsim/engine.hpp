@@ -1,0 +1,60 @@
+#pragma once
+// The replay engine (DESIGN.md "Replay semantics"). It consumes the attention rows of one
+// layer of one sequence from an AttentionSource, one block of steps at a time, and advances
+// every simulation (a policy, a budget, a cache group) in lockstep, so the rows are computed
+// once for all of them. It knows nothing of files.
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kvsim/policy.hpp"
+#include "kvtrace/attention_source.hpp"
+
+namespace kvsim {
+
+enum class Mode { stream, prefill };
+enum class Aggregate { mean, max, sum };  // how a group's heads combine into the observed row
+
+// A cache group: the query heads that share one retained set.
+struct CacheGroup {
+  std::vector<int> heads;              // indices into the source's heads
+  std::vector<const float*> values;    // per head: its kv head's v [n_tokens * head_dim], or empty
+  int head_dim = 0;
+  uint64_t seed = 0;                   // for seeded policies, fixed per (sequence, layer, group)
+};
+
+struct SimulationSpec {
+  const PolicyInfo* policy = nullptr;
+  Params params;
+  int64_t budget = 0;  // B for this group
+  int group = 0;       // index into the groups given to the engine
+};
+
+struct EngineOptions {
+  Mode mode = Mode::stream;
+  int64_t prompt_len = 0;  // prefill mode: steps [0, prompt_len) are the prompt
+  Aggregate aggregate = Aggregate::mean;
+  bool output_error = false;  // needs values in every group
+};
+
+// What one simulation did on its group. Steps are the recorded ones: all steps in stream
+// mode, the decode steps (prompt_len .. n-1) in prefill mode.
+struct SimulationResult {
+  int n_heads = 0;
+  int64_t first_step = 0;
+  int64_t n_steps = 0;
+  std::vector<float> retention;      // [head][step]
+  std::vector<float> output_error;   // [head][step]; empty without values
+  std::vector<int32_t> occupancy;    // [step]: positions attended at the step
+  std::vector<int32_t> eviction_step;  // [position]: step it was evicted, -1 if never
+  int64_t evictions = 0;             // over the whole sequence, prompt included
+  int64_t budget = 0;
+};
+
+// Runs all simulations over the source's rows in one pass (two for policies that need the
+// future). Results are in the order of `simulations`.
+std::vector<SimulationResult> run_engine(kvtrace::AttentionSource& source, std::span<const CacheGroup> groups,
+                                         std::span<const SimulationSpec> simulations, const EngineOptions& options);
+
+}  // namespace kvsim

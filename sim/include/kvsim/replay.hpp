@@ -1,0 +1,99 @@
+#pragma once
+// Replay of a whole trace: every (policy, budget) cell over every sequence, layer and cache
+// group, the rows of each layer computed once for all cells, work spread over threads, and
+// the results aggregated in a fixed order so they are identical bit for bit whatever the
+// thread count. This is the one place of kvsim/ that reads trace files.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kvsim/budget.hpp"
+#include "kvsim/engine.hpp"
+#include "kvsim/policy.hpp"
+#include "kvsim/summary.hpp"
+#include "kvtrace/attention_source.hpp"
+
+namespace kvtrace {
+class TraceReader;
+}
+
+namespace kvsim {
+
+struct PolicyChoice {
+  std::string label;  // name, plus the parameters that differ from the defaults
+  const PolicyInfo* info = nullptr;
+  Params params;
+};
+// Throws InputError for an unknown policy or parameter.
+PolicyChoice choose_policy(const std::string& name, const std::map<std::string, std::string>& overrides = {});
+
+enum class OutputErrorMode { automatic, on, off };
+
+struct ReplayConfig {
+  std::vector<PolicyChoice> policies;
+  std::vector<Budget> budgets;
+  LayerSchedule schedule;
+  Mode mode = Mode::stream;
+  Aggregate aggregate = Aggregate::mean;
+  kvtrace::RowsFrom rows = kvtrace::RowsFrom::automatic;
+  std::vector<int> sequences;  // empty: all
+  std::vector<int> layers;     // empty: all
+  OutputErrorMode output_error = OutputErrorMode::automatic;  // automatic: when every layer has v
+  int threads = 0;             // 0: all cores
+  bool keep_records = false;   // keep every group's per-step result (survival, plots, GUI)
+};
+
+// One simulation's result on one cache group.
+struct GroupRecord {
+  int seq = 0, layer = 0;
+  int group = 0;           // kv head, or 0 for a layer-wide group
+  bool layer_wide = false;
+  std::vector<int> heads;  // query heads
+  SimulationResult result;
+};
+
+struct LayerSummary {
+  int layer = 0;
+  Summary retention, output_error;
+  double occupancy_mean = 0;
+};
+
+struct CellResult {
+  std::string policy;  // label
+  const PolicyInfo* info = nullptr;
+  Budget budget;
+  double budget_tokens_mean = 0;  // resolved B, averaged over (sequence, layer)
+  double budget_share_mean = 0;   // B / n_tokens, averaged likewise
+  Summary retention, output_error;
+  double occupancy_mean = 0;  // positions attended per step, over every group and step
+  int64_t occupancy_peak = 0;
+  int64_t evictions = 0;
+  std::vector<LayerSummary> layers;
+  std::vector<GroupRecord> records;  // with keep_records, in (sequence, layer, group) order
+};
+
+struct ReplayResults {
+  std::vector<CellResult> cells;  // policy-major: cells[p * budgets + b]
+  bool output_error = false;
+  Mode mode = Mode::stream;
+  int64_t sequences = 0, layers = 0, heads = 0;
+};
+
+ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfig& config,
+                           const std::function<void(int64_t, int64_t)>& progress = {});
+
+// One policy at one budget over the rows of one layer given directly, no trace file: the
+// source's heads are grouped by kv head (n_kv_heads of them) or as one layer, as the policy
+// groups. values (optional): one [n_tokens * head_dim] array per kv head.
+std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_heads, const PolicyChoice& policy,
+                                     int64_t budget, const EngineOptions& options,
+                                     const std::vector<std::vector<float>>& values = {}, int head_dim = 0);
+
+const char* mode_name(Mode mode);
+Mode parse_mode(const std::string& text);
+Aggregate parse_aggregate(const std::string& text);
+kvtrace::RowsFrom parse_rows(const std::string& text);
+
+}  // namespace kvsim

@@ -1,0 +1,15 @@
+#pragma once
+// Every policy kvsim knows, one line each: X(identifier) where sim/policies/<identifier>.cpp
+// defines `PolicyInfo <identifier>_policy()`.
+#define KVSIM_POLICIES(X) \
+  X(full)                 \
+  X(scissorhands)         \
+  X(scissorhands_official) \
+  X(h2o)                  \
+  X(streaming)            \
+  X(tova)                 \
+  X(snapkv)               \
+  X(recent)               \
+  X(random)               \
+  X(oracle)               \
+  X(lookahead)

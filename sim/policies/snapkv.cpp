@@ -1,0 +1,80 @@
+// snapkv: SnapKV (Li et al.). A token's score is the attention it received from the last W
+// query rows (the observation window), max-pooled with kernel 5 along the cached positions;
+// the W most recent positions (the window) are always kept, and the top B-W of the rest by
+// pooled score; applied at the end of the prompt (prefill) and again whenever decode pushes
+// the cache past B. With B <= W the window shrinks to B.
+#include <algorithm>
+#include <deque>
+
+#include "kvsim/policy.hpp"
+#include "select.hpp"
+
+namespace kvsim {
+namespace {
+
+class SnapKV final : public Policy {
+ public:
+  explicit SnapKV(const Params& params) : window_(params.integer("window")), kernel_(params.integer("kernel")) {}
+
+  void reset(const GroupContext& group) override {
+    budget_ = group.budget;
+    window_sum_.assign(static_cast<size_t>(group.n_tokens), 0.0);
+    rows_.clear();
+  }
+
+  // window_sum_ holds, per position, the sum of â over the last W observed rows.
+  void observe(int64_t, std::span<const int32_t> cache, std::span<const float> attention) override {
+    Row row{std::vector<int32_t>(cache.begin(), cache.end()), std::vector<float>(attention.begin(), attention.end())};
+    for (size_t j = 0; j < cache.size(); ++j) window_sum_[static_cast<size_t>(cache[j])] += attention[j];
+    rows_.push_back(std::move(row));
+    if (static_cast<int64_t>(rows_.size()) > window_) {
+      const Row& old = rows_.front();
+      for (size_t j = 0; j < old.positions.size(); ++j)
+        window_sum_[static_cast<size_t>(old.positions[j])] -= old.values[j];
+      rows_.pop_front();
+    }
+  }
+
+  void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
+    if (excess <= 0) return;
+    const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
+    const size_t open = cache.size() > protect ? cache.size() - protect : 0;
+    std::span<const int32_t> candidates = cache.first(open);
+    pooled_.assign(open, 0.0);
+    const auto half = static_cast<int64_t>(kernel_ / 2);
+    for (int64_t j = 0; j < static_cast<int64_t>(open); ++j) {
+      double best = -1.0;
+      for (int64_t k = std::max<int64_t>(0, j - half); k <= std::min<int64_t>(static_cast<int64_t>(open) - 1, j + half); ++k)
+        best = std::max(best, window_sum_[static_cast<size_t>(candidates[static_cast<size_t>(k)])]);
+      pooled_[static_cast<size_t>(j)] = best;
+    }
+    evict_lowest(candidates, pooled_, excess, victims);
+  }
+
+ private:
+  struct Row {
+    std::vector<int32_t> positions;
+    std::vector<float> values;
+  };
+  int64_t window_, kernel_;
+  int64_t budget_ = 0;
+  std::vector<double> window_sum_;  // by position
+  std::deque<Row> rows_;
+  std::vector<double> pooled_;
+};
+
+}  // namespace
+
+PolicyInfo snapkv_policy() {
+  PolicyInfo info;
+  info.name = "snapkv";
+  info.summary = "SnapKV: attention from the last 32 rows, max-pooled (kernel 5); keep the window + top B-W";
+  info.params = {
+      {"window", ParamType::integer, "32", "observation window W (query rows, and recent positions kept)", 1, 1e9, {}},
+      {"kernel", ParamType::integer, "5", "max-pool kernel size along positions (odd)", 1, 1e9, {}},
+  };
+  info.make = [](const Params& params) { return std::make_unique<SnapKV>(params); };
+  return info;
+}
+
+}  // namespace kvsim

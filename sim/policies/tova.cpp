@@ -1,0 +1,34 @@
+// tova: Token Omission Via Attention (Oren et al.). Per layer, the heads share one cache;
+// evict the token with the lowest current-step attention (mean over the layer's heads).
+#include "kvsim/policy.hpp"
+#include "select.hpp"
+
+namespace kvsim {
+namespace {
+
+class Tova final : public Policy {
+ public:
+  void reset(const GroupContext&) override {}
+  void observe(int64_t, std::span<const int32_t>, std::span<const float> attention) override {
+    current_.assign(attention.begin(), attention.end());
+  }
+  void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
+    evict_lowest(cache, current_, excess, victims);
+  }
+
+ private:
+  std::vector<double> current_;
+};
+
+}  // namespace
+
+PolicyInfo tova_policy() {
+  PolicyInfo info;
+  info.name = "tova";
+  info.summary = "TOVA: per layer, evict the lowest current-step attention (mean over heads)";
+  info.grouping = Grouping::layer;
+  info.make = [](const Params&) { return std::make_unique<Tova>(); };
+  return info;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,310 @@
+#include "kvsim/replay.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
+
+#include "kvtrace/error.hpp"
+#include "kvtrace/reader.hpp"
+
+namespace kvsim {
+
+PolicyChoice choose_policy(const std::string& name, const std::map<std::string, std::string>& overrides) {
+  PolicyChoice choice;
+  choice.info = &find_policy(name);
+  choice.params = resolve_params(*choice.info, overrides);
+  choice.label = name;
+  std::string changed;
+  for (const auto& [key, value] : overrides) {
+    const auto spec = std::find_if(choice.info->params.begin(), choice.info->params.end(),
+                                   [&](const ParamSpec& s) { return s.name == key; });
+    if (spec->default_value != value) changed += (changed.empty() ? "" : ",") + key + "=" + value;
+  }
+  if (!changed.empty()) choice.label += "(" + changed + ")";
+  return choice;
+}
+
+const char* mode_name(Mode mode) { return mode == Mode::stream ? "stream" : "prefill"; }
+
+Mode parse_mode(const std::string& text) {
+  if (text == "stream") return Mode::stream;
+  if (text == "prefill") return Mode::prefill;
+  throw kvtrace::InputError("", "", "--mode: '" + text + "' is not stream or prefill");
+}
+
+Aggregate parse_aggregate(const std::string& text) {
+  if (text == "mean") return Aggregate::mean;
+  if (text == "max") return Aggregate::max;
+  if (text == "sum") return Aggregate::sum;
+  throw kvtrace::InputError("", "", "--aggregate: '" + text + "' is not mean, max or sum");
+}
+
+kvtrace::RowsFrom parse_rows(const std::string& text) {
+  if (text == "auto") return kvtrace::RowsFrom::automatic;
+  if (text == "attn") return kvtrace::RowsFrom::attn;
+  if (text == "qk") return kvtrace::RowsFrom::qk;
+  throw kvtrace::InputError("", "", "--rows: '" + text + "' is not auto, attn or qk");
+}
+
+namespace {
+
+struct WorkItem {
+  int seq = 0, layer = 0;
+  std::vector<std::vector<float>> values;  // per kv head, while the item runs
+  std::vector<CacheGroup> groups;
+  std::vector<GroupRecord> records;  // cell-major, then group
+  std::vector<int> cell_of_record;
+};
+
+std::vector<int> all_or(const std::vector<int>& chosen, int count, const kvtrace::TraceReader& reader,
+                        const char* what) {
+  if (chosen.empty()) {
+    std::vector<int> all(static_cast<size_t>(count));
+    for (int i = 0; i < count; ++i) all[static_cast<size_t>(i)] = i;
+    return all;
+  }
+  for (int index : chosen)
+    if (index < 0 || index >= count)
+      reader.fail("", std::string(what) + " " + std::to_string(index) + " out of range (the trace has " +
+                          std::to_string(count) + ")");
+  return chosen;
+}
+
+uint64_t group_seed(int seq, int layer, int group) {
+  return (static_cast<uint64_t>(seq) << 40) ^ (static_cast<uint64_t>(layer) << 20) ^ static_cast<uint64_t>(group);
+}
+
+// Groups 0..n_kv-1 are the kv heads with their query heads; group n_kv is the whole layer.
+std::vector<CacheGroup> build_groups(int n_heads, int n_kv_heads, int seq, int layer,
+                                     const std::vector<std::vector<float>>& values, int head_dim) {
+  const int group_size = n_heads / n_kv_heads;
+  std::vector<CacheGroup> groups(static_cast<size_t>(n_kv_heads) + 1);
+  for (int g = 0; g <= n_kv_heads; ++g) {
+    CacheGroup& group = groups[static_cast<size_t>(g)];
+    group.head_dim = head_dim;
+    group.seed = group_seed(seq, layer, g);
+    const int first = g < n_kv_heads ? g * group_size : 0;
+    const int last = g < n_kv_heads ? (g + 1) * group_size : n_heads;
+    for (int h = first; h < last; ++h) {
+      group.heads.push_back(h);
+      if (!values.empty()) group.values.push_back(values[static_cast<size_t>(h / group_size)].data());
+    }
+  }
+  return groups;
+}
+
+// Replays every cell on one layer of one sequence.
+void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bool output_error, WorkItem& item) {
+  const kvtrace::TraceMeta& meta = reader.meta();
+  const int64_t n = reader.sequence(item.seq).n_tokens;
+  std::vector<int> all_heads(static_cast<size_t>(meta.n_heads));
+  for (int h = 0; h < meta.n_heads; ++h) all_heads[static_cast<size_t>(h)] = h;
+
+  std::vector<std::vector<float>> values;
+  if (output_error)
+    for (int kv = 0; kv < meta.n_kv_heads; ++kv)
+      values.push_back(reader.read_head(item.seq, item.layer, kvtrace::Tensor::v, kv));
+  item.groups = build_groups(meta.n_heads, meta.n_kv_heads, item.seq, item.layer, values, meta.head_dim);
+  item.values = std::move(values);
+
+  std::vector<SimulationSpec> specs;
+  const auto budgets = config.budgets.size();
+  for (size_t c = 0; c < config.policies.size() * budgets; ++c) {
+    const PolicyChoice& policy = config.policies[c / budgets];
+    const int64_t budget = config.schedule.apply(config.budgets[c % budgets].resolve(n), item.layer);
+    const bool layer_wide = policy.info->grouping == Grouping::layer;
+    const int first = layer_wide ? meta.n_kv_heads : 0;
+    const int last = layer_wide ? meta.n_kv_heads + 1 : meta.n_kv_heads;
+    for (int g = first; g < last; ++g) {
+      specs.push_back(SimulationSpec{policy.info, policy.params, budget, g});
+      GroupRecord record;
+      record.seq = item.seq;
+      record.layer = item.layer;
+      record.group = layer_wide ? 0 : g;
+      record.layer_wide = layer_wide;
+      record.heads = item.groups[static_cast<size_t>(g)].heads;
+      item.records.push_back(std::move(record));
+      item.cell_of_record.push_back(static_cast<int>(c));
+    }
+  }
+  auto source = kvtrace::open_attention_source(reader, item.seq, item.layer, all_heads, config.rows);
+  EngineOptions options;
+  options.mode = config.mode;
+  options.prompt_len = reader.sequence(item.seq).prompt_len;
+  options.aggregate = config.aggregate;
+  options.output_error = output_error;
+  std::vector<SimulationResult> results = run_engine(*source, item.groups, specs, options);
+  for (size_t r = 0; r < results.size(); ++r) item.records[r].result = std::move(results[r]);
+  item.groups.clear();
+  item.values.clear();
+}
+
+void run_items(std::vector<WorkItem>& items, int threads, const std::function<void(WorkItem&)>& work,
+               const std::function<void(int64_t, int64_t)>& progress) {
+  std::atomic<size_t> next{0};
+  std::atomic<int64_t> done{0};
+  std::vector<std::exception_ptr> errors(items.size());
+  auto worker = [&]() {
+    for (size_t i = next++; i < items.size(); i = next++) {
+      try {
+        work(items[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      ++done;
+    }
+  };
+  const int count = std::max(1, std::min<int>(threads, static_cast<int>(items.size())));
+  std::vector<std::thread> pool;
+  for (int t = 1; t < count; ++t) pool.emplace_back(worker);
+  if (progress) {
+    // The calling thread works too and reports progress between items.
+    for (size_t i = next++; i < items.size(); i = next++) {
+      try {
+        work(items[i]);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+      progress(++done, static_cast<int64_t>(items.size()));
+    }
+  } else {
+    worker();
+  }
+  for (auto& thread : pool) thread.join();
+  for (auto& error : errors)  // the first failure in item order, whatever the scheduling
+    if (error) std::rethrow_exception(error);
+}
+
+void aggregate_cell(CellResult& cell, std::vector<const GroupRecord*>& records, int n_layers, bool output_error) {
+  std::vector<float> retention, errors;
+  std::vector<std::vector<float>> layer_retention(static_cast<size_t>(n_layers)), layer_errors(static_cast<size_t>(n_layers));
+  std::vector<double> layer_occupancy(static_cast<size_t>(n_layers), 0.0);
+  std::vector<int64_t> layer_steps(static_cast<size_t>(n_layers), 0);
+  double occupancy_sum = 0;
+  int64_t occupancy_steps = 0;
+  for (const GroupRecord* record : records) {
+    const SimulationResult& result = record->result;
+    retention.insert(retention.end(), result.retention.begin(), result.retention.end());
+    auto& lr = layer_retention[static_cast<size_t>(record->layer)];
+    lr.insert(lr.end(), result.retention.begin(), result.retention.end());
+    if (output_error) {
+      errors.insert(errors.end(), result.output_error.begin(), result.output_error.end());
+      auto& le = layer_errors[static_cast<size_t>(record->layer)];
+      le.insert(le.end(), result.output_error.begin(), result.output_error.end());
+    }
+    for (int32_t occupancy : result.occupancy) {
+      occupancy_sum += occupancy;
+      layer_occupancy[static_cast<size_t>(record->layer)] += occupancy;
+      cell.occupancy_peak = std::max<int64_t>(cell.occupancy_peak, occupancy);
+    }
+    occupancy_steps += result.n_steps;
+    layer_steps[static_cast<size_t>(record->layer)] += result.n_steps;
+    cell.evictions += result.evictions;
+  }
+  cell.retention = summarize(retention);
+  cell.output_error = summarize(errors);
+  cell.occupancy_mean = occupancy_steps ? occupancy_sum / static_cast<double>(occupancy_steps) : NAN;
+  for (int l = 0; l < n_layers; ++l) {
+    if (layer_steps[static_cast<size_t>(l)] == 0) continue;
+    LayerSummary summary;
+    summary.layer = l;
+    summary.retention = summarize(layer_retention[static_cast<size_t>(l)]);
+    summary.output_error = summarize(layer_errors[static_cast<size_t>(l)]);
+    summary.occupancy_mean = layer_occupancy[static_cast<size_t>(l)] / static_cast<double>(layer_steps[static_cast<size_t>(l)]);
+    cell.layers.push_back(summary);
+  }
+}
+
+}  // namespace
+
+std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_heads, const PolicyChoice& policy,
+                                     int64_t budget, const EngineOptions& options,
+                                     const std::vector<std::vector<float>>& values, int head_dim) {
+  const int n_heads = source.n_heads();
+  if (n_kv_heads < 1 || n_heads % n_kv_heads != 0)
+    throw kvtrace::InputError("", "", "the number of heads (" + std::to_string(n_heads) +
+                                          ") must be a multiple of the kv heads (" + std::to_string(n_kv_heads) + ")");
+  if (!values.empty() && static_cast<int>(values.size()) != n_kv_heads)
+    throw kvtrace::InputError("", "", "values must be given for every kv head");
+  EngineOptions engine_options = options;
+  engine_options.output_error = !values.empty();
+  std::vector<CacheGroup> groups = build_groups(n_heads, n_kv_heads, 0, 0, values, head_dim);
+  const bool layer_wide = policy.info->grouping == Grouping::layer;
+  std::vector<SimulationSpec> specs;
+  std::vector<GroupRecord> records;
+  for (int g = layer_wide ? n_kv_heads : 0; g < (layer_wide ? n_kv_heads + 1 : n_kv_heads); ++g) {
+    specs.push_back(SimulationSpec{policy.info, policy.params, budget, g});
+    GroupRecord record;
+    record.group = layer_wide ? 0 : g;
+    record.layer_wide = layer_wide;
+    record.heads = groups[static_cast<size_t>(g)].heads;
+    records.push_back(std::move(record));
+  }
+  std::vector<SimulationResult> results = run_engine(source, groups, specs, engine_options);
+  for (size_t r = 0; r < results.size(); ++r) records[r].result = std::move(results[r]);
+  return records;
+}
+
+ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfig& config,
+                           const std::function<void(int64_t, int64_t)>& progress) {
+  if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
+  if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
+  const kvtrace::TraceMeta& meta = reader.meta();
+  const std::vector<int> sequences = all_or(config.sequences, reader.n_sequences(), reader, "sequence");
+  const std::vector<int> layers = all_or(config.layers, meta.n_layers, reader, "layer");
+  if (!config.schedule.weights.empty() && static_cast<int>(config.schedule.weights.size()) != meta.n_layers)
+    reader.fail("", "the layer budget schedule has " + std::to_string(config.schedule.weights.size()) +
+                        " weights for " + std::to_string(meta.n_layers) + " layers");
+
+  bool has_values = true;
+  for (int seq : sequences)
+    for (int layer : layers) has_values = has_values && reader.layer(seq, layer).has_v;
+  if (config.output_error == OutputErrorMode::on && !has_values)
+    reader.fail("", "output error needs v in every replayed layer, and some layer has none");
+  const bool output_error = config.output_error != OutputErrorMode::off && has_values;
+
+  std::vector<WorkItem> items;
+  for (int seq : sequences)
+    for (int layer : layers) {
+      WorkItem item;
+      item.seq = seq;
+      item.layer = layer;
+      items.push_back(std::move(item));
+    }
+  const int threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  run_items(items, threads, [&](WorkItem& item) { run_item(reader, config, output_error, item); }, progress);
+
+  ReplayResults results;
+  results.output_error = output_error;
+  results.mode = config.mode;
+  results.sequences = static_cast<int64_t>(sequences.size());
+  results.layers = static_cast<int64_t>(layers.size());
+  results.heads = meta.n_heads;
+  const size_t cells = config.policies.size() * config.budgets.size();
+  for (size_t c = 0; c < cells; ++c) {
+    CellResult cell;
+    cell.policy = config.policies[c / config.budgets.size()].label;
+    cell.info = config.policies[c / config.budgets.size()].info;
+    cell.budget = config.budgets[c % config.budgets.size()];
+    std::vector<const GroupRecord*> records;
+    double budget_sum = 0, share_sum = 0;
+    for (const WorkItem& item : items) {
+      const int64_t n = reader.sequence(item.seq).n_tokens;
+      const int64_t budget = config.schedule.apply(cell.budget.resolve(n), item.layer);
+      budget_sum += static_cast<double>(budget);
+      share_sum += static_cast<double>(budget) / static_cast<double>(n);
+      for (size_t r = 0; r < item.records.size(); ++r)
+        if (item.cell_of_record[r] == static_cast<int>(c)) records.push_back(&item.records[r]);
+    }
+    cell.budget_tokens_mean = budget_sum / static_cast<double>(items.size());
+    cell.budget_share_mean = share_sum / static_cast<double>(items.size());
+    aggregate_cell(cell, records, meta.n_layers, output_error);
+    if (config.keep_records)
+      for (const GroupRecord* record : records) cell.records.push_back(*record);
+    results.cells.push_back(std::move(cell));
+  }
+  return results;
+}
+
+}  // namespace kvsim
