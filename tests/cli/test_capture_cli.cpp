@@ -1,0 +1,146 @@
+// kvsim capture as a user runs it: exit codes, one-line errors, prompts files. Tests that
+// need the real stories15M model (scripts/fetch-model.sh) are skipped when it is absent.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "../support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+// Runs kvsim with `args`, `env` (assignments like "A=b") set for it; stdout and stderr together.
+Result run(const std::string& args, const std::string& env = "") {
+  const std::string command = env + (env.empty() ? "" : " ") + KVSIM_EXE + " " + args + " 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+int lines(const std::string& text) {
+  int count = 0;
+  for (char c : text) count += c == '\n';
+  return count;
+}
+
+fs::path model_dir() {
+  if (const char* d = std::getenv("KVSIM_MODEL_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "kvsim/models";
+  const char* home = std::getenv("HOME");
+  return fs::path(home ? home : "") / ".cache/kvsim/models";
+}
+
+bool have_model() { return fs::exists(model_dir() / "stories15M.bin") && fs::exists(model_dir() / "tokenizer.bin"); }
+
+}  // namespace
+
+TEST(CliCapture, Help) {
+  const Result result = run("capture --help");
+  EXPECT_EQ(result.code, 0);
+  EXPECT_NE(result.output.find("usage: kvsim capture"), std::string::npos);
+  EXPECT_NE(result.output.find("--continue-after-eos"), std::string::npos);
+  EXPECT_NE(run("--help").output.find("capture"), std::string::npos);
+}
+
+TEST(CliCapture, MissingModelSaysHowToFetchIt) {
+  kvtest::TempDir dir;
+  const std::string out = dir.file("x.h5");
+  for (const std::string& env : {"KVSIM_MODEL_DIR=" + dir.file("nowhere"), std::string()}) {
+    const std::string args = env.empty() ? "capture --model " + dir.file("none.bin") + " --prompt hi --out " + out
+                                         : "capture --prompt hi --out " + out;
+    const Result result = run(args, env);
+    EXPECT_EQ(result.code, 2) << result.output;
+    EXPECT_EQ(lines(result.output), 1) << result.output;
+    EXPECT_NE(result.output.find("scripts/fetch-model.sh"), std::string::npos) << result.output;
+  }
+  EXPECT_FALSE(fs::exists(out));
+}
+
+TEST(CliCapture, BadInputIsOneLineAndExitTwo) {
+  kvtest::TempDir dir;
+  const std::string out = dir.file("x.h5");
+  std::ofstream(dir.file("empty.txt")) << "# only a comment\n\n";
+  std::ofstream(dir.file("bad.jsonl")) << "{\"prompt\": \"ok\"}\n[1, 2]\n";
+  std::ofstream(dir.file("worse.jsonl")) << "{\"prompt\": \n";
+  std::ofstream(dir.file("ok.txt")) << "Once upon a time\n";
+  for (const std::string& args : std::vector<std::string>{
+           "capture --out " + out,                                            // no prompt
+           "capture --prompt a --prompts " + dir.file("ok.txt") + " --out " + out,  // both
+           "capture --prompt a",                                              // no --out
+           "capture --prompts " + dir.file("missing.txt") + " --out " + out,
+           "capture --prompts " + dir.file("empty.txt") + " --out " + out,
+           "capture --prompts " + dir.file("bad.jsonl") + " --out " + out,
+           "capture --prompts " + dir.file("worse.jsonl") + " --out " + out,
+           "capture --prompt a --dtype float8 --out " + out,
+           "capture --prompt a --compress 12 --out " + out,
+           "capture --prompt a --tokens 0 --out " + out,
+           "capture --prompt a --tokens 300 --out " + out,
+           "capture --prompt a --bogus --out " + out,
+           "capture --prompt 'a b c d e f g h i j k l m n o p' --tokens 4 --out " + out,
+           "capture --prompt a --tokens 8 --out /nonexistent/dir/x.h5",
+       }) {
+    const Result result = run(args);
+    EXPECT_EQ(result.code, 2) << args << ": " << result.output;
+    EXPECT_EQ(lines(result.output), 1) << args << ": " << result.output;
+  }
+  EXPECT_FALSE(fs::exists(out)) << "no output file after a failure";
+}
+
+TEST(CliCapture, PromptsFilesCaptureAndValidate) {
+  if (!have_model()) GTEST_SKIP() << "stories15M not found in " << model_dir() << " (run scripts/fetch-model.sh)";
+  kvtest::TempDir dir;
+  std::ofstream(dir.file("prompts.txt")) << "# two stories\nOnce upon a time, there was a little girl named Lily who loved the sea.\n\nTom had a red ball.\n";
+  Result result = run("capture --prompts " + dir.file("prompts.txt") + " --tokens 40 --out " + dir.file("t.h5"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  EXPECT_NE(result.output.find("--- seq 0: 40 tokens (prompt 19, generated 21)\nOnce upon a time, there was a little "
+                               "girl named Lily who loved the sea. She would go to the beach every day"),
+            std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("--- seq 1: 40 tokens"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("wrote "), std::string::npos);
+  result = run("validate " + dir.file("t.h5"));
+  EXPECT_EQ(result.code, 0) << result.output;
+  result = run("info " + dir.file("t.h5"));
+  EXPECT_NE(result.output.find("Tom had a red ball."), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("source     capture"), std::string::npos) << result.output;
+
+  // JSONL: a prompt with a newline and quotes; float32 with attention rows.
+  std::ofstream(dir.file("p.jsonl")) << "{\"prompt\": \"\\\"Hi!\\\" said Sue.\\n\\\"Hello,\\\" said Max.\"}\n";
+  result = run("capture --prompts " + dir.file("p.jsonl") + " --tokens 24 --attn --dtype float32 --out " + dir.file("j.h5"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  EXPECT_NE(result.output.find("\"Hi!\" said Sue.\n\"Hello,\" said Max."), std::string::npos) << result.output;
+  result = run("info " + dir.file("j.h5"));
+  EXPECT_NE(result.output.find("attn:float32"), std::string::npos) << result.output;
+  EXPECT_EQ(run("validate " + dir.file("j.h5")).code, 0);
+}
+
+// The bundled real traces (data/traces, made by scripts/make-traces.sh).
+TEST(CliCapture, BundledTracesAreRealAndValid) {
+  const std::string trace = std::string(KVSIM_SOURCE_DIR) + "/data/traces/stories15M-8x256.h5";
+  Result result = run("info " + trace);
+  ASSERT_EQ(result.code, 0) << result.output;
+  EXPECT_NE(result.output.find("model      stories15M"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("source     capture   created 2025-01-01T00:00:00Z"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("sequences  8, 2048 tokens"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("q:float16 k:float16 v:float16"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("The cat sat on the mat."), std::string::npos) << result.output;
+  result = run("validate " + trace);
+  EXPECT_EQ(result.code, 0) << result.output;
+}
