@@ -14,6 +14,9 @@ int cmd_info(const std::vector<std::string>& args);
 int cmd_validate(const std::vector<std::string>& args);
 int cmd_synth(const std::vector<std::string>& args);
 int cmd_capture(const std::vector<std::string>& args);
+int cmd_replay(const std::vector<std::string>& args);
+int cmd_sweep(const std::vector<std::string>& args);
+int cmd_policies(const std::vector<std::string>& args);
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> table = {
@@ -21,6 +24,9 @@ const std::vector<Verb>& verbs() {
       {"validate", "check a trace completely (structure, shapes, NaN/Inf, attention rows)", cmd_validate},
       {"synth", "write a synthetic trace of any shape with realistic attention structure", cmd_synth},
       {"capture", "record a real trace from the built-in llama2.c model (stories15M) on the CPU", cmd_capture},
+      {"replay", "replay one policy at one budget: retention, output error, occupancy per layer", cmd_replay},
+      {"sweep", "replay policies x budgets: the retention-vs-budget table, CSV, JSON and plot", cmd_sweep},
+      {"policies", "list the eviction policies and their parameters", cmd_policies},
   };
   return table;
 }

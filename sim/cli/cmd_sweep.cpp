@@ -1,0 +1,41 @@
+// kvsim sweep TRACE --policies a,b,c --budgets 10%,20%,...: the retention-vs-budget grid.
+#include <iostream>
+
+#include "kvsim/report.hpp"
+#include "kvtrace/reader.hpp"
+#include "replay_options.hpp"
+
+namespace kvsim::cli {
+
+int cmd_sweep(const std::vector<std::string>& args) {
+  ReplayCliOptions values;
+  std::string policies = "scissorhands,h2o,streaming,tova,recent,oracle";
+  std::string budgets = "10%,20%,30%,40%,50%,60%,70%,80%,90%";
+  po::options_description options("sweep options");
+  options.add_options()
+      ("policies", po::value(&policies)->default_value(policies), "comma-separated policies")
+      ("budgets", po::value(&budgets)->default_value(budgets), "comma-separated budgets: tokens (64) or % (20%)")
+      ("plot", po::value(&values.plot), "write retention vs budget as PNG or SVG (rendered off screen)");
+  add_replay_options(options, values);
+  po::positional_options_description positional;
+  positional.add("trace", 1);
+  po::variables_map vm;
+  if (!parse_options("sweep", "TRACE [--policies a,b] [--budgets 10%,20%] [--csv F] [--plot F.png] [options]", args,
+                     options, positional, vm))
+    return 0;
+  const kvtrace::TraceReader reader(values.trace);
+  ReplayConfig config;
+  config.policies = choose_policies(split(policies, ','), values.params);
+  config.budgets = parse_budgets(budgets);
+  apply_replay_options(values, reader, config);
+  ReplayResults results;
+  {
+    Progress progress("sweep");
+    results = replay_trace(reader, config, progress.callback());
+  }
+  std::cout << reader.meta().model << " (" << reader.path() << ")\n\n" << sweep_table(results);
+  write_outputs(values, reader, results, true);
+  return 0;
+}
+
+}  // namespace kvsim::cli

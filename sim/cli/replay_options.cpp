@@ -1,0 +1,141 @@
+#include "replay_options.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "kvsim/report.hpp"
+#include "kvtrace/atomic_file.hpp"
+#include "kvtrace/reader.hpp"
+#ifdef KVSIM_HAVE_PLOT
+#include "kvsim/plot.hpp"
+#endif
+
+namespace kvsim::cli {
+
+std::vector<std::string> split(const std::string& text, char separator) {
+  std::vector<std::string> out;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, separator))
+    if (!item.empty()) out.push_back(item);
+  return out;
+}
+
+void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
+  options.add_options()
+      ("trace", po::value(&v.trace)->required(), "trace file (HDF5, schema v1)")
+      ("param", po::value(&v.params)->composing(), "policy parameter key=value (sweep: policy.key=value, or key=value for every policy that takes it); repeatable")
+      ("mode", po::value(&v.mode)->default_value(v.mode), "stream (every step is a decode step) or prefill (prompt at once, then compress to B)")
+      ("aggregate", po::value(&v.aggregate)->default_value(v.aggregate), "how a GQA group's heads combine into the observed row: mean, max or sum")
+      ("rows", po::value(&v.rows)->default_value(v.rows), "attention rows from: auto (stored attn if present, else q/k), attn or qk")
+      ("output-error", po::value(&v.output_error)->default_value(v.output_error), "relative output error: auto (when v is present), on or off")
+      ("seqs", po::value(&v.sequences), "sequences to replay, e.g. 0,2,5 (default: all)")
+      ("layers", po::value(&v.layers), "layers to replay, e.g. 0,1 (default: all)")
+      ("layer-budget", po::value(&v.layer_budget)->default_value(v.layer_budget), "per-layer schedule: uniform, or one weight per layer (w1,w2,...; normalised to mean 1)")
+      ("threads", po::value(&v.threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")
+      ("csv", po::value(&v.csv), "write results as CSV")
+      ("json", po::value(&v.json), "write results as JSON")
+      ("survival", po::value(&v.survival), "write per token, group and policy the step it was evicted (CSV; -1: kept)");
+}
+
+namespace {
+
+std::vector<int> parse_indices(const std::string& option, const std::string& text) {
+  std::vector<int> out;
+  for (const auto& item : split(text, ',')) {
+    char* end = nullptr;
+    const long value = std::strtol(item.c_str(), &end, 10);
+    if (*end != '\0' || value < 0) bad_option(option, "'" + item + "' is not an index");
+    out.push_back(static_cast<int>(value));
+  }
+  return out;
+}
+
+}  // namespace
+
+void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader& reader, ReplayConfig& config) {
+  config.mode = parse_mode(v.mode);
+  config.aggregate = parse_aggregate(v.aggregate);
+  config.rows = parse_rows(v.rows);
+  if (v.output_error == "auto") config.output_error = OutputErrorMode::automatic;
+  else if (v.output_error == "on") config.output_error = OutputErrorMode::on;
+  else if (v.output_error == "off") config.output_error = OutputErrorMode::off;
+  else bad_option("output-error", "'" + v.output_error + "' is not auto, on or off");
+  config.sequences = parse_indices("seqs", v.sequences);
+  config.layers = parse_indices("layers", v.layers);
+  config.schedule = LayerSchedule::parse(v.layer_budget, reader.meta().n_layers);
+  if (v.threads < 0) bad_option("threads", "must be >= 0");
+  config.threads = v.threads;
+  config.keep_records = !v.survival.empty();
+}
+
+std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names, const std::vector<std::string>& params) {
+  std::vector<std::map<std::string, std::string>> overrides(names.size());
+  for (const auto& param : params) {
+    const size_t equals = param.find('=');
+    if (equals == std::string::npos || equals == 0) bad_option("param", "'" + param + "' is not key=value");
+    std::string key = param.substr(0, equals);
+    const std::string value = param.substr(equals + 1);
+    std::string target;
+    const size_t dot = key.find('.');
+    if (dot != std::string::npos) {
+      target = key.substr(0, dot);
+      key = key.substr(dot + 1);
+    }
+    bool used = false;
+    for (size_t p = 0; p < names.size(); ++p) {
+      const PolicyInfo& info = find_policy(names[p]);
+      const bool takes = std::any_of(info.params.begin(), info.params.end(), [&](const ParamSpec& s) { return s.name == key; });
+      if (target.empty() ? takes : names[p] == target) {
+        overrides[p][key] = value;
+        used = true;
+      }
+    }
+    if (!used)
+      bad_option("param", target.empty() ? "no chosen policy takes '" + key + "'" : "policy '" + target + "' is not among those chosen");
+  }
+  std::vector<PolicyChoice> out;
+  for (size_t p = 0; p < names.size(); ++p) out.push_back(choose_policy(names[p], overrides[p]));
+  return out;
+}
+
+void write_outputs(const ReplayCliOptions& v, const kvtrace::TraceReader& reader, const ReplayResults& results,
+                   bool sweep) {
+  if (!v.csv.empty())
+    kvtrace::write_file_atomically(v.csv, sweep ? sweep_csv(results) : layers_csv(results));
+  if (!v.json.empty()) kvtrace::write_file_atomically(v.json, results_json(results, reader.path(), reader.meta().model));
+  if (!v.survival.empty()) {
+    std::vector<std::vector<std::string>> text;
+    for (int s = 0; s < reader.n_sequences(); ++s) text.push_back(reader.token_text(s));
+    kvtrace::write_file_atomically(v.survival, survival_csv(results, text));
+  }
+  if (!v.plot.empty()) {
+#ifdef KVSIM_HAVE_PLOT
+    LinePlot plot;
+    plot.title = "Attention-mass retention vs KV budget: " + reader.meta().model;
+    plot.subtitle = "mean over every sequence, layer, head and step; teacher-forced replay (drift not modelled)";
+    const bool all_fractions = std::all_of(results.cells.begin(), results.cells.end(),
+                                           [](const CellResult& c) { return c.budget.fraction; });
+    plot.x_label = all_fractions ? "KV budget (% of sequence length)" : "KV budget (mean tokens)";
+    plot.y_label = "mean attention-mass retention";
+    double lowest = 1;
+    for (const auto& cell : results.cells) lowest = std::min(lowest, cell.retention.mean);
+    plot.y_min = std::max(0.0, std::floor(lowest * 10 - 0.5) / 10);
+    plot.y_max = 1;
+    for (const auto& cell : results.cells) {
+      if (plot.series.empty() || plot.series.back().name != cell.policy) {
+        plot.series.push_back({cell.policy, {}, cell.info && cell.info->engine == Engine::bound});
+      }
+      const double x = all_fractions ? 100.0 * cell.budget_share_mean : cell.budget_tokens_mean;
+      plot.series.back().points.emplace_back(x, cell.retention.mean);
+    }
+    render_line_plot(plot, v.plot);
+#else
+    bad_option("plot", "this kvsim was built without Qt6, so it cannot render plots");
+#endif
+  }
+}
+
+}  // namespace kvsim::cli

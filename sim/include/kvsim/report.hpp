@@ -1,0 +1,30 @@
+#pragma once
+// Replay results as people and programs read them: human tables, CSV, JSON and the survival
+// table. Shared by the CLI, the Python module and the GUI so every front end prints the
+// same numbers.
+#include <string>
+#include <vector>
+
+#include "kvsim/replay.hpp"
+
+namespace kvsim {
+
+inline constexpr const char* kTeacherForcedNote =
+    "teacher-forced replay: rows come from the full-cache run, so the drift a compressed model "
+    "would accumulate is not modelled (kvsim eval measures it)";
+
+// Retention vs budget, one column per policy (the miss-ratio curve of this field), then p5
+// retention and mean occupancy tables.
+std::string sweep_table(const ReplayResults& results);
+// One cell in detail: per layer and overall mean/p5/min retention, output error, occupancy.
+std::string replay_table(const CellResult& cell, bool output_error);
+
+// One row per (policy, budget).
+std::string sweep_csv(const ReplayResults& results);
+// Per layer rows plus an "all" row for each cell.
+std::string layers_csv(const ReplayResults& results);
+std::string results_json(const ReplayResults& results, const std::string& trace, const std::string& model);
+// Per token, group and policy: the step it was evicted (-1: kept to the end). Needs records.
+std::string survival_csv(const ReplayResults& results, const std::vector<std::vector<std::string>>& token_text);
+
+}  // namespace kvsim

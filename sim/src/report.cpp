@@ -1,0 +1,190 @@
+#include "kvsim/report.hpp"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace kvsim {
+namespace {
+
+std::string number(double value, const char* format = "%.10g") {
+  if (std::isnan(value)) return "";
+  char buffer[40];
+  std::snprintf(buffer, sizeof buffer, format, value);
+  return buffer;
+}
+
+std::string fixed(double value, int width, int decimals) {
+  if (std::isnan(value)) return std::string(static_cast<size_t>(width - 1), ' ') + "-";
+  char buffer[40];
+  std::snprintf(buffer, sizeof buffer, "%*.*f", width, decimals, value);
+  return buffer;
+}
+
+std::string pad(const std::string& text, size_t width) {
+  return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+std::vector<std::string> policy_labels(const ReplayResults& results) {
+  std::vector<std::string> labels;
+  for (const auto& cell : results.cells)
+    if (labels.empty() || labels.back() != cell.policy) labels.push_back(cell.policy);
+  return labels;
+}
+
+std::string params_text(const CellResult& cell) {
+  const size_t open = cell.policy.find('(');
+  return open == std::string::npos ? "" : cell.policy.substr(open + 1, cell.policy.size() - open - 2);
+}
+
+std::string base_name(const CellResult& cell) { return cell.info ? cell.info->name : cell.policy; }
+
+}  // namespace
+
+std::string sweep_table(const ReplayResults& results) {
+  const std::vector<std::string> labels = policy_labels(results);
+  const size_t budgets = labels.empty() ? 0 : results.cells.size() / labels.size();
+  size_t width = 10;
+  for (const auto& label : labels) width = std::max(width, label.size() + 2);
+  std::ostringstream out;
+  auto table = [&](const std::string& title, auto value, int decimals) {
+    out << title << "\n" << pad("budget", 10);
+    for (const auto& label : labels) out << std::string(width - std::min(width, label.size()), ' ') << label;
+    out << "\n";
+    for (size_t b = 0; b < budgets; ++b) {
+      out << pad(results.cells[b].budget.text, 10);
+      for (size_t p = 0; p < labels.size(); ++p)
+        out << fixed(value(results.cells[p * budgets + b]), static_cast<int>(width), decimals);
+      out << "\n";
+    }
+    out << "\n";
+  };
+  table("mean attention-mass retention", [](const CellResult& c) { return c.retention.mean; }, 4);
+  table("p5 retention", [](const CellResult& c) { return c.retention.p5; }, 4);
+  table("min retention", [](const CellResult& c) { return c.retention.min; }, 4);
+  if (results.output_error)
+    table("mean relative output error |o - o~| / |o|", [](const CellResult& c) { return c.output_error.mean; }, 4);
+  table("mean occupancy (positions attended per step; memory must still hold the peak)",
+        [](const CellResult& c) { return c.occupancy_mean; }, 1);
+  out << "budget B per sequence and layer, mean:";
+  for (size_t b = 0; b < budgets; ++b)
+    out << " " << results.cells[b].budget.text << "=" << number(results.cells[b].budget_tokens_mean, "%.1f");
+  out << "\nmode " << mode_name(results.mode) << "; " << results.sequences << " sequences x " << results.layers
+      << " layers x " << results.heads << " heads; " << kTeacherForcedNote << "\n";
+  return out.str();
+}
+
+std::string replay_table(const CellResult& cell, bool output_error) {
+  std::ostringstream out;
+  out << "policy " << cell.policy << ", budget " << cell.budget.text << " (B = "
+      << number(cell.budget_tokens_mean, "%.1f") << " tokens on average)\n\n";
+  out << "layer   ret.mean  ret.p5  ret.min";
+  if (output_error) out << "  err.mean  err.p95";
+  out << "  occupancy\n";
+  auto line = [&](const std::string& name, const Summary& retention, const Summary& error, double occupancy) {
+    out << pad(name, 6) << fixed(retention.mean, 10, 4) << fixed(retention.p5, 8, 4) << fixed(retention.min, 9, 4);
+    if (output_error) out << fixed(error.mean, 10, 4) << fixed(error.p95, 9, 4);
+    out << fixed(occupancy, 11, 1) << "\n";
+  };
+  for (const auto& layer : cell.layers)
+    line(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean);
+  line("all", cell.retention, cell.output_error, cell.occupancy_mean);
+  out << "\npeak occupancy " << cell.occupancy_peak << ", evictions " << cell.evictions << "\n";
+  return out.str();
+}
+
+std::string sweep_csv(const ReplayResults& results) {
+  std::ostringstream out;
+  out << "policy,params,budget,budget_tokens_mean,budget_share_mean,mode,retention_mean,retention_p5,retention_min,"
+         "output_error_mean,output_error_p95,output_error_max,occupancy_mean,occupancy_peak,evictions,samples\n";
+  for (const auto& cell : results.cells) {
+    out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << ","
+        << number(cell.budget_tokens_mean) << "," << number(cell.budget_share_mean) << "," << mode_name(results.mode)
+        << "," << number(cell.retention.mean) << "," << number(cell.retention.p5) << "," << number(cell.retention.min)
+        << "," << number(cell.output_error.mean) << "," << number(cell.output_error.p95) << ","
+        << number(cell.output_error.max) << "," << number(cell.occupancy_mean) << "," << cell.occupancy_peak << ","
+        << cell.evictions << "," << cell.retention.count << "\n";
+  }
+  return out.str();
+}
+
+std::string layers_csv(const ReplayResults& results) {
+  std::ostringstream out;
+  out << "policy,params,budget,layer,retention_mean,retention_p5,retention_min,output_error_mean,output_error_p95,"
+         "occupancy_mean\n";
+  for (const auto& cell : results.cells) {
+    auto row = [&](const std::string& layer, const Summary& retention, const Summary& error, double occupancy) {
+      out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << layer << ","
+          << number(retention.mean) << "," << number(retention.p5) << "," << number(retention.min) << ","
+          << number(error.mean) << "," << number(error.p95) << "," << number(occupancy) << "\n";
+    };
+    for (const auto& layer : cell.layers)
+      row(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean);
+    row("all", cell.retention, cell.output_error, cell.occupancy_mean);
+  }
+  return out.str();
+}
+
+std::string results_json(const ReplayResults& results, const std::string& trace, const std::string& model) {
+  auto summary = [](const Summary& s) -> nlohmann::json {
+    if (s.count == 0) return nullptr;
+    return {{"mean", s.mean}, {"p5", s.p5}, {"min", s.min}, {"p95", s.p95}, {"max", s.max}, {"count", s.count}};
+  };
+  nlohmann::json cells = nlohmann::json::array();
+  for (const auto& cell : results.cells) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& layer : cell.layers)
+      layers.push_back({{"layer", layer.layer},
+                        {"retention", summary(layer.retention)},
+                        {"output_error", summary(layer.output_error)},
+                        {"occupancy_mean", layer.occupancy_mean}});
+    cells.push_back({{"policy", base_name(cell)},
+                     {"label", cell.policy},
+                     {"params", params_text(cell)},
+                     {"budget", cell.budget.text},
+                     {"budget_tokens_mean", cell.budget_tokens_mean},
+                     {"budget_share_mean", cell.budget_share_mean},
+                     {"retention", summary(cell.retention)},
+                     {"output_error", summary(cell.output_error)},
+                     {"occupancy_mean", cell.occupancy_mean},
+                     {"occupancy_peak", cell.occupancy_peak},
+                     {"evictions", cell.evictions},
+                     {"layers", layers}});
+  }
+  nlohmann::json out = {{"trace", trace},
+                        {"model", model},
+                        {"mode", mode_name(results.mode)},
+                        {"sequences", results.sequences},
+                        {"layers", results.layers},
+                        {"heads", results.heads},
+                        {"note", kTeacherForcedNote},
+                        {"cells", cells}};
+  return out.dump(1) + "\n";
+}
+
+std::string survival_csv(const ReplayResults& results, const std::vector<std::vector<std::string>>& token_text) {
+  std::ostringstream out;
+  out << "policy,params,budget,seq,layer,group,position,token,eviction_step\n";
+  for (const auto& cell : results.cells) {
+    if (cell.info && cell.info->engine == Engine::bound) continue;  // a bound keeps no cache
+    for (const auto& record : cell.records) {
+      const auto& text = token_text[static_cast<size_t>(record.seq)];
+      const std::string group = record.layer_wide ? "layer" : "kv" + std::to_string(record.group);
+      for (size_t position = 0; position < record.result.eviction_step.size(); ++position)
+        out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << record.seq
+            << "," << record.layer << "," << group << "," << position << ","
+            << csv_field(position < text.size() ? text[position] : "") << "," << record.result.eviction_step[position]
+            << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace kvsim
