@@ -69,6 +69,8 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   if (v.threads < 0) bad_option("threads", "must be >= 0");
   config.threads = v.threads;
   config.keep_records = !v.survival.empty();
+  for (const std::string* path : {&v.csv, &v.json, &v.survival, &v.plot})
+    if (!path->empty()) kvtrace::check_output_path(*path);
 }
 
 std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names, const std::vector<std::string>& params) {

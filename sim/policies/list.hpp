@@ -5,6 +5,7 @@
   X(full)                 \
   X(scissorhands)         \
   X(scissorhands_official) \
+  X(scissorhands_xlayer)  \
   X(h2o)                  \
   X(streaming)            \
   X(tova)                 \

@@ -53,6 +53,26 @@ class PackedFuture final : public FutureAttention {
   std::vector<double> remaining_;
 };
 
+// o_t = sum over i <= t of a_t[i] v_i, for every head of every group: computed once per step
+// and shared by the simulations.
+void full_outputs_at(const RowBlock& block, int64_t t, std::span<const CacheGroup> groups,
+                     std::vector<std::vector<std::vector<double>>>& out) {
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const CacheGroup& group = groups[g];
+    const auto d = static_cast<size_t>(group.head_dim);
+    out[g].resize(group.heads.size());
+    for (size_t k = 0; k < group.heads.size(); ++k) {
+      std::vector<double>& o = out[g][k];
+      o.assign(d, 0.0);
+      const float* row = block.row(group.heads[k], t);
+      for (int64_t i = 0; i <= t; ++i) {
+        const float* v = group.values[k] + static_cast<size_t>(i) * d;
+        for (size_t c = 0; c < d; ++c) o[c] += static_cast<double>(row[i]) * v[c];
+      }
+    }
+  }
+}
+
 class Simulation {
  public:
   Simulation(const SimulationSpec& spec, const CacheGroup& group, int64_t n_tokens, const EngineOptions& options,
@@ -66,6 +86,8 @@ class Simulation {
     context.n_heads = static_cast<int>(group.heads.size());
     context.seed = group.seed;
     context.future = future;
+    context.layer = spec.layer;
+    context.sequence_state = spec.sequence_state;
     policy_->reset(context);
     prefill_end_ = options.mode == Mode::prefill ? std::min(options.prompt_len, n_tokens) : 0;
     result_.n_heads = context.n_heads;
@@ -200,57 +222,58 @@ class Simulation {
 
 }  // namespace
 
-std::vector<SimulationResult> run_engine(kvtrace::AttentionSource& source, std::span<const CacheGroup> groups,
-                                         std::span<const SimulationSpec> simulations, const EngineOptions& options) {
-  const int64_t n = source.n_tokens();
-  if (options.output_error)
-    for (const auto& group : groups)
-      if (group.values.size() != group.heads.size())
-        throw std::logic_error("output error needs the values of every head");
+std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> lanes, const EngineOptions& options) {
+  if (lanes.empty()) return {};
+  const int64_t n = lanes.front().source->n_tokens();
+  struct LaneState {
+    std::vector<std::unique_ptr<PackedFuture>> futures;
+    std::vector<Simulation> running;
+    std::vector<std::vector<std::vector<double>>> full_outputs;  // [group][head]: o_t
+    kvtrace::RowBlock block;
+  };
+  std::vector<LaneState> states(lanes.size());
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    const Lane& lane = lanes[l];
+    LaneState& state = states[l];
+    if (lane.source->n_tokens() != n) throw std::logic_error("lockstep lanes must have the same length");
+    if (options.output_error)
+      for (const auto& group : lane.groups)
+        if (group.values.size() != group.heads.size()) throw std::logic_error("output error needs the values of every head");
+    state.futures.resize(lane.groups.size());
+    for (const auto& spec : lane.simulations)
+      if (spec.policy->needs_future && !state.futures[static_cast<size_t>(spec.group)])
+        state.futures[static_cast<size_t>(spec.group)] =
+            std::make_unique<PackedFuture>(*lane.source, lane.groups[static_cast<size_t>(spec.group)], options.aggregate);
+    state.running.reserve(lane.simulations.size());
+    for (const auto& spec : lane.simulations)
+      state.running.emplace_back(spec, lane.groups[static_cast<size_t>(spec.group)], n, options,
+                                 state.futures[static_cast<size_t>(spec.group)].get());
+    state.full_outputs.resize(lane.groups.size());
+  }
 
-  std::vector<std::unique_ptr<PackedFuture>> futures(groups.size());
-  for (const auto& spec : simulations)
-    if (spec.policy->needs_future && !futures[static_cast<size_t>(spec.group)])
-      futures[static_cast<size_t>(spec.group)] =
-          std::make_unique<PackedFuture>(source, groups[static_cast<size_t>(spec.group)], options.aggregate);
-
-  std::vector<Simulation> running;
-  running.reserve(simulations.size());
-  for (const auto& spec : simulations)
-    running.emplace_back(spec, groups[static_cast<size_t>(spec.group)], n, options,
-                         futures[static_cast<size_t>(spec.group)].get());
-
-  // o_t of every head of every group, computed once per step and shared by the simulations.
-  std::vector<std::vector<std::vector<double>>> full_outputs(groups.size());
-  kvtrace::RowBlock block;
   for (int64_t first = 0; first < n; first += kvtrace::kRowBlockSize) {
     const int64_t count = std::min(kvtrace::kRowBlockSize, n - first);
-    source.rows(first, count, block);
+    for (size_t l = 0; l < lanes.size(); ++l) lanes[l].source->rows(first, count, states[l].block);
     for (int64_t t = first; t < first + count; ++t) {
-      if (options.output_error) {
-        for (size_t g = 0; g < groups.size(); ++g) {
-          const CacheGroup& group = groups[g];
-          const auto d = static_cast<size_t>(group.head_dim);
-          full_outputs[g].resize(group.heads.size());
-          for (size_t k = 0; k < group.heads.size(); ++k) {
-            std::vector<double>& out = full_outputs[g][k];
-            out.assign(d, 0.0);
-            const float* row = block.row(group.heads[k], t);
-            for (int64_t i = 0; i <= t; ++i) {
-              const float* v = group.values[k] + static_cast<size_t>(i) * d;
-              for (size_t c = 0; c < d; ++c) out[c] += static_cast<double>(row[i]) * v[c];
-            }
-          }
-        }
+      for (size_t l = 0; l < lanes.size(); ++l) {
+        const Lane& lane = lanes[l];
+        LaneState& state = states[l];
+        if (options.output_error) full_outputs_at(state.block, t, lane.groups, state.full_outputs);
+        for (size_t s = 0; s < state.running.size(); ++s)
+          state.running[s].step(state.block, t, state.full_outputs[static_cast<size_t>(lane.simulations[s].group)]);
       }
-      for (size_t s = 0; s < running.size(); ++s)
-        running[s].step(block, t, full_outputs[static_cast<size_t>(simulations[s].group)]);
     }
   }
-  std::vector<SimulationResult> results;
-  results.reserve(running.size());
-  for (auto& simulation : running) results.push_back(simulation.take());
+  std::vector<std::vector<SimulationResult>> results(lanes.size());
+  for (size_t l = 0; l < lanes.size(); ++l)
+    for (auto& simulation : states[l].running) results[l].push_back(simulation.take());
   return results;
+}
+
+std::vector<SimulationResult> run_engine(kvtrace::AttentionSource& source, std::span<const CacheGroup> groups,
+                                         std::span<const SimulationSpec> simulations, const EngineOptions& options) {
+  const Lane lane{&source, groups, simulations};
+  return std::move(run_lockstep(std::span<const Lane>(&lane, 1), options).front());
 }
 
 }  // namespace kvsim

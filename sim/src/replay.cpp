@@ -49,12 +49,14 @@ kvtrace::RowsFrom parse_rows(const std::string& text) {
 
 namespace {
 
+// Cells replayed together over the rows of some layers of one sequence: one layer for
+// ordinary cells, every chosen layer (stepped together) for cross-layer cells.
 struct WorkItem {
-  int seq = 0, layer = 0;
-  std::vector<std::vector<float>> values;  // per kv head, while the item runs
-  std::vector<CacheGroup> groups;
-  std::vector<GroupRecord> records;  // cell-major, then group
-  std::vector<int> cell_of_record;
+  int seq = 0;
+  std::vector<int> layers;
+  std::vector<size_t> cells;
+  std::vector<GroupRecord> records;  // per cell, then layer, then group
+  std::vector<size_t> cell_of_record;
 };
 
 std::vector<int> all_or(const std::vector<int>& chosen, int count, const kvtrace::TraceReader& reader,
@@ -94,50 +96,79 @@ std::vector<CacheGroup> build_groups(int n_heads, int n_kv_heads, int seq, int l
   return groups;
 }
 
-// Replays every cell on one layer of one sequence.
+SimulationSpec make_spec(const PolicyChoice& policy, int64_t budget, int group, int layer,
+                         std::shared_ptr<void> sequence_state = nullptr) {
+  SimulationSpec spec;
+  spec.policy = policy.info;
+  spec.params = policy.params;
+  spec.budget = budget;
+  spec.group = group;
+  spec.layer = layer;
+  spec.sequence_state = std::move(sequence_state);
+  return spec;
+}
+
 void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bool output_error, WorkItem& item) {
   const kvtrace::TraceMeta& meta = reader.meta();
   const int64_t n = reader.sequence(item.seq).n_tokens;
   std::vector<int> all_heads(static_cast<size_t>(meta.n_heads));
   for (int h = 0; h < meta.n_heads; ++h) all_heads[static_cast<size_t>(h)] = h;
 
-  std::vector<std::vector<float>> values;
-  if (output_error)
-    for (int kv = 0; kv < meta.n_kv_heads; ++kv)
-      values.push_back(reader.read_head(item.seq, item.layer, kvtrace::Tensor::v, kv));
-  item.groups = build_groups(meta.n_heads, meta.n_kv_heads, item.seq, item.layer, values, meta.head_dim);
-  item.values = std::move(values);
+  struct LaneData {
+    std::vector<std::vector<float>> values;  // per kv head
+    std::vector<CacheGroup> groups;
+    std::vector<SimulationSpec> specs;
+    std::unique_ptr<kvtrace::AttentionSource> source;
+  };
+  std::vector<LaneData> lanes(item.layers.size());
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    LaneData& lane = lanes[l];
+    const int layer = item.layers[l];
+    if (output_error)
+      for (int kv = 0; kv < meta.n_kv_heads; ++kv)
+        lane.values.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::v, kv));
+    lane.groups = build_groups(meta.n_heads, meta.n_kv_heads, item.seq, layer, lane.values, meta.head_dim);
+    lane.source = kvtrace::open_attention_source(reader, item.seq, layer, all_heads, config.rows);
+  }
 
-  std::vector<SimulationSpec> specs;
-  const auto budgets = config.budgets.size();
-  for (size_t c = 0; c < config.policies.size() * budgets; ++c) {
+  std::vector<std::pair<size_t, size_t>> where;  // per record: lane and index of its spec
+  const size_t budgets = config.budgets.size();
+  for (size_t c : item.cells) {
     const PolicyChoice& policy = config.policies[c / budgets];
-    const int64_t budget = config.schedule.apply(config.budgets[c % budgets].resolve(n), item.layer);
+    std::shared_ptr<void> state;
+    if (policy.info->make_sequence_state)
+      state = policy.info->make_sequence_state(policy.params, static_cast<int>(lanes.size()), n);
     const bool layer_wide = policy.info->grouping == Grouping::layer;
-    const int first = layer_wide ? meta.n_kv_heads : 0;
-    const int last = layer_wide ? meta.n_kv_heads + 1 : meta.n_kv_heads;
-    for (int g = first; g < last; ++g) {
-      specs.push_back(SimulationSpec{policy.info, policy.params, budget, g});
-      GroupRecord record;
-      record.seq = item.seq;
-      record.layer = item.layer;
-      record.group = layer_wide ? 0 : g;
-      record.layer_wide = layer_wide;
-      record.heads = item.groups[static_cast<size_t>(g)].heads;
-      item.records.push_back(std::move(record));
-      item.cell_of_record.push_back(static_cast<int>(c));
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      const int layer = item.layers[l];
+      const int64_t budget = config.schedule.apply(config.budgets[c % budgets].resolve(n), layer);
+      const int first = layer_wide ? meta.n_kv_heads : 0;
+      const int last = layer_wide ? meta.n_kv_heads + 1 : meta.n_kv_heads;
+      for (int g = first; g < last; ++g) {
+        where.emplace_back(l, lanes[l].specs.size());
+        // A cross-layer chain runs over the chosen layers in order: its links are the lanes.
+        lanes[l].specs.push_back(make_spec(policy, budget, g, state ? static_cast<int>(l) : layer, state));
+        GroupRecord record;
+        record.seq = item.seq;
+        record.layer = layer;
+        record.group = layer_wide ? 0 : g;
+        record.layer_wide = layer_wide;
+        record.heads = lanes[l].groups[static_cast<size_t>(g)].heads;
+        item.records.push_back(std::move(record));
+        item.cell_of_record.push_back(c);
+      }
     }
   }
-  auto source = kvtrace::open_attention_source(reader, item.seq, item.layer, all_heads, config.rows);
+  std::vector<Lane> engine_lanes;
+  for (auto& lane : lanes) engine_lanes.push_back(Lane{lane.source.get(), lane.groups, lane.specs});
   EngineOptions options;
   options.mode = config.mode;
   options.prompt_len = reader.sequence(item.seq).prompt_len;
   options.aggregate = config.aggregate;
   options.output_error = output_error;
-  std::vector<SimulationResult> results = run_engine(*source, item.groups, specs, options);
-  for (size_t r = 0; r < results.size(); ++r) item.records[r].result = std::move(results[r]);
-  item.groups.clear();
-  item.values.clear();
+  std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
+  for (size_t r = 0; r < item.records.size(); ++r)
+    item.records[r].result = std::move(results[where[r].first][where[r].second]);
 }
 
 void run_items(std::vector<WorkItem>& items, int threads, const std::function<void(WorkItem&)>& work,
@@ -234,7 +265,9 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
   std::vector<SimulationSpec> specs;
   std::vector<GroupRecord> records;
   for (int g = layer_wide ? n_kv_heads : 0; g < (layer_wide ? n_kv_heads + 1 : n_kv_heads); ++g) {
-    specs.push_back(SimulationSpec{policy.info, policy.params, budget, g});
+    std::shared_ptr<void> state;
+    if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, 1, source.n_tokens());
+    specs.push_back(make_spec(policy, budget, g, 0, state));
     GroupRecord record;
     record.group = layer_wide ? 0 : g;
     record.layer_wide = layer_wide;
@@ -264,14 +297,29 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
     reader.fail("", "output error needs v in every replayed layer, and some layer has none");
   const bool output_error = config.output_error != OutputErrorMode::off && has_values;
 
+  const size_t cells = config.policies.size() * config.budgets.size();
+  std::vector<size_t> layer_cells, cross_layer_cells;
+  for (size_t c = 0; c < cells; ++c)
+    (config.policies[c / config.budgets.size()].info->engine == Engine::cross_layer ? cross_layer_cells : layer_cells)
+        .push_back(c);
   std::vector<WorkItem> items;
-  for (int seq : sequences)
-    for (int layer : layers) {
+  for (int seq : sequences) {
+    if (!layer_cells.empty())
+      for (int layer : layers) {
+        WorkItem item;
+        item.seq = seq;
+        item.layers = {layer};
+        item.cells = layer_cells;
+        items.push_back(std::move(item));
+      }
+    if (!cross_layer_cells.empty()) {
       WorkItem item;
       item.seq = seq;
-      item.layer = layer;
+      item.layers = layers;
+      item.cells = cross_layer_cells;
       items.push_back(std::move(item));
     }
+  }
   const int threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   run_items(items, threads, [&](WorkItem& item) { run_item(reader, config, output_error, item); }, progress);
 
@@ -281,7 +329,6 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   results.sequences = static_cast<int64_t>(sequences.size());
   results.layers = static_cast<int64_t>(layers.size());
   results.heads = meta.n_heads;
-  const size_t cells = config.policies.size() * config.budgets.size();
   for (size_t c = 0; c < cells; ++c) {
     CellResult cell;
     cell.policy = config.policies[c / config.budgets.size()].label;
@@ -289,16 +336,20 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
     cell.budget = config.budgets[c % config.budgets.size()];
     std::vector<const GroupRecord*> records;
     double budget_sum = 0, share_sum = 0;
-    for (const WorkItem& item : items) {
-      const int64_t n = reader.sequence(item.seq).n_tokens;
-      const int64_t budget = config.schedule.apply(cell.budget.resolve(n), item.layer);
-      budget_sum += static_cast<double>(budget);
-      share_sum += static_cast<double>(budget) / static_cast<double>(n);
+    int64_t budget_count = 0;
+    for (int seq : sequences)
+      for (int layer : layers) {
+        const int64_t n = reader.sequence(seq).n_tokens;
+        const int64_t budget = config.schedule.apply(cell.budget.resolve(n), layer);
+        budget_sum += static_cast<double>(budget);
+        share_sum += static_cast<double>(budget) / static_cast<double>(n);
+        ++budget_count;
+      }
+    for (const WorkItem& item : items)
       for (size_t r = 0; r < item.records.size(); ++r)
-        if (item.cell_of_record[r] == static_cast<int>(c)) records.push_back(&item.records[r]);
-    }
-    cell.budget_tokens_mean = budget_sum / static_cast<double>(items.size());
-    cell.budget_share_mean = share_sum / static_cast<double>(items.size());
+        if (item.cell_of_record[r] == c) records.push_back(&item.records[r]);
+    cell.budget_tokens_mean = budget_sum / static_cast<double>(budget_count);
+    cell.budget_share_mean = share_sum / static_cast<double>(budget_count);
     aggregate_cell(cell, records, meta.n_layers, output_error);
     if (config.keep_records)
       for (const GroupRecord* record : records) cell.records.push_back(*record);

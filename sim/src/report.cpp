@@ -32,6 +32,18 @@ std::string csv_field(const std::string& text) {
   return out + "\"";
 }
 
+// Token text in one CSV cell on one line: control characters written as \n, \t, \r.
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n') out += "\\n";
+    else if (c == '\t') out += "\\t";
+    else if (c == '\r') out += "\\r";
+    else out += c;
+  }
+  return out;
+}
+
 std::vector<std::string> policy_labels(const ReplayResults& results) {
   std::vector<std::string> labels;
   for (const auto& cell : results.cells)
@@ -180,7 +192,8 @@ std::string survival_csv(const ReplayResults& results, const std::vector<std::ve
       for (size_t position = 0; position < record.result.eviction_step.size(); ++position)
         out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << record.seq
             << "," << record.layer << "," << group << "," << position << ","
-            << csv_field(position < text.size() ? text[position] : "") << "," << record.result.eviction_step[position]
+            << csv_field(position < text.size() ? one_line(text[position]) : "") << ","
+            << record.result.eviction_step[position]
             << "\n";
     }
   }

@@ -11,34 +11,16 @@
 #include <string>
 #include <vector>
 
+#include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;
-};
-
-// Runs kvsim with `args`, `env` (assignments like "A=b") set for it; stdout and stderr together.
-Result run(const std::string& args, const std::string& env = "") {
-  const std::string command = env + (env.empty() ? "" : " ") + KVSIM_EXE + " " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
-int lines(const std::string& text) {
-  int count = 0;
-  for (char c : text) count += c == '\n';
-  return count;
-}
+using Result = kvtest::CliResult;
+Result run(const std::string& args, const std::string& env = "") { return kvtest::run_kvsim(args, env); }
+int lines(const std::string& text) { return kvtest::count_lines(text); }
 
 fs::path model_dir() {
   if (const char* d = std::getenv("KVSIM_MODEL_DIR"); d && *d) return d;

@@ -8,36 +8,19 @@
 #include <string>
 #include <vector>
 
+#include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;
-};
-
-Result run(const std::string& args) {
-  const std::string command = std::string(KVSIM_EXE) + " " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
-
-int lines(const std::string& text) {
-  int count = 0;
-  for (char c : text) count += c == '\n';
-  return count;
-}
+using Result = kvtest::CliResult;
+Result run(const std::string& args, const std::string& env = "") { return kvtest::run_kvsim(args, env); }
+int lines(const std::string& text) { return kvtest::count_lines(text); }
 
 }  // namespace
 
 TEST(Cli, HelpOnEveryVerb) {
-  for (const char* verb : {"info", "validate", "synth"}) {
+  for (const char* verb : {"info", "validate", "synth", "capture", "replay", "sweep", "policies"}) {
     const Result result = run(std::string(verb) + " --help");
     EXPECT_EQ(result.code, 0) << verb;
     EXPECT_NE(result.output.find("usage: kvsim"), std::string::npos) << verb;

@@ -28,7 +28,9 @@ struct SimulationSpec {
   const PolicyInfo* policy = nullptr;
   Params params;
   int64_t budget = 0;  // B for this group
-  int group = 0;       // index into the groups given to the engine
+  int group = 0;       // index into the groups given to the engine (or to its lane)
+  int layer = 0;                        // cross-layer policies
+  std::shared_ptr<void> sequence_state;  // cross-layer policies
 };
 
 struct EngineOptions {
@@ -56,5 +58,14 @@ struct SimulationResult {
 // future). Results are in the order of `simulations`.
 std::vector<SimulationResult> run_engine(kvtrace::AttentionSource& source, std::span<const CacheGroup> groups,
                                          std::span<const SimulationSpec> simulations, const EngineOptions& options);
+
+// Several layers of one sequence stepped together: at every step, lane 0's simulations,
+// then lane 1's, and so on (cross-layer policies read what the layer before did).
+struct Lane {
+  kvtrace::AttentionSource* source = nullptr;
+  std::span<const CacheGroup> groups;
+  std::span<const SimulationSpec> simulations;
+};
+std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> lanes, const EngineOptions& options);
 
 }  // namespace kvsim

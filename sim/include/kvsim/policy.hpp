@@ -28,6 +28,11 @@ struct GroupContext {
   int n_heads = 1;     // query heads sharing this cache
   uint64_t seed = 0;   // deterministic per (sequence, layer, group)
   const FutureAttention* future = nullptr;
+  // Cross-layer policies only: this instance's layer, and the state its per-layer instances
+  // of one sequence share (made by PolicyInfo::make_sequence_state). The engine steps
+  // layers 0..L-1 in order at every step.
+  int layer = 0;
+  std::shared_ptr<void> sequence_state;
 };
 
 class Policy {
@@ -96,6 +101,7 @@ struct PolicyInfo {
   bool needs_attention = true;  // false: observe() is never needed (recent, streaming, ...)
   bool needs_future = false;   // lookahead
   std::function<std::unique_ptr<Policy>(const Params&)> make;
+  std::function<std::shared_ptr<void>(const Params&, int n_layers, int64_t n_tokens)> make_sequence_state;  // cross_layer
 };
 
 const std::vector<PolicyInfo>& policies();

@@ -23,6 +23,10 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// Throws InputError naming `path` unless a file can be created there (checked up front, so
+// a long run does not fail at its end).
+void check_output_path(const std::string& path);
+
 // Writes `contents` to `path` atomically.
 void write_file_atomically(const std::string& path, const std::string& contents);
 
