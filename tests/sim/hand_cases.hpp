@@ -1,0 +1,153 @@
+#pragma once
+// Hand-written attention traces and small helpers for the hand-worked policy and engine tests
+// (test_policies.cpp, test_engine.cpp). Every expected value in those tests was derived by hand
+// from DESIGN.md ("Replay semantics", "Policies", "Metrics"), not from kvsim's sources.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "../support/rows.hpp"
+
+namespace hand {
+
+// One head's full causal rows: rows[t] = a_t[0..t] (each sums to 1).
+using Rows = std::vector<std::vector<double>>;
+using Caches = std::vector<std::vector<int>>;
+
+// Trace A, 6 tokens (recent, streaming, full, output error).
+inline const Rows kA = {
+    {1.0},
+    {0.7, 0.3},
+    {0.5, 0.1, 0.4},
+    {0.4, 0.05, 0.15, 0.4},
+    {0.3, 0.1, 0.2, 0.1, 0.3},
+    {0.25, 0.05, 0.3, 0.1, 0.1, 0.2},
+};
+// Values for trace A (head_dim 2): v_0..v_5.
+inline const std::vector<std::vector<double>> kValuesA = {{1, 0}, {0, 1}, {1, 1}, {2, -1}, {-1, 2}, {0.5, 0.5}};
+
+// Trace C, 8 tokens: a sink (0), an early heavy hitter (2), a late one (5), weak tokens 1, 3, 4.
+// Chosen so that no renormalised entry lies within 1e-3 of a Scissorhands threshold except the
+// exact binary cases of steps 0 and 1 (1 vs 1, 0.5 vs 0.5: "below" is strict, so not below).
+inline const Rows kC = {
+    {1.0},
+    {0.5, 0.5},
+    {0.3, 0.2, 0.5},
+    {0.3, 0.1, 0.4, 0.2},
+    {0.24, 0.05, 0.36, 0.05, 0.3},
+    {0.2, 0.05, 0.3, 0.05, 0.1, 0.3},
+    {0.15, 0.05, 0.25, 0.05, 0.05, 0.35, 0.1},
+    {0.12, 0.02, 0.25, 0.03, 0.05, 0.3, 0.08, 0.15},
+};
+inline const std::vector<std::vector<double>> kValuesC = {{1, 0}, {0, 1}, {1, 1},      {2, -1},
+                                                         {-1, 2}, {0.5, 0.5}, {1, -1}, {0, 2}};
+
+// Trace T, 4 tokens, binary fractions only, so that ties are exact in any float arithmetic.
+inline const Rows kT = {
+    {1.0},
+    {0.25, 0.75},
+    {0.125, 0.625, 0.25},
+    {0.25, 0.25, 0.25, 0.25},
+};
+
+inline std::vector<std::vector<float>> pack(const std::vector<Rows>& heads) { return kvtest::pack(heads); }
+
+inline std::vector<float> flat_values(const std::vector<std::vector<double>>& v) {
+  std::vector<float> out;
+  for (const auto& row : v)
+    for (double x : row) out.push_back(static_cast<float>(x));
+  return out;
+}
+
+// Replays heads (all sharing n tokens) with n_kv_heads groups.
+inline std::vector<kvsim::GroupRecord> replay(const std::vector<Rows>& heads, int n_kv_heads, const std::string& policy,
+                                              int64_t budget, const std::map<std::string, std::string>& params = {},
+                                              kvsim::Mode mode = kvsim::Mode::stream, int64_t prompt_len = 0,
+                                              const std::vector<std::vector<std::vector<double>>>& values = {}) {
+  std::vector<std::vector<float>> flat;
+  int head_dim = 0;
+  for (const auto& v : values) {
+    flat.push_back(flat_values(v));
+    head_dim = static_cast<int>(v.front().size());
+  }
+  return kvtest::replay(pack(heads), static_cast<int64_t>(heads.front().size()), n_kv_heads, policy, budget, params,
+                        mode, prompt_len, flat, head_dim);
+}
+
+// One head, one group.
+inline kvsim::SimulationResult replay1(const Rows& rows, const std::string& policy, int64_t budget,
+                                       const std::map<std::string, std::string>& params = {},
+                                       kvsim::Mode mode = kvsim::Mode::stream, int64_t prompt_len = 0) {
+  auto records = replay({rows}, 1, policy, budget, params, mode, prompt_len);
+  EXPECT_EQ(records.size(), 1u);
+  return records.at(0).result;
+}
+
+// Retention of the k-th head of a record at (absolute) step t.
+inline double retention(const kvsim::SimulationResult& r, int k, int64_t t) {
+  return r.retention.at(static_cast<size_t>(k * r.n_steps + (t - r.first_step)));
+}
+inline double output_error(const kvsim::SimulationResult& r, int k, int64_t t) {
+  return r.output_error.at(static_cast<size_t>(k * r.n_steps + (t - r.first_step)));
+}
+
+inline void expect_caches(const kvsim::SimulationResult& r, const Caches& expected) {
+  ASSERT_EQ(r.eviction_step.size(), expected.size());
+  for (size_t t = 0; t < expected.size(); ++t)
+    EXPECT_EQ(kvtest::cache_after(r, static_cast<int64_t>(t)), expected[t]) << "cache after step " << t;
+}
+
+// expected[i] is the retention at step first_step + i.
+inline void expect_retention(const kvsim::SimulationResult& r, int k, const std::vector<double>& expected,
+                             double tol = 2e-6) {
+  ASSERT_EQ(r.n_steps, static_cast<int64_t>(expected.size()));
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_NEAR(retention(r, k, r.first_step + static_cast<int64_t>(i)), expected[i], tol)
+        << "head index " << k << " step " << r.first_step + static_cast<int64_t>(i);
+}
+
+inline void expect_occupancy(const kvsim::SimulationResult& r, const std::vector<int>& expected) {
+  ASSERT_EQ(r.occupancy.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i)
+    EXPECT_EQ(r.occupancy[i], expected[i]) << "occupancy at step " << r.first_step + static_cast<int64_t>(i);
+}
+
+inline void expect_eviction_steps(const kvsim::SimulationResult& r, const std::vector<int>& expected) {
+  ASSERT_EQ(r.eviction_step.size(), expected.size());
+  for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(r.eviction_step[i], expected[i]) << "position " << i;
+}
+
+// Direct computation of the relative output error of DESIGN.md "Metrics" for one head at step
+// t, given the cache attended at t (before eviction): o = sum_i a_t[i] v_i over 0..t,
+// õ = sum over cached i of (a_t[i] / r_t) v_i.
+inline double direct_error(const Rows& rows, const std::vector<std::vector<double>>& v, int64_t t,
+                           const std::vector<int>& cache) {
+  const auto& a = rows[static_cast<size_t>(t)];
+  const size_t d = v.front().size();
+  std::vector<double> o(d, 0.0), approx(d, 0.0);
+  double r = 0;
+  for (int i : cache) r += a[static_cast<size_t>(i)];
+  for (size_t i = 0; i < a.size(); ++i)
+    for (size_t j = 0; j < d; ++j) o[j] += a[i] * v[i][j];
+  for (int i : cache)
+    for (size_t j = 0; j < d; ++j) approx[j] += a[static_cast<size_t>(i)] / r * v[static_cast<size_t>(i)][j];
+  double num = 0, den = 0;
+  for (size_t j = 0; j < d; ++j) {
+    num += (o[j] - approx[j]) * (o[j] - approx[j]);
+    den += o[j] * o[j];
+  }
+  return std::sqrt(num) / std::sqrt(den);
+}
+
+// The cache attended at step t: what stayed after t-1, plus t.
+inline std::vector<int> attended(const kvsim::SimulationResult& r, int64_t t) {
+  std::vector<int> c = t > 0 ? kvtest::cache_after(r, t - 1) : std::vector<int>{};
+  c.push_back(static_cast<int>(t));
+  return c;
+}
+
+}  // namespace hand
