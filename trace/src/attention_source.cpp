@@ -2,6 +2,8 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cstring>
+#include <cstdint>
 #include <cmath>
 
 #include "kvtrace/error.hpp"
@@ -54,6 +56,45 @@ QKAttentionSource::QKAttentionSource(int64_t n_tokens, int head_dim, std::vector
     if (index < 0 || index >= static_cast<int>(keys_.size())) throw InputError("", "k", "no such key head");
 }
 
+namespace {
+
+// Eight floats as one value (GCC vector extension): the softmax below runs on these, so it
+// vectorises on any x86-64 target (two SSE registers, or one AVX register) and gives the
+// same bits whatever the vector width.
+using Floats = float __attribute__((vector_size(32)));
+using Ints = int32_t __attribute__((vector_size(32)));
+constexpr int kLanes = 8;
+
+Floats load(const float* p) {
+  Floats v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+void store(float* p, Floats v) { std::memcpy(p, &v, sizeof v); }
+Floats splat(float x) { return Floats{} + x; }
+
+// exp(x) for x <= 0: x = n ln2 + r with |r| <= ln2/2, exp(r) by Cephes' expf polynomial,
+// 2^n from the exponent bits. Within 2 ulp of expf; below -87 it returns exp(-87).
+Floats exp_nonpositive(Floats x) {
+  x = x < splat(-87.0f) ? splat(-87.0f) : x;
+  const Floats shifter = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  const Floats n = (x * 1.44269504088896341f + shifter) - shifter;
+  const Floats r = (x - n * 0.693359375f) + n * 2.12194440e-4f;
+  Floats p = splat(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const Ints bits = (__builtin_convertvector(n, Ints) + 127) << 23;
+  Floats scale;
+  std::memcpy(&scale, &bits, sizeof scale);
+  return p * scale;
+}
+
+}  // namespace
+
 void causal_softmax_row(float* row, int64_t t, const SoftmaxOptions& options) {
   const int64_t lo = options.sliding_window > 0 ? std::max<int64_t>(0, t - options.sliding_window + 1) : 0;
   std::fill(row, row + lo, 0.0f);
@@ -63,14 +104,32 @@ void causal_softmax_row(float* row, int64_t t, const SoftmaxOptions& options) {
     const auto cap = static_cast<float>(options.logit_softcap);
     for (int64_t i = 0; i < n; ++i) begin[i] = cap * std::tanh(begin[i] / cap);
   }
-  const float max = *std::max_element(begin, begin + n);
-  double sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    begin[i] = std::exp(begin[i] - max);
-    sum += begin[i];
+  // The tail is padded into a full vector of -inf, whose exp is 0.
+  const int64_t full = n / kLanes * kLanes;
+  float tail[kLanes];
+  std::fill(tail, tail + kLanes, -INFINITY);
+  std::copy(begin + full, begin + n, tail);
+  Floats lane_max = load(tail);
+  for (int64_t i = 0; i < full; i += kLanes) {
+    const Floats v = load(begin + i);
+    lane_max = v > lane_max ? v : lane_max;
   }
-  const double inverse = 1.0 / sum;
-  for (int64_t i = 0; i < n; ++i) begin[i] = static_cast<float>(begin[i] * inverse);
+  float max = lane_max[0];
+  for (int j = 1; j < kLanes; ++j) max = std::max(max, lane_max[j]);
+  Floats lane_sum{};
+  for (int64_t i = 0; i < full; i += kLanes) {
+    const Floats e = exp_nonpositive(load(begin + i) - max);
+    store(begin + i, e);
+    lane_sum += e;
+  }
+  const Floats tail_exp = exp_nonpositive(load(tail) - max) * (load(tail) > splat(-INFINITY) ? splat(1.0f) : splat(0.0f));
+  store(tail, tail_exp);
+  lane_sum += tail_exp;
+  std::copy(tail, tail + (n - full), begin + full);
+  double sum = 0;
+  for (int j = 0; j < kLanes; ++j) sum += lane_sum[j];
+  const auto inverse = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) begin[i] *= inverse;
 }
 
 void QKAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) {

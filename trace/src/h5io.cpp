@@ -142,8 +142,9 @@ H5::DataSpace select(const H5::DataSet& dataset, std::span<const hsize_t> start,
 void read_floats(const H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start,
                  std::span<const hsize_t> count, std::span<float> out) {
   H5::DataSpace file_space = select(dataset, start, count);
-  const hsize_t n = out.size();
-  H5::DataSpace mem_space(1, &n);
+  // A memory space of the selection's own shape lets HDF5 copy whole runs instead of
+  // walking the selection element by element.
+  H5::DataSpace mem_space(static_cast<int>(count.size()), count.data());
   switch (dtype) {
     case DType::f32:
       dataset.read(out.data(), H5::PredType::NATIVE_FLOAT, mem_space, file_space);
@@ -167,8 +168,7 @@ void read_floats(const H5::DataSet& dataset, DType dtype, std::span<const hsize_
 void write_floats(H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start,
                   std::span<const hsize_t> count, std::span<const float> data) {
   H5::DataSpace file_space = select(dataset, start, count);
-  const hsize_t n = data.size();
-  H5::DataSpace mem_space(1, &n);
+  H5::DataSpace mem_space(static_cast<int>(count.size()), count.data());
   switch (dtype) {
     case DType::f32:
       dataset.write(data.data(), H5::PredType::NATIVE_FLOAT, mem_space, file_space);
