@@ -17,6 +17,7 @@ int cmd_capture(const std::vector<std::string>& args);
 int cmd_replay(const std::vector<std::string>& args);
 int cmd_sweep(const std::vector<std::string>& args);
 int cmd_policies(const std::vector<std::string>& args);
+int cmd_plan(const std::vector<std::string>& args);
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> table = {
@@ -27,6 +28,7 @@ const std::vector<Verb>& verbs() {
       {"replay", "replay one policy at one budget: retention, output error, occupancy per layer", cmd_replay},
       {"sweep", "replay policies x budgets: the retention-vs-budget table, CSV, JSON and plot", cmd_sweep},
       {"policies", "list the eviction policies and their parameters", cmd_policies},
+      {"plan", "capacity planning: sequences that fit on a GPU per policy budget and KV quantization", cmd_plan},
   };
   return table;
 }

@@ -1,9 +1,9 @@
 // oracle: an upper bound, not a policy. At each step, per query head, the best any cache of
 // B+1 entries could do: the current token plus the top B of a_t[0..t-1].
 #include <algorithm>
-#include <numeric>
 
 #include "kvsim/policy.hpp"
+#include "kvsim/row_ranking.hpp"
 
 namespace kvsim {
 namespace {
@@ -11,27 +11,12 @@ namespace {
 class Oracle final : public BoundPolicy {
  public:
   void reset(const GroupContext&) override {}
-  void best_cache(int64_t step, std::span<const float> full_row, int64_t budget,
-                  std::vector<int32_t>& positions) override {
-    positions.clear();
-    const int64_t keep = std::min<int64_t>(budget, step);
-    order_.resize(static_cast<size_t>(step));
-    std::iota(order_.begin(), order_.end(), 0);
-    // Largest attention first; among equals the higher position stays (lower is evicted first).
-    auto better = [&](int32_t a, int32_t b) {
-      return full_row[static_cast<size_t>(a)] != full_row[static_cast<size_t>(b)]
-                 ? full_row[static_cast<size_t>(a)] > full_row[static_cast<size_t>(b)]
-                 : a > b;
-    };
-    if (keep < step)
-      std::nth_element(order_.begin(), order_.begin() + keep, order_.end(), better);
-    positions.assign(order_.begin(), order_.begin() + keep);
-    positions.push_back(static_cast<int32_t>(step));
-    std::sort(positions.begin(), positions.end());
+  double bound(int64_t step, float current, RowRanking& earlier, int64_t budget,
+               std::vector<int32_t>* positions) override {
+    const double top = earlier.top_sum(std::min<int64_t>(budget, step), positions);
+    if (positions) positions->push_back(static_cast<int32_t>(step));
+    return current + top;
   }
-
- private:
-  std::vector<int32_t> order_;
 };
 
 }  // namespace

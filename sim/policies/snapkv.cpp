@@ -4,7 +4,6 @@
 // pooled score; applied at the end of the prompt (prefill) and again whenever decode pushes
 // the cache past B. With B <= W the window shrinks to B.
 #include <algorithm>
-#include <deque>
 
 #include "kvsim/policy.hpp"
 #include "select.hpp"
@@ -19,20 +18,21 @@ class SnapKV final : public Policy {
   void reset(const GroupContext& group) override {
     budget_ = group.budget;
     window_sum_.assign(static_cast<size_t>(group.n_tokens), 0.0);
-    rows_.clear();
+    rows_.assign(static_cast<size_t>(window_), Row{});
+    observed_ = 0;
   }
 
-  // window_sum_ holds, per position, the sum of â over the last W observed rows.
+  // window_sum_ holds, per position, the sum of â over the last W observed rows; rows_ is a
+  // ring of those rows, so the oldest can be taken out again.
   void observe(int64_t, std::span<const int32_t> cache, std::span<const float> attention) override {
-    Row row{std::vector<int32_t>(cache.begin(), cache.end()), std::vector<float>(attention.begin(), attention.end())};
+    Row& slot = rows_[static_cast<size_t>(observed_ % window_)];
+    if (observed_ >= window_)
+      for (size_t j = 0; j < slot.positions.size(); ++j)
+        window_sum_[static_cast<size_t>(slot.positions[j])] -= slot.values[j];
+    slot.positions.assign(cache.begin(), cache.end());
+    slot.values.assign(attention.begin(), attention.end());
     for (size_t j = 0; j < cache.size(); ++j) window_sum_[static_cast<size_t>(cache[j])] += attention[j];
-    rows_.push_back(std::move(row));
-    if (static_cast<int64_t>(rows_.size()) > window_) {
-      const Row& old = rows_.front();
-      for (size_t j = 0; j < old.positions.size(); ++j)
-        window_sum_[static_cast<size_t>(old.positions[j])] -= old.values[j];
-      rows_.pop_front();
-    }
+    ++observed_;
   }
 
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
@@ -59,7 +59,8 @@ class SnapKV final : public Policy {
   int64_t window_, kernel_;
   int64_t budget_ = 0;
   std::vector<double> window_sum_;  // by position
-  std::deque<Row> rows_;
+  std::vector<Row> rows_;
+  int64_t observed_ = 0;
   std::vector<double> pooled_;
 };
 

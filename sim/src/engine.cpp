@@ -5,6 +5,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "future.hpp"
+#include "kvsim/row_ranking.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/schema.hpp"
 
@@ -13,65 +15,111 @@ namespace {
 
 using kvtrace::RowBlock;
 
-// Remaining attention per (step, position) of one group, from a pass over the full rows:
-// R_t[i] = sum over s > t of the aggregated a_s[i], summed from the last step backwards.
-class PackedFuture final : public FutureAttention {
+// What every simulation of a lane may need at one step, computed at most once: each head's
+// row total, its ranking (for bounds) and, with output error, o_t of each head.
+// Sum of row[positions[j]] in double, in four interleaved partial sums: independent chains
+// keep the adds pipelined, and the fixed lane order keeps the result bit for bit the same.
+double gather_sum(const float* row, std::span<const int32_t> positions) {
+  double lane[4] = {0, 0, 0, 0};
+  size_t j = 0;
+  for (; j + 4 <= positions.size(); j += 4)
+    for (size_t k = 0; k < 4; ++k) lane[k] += row[positions[j + k]];
+  for (; j < positions.size(); ++j) lane[0] += row[positions[j]];
+  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+}
+
+double row_sum(const float* row, int64_t count) {
+  double lane[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4)
+    for (int64_t k = 0; k < 4; ++k) lane[k] += row[i + k];
+  for (; i < count; ++i) lane[0] += row[i];
+  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+}
+
+class StepRows {
  public:
-  PackedFuture(kvtrace::AttentionSource& source, const CacheGroup& group, Aggregate aggregate) {
-    const int64_t n = source.n_tokens();
-    remaining_.assign(static_cast<size_t>(kvtrace::packed_length(n)), 0.0);
-    std::vector<double> rows(static_cast<size_t>(kvtrace::packed_length(n)), 0.0);
-    RowBlock block;
-    for (int64_t first = 0; first < n; first += kvtrace::kRowBlockSize) {
-      const int64_t count = std::min(kvtrace::kRowBlockSize, n - first);
-      source.rows(first, count, block);
-      for (int64_t t = first; t < first + count; ++t) {
-        double* out = rows.data() + kvtrace::packed_row_offset(t);
-        for (size_t k = 0; k < group.heads.size(); ++k) {
-          const float* row = block.row(group.heads[k], t);
-          for (int64_t i = 0; i <= t; ++i) {
-            const double value = row[i];
-            out[i] = aggregate == Aggregate::max ? (k == 0 ? value : std::max(out[i], value)) : out[i] + value;
-          }
-        }
-        if (aggregate == Aggregate::mean)
-          for (int64_t i = 0; i <= t; ++i) out[i] /= static_cast<double>(group.heads.size());
-      }
-    }
-    for (int64_t t = n - 2; t >= 0; --t) {
-      const double* later = remaining_.data() + kvtrace::packed_row_offset(t + 1);
-      const double* next_row = rows.data() + kvtrace::packed_row_offset(t + 1);
-      double* here = remaining_.data() + kvtrace::packed_row_offset(t);
-      for (int64_t i = 0; i <= t; ++i) here[i] = later[i] + next_row[i];
-    }
+  StepRows(int n_heads, std::span<const CacheGroup> groups, bool output_error)
+      : groups_(groups), output_error_(output_error), totals_(static_cast<size_t>(n_heads)),
+        total_step_(static_cast<size_t>(n_heads), -1), rankings_(static_cast<size_t>(n_heads)),
+        ranked_step_(static_cast<size_t>(n_heads), -1), prefixes_(static_cast<size_t>(n_heads)),
+        prefix_step_(static_cast<size_t>(n_heads), -1), outputs_(groups.size()) {}
+
+  void start(const RowBlock& block, int64_t t) {
+    block_ = &block;
+    t_ = t;
+    if (output_error_) compute_outputs();
   }
-  double remaining(int64_t step, int32_t position) const override {
-    return remaining_[static_cast<size_t>(kvtrace::packed_row_offset(step) + position)];
+  int64_t t() const { return t_; }
+  const float* row(int head) const { return block_->row(head, t_); }
+
+  // Sum of a_t[0..t] of a head.
+  double total(int head) {
+    auto h = static_cast<size_t>(head);
+    if (total_step_[h] != t_) {
+      totals_[h] = row_sum(row(head), t_ + 1);
+      total_step_[h] = t_;
+    }
+    return totals_[h];
   }
+
+  // A head's prefix sums: prefix[i] = sum of a_t[0..i-1], for i in 0..t+1.
+  const std::vector<double>& prefix(int head) {
+    auto h = static_cast<size_t>(head);
+    if (prefix_step_[h] != t_) {
+      const float* r = row(head);
+      std::vector<double>& p = prefixes_[h];
+      p.resize(static_cast<size_t>(t_) + 2);
+      p[0] = 0;
+      for (int64_t i = 0; i <= t_; ++i) p[static_cast<size_t>(i) + 1] = p[static_cast<size_t>(i)] + r[i];
+      prefix_step_[h] = t_;
+    }
+    return prefixes_[h];
+  }
+
+  // A head's a_t[0..t-1] ranked by value.
+  RowRanking& ranking(int head) {
+    auto h = static_cast<size_t>(head);
+    if (ranked_step_[h] != t_) {
+      rankings_[h].build(row(head), t_);
+      ranked_step_[h] = t_;
+    }
+    return rankings_[h];
+  }
+
+  // o_t = sum over i <= t of a_t[i] v_i of head k of a group.
+  const std::vector<double>& full_output(int group, size_t k) const { return outputs_[static_cast<size_t>(group)][k]; }
 
  private:
-  std::vector<double> remaining_;
-};
-
-// o_t = sum over i <= t of a_t[i] v_i, for every head of every group: computed once per step
-// and shared by the simulations.
-void full_outputs_at(const RowBlock& block, int64_t t, std::span<const CacheGroup> groups,
-                     std::vector<std::vector<std::vector<double>>>& out) {
-  for (size_t g = 0; g < groups.size(); ++g) {
-    const CacheGroup& group = groups[g];
-    const auto d = static_cast<size_t>(group.head_dim);
-    out[g].resize(group.heads.size());
-    for (size_t k = 0; k < group.heads.size(); ++k) {
-      std::vector<double>& o = out[g][k];
-      o.assign(d, 0.0);
-      const float* row = block.row(group.heads[k], t);
-      for (int64_t i = 0; i <= t; ++i) {
-        const float* v = group.values[k] + static_cast<size_t>(i) * d;
-        for (size_t c = 0; c < d; ++c) o[c] += static_cast<double>(row[i]) * v[c];
+  void compute_outputs() {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const CacheGroup& group = groups_[g];
+      const auto d = static_cast<size_t>(group.head_dim);
+      outputs_[g].resize(group.heads.size());
+      for (size_t k = 0; k < group.heads.size(); ++k) {
+        std::vector<double>& o = outputs_[g][k];
+        o.assign(d, 0.0);
+        const float* r = row(group.heads[k]);
+        for (int64_t i = 0; i <= t_; ++i) {
+          const float* v = group.values[k] + static_cast<size_t>(i) * d;
+          for (size_t c = 0; c < d; ++c) o[c] += static_cast<double>(r[i]) * v[c];
+        }
       }
     }
   }
-}
+
+  std::span<const CacheGroup> groups_;
+  bool output_error_;
+  const RowBlock* block_ = nullptr;
+  int64_t t_ = 0;
+  std::vector<double> totals_;
+  std::vector<int64_t> total_step_;
+  std::vector<RowRanking> rankings_;
+  std::vector<int64_t> ranked_step_;
+  std::vector<std::vector<double>> prefixes_;
+  std::vector<int64_t> prefix_step_;
+  std::vector<std::vector<std::vector<double>>> outputs_;  // [group][head]
+};
 
 class Simulation {
  public:
@@ -103,24 +151,35 @@ class Simulation {
     mass_.resize(group.heads.size());
   }
 
-  // full_outputs[k]: o_t of head k of the group (when output error is on).
-  void step(const RowBlock& block, int64_t t, std::span<const std::vector<double>> full_outputs) {
-    if (bound_) return bound_step(block, t, full_outputs);
+  void step(StepRows& rows) {
+    const int64_t t = rows.t();
+    if (bound_) return bound_step(rows);
     cache_.push_back(static_cast<int32_t>(t));
     in_cache_[static_cast<size_t>(t)] = 1;
     const size_t heads = group_.heads.size();
+    // The retained mass: from prefix sums when the cache is one or two runs of consecutive
+    // positions (recent, streaming), else summing whichever is shorter, the cache or the
+    // evicted positions (subtracted from the row's total).
+    const int runs = count_runs();
+    const bool by_evicted = runs == 0 && evicted_.size() < cache_.size();
     for (size_t k = 0; k < heads; ++k) {
-      const float* row = block.row(group_.heads[k], t);
-      double mass = 0;
-      for (int32_t position : cache_) mass += row[position];
-      mass_[k] = mass;
+      const int head = group_.heads[k];
+      if (runs > 0) {
+        const std::vector<double>& prefix = rows.prefix(head);
+        double mass = 0;
+        for (int r = 0; r < runs; ++r) mass += prefix[static_cast<size_t>(run_end_[r])] - prefix[static_cast<size_t>(run_begin_[r])];
+        mass_[k] = mass;
+      } else {
+        const float* row = rows.row(head);
+        mass_[k] = by_evicted ? rows.total(head) - gather_sum(row, evicted_) : gather_sum(row, cache_);
+      }
     }
     if (t >= prefill_end_) {
       result_.occupancy[static_cast<size_t>(t - prefill_end_)] = static_cast<int32_t>(cache_.size());
-      for (size_t k = 0; k < heads; ++k) record_head(block, t, full_outputs, k, cache_);
+      for (size_t k = 0; k < heads; ++k) record_head(rows, k, by_evicted ? evicted_ : cache_, by_evicted);
     }
     if (spec_.policy->needs_attention) {
-      observe_row(block, t);
+      observe_row(rows);
       policy_->observe(t, cache_, observed_);
     }
     const bool compress = options_.mode == Mode::prefill && t + 1 == prefill_end_;
@@ -134,28 +193,37 @@ class Simulation {
   SimulationResult take() { return std::move(result_); }
 
  private:
-  void observe_row(const RowBlock& block, int64_t t) {
+  void observe_row(StepRows& rows) {
     const size_t heads = group_.heads.size();
-    observed_.assign(cache_.size(), 0.0f);
-    for (size_t j = 0; j < cache_.size(); ++j) {
-      double combined = 0;
-      for (size_t k = 0; k < heads; ++k) {
-        const double value = block.row(group_.heads[k], t)[cache_[j]] / mass_[k];
-        combined = options_.aggregate == Aggregate::max ? (k == 0 ? value : std::max(combined, value)) : combined + value;
+    const size_t size = cache_.size();
+    observed_.resize(size);
+    if (options_.aggregate == Aggregate::max) {
+      for (size_t j = 0; j < size; ++j) {
+        double combined = 0;
+        for (size_t k = 0; k < heads; ++k) combined = std::max(combined, rows.row(group_.heads[k])[cache_[j]] / mass_[k]);
+        observed_[j] = static_cast<float>(combined);
       }
-      if (options_.aggregate == Aggregate::mean) combined /= static_cast<double>(heads);
-      observed_[j] = static_cast<float>(combined);
+      return;
     }
+    // mean (or sum) of the heads' renormalised rows: a_k[i] / mass_k, weighted.
+    const double share = options_.aggregate == Aggregate::mean ? 1.0 / static_cast<double>(heads) : 1.0;
+    combined_.assign(size, 0.0);
+    for (size_t k = 0; k < heads; ++k) {
+      const float* row = rows.row(group_.heads[k]);
+      const double weight = share / mass_[k];
+      for (size_t j = 0; j < size; ++j) combined_[j] += row[cache_[j]] * weight;
+    }
+    for (size_t j = 0; j < size; ++j) observed_[j] = static_cast<float>(combined_[j]);
   }
 
-  // Retention (the mass kept, mass_[k]) and output error of head k with `positions` cached.
-  void record_head(const RowBlock& block, int64_t t, std::span<const std::vector<double>> full_outputs, size_t k,
-                   std::span<const int32_t> positions) {
-    const auto step = static_cast<size_t>(t - prefill_end_);
+  // Retention (mass_[k]) and output error of head k. `positions` are the cached positions,
+  // or (complement) those evicted so far, whichever the caller found shorter.
+  void record_head(StepRows& rows, size_t k, std::span<const int32_t> positions, bool complement) {
+    const auto step = static_cast<size_t>(rows.t() - prefill_end_);
     const auto steps = static_cast<size_t>(result_.n_steps);
     result_.retention[k * steps + step] = static_cast<float>(mass_[k]);
     if (!options_.output_error) return;
-    const float* row = block.row(group_.heads[k], t);
+    const float* row = rows.row(group_.heads[k]);
     const auto d = static_cast<size_t>(group_.head_dim);
     partial_.assign(d, 0.0);
     for (int32_t position : positions) {
@@ -163,7 +231,9 @@ class Simulation {
       const float* v = group_.values[k] + static_cast<size_t>(position) * d;
       for (size_t c = 0; c < d; ++c) partial_[c] += weight * v[c];
     }
-    const std::vector<double>& full = full_outputs[k];
+    const std::vector<double>& full = rows.full_output(group_index(), k);
+    if (complement)
+      for (size_t c = 0; c < d; ++c) partial_[c] = full[c] - partial_[c];
     double difference = 0, norm = 0;
     for (size_t c = 0; c < d; ++c) {
       const double approx = partial_[c] / mass_[k];
@@ -175,18 +245,39 @@ class Simulation {
   }
 
   // Bounds keep no cache: each head gets its own best cache at every recorded step.
-  void bound_step(const RowBlock& block, int64_t t, std::span<const std::vector<double>> full_outputs) {
+  void bound_step(StepRows& rows) {
+    const int64_t t = rows.t();
     if (t < prefill_end_) return;
     for (size_t k = 0; k < group_.heads.size(); ++k) {
-      const float* row = block.row(group_.heads[k], t);
-      bound_->best_cache(t, std::span<const float>(row, static_cast<size_t>(t + 1)), spec_.budget, bound_cache_);
-      double mass = 0;
-      for (int32_t position : bound_cache_) mass += row[position];
-      mass_[k] = mass;
-      record_head(block, t, full_outputs, k, bound_cache_);
+      const int head = group_.heads[k];
+      bound_cache_.clear();
+      mass_[k] = bound_->bound(t, rows.row(head)[t], rows.ranking(head), spec_.budget,
+                               options_.output_error ? &bound_cache_ : nullptr);
+      record_head(rows, k, bound_cache_, false);
     }
     result_.occupancy[static_cast<size_t>(t - prefill_end_)] =
         static_cast<int32_t>(std::min<int64_t>(t + 1, spec_.budget + 1));
+  }
+
+  int group_index() const { return spec_.group; }
+
+  // When the cache is one run of consecutive positions, or a short first run and a second one
+  // up to the newest position, fills run_begin_/run_end_ (half-open) and returns the count;
+  // else 0.
+  int count_runs() {
+    const auto size = static_cast<int64_t>(cache_.size());
+    if (cache_.back() - cache_.front() + 1 == size) {
+      run_begin_[0] = cache_.front(), run_end_[0] = cache_.back() + 1;
+      return 1;
+    }
+    constexpr int64_t kFirstRunLimit = 16;
+    int64_t gap = 0;  // last index of the first run
+    while (gap + 1 < size && gap < kFirstRunLimit && cache_[static_cast<size_t>(gap) + 1] == cache_[static_cast<size_t>(gap)] + 1) ++gap;
+    const int64_t rest = size - gap - 1;
+    if (gap >= kFirstRunLimit || cache_.back() - cache_[static_cast<size_t>(gap) + 1] + 1 != rest) return 0;
+    run_begin_[0] = cache_.front(), run_end_[0] = cache_[static_cast<size_t>(gap)] + 1;
+    run_begin_[1] = cache_[static_cast<size_t>(gap) + 1], run_end_[1] = cache_.back() + 1;
+    return 2;
   }
 
   void remove_victims(int64_t t, int64_t excess) {
@@ -196,12 +287,17 @@ class Simulation {
                                ", which is not cached at step " + std::to_string(t));
       in_cache_[static_cast<size_t>(victim)] = 0;
       result_.eviction_step[static_cast<size_t>(victim)] = static_cast<int32_t>(t);
+      evicted_.push_back(victim);
     }
     if (spec_.policy->budgeted && static_cast<int64_t>(victims_.size()) < excess)
       throw std::logic_error("policy " + spec_.policy->name + " evicted " + std::to_string(victims_.size()) +
                              " positions at step " + std::to_string(t) + ", needs " + std::to_string(excess));
     result_.evictions += static_cast<int64_t>(victims_.size());
     if (victims_.empty()) return;
+    if (victims_.size() == 1 && victims_[0] == cache_.back()) {
+      cache_.pop_back();
+      return;
+    }
     std::erase_if(cache_, [&](int32_t position) { return !in_cache_[static_cast<size_t>(position)]; });
   }
 
@@ -213,9 +309,12 @@ class Simulation {
   int64_t prefill_end_ = 0;
   SimulationResult result_;
   std::vector<int32_t> cache_;     // ascending positions
+  std::vector<int32_t> evicted_;   // in the order they went
   std::vector<uint8_t> in_cache_;  // by position
   std::vector<double> mass_;       // per head of the group: retained mass at this step
   std::vector<float> observed_;
+  std::vector<double> combined_;
+  int64_t run_begin_[2] = {0, 0}, run_end_[2] = {0, 0};
   std::vector<int32_t> victims_, bound_cache_;
   std::vector<double> partial_;
 };
@@ -228,7 +327,7 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
   struct LaneState {
     std::vector<std::unique_ptr<PackedFuture>> futures;
     std::vector<Simulation> running;
-    std::vector<std::vector<std::vector<double>>> full_outputs;  // [group][head]: o_t
+    std::unique_ptr<StepRows> rows;
     kvtrace::RowBlock block;
   };
   std::vector<LaneState> states(lanes.size());
@@ -248,21 +347,17 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
     for (const auto& spec : lane.simulations)
       state.running.emplace_back(spec, lane.groups[static_cast<size_t>(spec.group)], n, options,
                                  state.futures[static_cast<size_t>(spec.group)].get());
-    state.full_outputs.resize(lane.groups.size());
+    state.rows = std::make_unique<StepRows>(lane.source->n_heads(), lane.groups, options.output_error);
   }
 
   for (int64_t first = 0; first < n; first += kvtrace::kRowBlockSize) {
     const int64_t count = std::min(kvtrace::kRowBlockSize, n - first);
     for (size_t l = 0; l < lanes.size(); ++l) lanes[l].source->rows(first, count, states[l].block);
-    for (int64_t t = first; t < first + count; ++t) {
-      for (size_t l = 0; l < lanes.size(); ++l) {
-        const Lane& lane = lanes[l];
-        LaneState& state = states[l];
-        if (options.output_error) full_outputs_at(state.block, t, lane.groups, state.full_outputs);
-        for (size_t s = 0; s < state.running.size(); ++s)
-          state.running[s].step(state.block, t, state.full_outputs[static_cast<size_t>(lane.simulations[s].group)]);
+    for (int64_t t = first; t < first + count; ++t)
+      for (auto& state : states) {
+        state.rows->start(state.block, t);
+        for (auto& simulation : state.running) simulation.step(*state.rows);
       }
-    }
   }
   std::vector<std::vector<SimulationResult>> results(lanes.size());
   for (size_t l = 0; l < lanes.size(); ++l)

@@ -50,15 +50,18 @@ class Policy {
                      std::vector<int32_t>& victims) = 0;
 };
 
+class RowRanking;
+
 // Upper bounds are not policies: at each step they pick the best cache for one head's full
 // row. The engine asks them instead of keeping a cache.
 class BoundPolicy : public Policy {
  public:
   void evict(int64_t, std::span<const int32_t>, int64_t, bool, std::vector<int32_t>&) override {}
-  // The positions (ascending) of the best cache of at most budget + 1 entries for the full
-  // row a_t[0..step].
-  virtual void best_cache(int64_t step, std::span<const float> full_row, int64_t budget,
-                          std::vector<int32_t>& positions) = 0;
+  // The attention mass of the best cache of at most budget + 1 entries at `step`, given the
+  // current token's attention and the earlier entries a_t[0..step-1] ranked by value. Appends
+  // the chosen positions to `positions` when it is not null.
+  virtual double bound(int64_t step, float current, RowRanking& earlier, int64_t budget,
+                       std::vector<int32_t>* positions) = 0;
 };
 
 // ---- parameters ----

@@ -1,0 +1,35 @@
+#pragma once
+// One head's attention row at one step, bucketed by value (a counting sort on the float's
+// exponent and top mantissa bits), so the sum of its k largest entries, and which they are,
+// is found without sorting the row. Built once per head and step and shared by the bounds of
+// every budget (the oracle asks for one k per budget).
+#include <array>
+#include <cstdint>
+#include <vector>
+
+namespace kvsim {
+
+class RowRanking {
+ public:
+  // Ranks row[0..count-1] (non-negative values).
+  void build(const float* row, int64_t count);
+  int64_t size() const { return count_; }
+  // Sum of the k largest entries, in double; among equal values the higher position counts
+  // first (the lower one would be evicted first). Their positions are appended to
+  // `positions` when it is not null.
+  double top_sum(int64_t k, std::vector<int32_t>* positions);
+
+ private:
+  static constexpr int kShift = 19;  // 8 exponent + 4 mantissa bits: values within 6% share a bucket
+  static constexpr int kBuckets = (0x7f800000 >> kShift) + 1;
+  static int bucket(float value);
+
+  const float* row_ = nullptr;
+  int64_t count_ = 0;
+  std::array<int32_t, kBuckets + 1> start_{};  // bucket b holds order_[start_[b], start_[b + 1])
+  std::array<double, kBuckets + 1> sum_above_{};  // sum of the buckets >= b
+  std::vector<int32_t> order_;  // positions by ascending bucket, ascending position within one
+  std::vector<int32_t> scratch_;
+};
+
+}  // namespace kvsim
