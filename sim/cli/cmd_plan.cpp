@@ -155,7 +155,7 @@ int cmd_plan(const std::vector<std::string>& args) {
       ("context", po::value(&o.context), "tokens per sequence, prompt + generation: 4096, 3072+1024, or a CSV file of lengths (a mix); default: the model's maximum context")
       ("budget", po::value(&o.budget), "KV budgets to plan, any policy: tokens (512) or a share of the context (20%); comma-separated")
       ("sweep", po::value(&o.sweep), "a kvsim sweep --csv result: per policy, the smallest budget meeting --target")
-      ("target", po::value(&o.target), "quality target for --sweep (default retention>=0.95): retention, retention_p5, retention_min >= X; output_error, output_error_p95 <= X")
+      ("target", po::value(&o.target), "quality target for --sweep (default retention>=0.95): retention, retention_p5, retention_min >= X; output_error, output_error_p95, output_error_max <= X (quote it for the shell)")
       ("json", po::value(&o.json), "also write the plan as JSON")
       ("plot", po::value(&o.plot), "write maximum concurrent sequences vs budget as PNG or SVG")
       ("cards", po::value(&o.cards)->default_value(o.cards), "folder holding models/*.json and gpus/*.json")
@@ -164,7 +164,7 @@ int cmd_plan(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options("plan",
                      "--model M --gpu G [--gpus N] [--context 4096] [--budget 20% | --sweep SWEEP.csv --target "
-                     "retention>=0.95] [--kv-quant flexgen4] [--json F] [--plot F.png]",
+                     "'retention>=0.95'] [--kv-quant flexgen4] [--json F] [--plot F.png]",
                      args, options, positional, vm))
     return 0;
   if (o.list) {
