@@ -18,6 +18,7 @@ int cmd_replay(const std::vector<std::string>& args);
 int cmd_sweep(const std::vector<std::string>& args);
 int cmd_policies(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
+int cmd_analyze(const std::vector<std::string>& args);
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> table = {
@@ -29,6 +30,7 @@ const std::vector<Verb>& verbs() {
       {"sweep", "replay policies x budgets: the retention-vs-budget table, CSV, JSON and plot", cmd_sweep},
       {"policies", "list the eviction policies and their parameters", cmd_policies},
       {"plan", "capacity planning: sequences that fit on a GPU per policy budget and KV quantization", cmd_plan},
+      {"analyze", "persistence of importance across steps and layers: tables, CSV, JSON, plots", cmd_analyze},
   };
   return table;
 }

@@ -5,6 +5,7 @@
 #include <map>
 #include <sstream>
 
+#include "kvsim/analysis.hpp"
 #include "kvsim/report.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/reader.hpp"
@@ -33,7 +34,7 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       ("output-error", po::value(&v.output_error)->default_value(v.output_error), "relative output error: auto (when v is present), on or off")
       ("seqs", po::value(&v.sequences), "sequences to replay, e.g. 0,2,5 (default: all)")
       ("layers", po::value(&v.layers), "layers to replay, e.g. 0,1 (default: all)")
-      ("layer-budget", po::value(&v.layer_budget)->default_value(v.layer_budget), "per-layer schedule: uniform, or one weight per layer (w1,w2,...; normalised to mean 1)")
+      ("layer-budget", po::value(&v.layer_budget)->default_value(v.layer_budget), "per-layer schedule: uniform; persistence (more budget to layers with lower persistence, measured on the replayed sequences); or one weight per layer (w1,w2,...; normalised to mean 1)")
       ("threads", po::value(&v.threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")
       ("csv", po::value(&v.csv), "write results as CSV")
       ("json", po::value(&v.json), "write results as JSON")
@@ -65,9 +66,11 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   else bad_option("output-error", "'" + v.output_error + "' is not auto, on or off");
   config.sequences = parse_indices("seqs", v.sequences);
   config.layers = parse_indices("layers", v.layers);
-  config.schedule = LayerSchedule::parse(v.layer_budget, reader.meta().n_layers);
   if (v.threads < 0) bad_option("threads", "must be >= 0");
   config.threads = v.threads;
+  config.schedule = v.layer_budget == "persistence"
+                        ? persistence_schedule(reader, config.sequences, config.rows, config.threads)
+                        : LayerSchedule::parse(v.layer_budget, reader.meta().n_layers);
   config.keep_records = !v.survival.empty();
   for (const std::string* path : {&v.csv, &v.json, &v.survival, &v.plot})
     if (!path->empty()) kvtrace::check_output_path(*path);

@@ -5,6 +5,7 @@
 #include <QChart>
 #include <QChartView>
 #include <QFont>
+#include <QFontMetrics>
 #include <QImage>
 #include <QLineSeries>
 #include <QLogValueAxis>
@@ -108,7 +109,20 @@ void render_line_plot(const LinePlot& plot, const std::string& path) {
   if (plot.x_log) {
     auto* axis = new QLogValueAxis();
     axis->setBase(10);
-    axis->setRange(x_lo, x_hi);
+    // Whole decades, so the labelled ticks (1, 10, 100, ...) frame the data; minor ticks between.
+    const double lo = x_lo > 0 ? std::pow(10.0, std::floor(std::log10(x_lo) + 1e-9)) : 1.0;
+    const double hi = x_hi > 0 ? std::pow(10.0, std::ceil(std::log10(x_hi) - 1e-9)) : 10.0;
+    axis->setRange(lo, hi > lo ? hi : lo * 10);
+    axis->setLabelFormat("%g");
+    axis->setMinorTickCount(8);
+    x_axis = axis;
+  } else if (plot.x_integer) {
+    auto* axis = new QValueAxis();
+    axis->setRange(x_lo - 0.25, x_hi + 0.25);
+    axis->setTickType(QValueAxis::TicksDynamic);
+    axis->setTickAnchor(std::round(x_lo));
+    axis->setTickInterval(std::max(1.0, std::ceil((x_hi - x_lo) / 10.0)));
+    axis->setLabelFormat("%.0f");
     x_axis = axis;
   } else {
     auto* axis = new QValueAxis();
@@ -154,8 +168,17 @@ void render_line_plot(const LinePlot& plot, const std::string& path) {
 void render_heatmap(const Heatmap& map, const std::string& path) {
   ensure_application();
   const int cell = std::clamp(640 / std::max(1, std::max(map.rows, map.columns)), 14, 60);
-  const int left = 90, top = 70, right = 130, bottom = 70;
-  const int width = left + cell * map.columns + right, height = top + cell * map.rows + bottom;
+  const int top = 70, right = 130, bottom = 70;
+  // Wide enough for the title and subtitle; the grid is centred when they are wider.
+  QFont title_font = QApplication::font(), subtitle_font = QApplication::font();
+  title_font.setPointSize(11);
+  title_font.setBold(true);
+  subtitle_font.setPointSize(9);
+  const int text_width = std::max(QFontMetrics(title_font).horizontalAdvance(QString::fromStdString(map.title)),
+                                  QFontMetrics(subtitle_font).horizontalAdvance(QString::fromStdString(map.subtitle))) + 40;
+  const int grid_width = 90 + cell * map.columns + right;
+  const int left = 90 + std::max(0, text_width - grid_width) / 2;
+  const int width = std::max(grid_width, text_width), height = top + cell * map.rows + bottom;
   auto colour = [&](double value) {
     if (std::isnan(value)) return QColor(220, 220, 220);
     const double t = std::clamp((value - map.min) / (map.max - map.min), 0.0, 1.0);
@@ -185,13 +208,17 @@ void render_heatmap(const Heatmap& map, const std::string& path) {
         }
       }
     painter.setPen(Qt::black);
+    auto label = [](const std::vector<std::string>& labels, int i) {
+      return static_cast<size_t>(i) < labels.size() ? QString::fromStdString(labels[static_cast<size_t>(i)])
+                                                    : QString::number(i);
+    };
     for (int r = 0; r < map.rows; ++r)
-      painter.drawText(QRect(0, top + r * cell, left - 6, cell), Qt::AlignRight | Qt::AlignVCenter, QString::number(r));
+      painter.drawText(QRect(0, top + r * cell, left - 6, cell), Qt::AlignRight | Qt::AlignVCenter, label(map.row_labels, r));
     for (int c = 0; c < map.columns; ++c)
-      painter.drawText(QRect(left + c * cell, top + map.rows * cell + 2, cell, 18), Qt::AlignCenter, QString::number(c));
+      painter.drawText(QRect(left + c * cell, top + map.rows * cell + 2, cell, 18), Qt::AlignCenter, label(map.column_labels, c));
     painter.drawText(QRect(left, height - 40, cell * map.columns, 20), Qt::AlignCenter, QString::fromStdString(map.x_label));
     painter.save();
-    painter.translate(18, top + map.rows * cell / 2);
+    painter.translate(left - 72, top + map.rows * cell / 2);
     painter.rotate(-90);
     painter.drawText(QRect(-100, -10, 200, 20), Qt::AlignCenter, QString::fromStdString(map.y_label));
     painter.restore();

@@ -18,6 +18,7 @@ struct LinePlot {
   std::vector<PlotSeries> series;
   double y_min = 0, y_max = 1;  // y_min == y_max: fit the data
   bool x_log = false;
+  bool x_integer = false;  // x takes a few whole values (layers): one labelled tick per whole number
 };
 
 struct Heatmap {
@@ -25,6 +26,7 @@ struct Heatmap {
   int rows = 0, columns = 0;
   std::vector<double> values;  // [row][column], NaN for no value
   double min = 0, max = 1;
+  std::vector<std::string> row_labels, column_labels;  // empty: 0, 1, 2, ...
 };
 
 // Throws InputError naming the path when it cannot be written.
