@@ -26,6 +26,7 @@ int cmd_replay(const std::vector<std::string>& args) {
   config.policies = choose_policies({policy}, values.params);
   config.budgets = {Budget::parse(budget)};
   apply_replay_options(values, reader, config);
+  if (config.quant.size() > 1) bad_option("quant", "replay takes one quantization spec (sweep takes a list)");
   ReplayResults results;
   {
     Progress progress("replay");

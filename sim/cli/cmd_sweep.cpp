@@ -28,6 +28,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
   config.policies = choose_policies(split(policies, ','), values.params);
   config.budgets = parse_budgets(budgets);
   apply_replay_options(values, reader, config);
+  if (!config.quant.empty()) config.quant = parse_quant_list("none," + values.quant);  // added to the plain grid
   ReplayResults results;
   {
     Progress progress("sweep");

@@ -34,6 +34,7 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       ("output-error", po::value(&v.output_error)->default_value(v.output_error), "relative output error: auto (when v is present), on or off")
       ("seqs", po::value(&v.sequences), "sequences to replay, e.g. 0,2,5 (default: all)")
       ("layers", po::value(&v.layers), "layers to replay, e.g. 0,1 (default: all)")
+      ("quant", po::value(&v.quant), "KV quantization: presets flexgen4 (4-bit, groups of 64), kivi2 (2-bit, keys per channel, residual 128), or specs like int8, k4v2:g64, k2v2:g32:r128:kc; sweep: a comma list added to the unquantized grid")
       ("layer-budget", po::value(&v.layer_budget)->default_value(v.layer_budget), "per-layer schedule: uniform; persistence (more budget to layers with lower persistence, measured on the replayed sequences); or one weight per layer (w1,w2,...; normalised to mean 1)")
       ("threads", po::value(&v.threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")
       ("csv", po::value(&v.csv), "write results as CSV")
@@ -71,6 +72,7 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   config.schedule = v.layer_budget == "persistence"
                         ? persistence_schedule(reader, config.sequences, config.rows, config.threads)
                         : LayerSchedule::parse(v.layer_budget, reader.meta().n_layers);
+  if (!v.quant.empty()) config.quant = parse_quant_list(v.quant);
   config.keep_records = !v.survival.empty();
   for (const std::string* path : {&v.csv, &v.json, &v.survival, &v.plot})
     if (!path->empty()) kvtrace::check_output_path(*path);

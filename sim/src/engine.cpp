@@ -6,6 +6,7 @@
 #include <string>
 
 #include "future.hpp"
+#include "kvsim/quant.hpp"
 #include "kvsim/row_ranking.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/schema.hpp"
@@ -124,9 +125,9 @@ class StepRows {
 class Simulation {
  public:
   Simulation(const SimulationSpec& spec, const CacheGroup& group, int64_t n_tokens, const EngineOptions& options,
-             const FutureAttention* future)
+             const FutureAttention* future, const QuantizedView* quantized)
       : spec_(spec), group_(group), options_(options), policy_(spec.policy->make(spec.params)),
-        bound_(dynamic_cast<BoundPolicy*>(policy_.get())) {
+        bound_(dynamic_cast<BoundPolicy*>(policy_.get())), quantized_(quantized) {
     if (spec.budget < 1) throw kvtrace::InputError("", "", "budget must be at least 1 token");
     GroupContext context;
     context.n_tokens = n_tokens;
@@ -149,37 +150,42 @@ class Simulation {
     result_.eviction_step.assign(static_cast<size_t>(n_tokens), -1);
     in_cache_.assign(static_cast<size_t>(n_tokens), 0);
     mass_.resize(group.heads.size());
+    retained_.resize(group.heads.size());
   }
 
-  void step(StepRows& rows) {
+  // `rows`: the true rows; `model`: the rows the simulated model computes (the quantized
+  // view's, or the true ones).
+  void step(StepRows& rows, StepRows& model) {
     const int64_t t = rows.t();
-    if (bound_) return bound_step(rows);
+    if (bound_) return bound_step(rows, model);
     cache_.push_back(static_cast<int32_t>(t));
     in_cache_[static_cast<size_t>(t)] = 1;
     const size_t heads = group_.heads.size();
-    // The retained mass: from prefix sums when the cache is one or two runs of consecutive
-    // positions (recent, streaming), else summing whichever is shorter, the cache or the
-    // evicted positions (subtracted from the row's total).
+    // The model's mass over the cache: from prefix sums when the cache is one or two runs of
+    // consecutive positions (recent, streaming), else summing whichever is shorter, the
+    // cache or the evicted positions (subtracted from the row's total).
     const int runs = count_runs();
     const bool by_evicted = runs == 0 && evicted_.size() < cache_.size();
     for (size_t k = 0; k < heads; ++k) {
       const int head = group_.heads[k];
       if (runs > 0) {
-        const std::vector<double>& prefix = rows.prefix(head);
+        const std::vector<double>& prefix = model.prefix(head);
         double mass = 0;
         for (int r = 0; r < runs; ++r) mass += prefix[static_cast<size_t>(run_end_[r])] - prefix[static_cast<size_t>(run_begin_[r])];
         mass_[k] = mass;
       } else {
-        const float* row = rows.row(head);
-        mass_[k] = by_evicted ? rows.total(head) - gather_sum(row, evicted_) : gather_sum(row, cache_);
+        const float* row = model.row(head);
+        mass_[k] = by_evicted ? model.total(head) - gather_sum(row, evicted_) : gather_sum(row, cache_);
       }
+      retained_[k] = quantized_ ? shared_mass(rows.row(head), model.row(head), mass_[k], cache_) : mass_[k];
     }
     if (t >= prefill_end_) {
       result_.occupancy[static_cast<size_t>(t - prefill_end_)] = static_cast<int32_t>(cache_.size());
-      for (size_t k = 0; k < heads; ++k) record_head(rows, k, by_evicted ? evicted_ : cache_, by_evicted);
+      for (size_t k = 0; k < heads; ++k)
+        record_head(rows, model, k, by_evicted && !quantized_ ? evicted_ : cache_, by_evicted && !quantized_);
     }
     if (spec_.policy->needs_attention) {
-      observe_row(rows);
+      observe_row(model);
       policy_->observe(t, cache_, observed_);
     }
     const bool compress = options_.mode == Mode::prefill && t + 1 == prefill_end_;
@@ -193,6 +199,8 @@ class Simulation {
   SimulationResult take() { return std::move(result_); }
 
  private:
+  // The group's observed row: each head's model row renormalised over the cache (mass_),
+  // combined over the heads.
   void observe_row(StepRows& rows) {
     const size_t heads = group_.heads.size();
     const size_t size = cache_.size();
@@ -216,19 +224,34 @@ class Simulation {
     for (size_t j = 0; j < size; ++j) observed_[j] = static_cast<float>(combined_[j]);
   }
 
-  // Retention (mass_[k]) and output error of head k. `positions` are the cached positions,
-  // or (complement) those evicted so far, whichever the caller found shorter.
-  void record_head(StepRows& rows, size_t k, std::span<const int32_t> positions, bool complement) {
-    const auto step = static_cast<size_t>(rows.t() - prefill_end_);
+  // sum over cached i of min(a[i], b[i] / model_mass): the attention mass the true row and
+  // the model's renormalised row share.
+  static double shared_mass(const float* truth, const float* model, double model_mass, std::span<const int32_t> cache) {
+    const double inverse = 1.0 / model_mass;
+    double shared = 0;
+    for (int32_t position : cache) shared += std::min<double>(truth[position], model[position] * inverse);
+    return shared;
+  }
+
+  // Retention (retained_[k]) and output error of head k: o_t against the output of the
+  // model's row renormalised over the cache (mass_[k]) with the values the model reads.
+  // `positions` are the cached positions, or (complement, full precision only) those evicted
+  // so far, whichever the caller found shorter.
+  void record_head(StepRows& rows, StepRows& model, size_t k, std::span<const int32_t> positions, bool complement) {
+    const int64_t t = rows.t();
+    const auto step = static_cast<size_t>(t - prefill_end_);
     const auto steps = static_cast<size_t>(result_.n_steps);
-    result_.retention[k * steps + step] = static_cast<float>(mass_[k]);
+    result_.retention[k * steps + step] = static_cast<float>(retained_[k]);
     if (!options_.output_error) return;
-    const float* row = rows.row(group_.heads[k]);
+    const float* row = model.row(group_.heads[k]);
     const auto d = static_cast<size_t>(group_.head_dim);
+    const QuantizedHead* stored = quantized_ && !quantized_->values.empty()
+                                      ? quantized_->values[static_cast<size_t>(spec_.group)][k]
+                                      : nullptr;
     partial_.assign(d, 0.0);
     for (int32_t position : positions) {
       const double weight = row[position];
-      const float* v = group_.values[k] + static_cast<size_t>(position) * d;
+      const float* v = stored ? stored->row(position, t).data() : group_.values[k] + static_cast<size_t>(position) * d;
       for (size_t c = 0; c < d; ++c) partial_[c] += weight * v[c];
     }
     const std::vector<double>& full = rows.full_output(group_index(), k);
@@ -244,16 +267,23 @@ class Simulation {
         norm > 0 ? static_cast<float>(std::sqrt(difference / norm)) : (difference > 0 ? 1.0f : 0.0f);
   }
 
-  // Bounds keep no cache: each head gets its own best cache at every recorded step.
-  void bound_step(StepRows& rows) {
+  // Bounds keep no cache: each head gets its own best cache (chosen on the true row) at
+  // every recorded step.
+  void bound_step(StepRows& rows, StepRows& model) {
     const int64_t t = rows.t();
     if (t < prefill_end_) return;
+    const bool need_positions = options_.output_error || quantized_;
     for (size_t k = 0; k < group_.heads.size(); ++k) {
       const int head = group_.heads[k];
       bound_cache_.clear();
       mass_[k] = bound_->bound(t, rows.row(head)[t], rows.ranking(head), spec_.budget,
-                               options_.output_error ? &bound_cache_ : nullptr);
-      record_head(rows, k, bound_cache_, false);
+                               need_positions ? &bound_cache_ : nullptr);
+      retained_[k] = mass_[k];
+      if (quantized_) {
+        mass_[k] = gather_sum(model.row(head), bound_cache_);
+        retained_[k] = shared_mass(rows.row(head), model.row(head), mass_[k], bound_cache_);
+      }
+      record_head(rows, model, k, bound_cache_, false);
     }
     result_.occupancy[static_cast<size_t>(t - prefill_end_)] =
         static_cast<int32_t>(std::min<int64_t>(t + 1, spec_.budget + 1));
@@ -311,7 +341,9 @@ class Simulation {
   std::vector<int32_t> cache_;     // ascending positions
   std::vector<int32_t> evicted_;   // in the order they went
   std::vector<uint8_t> in_cache_;  // by position
-  std::vector<double> mass_;       // per head of the group: retained mass at this step
+  const QuantizedView* quantized_;  // null at full precision
+  std::vector<double> mass_;       // per head of the group: the model's row summed over the cache
+  std::vector<double> retained_;   // per head: the retention recorded at this step
   std::vector<float> observed_;
   std::vector<double> combined_;
   int64_t run_begin_[2] = {0, 0}, run_end_[2] = {0, 0};
@@ -329,6 +361,8 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
     std::vector<Simulation> running;
     std::unique_ptr<StepRows> rows;
     kvtrace::RowBlock block;
+    std::vector<std::unique_ptr<StepRows>> quantized_rows;  // per quantized view
+    std::vector<kvtrace::RowBlock> quantized_blocks;
   };
   std::vector<LaneState> states(lanes.size());
   for (size_t l = 0; l < lanes.size(); ++l) {
@@ -344,19 +378,36 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
         state.futures[static_cast<size_t>(spec.group)] =
             std::make_unique<PackedFuture>(*lane.source, lane.groups[static_cast<size_t>(spec.group)], options.aggregate);
     state.running.reserve(lane.simulations.size());
-    for (const auto& spec : lane.simulations)
+    for (const auto& spec : lane.simulations) {
+      if (spec.quant >= static_cast<int>(lane.quantized.size())) throw std::logic_error("no such quantized view");
       state.running.emplace_back(spec, lane.groups[static_cast<size_t>(spec.group)], n, options,
-                                 state.futures[static_cast<size_t>(spec.group)].get());
+                                 state.futures[static_cast<size_t>(spec.group)].get(),
+                                 spec.quant >= 0 ? &lane.quantized[static_cast<size_t>(spec.quant)] : nullptr);
+    }
     state.rows = std::make_unique<StepRows>(lane.source->n_heads(), lane.groups, options.output_error);
+    for (const auto& view : lane.quantized) {
+      if (view.source->n_tokens() != n) throw std::logic_error("a quantized view must have the lane's length");
+      state.quantized_rows.push_back(std::make_unique<StepRows>(view.source->n_heads(), lane.groups, false));
+    }
+    state.quantized_blocks.resize(lane.quantized.size());
   }
 
   for (int64_t first = 0; first < n; first += kvtrace::kRowBlockSize) {
     const int64_t count = std::min(kvtrace::kRowBlockSize, n - first);
-    for (size_t l = 0; l < lanes.size(); ++l) lanes[l].source->rows(first, count, states[l].block);
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      lanes[l].source->rows(first, count, states[l].block);
+      for (size_t v = 0; v < lanes[l].quantized.size(); ++v)
+        lanes[l].quantized[v].source->rows(first, count, states[l].quantized_blocks[v]);
+    }
     for (int64_t t = first; t < first + count; ++t)
-      for (auto& state : states) {
+      for (size_t l = 0; l < lanes.size(); ++l) {
+        LaneState& state = states[l];
         state.rows->start(state.block, t);
-        for (auto& simulation : state.running) simulation.step(*state.rows);
+        for (size_t v = 0; v < state.quantized_rows.size(); ++v) state.quantized_rows[v]->start(state.quantized_blocks[v], t);
+        for (size_t s = 0; s < state.running.size(); ++s) {
+          const int view = lanes[l].simulations[s].quant;
+          state.running[s].step(*state.rows, view >= 0 ? *state.quantized_rows[static_cast<size_t>(view)] : *state.rows);
+        }
       }
   }
   std::vector<std::vector<SimulationResult>> results(lanes.size());
@@ -367,7 +418,7 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
 
 std::vector<SimulationResult> run_engine(kvtrace::AttentionSource& source, std::span<const CacheGroup> groups,
                                          std::span<const SimulationSpec> simulations, const EngineOptions& options) {
-  const Lane lane{&source, groups, simulations};
+  const Lane lane{&source, groups, simulations, {}};
   return std::move(run_lockstep(std::span<const Lane>(&lane, 1), options).front());
 }
 

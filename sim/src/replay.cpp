@@ -7,6 +7,7 @@
 
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
+#include "quantized_layer.hpp"
 
 namespace kvsim {
 
@@ -22,6 +23,7 @@ PolicyChoice choose_policy(const std::string& name, const std::map<std::string, 
     if (spec->default_value != value) changed += (changed.empty() ? "" : ",") + key + "=" + value;
   }
   if (!changed.empty()) choice.label += "(" + changed + ")";
+  choice.changed = changed;
   return choice;
 }
 
@@ -48,6 +50,23 @@ kvtrace::RowsFrom parse_rows(const std::string& text) {
 }
 
 namespace {
+
+// A cell of the grid: cells[(policy * quants + quant) * budgets + budget].
+struct CellKey {
+  size_t policy, quant, budget;
+};
+
+size_t quant_count(const ReplayConfig& config) { return std::max<size_t>(1, config.quant.size()); }
+
+CellKey decode(size_t cell, const ReplayConfig& config) {
+  const size_t budgets = config.budgets.size(), quants = quant_count(config);
+  return {cell / budgets / quants, cell / budgets % quants, cell % budgets};
+}
+
+const QuantSpec& quant_of(const ReplayConfig& config, size_t quant) {
+  static const QuantSpec none;
+  return config.quant.empty() ? none : config.quant[quant];
+}
 
 // Cells replayed together over the rows of some layers of one sequence: one layer for
 // ordinary cells, every chosen layer (stepped together) for cross-layer cells.
@@ -114,11 +133,25 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
   std::vector<int> all_heads(static_cast<size_t>(meta.n_heads));
   for (int h = 0; h < meta.n_heads; ++h) all_heads[static_cast<size_t>(h)] = h;
 
+  // The quantization specs this item needs, and the view each gets in every lane.
+  std::vector<QuantSpec> quantized_specs;
+  std::vector<int> view_of(quant_count(config), -1);
+  for (size_t c : item.cells) {
+    const CellKey key = decode(c, config);
+    const QuantSpec& spec = quant_of(config, key.quant);
+    if (spec.enabled() && view_of[key.quant] < 0) {
+      view_of[key.quant] = static_cast<int>(quantized_specs.size());
+      quantized_specs.push_back(spec);
+    }
+  }
+
   struct LaneData {
     std::vector<std::vector<float>> values;  // per kv head
+    std::vector<std::vector<float>> queries, keys;  // for quantized views
     std::vector<CacheGroup> groups;
     std::vector<SimulationSpec> specs;
     std::unique_ptr<kvtrace::AttentionSource> source;
+    QuantizedLayer quantized;
   };
   std::vector<LaneData> lanes(item.layers.size());
   for (size_t l = 0; l < lanes.size(); ++l) {
@@ -129,25 +162,37 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
         lane.values.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::v, kv));
     lane.groups = build_groups(meta.n_heads, meta.n_kv_heads, item.seq, layer, lane.values, meta.head_dim);
     lane.source = kvtrace::open_attention_source(reader, item.seq, layer, all_heads, config.rows);
+    if (quantized_specs.empty()) continue;
+    const kvtrace::LayerForm& form = reader.layer(item.seq, layer);
+    if (!form.has_qk())
+      reader.fail(kvtrace::layer_path(item.seq, layer),
+                  "KV quantization needs q and k (and v for output error): this layer has only attn");
+    for (int h = 0; h < meta.n_heads; ++h) lane.queries.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::q, h));
+    for (int kv = 0; kv < meta.n_kv_heads; ++kv) lane.keys.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::k, kv));
+    const kvtrace::SoftmaxOptions softmax{meta.attn_scale, form.sliding_window, form.logit_softcap};
+    lane.quantized = build_quantized_layer(quantized_specs, n, meta.head_dim, lane.queries, lane.keys, lane.values,
+                                           lane.groups, softmax);
   }
 
   std::vector<std::pair<size_t, size_t>> where;  // per record: lane and index of its spec
-  const size_t budgets = config.budgets.size();
   for (size_t c : item.cells) {
-    const PolicyChoice& policy = config.policies[c / budgets];
+    const CellKey key = decode(c, config);
+    const PolicyChoice& policy = config.policies[key.policy];
     std::shared_ptr<void> state;
     if (policy.info->make_sequence_state)
       state = policy.info->make_sequence_state(policy.params, static_cast<int>(lanes.size()), n);
     const bool layer_wide = policy.info->grouping == Grouping::layer;
     for (size_t l = 0; l < lanes.size(); ++l) {
       const int layer = item.layers[l];
-      const int64_t budget = config.schedule.apply(config.budgets[c % budgets].resolve(n), layer);
+      const int64_t budget = config.schedule.apply(config.budgets[key.budget].resolve(n), layer);
       const int first = layer_wide ? meta.n_kv_heads : 0;
       const int last = layer_wide ? meta.n_kv_heads + 1 : meta.n_kv_heads;
       for (int g = first; g < last; ++g) {
         where.emplace_back(l, lanes[l].specs.size());
         // A cross-layer chain runs over the chosen layers in order: its links are the lanes.
-        lanes[l].specs.push_back(make_spec(policy, budget, g, state ? static_cast<int>(l) : layer, state));
+        SimulationSpec spec = make_spec(policy, budget, g, state ? static_cast<int>(l) : layer, state);
+        spec.quant = view_of[key.quant];
+        lanes[l].specs.push_back(std::move(spec));
         GroupRecord record;
         record.seq = item.seq;
         record.layer = layer;
@@ -160,7 +205,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
     }
   }
   std::vector<Lane> engine_lanes;
-  for (auto& lane : lanes) engine_lanes.push_back(Lane{lane.source.get(), lane.groups, lane.specs});
+  for (auto& lane : lanes) engine_lanes.push_back(Lane{lane.source.get(), lane.groups, lane.specs, lane.quantized.views});
   EngineOptions options;
   options.mode = config.mode;
   options.prompt_len = reader.sequence(item.seq).prompt_len;
@@ -297,10 +342,10 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
     reader.fail("", "output error needs v in every replayed layer, and some layer has none");
   const bool output_error = config.output_error != OutputErrorMode::off && has_values;
 
-  const size_t cells = config.policies.size() * config.budgets.size();
+  const size_t cells = config.policies.size() * quant_count(config) * config.budgets.size();
   std::vector<size_t> layer_cells, cross_layer_cells;
   for (size_t c = 0; c < cells; ++c)
-    (config.policies[c / config.budgets.size()].info->engine == Engine::cross_layer ? cross_layer_cells : layer_cells)
+    (config.policies[decode(c, config).policy].info->engine == Engine::cross_layer ? cross_layer_cells : layer_cells)
         .push_back(c);
   std::vector<WorkItem> items;
   for (int seq : sequences) {
@@ -331,9 +376,13 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   results.heads = meta.n_heads;
   for (size_t c = 0; c < cells; ++c) {
     CellResult cell;
-    cell.policy = config.policies[c / config.budgets.size()].label;
-    cell.info = config.policies[c / config.budgets.size()].info;
-    cell.budget = config.budgets[c % config.budgets.size()];
+    const CellKey key = decode(c, config);
+    cell.info = config.policies[key.policy].info;
+    cell.budget = config.budgets[key.budget];
+    cell.quant = quant_of(config, key.quant);
+    cell.policy = config.policies[key.policy].label + (cell.quant.enabled() ? "+" + cell.quant.name : "");
+    cell.params = config.policies[key.policy].changed;
+    cell.bits_per_element = bits_per_element(cell.quant, meta.head_dim);
     std::vector<const GroupRecord*> records;
     double budget_sum = 0, share_sum = 0;
     int64_t budget_count = 0;

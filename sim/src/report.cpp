@@ -51,10 +51,7 @@ std::vector<std::string> policy_labels(const ReplayResults& results) {
   return labels;
 }
 
-std::string params_text(const CellResult& cell) {
-  const size_t open = cell.policy.find('(');
-  return open == std::string::npos ? "" : cell.policy.substr(open + 1, cell.policy.size() - open - 2);
-}
+std::string params_text(const CellResult& cell) { return cell.params; }
 
 std::string base_name(const CellResult& cell) { return cell.info ? cell.info->name : cell.policy; }
 
@@ -114,10 +111,12 @@ std::string replay_table(const CellResult& cell, bool output_error) {
 
 std::string sweep_csv(const ReplayResults& results) {
   std::ostringstream out;
-  out << "policy,params,budget,budget_tokens_mean,budget_share_mean,mode,retention_mean,retention_p5,retention_min,"
-         "output_error_mean,output_error_p95,output_error_max,occupancy_mean,occupancy_peak,evictions,samples\n";
+  out << "policy,params,budget,quant,bits_per_element,budget_tokens_mean,budget_share_mean,mode,retention_mean,"
+         "retention_p5,retention_min,output_error_mean,output_error_p95,output_error_max,occupancy_mean,occupancy_peak,"
+         "evictions,samples\n";
   for (const auto& cell : results.cells) {
-    out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << ","
+    out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << cell.quant.name
+        << "," << number(cell.bits_per_element) << ","
         << number(cell.budget_tokens_mean) << "," << number(cell.budget_share_mean) << "," << mode_name(results.mode)
         << "," << number(cell.retention.mean) << "," << number(cell.retention.p5) << "," << number(cell.retention.min)
         << "," << number(cell.output_error.mean) << "," << number(cell.output_error.p95) << ","
@@ -129,11 +128,12 @@ std::string sweep_csv(const ReplayResults& results) {
 
 std::string layers_csv(const ReplayResults& results) {
   std::ostringstream out;
-  out << "policy,params,budget,layer,retention_mean,retention_p5,retention_min,output_error_mean,output_error_p95,"
+  out << "policy,params,budget,quant,layer,retention_mean,retention_p5,retention_min,output_error_mean,output_error_p95,"
          "occupancy_mean\n";
   for (const auto& cell : results.cells) {
     auto row = [&](const std::string& layer, const Summary& retention, const Summary& error, double occupancy) {
-      out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << layer << ","
+      out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << cell.quant.name
+          << "," << layer << ","
           << number(retention.mean) << "," << number(retention.p5) << "," << number(retention.min) << ","
           << number(error.mean) << "," << number(error.p95) << "," << number(occupancy) << "\n";
     };
@@ -161,6 +161,8 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
                      {"label", cell.policy},
                      {"params", params_text(cell)},
                      {"budget", cell.budget.text},
+                     {"quant", cell.quant.name},
+                     {"bits_per_element", cell.bits_per_element},
                      {"budget_tokens_mean", cell.budget_tokens_mean},
                      {"budget_share_mean", cell.budget_share_mean},
                      {"retention", summary(cell.retention)},
@@ -183,14 +185,15 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
 
 std::string survival_csv(const ReplayResults& results, const std::vector<std::vector<std::string>>& token_text) {
   std::ostringstream out;
-  out << "policy,params,budget,seq,layer,group,position,token,eviction_step\n";
+  out << "policy,params,budget,quant,seq,layer,group,position,token,eviction_step\n";
   for (const auto& cell : results.cells) {
     if (cell.info && cell.info->engine == Engine::bound) continue;  // a bound keeps no cache
     for (const auto& record : cell.records) {
       const auto& text = token_text[static_cast<size_t>(record.seq)];
       const std::string group = record.layer_wide ? "layer" : "kv" + std::to_string(record.group);
       for (size_t position = 0; position < record.result.eviction_step.size(); ++position)
-        out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << record.seq
+        out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << ","
+            << cell.quant.name << "," << record.seq
             << "," << record.layer << "," << group << "," << position << ","
             << csv_field(position < text.size() ? one_line(text[position]) : "") << ","
             << record.result.eviction_step[position]

@@ -47,7 +47,7 @@ TEST(CliSweep, SameBytesWhateverTheThreadCount) {
   EXPECT_EQ(kvtest::slurp(dir.file("one_survival.csv")), kvtest::slurp(dir.file("two_survival.csv")));
   const std::string csv = kvtest::slurp(dir.file("one.csv"));
   EXPECT_EQ(kvtest::count_lines(csv), 1 + 7 * 3);
-  EXPECT_EQ(csv.rfind("policy,params,budget,budget_tokens_mean,budget_share_mean,mode,retention_mean,retention_p5,retention_min", 0), 0u);
+  EXPECT_EQ(csv.rfind("policy,params,budget,quant,bits_per_element,budget_tokens_mean,budget_share_mean,mode,retention_mean,retention_p5,retention_min", 0), 0u);
   // survival: every policy but the oracle, x 3 budgets; 3 sequences x 6 layers x 256 tokens,
   // per kv head (6) except tova and xlayer (one cache per layer).
   EXPECT_EQ(kvtest::count_lines(kvtest::slurp(dir.file("one_survival.csv"))),

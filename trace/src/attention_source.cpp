@@ -58,12 +58,16 @@ QKAttentionSource::QKAttentionSource(int64_t n_tokens, int head_dim, std::vector
 
 namespace {
 
-// Eight floats as one value (GCC vector extension): the softmax below runs on these, so it
-// vectorises on any x86-64 target (two SSE registers, or one AVX register) and gives the
-// same bits whatever the vector width.
-using Floats = float __attribute__((vector_size(32)));
-using Ints = int32_t __attribute__((vector_size(32)));
+// A vector register of floats (GCC vector extension): the softmax below runs on these so it
+// vectorises on any target: 8 lanes where AVX is enabled, else the baseline's 4 (SSE). The
+// lane count fixes the order of the sums, so a build gives the same bits on every run.
+#ifdef __AVX__
 constexpr int kLanes = 8;
+#else
+constexpr int kLanes = 4;
+#endif
+using Floats = float __attribute__((vector_size(4 * kLanes)));
+using Ints = int32_t __attribute__((vector_size(4 * kLanes)));
 
 Floats load(const float* p) {
   Floats v;
@@ -132,19 +136,23 @@ void causal_softmax_row(float* row, int64_t t, const SoftmaxOptions& options) {
   for (int64_t i = 0; i < n; ++i) begin[i] *= inverse;
 }
 
-void QKAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) {
+void qk_logits(const float* queries, const float* keys, int head_dim, int64_t first, int64_t count, double scale,
+               float* out, int64_t stride) {
   using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const int64_t width = first + count;
+  Eigen::Map<const RowMajor> q(queries + first * head_dim, count, head_dim);
+  Eigen::Map<const RowMajor> k(keys, width, head_dim);
+  Eigen::Map<RowMajor, 0, Eigen::OuterStride<>> logits(out, count, width, Eigen::OuterStride<>(stride));
+  logits.noalias() = q * k.transpose();
+  logits *= static_cast<float>(scale);
+}
+
+void QKAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) {
+  const int64_t width = first + count;
   block.reshape(first, count, width, n_heads());
-  const auto scale = static_cast<float>(options_.scale);
   for (int h = 0; h < n_heads(); ++h) {
-    Eigen::Map<const RowMajor> q(queries_[static_cast<size_t>(h)].data() + first * head_dim_, count, head_dim_);
-    Eigen::Map<const RowMajor> k(keys_[static_cast<size_t>(key_of_[static_cast<size_t>(h)])].data(), width,
-                                 head_dim_);
-    Eigen::Map<RowMajor, 0, Eigen::OuterStride<>> logits(block.row(h, first), count, width,
-                                                         Eigen::OuterStride<>(block.stride));
-    logits.noalias() = q * k.transpose();
-    logits *= scale;
+    qk_logits(queries_[static_cast<size_t>(h)].data(), keys_[static_cast<size_t>(key_of_[static_cast<size_t>(h)])].data(),
+              head_dim_, first, count, options_.scale, block.row(h, first), block.stride);
     for (int64_t t = first; t < width; ++t) causal_softmax_row(block.row(h, t), t, options_);
   }
 }

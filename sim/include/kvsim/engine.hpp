@@ -29,6 +29,7 @@ struct SimulationSpec {
   Params params;
   int64_t budget = 0;  // B for this group
   int group = 0;       // index into the groups given to the engine (or to its lane)
+  int quant = -1;      // index into the lane's quantized views, -1 for full precision
   int layer = 0;                        // cross-layer policies
   std::shared_ptr<void> sequence_state;  // cross-layer policies
 };
@@ -59,12 +60,26 @@ struct SimulationResult {
 std::vector<SimulationResult> run_engine(kvtrace::AttentionSource& source, std::span<const CacheGroup> groups,
                                          std::span<const SimulationSpec> simulations, const EngineOptions& options);
 
+class QuantizedHead;
+
+// What a model with a quantized KV cache computes on this layer: the rows b_t of softmax over
+// q.k with the stored (quantized) keys, and the stored values of each group's heads. A
+// simulation on it observes b renormalised over its cache and is scored against the true
+// rows: retention = sum over cached i of min(a_t[i], b_t[i] / sum_cache b_t) (the attention
+// mass the two distributions share; without quantization exactly the retained mass), output
+// error against o_t with the stored values.
+struct QuantizedView {
+  kvtrace::AttentionSource* source = nullptr;
+  std::vector<std::vector<const QuantizedHead*>> values;  // [group][head of the group], or empty
+};
+
 // Several layers of one sequence stepped together: at every step, lane 0's simulations,
 // then lane 1's, and so on (cross-layer policies read what the layer before did).
 struct Lane {
   kvtrace::AttentionSource* source = nullptr;
   std::span<const CacheGroup> groups;
   std::span<const SimulationSpec> simulations;
+  std::span<const QuantizedView> quantized;
 };
 std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> lanes, const EngineOptions& options);
 

@@ -12,6 +12,7 @@
 #include "kvsim/budget.hpp"
 #include "kvsim/engine.hpp"
 #include "kvsim/policy.hpp"
+#include "kvsim/quant.hpp"
 #include "kvsim/summary.hpp"
 #include "kvtrace/attention_source.hpp"
 
@@ -22,7 +23,8 @@ class TraceReader;
 namespace kvsim {
 
 struct PolicyChoice {
-  std::string label;  // name, plus the parameters that differ from the defaults
+  std::string label;    // name, plus the parameters that differ from the defaults
+  std::string changed;  // those parameters, "k=v,k=v" ("" when all are defaults)
   const PolicyInfo* info = nullptr;
   Params params;
 };
@@ -34,6 +36,7 @@ enum class OutputErrorMode { automatic, on, off };
 struct ReplayConfig {
   std::vector<PolicyChoice> policies;
   std::vector<Budget> budgets;
+  std::vector<QuantSpec> quant;  // KV quantization specs (empty: none); each multiplies the grid
   LayerSchedule schedule;
   Mode mode = Mode::stream;
   Aggregate aggregate = Aggregate::mean;
@@ -61,9 +64,12 @@ struct LayerSummary {
 };
 
 struct CellResult {
-  std::string policy;  // label
+  std::string policy;  // label: the policy, its changed parameters, "+quant" when quantized
+  std::string params;  // the changed parameters, "k=v,k=v"
   const PolicyInfo* info = nullptr;
   Budget budget;
+  QuantSpec quant;
+  double bits_per_element = 16;  // stored bits per k/v element, scales and zero points included
   double budget_tokens_mean = 0;  // resolved B, averaged over (sequence, layer)
   double budget_share_mean = 0;   // B / n_tokens, averaged likewise
   Summary retention, output_error;
@@ -75,7 +81,7 @@ struct CellResult {
 };
 
 struct ReplayResults {
-  std::vector<CellResult> cells;  // policy-major: cells[p * budgets + b]
+  std::vector<CellResult> cells;  // cells[(p * quants + q) * budgets + b]
   bool output_error = false;
   Mode mode = Mode::stream;
   int64_t sequences = 0, layers = 0, heads = 0;

@@ -84,6 +84,11 @@ class QKAttentionSource final : public AttentionSource {
 // sliding window become 0).
 void causal_softmax_row(float* row, int64_t t, const SoftmaxOptions& options);
 
+// out[r * stride + i] = scale * q_{first+r} . k_i for r < count and i < first + count:
+// the logits of rows [first, first + count) (queries and keys [n_tokens * head_dim]).
+void qk_logits(const float* queries, const float* keys, int head_dim, int64_t first, int64_t count, double scale,
+               float* out, int64_t stride);
+
 enum class RowsFrom { automatic, attn, qk };
 
 // Opens the rows of `heads` (query heads) of one layer of one sequence. automatic: stored
