@@ -1,0 +1,66 @@
+#include "job_runner.hpp"
+
+#include <QCoreApplication>
+#include <QThread>
+#include <exception>
+
+namespace kvgui {
+
+JobRunner::JobRunner(QObject* parent) : QObject(parent) { pool_.setMaxThreadCount(1); }
+
+JobRunner::~JobRunner() {
+  pending_.reset();
+  ++generation_;
+  pool_.waitForDone();
+}
+
+void JobRunner::submit(Job job) {
+  if (running_) {
+    pending_ = std::move(job);
+    return;
+  }
+  start(std::move(job));
+  emit busyChanged(true);
+}
+
+void JobRunner::cancel() {
+  pending_.reset();
+  ++generation_;
+}
+
+void JobRunner::start(Job job) {
+  running_ = true;
+  const unsigned generation = generation_;
+  pool_.start([this, job = std::move(job), generation]() {
+    Finish finish;
+    try {
+      finish = job();
+    } catch (const std::exception& error) {
+      const QString message = QString::fromStdString(error.what());
+      finish = [this, message]() { emit failed(message); };
+    }
+    // Queued to this object: dropped if it is destroyed first.
+    QMetaObject::invokeMethod(this, [this, generation, finish]() { finished(generation, finish); }, Qt::QueuedConnection);
+  });
+}
+
+void JobRunner::finished(unsigned generation, const Finish& finish) {
+  running_ = false;
+  if (generation == generation_ && finish) finish();
+  if (pending_) {
+    Job next = std::move(*pending_);
+    pending_.reset();
+    start(std::move(next));
+  } else if (!running_) {
+    emit busyChanged(false);
+  }
+}
+
+void JobRunner::wait() {
+  while (busy()) {
+    QCoreApplication::processEvents();
+    if (busy()) QThread::msleep(2);
+  }
+}
+
+}  // namespace kvgui

@@ -1,0 +1,44 @@
+#pragma once
+// Runs work off the UI thread, one job at a time. A job submitted while one runs waits, and
+// a newer submission replaces the waiting one, so a dragged slider never queues stale work.
+// A job returns what to do with its result on the UI thread; that is dropped when the job
+// was cancelled (cancel()) or the runner is gone.
+#include <QObject>
+#include <QString>
+#include <QThreadPool>
+#include <functional>
+#include <optional>
+
+namespace kvgui {
+
+class JobRunner : public QObject {
+  Q_OBJECT
+ public:
+  using Finish = std::function<void()>;
+  using Job = std::function<Finish()>;  // runs on the worker thread
+
+  explicit JobRunner(QObject* parent = nullptr);
+  ~JobRunner() override;  // waits for the running job
+
+  void submit(Job job);
+  // Drops the waiting job and the result of the running one.
+  void cancel();
+  bool busy() const { return running_ || pending_.has_value(); }
+  // Blocks until idle, handling the results (for tests and exports).
+  void wait();
+
+ signals:
+  void busyChanged(bool busy);
+  void failed(const QString& message);  // the job threw; the message says why
+
+ private:
+  void start(Job job);
+  void finished(unsigned generation, const Finish& finish);
+
+  QThreadPool pool_;
+  std::optional<Job> pending_;
+  bool running_ = false;
+  unsigned generation_ = 0;
+};
+
+}  // namespace kvgui

@@ -1,0 +1,55 @@
+#pragma once
+// Every layer x head of the shown sequence at a glance, coloured by the selected policy's
+// mean (or minimum) attention retention at the current budget, or by the head's persistence
+// ratio (a property of the trace, no policy). Click a cell to show that head.
+#include <QString>
+#include <QWidget>
+#include <vector>
+
+class QComboBox;
+class QLabel;
+class QTimer;
+
+namespace kvgui {
+
+class JobRunner;
+class Session;
+
+class OverviewGrid : public QWidget {
+  Q_OBJECT
+ public:
+  enum class Metric { mean_retention, min_retention, persistence };
+
+  explicit OverviewGrid(Session* session, QWidget* parent = nullptr);
+  void setMetric(Metric metric);
+  Metric metric() const;
+  // The value shown for (layer, head); NaN while computing or undefined.
+  double value(int layer, int head) const;
+  bool busy() const;
+  void waitIdle();
+  QSize sizeHint() const override { return {300, 240}; }
+
+ protected:
+  void paintEvent(QPaintEvent* event) override;
+  void mousePressEvent(QMouseEvent* event) override;
+  bool event(QEvent* event) override;
+
+ private:
+  void schedule();
+  void compute();
+  QRect gridRect() const;
+  QRect cellRect(int layer, int head) const;
+  bool cellAt(QPoint point, int* layer, int* head) const;
+  void colourRange(double* lo, double* hi) const;
+
+  Session* session_;
+  QComboBox* metric_;
+  QLabel* caption_;
+  QTimer* timer_;
+  JobRunner* runner_;
+  int layers_ = 0, heads_ = 0;
+  std::vector<double> values_;  // [layer][head]
+  QString computed_for_;        // what values_ describe
+};
+
+}  // namespace kvgui
