@@ -145,8 +145,8 @@ void ControlsPanel::traceChanged() {
   for (int s = 0; s < reader.n_sequences(); ++s) {
     QString text;
     const std::vector<std::string> tokens = reader.token_text(s);
-    for (size_t i = 0; i < tokens.size() && text.size() < 40; ++i)
-      if (tokens[i] != "<s>") text += QString::fromStdString(tokens[i]);
+    for (size_t i = 0; i < tokens.size() && text.size() < 40; ++i)  // the text, without BOS markers
+      if (QString::fromStdString(tokens[i]).trimmed() != "<s>") text += QString::fromStdString(tokens[i]);
     text = text.simplified();
     sequence_->addItem(tr("%1: %2 tokens %3").arg(s).arg(reader.sequence(s).n_tokens).arg(text.left(36)));
     sequence_->setItemData(s, text, Qt::ToolTipRole);
