@@ -4,6 +4,7 @@
 #include <boost/program_options.hpp>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,11 @@ const std::vector<Verb>& verbs();
 bool parse_options(const std::string& verb, const std::string& usage, const std::vector<std::string>& args,
                    po::options_description& options, const po::positional_options_description& positional,
                    po::variables_map& vm);
+
+// Stopped by SIGINT/SIGTERM after leaving its outputs consistent; main exits with 130.
+struct Interrupted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
 
 // Throws InputError for option values a user got wrong.
 [[noreturn]] void bad_option(const std::string& option, const std::string& problem);

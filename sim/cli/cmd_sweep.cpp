@@ -4,6 +4,7 @@
 #include "kvsim/report.hpp"
 #include "kvtrace/reader.hpp"
 #include "replay_options.hpp"
+#include "sweep_resume.hpp"
 
 namespace kvsim::cli {
 
@@ -15,7 +16,8 @@ int cmd_sweep(const std::vector<std::string>& args) {
   options.add_options()
       ("policies", po::value(&policies)->default_value(policies), "comma-separated policies")
       ("budgets", po::value(&budgets)->default_value(budgets), "comma-separated budgets: tokens (64) or % (20%)")
-      ("plot", po::value(&values.plot), "write retention vs budget as PNG or SVG (rendered off screen)");
+      ("plot", po::value(&values.plot), "write retention vs budget as PNG or SVG (rendered off screen)")
+      ("resume", "write --csv row by row as each policy finishes, and continue an interrupted sweep from the rows already in it");
   add_replay_options(options, values);
   po::positional_options_description positional;
   positional.add("trace", 1);
@@ -30,6 +32,17 @@ int cmd_sweep(const std::vector<std::string>& args) {
   apply_replay_options(values, reader, config);
   if (!config.quant.empty()) config.quant = parse_quant_list("none," + values.quant);  // added to the plain grid
   ReplayResults results;
+  if (vm.count("resume")) {
+    if (values.csv.empty()) bad_option("resume", "needs --csv FILE (the rows it continues from)");
+    if (!values.json.empty() || !values.survival.empty())
+      bad_option("resume", "writes the CSV only; --json and --survival need one uninterrupted sweep");
+    results = resumable_sweep(reader, config, values);
+    ReplayCliOptions rest = values;
+    rest.csv.clear();  // written already, row by row
+    std::cout << reader.meta().model << " (" << reader.path() << ")\n\n" << sweep_table(results);
+    write_outputs(rest, reader, results, true);
+    return 0;
+  }
   {
     Progress progress("sweep");
     results = replay_trace(reader, config, progress.callback());

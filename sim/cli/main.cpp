@@ -63,6 +63,9 @@ int main(int argc, char** argv) {
     if (name != verb.name) continue;
     try {
       return verb.run(args);
+    } catch (const kvsim::cli::Interrupted& e) {
+      std::cerr << "kvsim " << name << ": " << e.what() << "\n";
+      return 130;
     } catch (const kvtrace::InputError& e) {
       std::cerr << "kvsim " << name << ": " << e.what() << "\n";
       return 2;

@@ -17,7 +17,10 @@ PolicyChoice choose_policy(const std::string& name, const std::map<std::string, 
   choice.params = resolve_params(*choice.info, overrides);
   choice.label = name;
   std::string changed;
-  for (const auto& [key, value] : overrides) {
+  for (const auto& entry : overrides) {
+    // Not a structured binding: clang before 16 cannot capture one in the lambda.
+    const std::string& key = entry.first;
+    const std::string& value = entry.second;
     const auto spec = std::find_if(choice.info->params.begin(), choice.info->params.end(),
                                    [&](const ParamSpec& s) { return s.name == key; });
     if (spec->default_value != value) changed += (changed.empty() ? "" : ",") + key + "=" + value;
@@ -366,7 +369,12 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
     }
   }
   const int threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  run_items(items, threads, [&](WorkItem& item) { run_item(reader, config, output_error, item); }, progress);
+  run_items(items, threads,
+            [&](WorkItem& item) {
+              if (config.cancel && config.cancel->load()) throw Cancelled();
+              run_item(reader, config, output_error, item);
+            },
+            progress);
 
   ReplayResults results;
   results.output_error = output_error;

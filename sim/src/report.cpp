@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kvtrace/error.hpp"
+
 namespace kvsim {
 namespace {
 
@@ -109,21 +111,71 @@ std::string replay_table(const CellResult& cell, bool output_error) {
   return out.str();
 }
 
-std::string sweep_csv(const ReplayResults& results) {
-  std::ostringstream out;
-  out << "policy,params,budget,quant,bits_per_element,budget_tokens_mean,budget_share_mean,mode,retention_mean,"
+std::string sweep_csv_header() {
+  return "policy,params,budget,quant,bits_per_element,budget_tokens_mean,budget_share_mean,mode,retention_mean,"
          "retention_p5,retention_min,output_error_mean,output_error_p95,output_error_max,occupancy_mean,occupancy_peak,"
          "evictions,samples\n";
-  for (const auto& cell : results.cells) {
-    out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << cell.quant.name
-        << "," << number(cell.bits_per_element) << ","
-        << number(cell.budget_tokens_mean) << "," << number(cell.budget_share_mean) << "," << mode_name(results.mode)
-        << "," << number(cell.retention.mean) << "," << number(cell.retention.p5) << "," << number(cell.retention.min)
-        << "," << number(cell.output_error.mean) << "," << number(cell.output_error.p95) << ","
-        << number(cell.output_error.max) << "," << number(cell.occupancy_mean) << "," << cell.occupancy_peak << ","
-        << cell.evictions << "," << cell.retention.count << "\n";
-  }
+}
+
+std::string sweep_csv_row(const CellResult& cell, Mode mode) {
+  std::ostringstream out;
+  out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << cell.quant.name
+      << "," << number(cell.bits_per_element) << "," << number(cell.budget_tokens_mean) << ","
+      << number(cell.budget_share_mean) << "," << mode_name(mode) << "," << number(cell.retention.mean) << ","
+      << number(cell.retention.p5) << "," << number(cell.retention.min) << "," << number(cell.output_error.mean)
+      << "," << number(cell.output_error.p95) << "," << number(cell.output_error.max) << ","
+      << number(cell.occupancy_mean) << "," << cell.occupancy_peak << "," << cell.evictions << ","
+      << cell.retention.count << "\n";
   return out.str();
+}
+
+std::string sweep_csv(const ReplayResults& results) {
+  std::string out = sweep_csv_header();
+  for (const auto& cell : results.cells) out += sweep_csv_row(cell, results.mode);
+  return out;
+}
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') fields.back() += '"', ++i;
+      else if (c == '"') quoted = false;
+      else fields.back() += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+CellResult parse_sweep_csv_row(const std::string& line) {
+  const std::vector<std::string> f = split_csv_line(line);
+  if (f.size() != 18) throw kvtrace::InputError("", "", "not a kvsim sweep row: " + line);
+  auto real = [&](size_t i) { return f[i].empty() ? NAN : std::stod(f[i]); };
+  CellResult cell;
+  cell.info = &find_policy(f[0]);
+  cell.params = f[1];
+  cell.budget = Budget::parse(f[2]);
+  cell.quant = parse_quant(f[3]);
+  cell.policy = f[0] + (f[1].empty() ? "" : "(" + f[1] + ")") + (cell.quant.enabled() ? "+" + cell.quant.name : "");
+  cell.bits_per_element = real(4);
+  cell.budget_tokens_mean = real(5);
+  cell.budget_share_mean = real(6);
+  cell.retention.mean = real(8), cell.retention.p5 = real(9), cell.retention.min = real(10);
+  cell.output_error.mean = real(11), cell.output_error.p95 = real(12), cell.output_error.max = real(13);
+  cell.output_error.count = f[11].empty() ? 0 : 1;
+  cell.occupancy_mean = real(14);
+  cell.occupancy_peak = std::stoll(f[15]);
+  cell.evictions = std::stoll(f[16]);
+  cell.retention.count = std::stoll(f[17]);
+  return cell;
 }
 
 std::string layers_csv(const ReplayResults& results) {

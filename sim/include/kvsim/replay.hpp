@@ -3,8 +3,10 @@
 // group, the rows of each layer computed once for all cells, work spread over threads, and
 // the results aggregated in a fixed order so they are identical bit for bit whatever the
 // thread count. This is the one place of kvsim/ that reads trace files.
+#include <atomic>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <map>
 #include <string>
 #include <vector>
@@ -46,6 +48,7 @@ struct ReplayConfig {
   OutputErrorMode output_error = OutputErrorMode::automatic;  // automatic: when every layer has v
   int threads = 0;             // 0: all cores
   bool keep_records = false;   // keep every group's per-step result (survival, plots, GUI)
+  const std::atomic<bool>* cancel = nullptr;  // when set, replay_trace stops and throws Cancelled
 };
 
 // One simulation's result on one cache group.
@@ -85,6 +88,10 @@ struct ReplayResults {
   bool output_error = false;
   Mode mode = Mode::stream;
   int64_t sequences = 0, layers = 0, heads = 0;
+};
+
+struct Cancelled : std::runtime_error {
+  Cancelled() : std::runtime_error("cancelled") {}
 };
 
 ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfig& config,

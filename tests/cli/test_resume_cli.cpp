@@ -1,0 +1,121 @@
+// kvsim sweep --resume: an interrupted sweep (Ctrl-C or a kill) keeps only complete rows, and
+// resuming it gives the CSV an uninterrupted sweep writes, byte for byte.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fcntl.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "../support/run_cli.hpp"
+#include "../support/temp_dir.hpp"
+
+namespace {
+
+const char* const kGrid[] = {"--policies", "scissorhands,h2o,tova,snapkv,recent,streaming,random",
+                             "--budgets",  "10%,30%,60%",
+                             "--threads",  "1"};
+
+// Starts `kvsim sweep TRACE <grid> --csv CSV --resume` and returns its pid.
+pid_t start_sweep(const std::string& trace, const std::string& csv) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const int devnull = ::open("/dev/null", O_WRONLY);
+    ::dup2(devnull, 1);
+    ::dup2(devnull, 2);
+    std::vector<const char*> argv = {KVSIM_EXE, "sweep", trace.c_str()};
+    for (const char* arg : kGrid) argv.push_back(arg);
+    for (const char* arg : {"--csv", csv.c_str(), "--resume"}) argv.push_back(arg);
+    argv.push_back(nullptr);
+    ::execv(KVSIM_EXE, const_cast<char* const*>(argv.data()));
+    ::_exit(127);
+  }
+  return pid;
+}
+
+// Waits until the CSV holds at least `rows` complete rows (or the sweep ended).
+void wait_for_rows(pid_t pid, const std::string& csv, int rows) {
+  for (int i = 0; i < 3000; ++i) {
+    if (kvtest::count_lines(kvtest::slurp(csv)) >= rows + 1) return;
+    int status;
+    if (::waitpid(pid, &status, WNOHANG) == pid) FAIL() << "the sweep ended before it could be interrupted";
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  FAIL() << "no rows appeared";
+}
+
+std::string grid_args() {
+  std::string out;
+  for (const char* arg : kGrid) out += std::string(" ") + arg;
+  return out;
+}
+
+class Resume : public ::testing::Test {
+ protected:
+  // One trace and one uninterrupted sweep for all the tests.
+  static void SetUpTestSuite() {
+    shared_ = new kvtest::TempDir();
+    trace_ = shared_->file("t.h5");
+    kvtest::run_kvsim("synth " + trace_ + " --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --tokens 1024 --seqs 2");
+    kvtest::run_kvsim("sweep " + trace_ + grid_args() + " --csv " + shared_->file("whole.csv"));
+    whole_ = kvtest::slurp(shared_->file("whole.csv"));
+  }
+  static void TearDownTestSuite() { delete shared_; }
+  void SetUp() override { ASSERT_EQ(kvtest::count_lines(whole_), 1 + 7 * 3) << "the reference sweep failed"; }
+
+  void interrupt_and_resume(int signal) {
+    const std::string csv = dir_.file("resumed.csv");
+    const pid_t pid = start_sweep(trace_, csv);
+    wait_for_rows(pid, csv, 3);  // the first policy's rows are in
+    ::kill(pid, signal);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    if (signal == SIGINT) {
+      ASSERT_TRUE(WIFEXITED(status));
+      EXPECT_EQ(WEXITSTATUS(status), 130);
+      const std::string partial = kvtest::slurp(csv);
+      EXPECT_EQ(partial.back(), '\n') << "Ctrl-C leaves complete rows only";
+      EXPECT_EQ(whole_.compare(0, partial.size(), partial), 0) << "the rows written are the uninterrupted run's";
+      EXPECT_LT(partial.size(), whole_.size()) << "interrupted before the end";
+    } else {
+      ASSERT_TRUE(WIFSIGNALED(status));
+    }
+    const auto resumed = kvtest::run_kvsim("sweep " + trace_ + grid_args() + " --csv " + csv + " --resume");
+    ASSERT_EQ(resumed.code, 0) << resumed.output;
+    EXPECT_EQ(kvtest::slurp(csv), whole_);
+  }
+
+  kvtest::TempDir dir_;
+  static inline kvtest::TempDir* shared_ = nullptr;
+  static inline std::string trace_, whole_;
+};
+
+}  // namespace
+
+TEST_F(Resume, AfterCtrlC) { interrupt_and_resume(SIGINT); }
+
+TEST_F(Resume, AfterKill) { interrupt_and_resume(SIGKILL); }
+
+TEST_F(Resume, TruncatedLastLineIsDropped) {
+  const std::string csv = dir_.file("cut.csv");
+  {
+    std::ofstream out(csv, std::ios::binary);
+    out << whole_.substr(0, whole_.size() / 2);  // cut in the middle of a row
+  }
+  const auto resumed = kvtest::run_kvsim("sweep " + trace_ + grid_args() + " --csv " + csv + " --resume");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_EQ(kvtest::slurp(csv), whole_);
+}
+
+TEST_F(Resume, RowsOfAnotherSweepAreRefused) {
+  const std::string csv = dir_.file("other.csv");
+  ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + " --policies h2o --budgets 10% --csv " + csv).code, 0);
+  const auto result = kvtest::run_kvsim("sweep " + trace_ + grid_args() + " --csv " + csv + " --resume");
+  EXPECT_EQ(result.code, 2);
+  EXPECT_EQ(kvtest::count_lines(result.output), 1) << result.output;
+  EXPECT_NE(result.output.find("is not this sweep's"), std::string::npos) << result.output;
+}
