@@ -3,6 +3,7 @@
 
 #include "kvsim/report.hpp"
 #include "kvtrace/reader.hpp"
+#include "mpi_split.hpp"
 #include "replay_options.hpp"
 
 namespace kvsim::cli {
@@ -26,12 +27,14 @@ int cmd_replay(const std::vector<std::string>& args) {
   config.policies = choose_policies({policy}, values.params);
   config.budgets = {Budget::parse(budget)};
   apply_replay_options(values, reader, config);
+  config.split = work_split();
   if (config.quant.size() > 1) bad_option("quant", "replay takes one quantization spec (sweep takes a list)");
   ReplayResults results;
   {
     Progress progress("replay");
     results = replay_trace(reader, config, progress.callback());
   }
+  if (!results.gathered) return 0;  // another MPI rank: rank 0 prints and writes
   std::cout << reader.meta().model << ": " << results.sequences << " sequences, mode " << mode_name(results.mode)
             << "\n" << replay_table(results.cells.front(), results.output_error) << kTeacherForcedNote << "\n";
   write_outputs(values, reader, results, false);

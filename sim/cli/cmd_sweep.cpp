@@ -3,6 +3,7 @@
 
 #include "kvsim/report.hpp"
 #include "kvtrace/reader.hpp"
+#include "mpi_split.hpp"
 #include "replay_options.hpp"
 #include "sweep_resume.hpp"
 
@@ -30,10 +31,12 @@ int cmd_sweep(const std::vector<std::string>& args) {
   config.policies = choose_policies(split(policies, ','), values.params);
   config.budgets = parse_budgets(budgets);
   apply_replay_options(values, reader, config);
+  config.split = work_split();
   if (!config.quant.empty()) config.quant = parse_quant_list("none," + values.quant);  // added to the plain grid
   ReplayResults results;
   if (vm.count("resume")) {
     if (values.csv.empty()) bad_option("resume", "needs --csv FILE (the rows it continues from)");
+    if (config.split) bad_option("resume", "runs in one process; start it without mpirun");
     if (!values.json.empty() || !values.survival.empty())
       bad_option("resume", "writes the CSV only; --json and --survival need one uninterrupted sweep");
     results = resumable_sweep(reader, config, values);
@@ -47,6 +50,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
     Progress progress("sweep");
     results = replay_trace(reader, config, progress.callback());
   }
+  if (!results.gathered) return 0;  // another MPI rank: rank 0 prints and writes
   std::cout << reader.meta().model << " (" << reader.path() << ")\n\n" << sweep_table(results);
   write_outputs(values, reader, results, true);
   return 0;

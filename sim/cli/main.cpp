@@ -8,6 +8,7 @@
 
 #include "cli_common.hpp"
 #include "kvsim/version.hpp"
+#include "mpi_split.hpp"
 
 namespace kvsim::cli {
 int cmd_info(const std::vector<std::string>& args);
@@ -48,6 +49,8 @@ void print_usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::unique_ptr<kvsim::WorkSplit> split = kvsim::cli::start_mpi(argc, argv);
+  kvsim::cli::set_work_split(split.get());
   std::vector<std::string> args(argv + 1, argv + argc);
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_usage();

@@ -8,6 +8,7 @@
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "quantized_layer.hpp"
+#include "record_io.hpp"
 
 namespace kvsim {
 
@@ -219,7 +220,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
     item.records[r].result = std::move(results[where[r].first][where[r].second]);
 }
 
-void run_items(std::vector<WorkItem>& items, int threads, const std::function<void(WorkItem&)>& work,
+void run_items(const std::vector<WorkItem*>& items, int threads, const std::function<void(WorkItem&)>& work,
                const std::function<void(int64_t, int64_t)>& progress) {
   std::atomic<size_t> next{0};
   std::atomic<int64_t> done{0};
@@ -227,7 +228,7 @@ void run_items(std::vector<WorkItem>& items, int threads, const std::function<vo
   auto worker = [&]() {
     for (size_t i = next++; i < items.size(); i = next++) {
       try {
-        work(items[i]);
+        work(*items[i]);
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -241,7 +242,7 @@ void run_items(std::vector<WorkItem>& items, int threads, const std::function<vo
     // The calling thread works too and reports progress between items.
     for (size_t i = next++; i < items.size(); i = next++) {
       try {
-        work(items[i]);
+        work(*items[i]);
       } catch (...) {
         errors[i] = std::current_exception();
       }
@@ -369,12 +370,34 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
     }
   }
   const int threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  run_items(items, threads,
+  // Under a split, this process replays its share only.
+  std::vector<size_t> own;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (!config.split || config.split->mine(i)) own.push_back(i);
+  std::vector<WorkItem*> mine;
+  for (size_t i : own) mine.push_back(&items[i]);
+  run_items(mine, threads,
             [&](WorkItem& item) {
               if (config.cancel && config.cancel->load()) throw Cancelled();
               run_item(reader, config, output_error, item);
             },
             progress);
+  if (config.split) {
+    std::vector<std::pair<uint64_t, std::string>> bytes;
+    for (size_t i : own) bytes.emplace_back(i, serialize_records(items[i].records, items[i].cell_of_record));
+    const std::vector<std::string> all = config.split->gather(bytes, items.size());
+    if (config.split->rank() != 0) {
+      ReplayResults elsewhere;
+      elsewhere.gathered = false;
+      return elsewhere;
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (config.split->mine(i)) continue;
+      items[i].records.clear();
+      items[i].cell_of_record.clear();
+      deserialize_records(all[i], items[i].records, items[i].cell_of_record);
+    }
+  }
 
   ReplayResults results;
   results.output_error = output_error;

@@ -16,6 +16,7 @@
 #include "kvsim/policy.hpp"
 #include "kvsim/quant.hpp"
 #include "kvsim/summary.hpp"
+#include "kvsim/work_split.hpp"
 #include "kvtrace/attention_source.hpp"
 
 namespace kvtrace {
@@ -49,6 +50,7 @@ struct ReplayConfig {
   int threads = 0;             // 0: all cores
   bool keep_records = false;   // keep every group's per-step result (survival, plots, GUI)
   const std::atomic<bool>* cancel = nullptr;  // when set, replay_trace stops and throws Cancelled
+  WorkSplit* split = nullptr;                 // several processes share the work (MPI); see work_split.hpp
 };
 
 // One simulation's result on one cache group.
@@ -84,6 +86,7 @@ struct CellResult {
 };
 
 struct ReplayResults {
+  bool gathered = true;  // false on the ranks other than 0 of a split replay: no cells there
   std::vector<CellResult> cells;  // cells[(p * quants + q) * budgets + b]
   bool output_error = false;
   Mode mode = Mode::stream;
