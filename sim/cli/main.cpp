@@ -20,6 +20,7 @@ int cmd_sweep(const std::vector<std::string>& args);
 int cmd_policies(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
 int cmd_analyze(const std::vector<std::string>& args);
+int cmd_eval(const std::vector<std::string>& args);
 
 const std::vector<Verb>& verbs() {
   static const std::vector<Verb> table = {
@@ -32,6 +33,7 @@ const std::vector<Verb>& verbs() {
       {"policies", "list the eviction policies and their parameters", cmd_policies},
       {"plan", "capacity planning: sequences that fit on a GPU per policy budget and KV quantization", cmd_plan},
       {"analyze", "persistence of importance across steps and layers: tables, CSV, JSON, plots", cmd_analyze},
+      {"eval", "closed loop: perplexity and top-1 agreement under eviction, beside replay retention", cmd_eval},
   };
   return table;
 }

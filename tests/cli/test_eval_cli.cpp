@@ -1,0 +1,129 @@
+// kvsim eval as a user runs it: the closed-loop table on the bundled trace and on a text file,
+// identical output whatever the thread count, one-line errors with exit code 2. Tests that run
+// the model need stories15M (scripts/fetch-model.sh) and are skipped without it.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "../support/run_cli.hpp"
+#include "../support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kTrace = std::string(KVSIM_SOURCE_DIR) + "/data/traces/stories15M-8x256.h5";
+
+fs::path model_dir() {
+  if (const char* d = std::getenv("KVSIM_MODEL_DIR"); d && *d) return d;
+  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "kvsim/models";
+  const char* home = std::getenv("HOME");
+  return fs::path(home ? home : "") / ".cache/kvsim/models";
+}
+
+bool have_model() { return fs::exists(model_dir() / "stories15M.bin") && fs::exists(model_dir() / "tokenizer.bin"); }
+
+#define NEED_MODEL() \
+  if (!have_model()) GTEST_SKIP() << "stories15M not found in " << model_dir() << " (run scripts/fetch-model.sh)"
+
+}  // namespace
+
+TEST(CliEval, Help) {
+  const auto result = kvtest::run_kvsim("eval --help");
+  EXPECT_EQ(result.code, 0);
+  EXPECT_NE(result.output.find("usage: kvsim eval"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("--text"), std::string::npos);
+  EXPECT_NE(kvtest::run_kvsim("--help").output.find("eval"), std::string::npos);
+}
+
+TEST(CliEval, BadInputIsOneLineAndExitTwo) {
+  kvtest::TempDir dir;
+  std::ofstream(dir.file("blank.txt")) << "  \n\n";
+  const std::string csv = dir.file("out.csv");
+  for (const std::string& args : std::vector<std::string>{
+           "eval",                                                           // neither --trace nor --text
+           "eval --trace " + kTrace + " --text " + dir.file("blank.txt"),    // both
+           "eval --trace " + kTrace + " --policies oracle",                  // a bound
+           "eval --trace " + kTrace + " --policies nonesuch",
+           "eval --trace " + kTrace + " --budgets 0",
+           "eval --trace " + kTrace + " --budgets 120%",
+           "eval --trace " + kTrace + " --aggregate median",
+           "eval --trace " + kTrace + " --param h2o.zzz=1",
+           "eval --trace " + kTrace + " --seqs x",
+           "eval --trace " + kTrace + " --threads -1",
+           "eval --trace " + kTrace + " --csv /nonexistent/dir/x.csv",
+           "eval --trace " + dir.file("missing.h5") + " --csv " + csv,
+           "eval --trace " + kTrace + " --seqs 99 --csv " + csv,
+           "eval --trace " + kTrace + " --tokens 1000 --csv " + csv,
+           "eval --text " + dir.file("blank.txt") + " --csv " + csv,
+           "eval --text " + dir.file("missing.txt") + " --csv " + csv,
+           "eval " + dir.file("none.bin") + " --trace " + kTrace + " --csv " + csv,
+       }) {
+    const auto result = kvtest::run_kvsim(args);
+    EXPECT_EQ(result.code, 2) << args << "\n" << result.output;
+    EXPECT_EQ(kvtest::count_lines(result.output), 1) << args << "\n" << result.output;
+  }
+  EXPECT_FALSE(fs::exists(csv));
+  const auto missing = kvtest::run_kvsim("eval --trace " + kTrace, "KVSIM_MODEL_DIR=" + dir.file("nowhere"));
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.output.find("scripts/fetch-model.sh"), std::string::npos) << missing.output;
+}
+
+TEST(CliEval, TraceTableSameBytesWhateverTheThreadCount) {
+  NEED_MODEL();
+  kvtest::TempDir dir;
+  const std::string common = "eval --trace " + kTrace + " --seqs 0,5 --tokens 32 --policies tova,recent --budgets 25%,100% ";
+  const auto one = kvtest::run_kvsim(common + "--threads 1 --csv " + dir.file("one.csv") + " --json " + dir.file("one.json"));
+  ASSERT_EQ(one.code, 0) << one.output;
+  const auto two = kvtest::run_kvsim(common + "--threads 3 --csv " + dir.file("two.csv") + " --json " + dir.file("two.json"));
+  ASSERT_EQ(two.code, 0) << two.output;
+  EXPECT_EQ(one.output, two.output);
+  EXPECT_EQ(kvtest::slurp(dir.file("one.csv")), kvtest::slurp(dir.file("two.csv")));
+  EXPECT_EQ(kvtest::slurp(dir.file("one.json")), kvtest::slurp(dir.file("two.json")));
+  EXPECT_NE(one.output.find("2 sequences, 64 tokens, 62 predictions; full cache: perplexity"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("Spearman"), std::string::npos);
+  EXPECT_NE(one.output.find("teacher-forced"), std::string::npos);
+  const std::string csv = kvtest::slurp(dir.file("one.csv"));
+  EXPECT_EQ(kvtest::count_lines(csv), 1 + 2 * 2);
+  EXPECT_EQ(csv.rfind("policy,params,budget,budget_tokens_mean,budget_share_mean,perplexity,perplexity_full,perplexity_increase,", 0), 0u);
+  // At 100% nothing is evicted: the full cache exactly.
+  for (const char* row : {"\ntova,,100%,32,1,", "\nrecent,,100%,32,1,"}) {
+    const size_t at = csv.find(row);
+    ASSERT_NE(at, std::string::npos) << row << "\n" << csv;
+    std::vector<std::string> fields;
+    std::stringstream stream(csv.substr(at + 1, csv.find('\n', at + 1) - at - 1));
+    for (std::string field; std::getline(stream, field, ',');) fields.push_back(field);
+    ASSERT_GE(fields.size(), 14u);
+    EXPECT_EQ(fields[5], fields[6]);  // perplexity, perplexity_full
+    EXPECT_EQ(fields[7], "0");        // perplexity_increase
+    EXPECT_EQ(fields[8], "0");        // relative
+    EXPECT_EQ(fields[10], "1");       // top1_agreement
+    EXPECT_EQ(fields[12], "32");      // occupancy_peak
+    EXPECT_EQ(fields[13], "0");       // evictions
+  }
+}
+
+TEST(CliEval, TextFileAndPlot) {
+  NEED_MODEL();
+  kvtest::TempDir dir;
+  std::ofstream(dir.file("story.txt"))
+      << "Once upon a time, there was a little girl named Lily. She loved to play in the park with her dog. "
+         "One day, the dog ran away and Lily was sad. Her mom helped her look for the dog, and they found it "
+         "under a big tree. Lily hugged her dog and they went home happy.";
+  const auto result = kvtest::run_kvsim("eval --text " + dir.file("story.txt") + " --tokens 30 --policies tova,streaming"
+                                        " --budgets 12,50% --plot " + dir.file("p.png") + " --proxy-plot " + dir.file("q.svg"));
+#ifdef KVSIM_HAVE_PLOT
+  ASSERT_EQ(result.code, 0) << result.output;
+  EXPECT_TRUE(fs::exists(dir.file("p.png")));
+  EXPECT_TRUE(fs::exists(dir.file("q.svg")));
+  EXPECT_NE(result.output.find("on " + dir.file("story.txt")), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("streaming"), std::string::npos);
+#else
+  EXPECT_EQ(result.code, 2) << result.output;
+#endif
+}
