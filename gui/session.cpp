@@ -265,7 +265,8 @@ std::vector<kvsim::GroupRecord> replayLayer(const std::shared_ptr<const LayerRow
     std::iota(heads.begin(), heads.end(), 0);
   }
   const auto source = LayerRows::source(rows, heads);
-  std::vector<kvsim::GroupRecord> records = kvsim::replay_rows(*source, kv_heads, policy, budget, options);
+  const kvsim::RowsOrigin origin{rows->seq(), rows->layer(), group};
+  std::vector<kvsim::GroupRecord> records = kvsim::replay_rows(*source, kv_heads, policy, budget, options, {}, 0, origin);
   for (auto& record : records) {
     record.seq = rows->seq();
     record.layer = rows->layer();

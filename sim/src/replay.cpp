@@ -102,13 +102,13 @@ uint64_t group_seed(int seq, int layer, int group) {
 
 // Groups 0..n_kv-1 are the kv heads with their query heads; group n_kv is the whole layer.
 std::vector<CacheGroup> build_groups(int n_heads, int n_kv_heads, int seq, int layer,
-                                     const std::vector<std::vector<float>>& values, int head_dim) {
+                                     const std::vector<std::vector<float>>& values, int head_dim, int first_kv_head = 0) {
   const int group_size = n_heads / n_kv_heads;
   std::vector<CacheGroup> groups(static_cast<size_t>(n_kv_heads) + 1);
   for (int g = 0; g <= n_kv_heads; ++g) {
     CacheGroup& group = groups[static_cast<size_t>(g)];
     group.head_dim = head_dim;
-    group.seed = group_seed(seq, layer, g);
+    group.seed = group_seed(seq, layer, first_kv_head + g);
     const int first = g < n_kv_heads ? g * group_size : 0;
     const int last = g < n_kv_heads ? (g + 1) * group_size : n_heads;
     for (int h = first; h < last; ++h) {
@@ -300,7 +300,8 @@ void aggregate_cell(CellResult& cell, std::vector<const GroupRecord*>& records, 
 
 std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_heads, const PolicyChoice& policy,
                                      int64_t budget, const EngineOptions& options,
-                                     const std::vector<std::vector<float>>& values, int head_dim) {
+                                     const std::vector<std::vector<float>>& values, int head_dim,
+                                     const RowsOrigin& origin) {
   const int n_heads = source.n_heads();
   if (n_kv_heads < 1 || n_heads % n_kv_heads != 0)
     throw kvtrace::InputError("", "", "the number of heads (" + std::to_string(n_heads) +
@@ -309,7 +310,8 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
     throw kvtrace::InputError("", "", "values must be given for every kv head");
   EngineOptions engine_options = options;
   engine_options.output_error = !values.empty();
-  std::vector<CacheGroup> groups = build_groups(n_heads, n_kv_heads, 0, 0, values, head_dim);
+  std::vector<CacheGroup> groups =
+      build_groups(n_heads, n_kv_heads, origin.seq, origin.layer, values, head_dim, origin.first_kv_head);
   const bool layer_wide = policy.info->grouping == Grouping::layer;
   std::vector<SimulationSpec> specs;
   std::vector<GroupRecord> records;

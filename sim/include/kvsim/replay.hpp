@@ -103,9 +103,15 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
 // One policy at one budget over the rows of one layer given directly, no trace file: the
 // source's heads are grouped by kv head (n_kv_heads of them) or as one layer, as the policy
 // groups. values (optional): one [n_tokens * head_dim] array per kv head.
+// Where the rows come from, so seeded policies draw what replay_trace draws for the same
+// groups: group g of the source is kv head first_kv_head + g of (seq, layer).
+struct RowsOrigin {
+  int seq = 0, layer = 0, first_kv_head = 0;
+};
 std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_heads, const PolicyChoice& policy,
                                      int64_t budget, const EngineOptions& options,
-                                     const std::vector<std::vector<float>>& values = {}, int head_dim = 0);
+                                     const std::vector<std::vector<float>>& values = {}, int head_dim = 0,
+                                     const RowsOrigin& origin = {});
 
 const char* mode_name(Mode mode);
 Mode parse_mode(const std::string& text);
