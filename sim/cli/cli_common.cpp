@@ -3,6 +3,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
 #include <iostream>
 
 namespace kvsim::cli {
@@ -28,6 +31,34 @@ kvtrace::DType parse_dtype(const std::string& option, const std::string& text) {
   if (text == "float16" || text == "f16" || text == "fp16") return kvtrace::DType::f16;
   if (text == "float32" || text == "f32" || text == "fp32") return kvtrace::DType::f32;
   bad_option(option, "unknown dtype '" + text + "' (float16 or float32)");
+}
+
+std::vector<int> parse_indices(const std::string& option, const std::string& text) {
+  std::vector<int> out;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    if (item.empty()) continue;
+    char* end = nullptr;
+    const long value = std::strtol(item.c_str(), &end, 10);
+    if (*end != '\0' || value < 0 || value > (1L << 30)) bad_option(option, "'" + item + "' is not an index");
+    out.push_back(static_cast<int>(value));
+  }
+  return out;
+}
+
+std::string default_model_dir() {
+  namespace fs = std::filesystem;
+  if (const char* dir = std::getenv("KVSIM_MODEL_DIR"); dir && *dir) return dir;
+  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache) return (fs::path(cache) / "kvsim/models").string();
+  const char* home = std::getenv("HOME");
+  return (fs::path(home ? home : "") / ".cache/kvsim/models").string();
+}
+
+void require_model_file(const std::string& path, const std::string& what, const std::string& instead) {
+  if (!std::filesystem::is_regular_file(path))
+    throw kvtrace::InputError(path, "", what + " not found; run scripts/fetch-model.sh to download stories15M (or " +
+                                            instead + ")");
 }
 
 std::string human_bytes(uint64_t bytes) {

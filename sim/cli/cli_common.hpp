@@ -37,6 +37,14 @@ struct Interrupted : std::runtime_error {
 [[noreturn]] void bad_option(const std::string& option, const std::string& problem);
 
 kvtrace::DType parse_dtype(const std::string& option, const std::string& text);
+// "0,2,5" -> {0, 2, 5}; "" -> {}. Throws InputError naming the option.
+std::vector<int> parse_indices(const std::string& option, const std::string& text);
+
+// Where scripts/fetch-model.sh puts stories15M and its tokenizer: $KVSIM_MODEL_DIR, else
+// $XDG_CACHE_HOME/kvsim/models, else ~/.cache/kvsim/models.
+std::string default_model_dir();
+// Throws InputError telling the user how to get the model when `path` is not a file.
+void require_model_file(const std::string& path, const std::string& what, const std::string& instead);
 std::string human_bytes(uint64_t bytes);
 
 // A progress bar on stderr, shown only when stderr is a terminal.

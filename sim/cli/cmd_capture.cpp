@@ -14,20 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Where scripts/fetch-model.sh puts stories15M and its tokenizer.
-fs::path default_model_dir() {
-  if (const char* dir = std::getenv("KVSIM_MODEL_DIR"); dir && *dir) return dir;
-  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache) return fs::path(cache) / "kvsim/models";
-  const char* home = std::getenv("HOME");
-  return fs::path(home ? home : "") / ".cache/kvsim/models";
-}
 
-void require_file(const std::string& path, const char* what) {
-  if (!fs::is_regular_file(path))
-    throw kvtrace::InputError(path, "", std::string(what) +
-                                            " not found; run scripts/fetch-model.sh to download stories15M "
-                                            "(or pass --model and --tokenizer)");
-}
 
 // A prompts file: one prompt per line, taken literally (blank lines and lines starting with
 // '#' are skipped). A file named *.jsonl holds one JSON object per line instead, whose string
@@ -99,8 +86,8 @@ int cmd_capture(const std::vector<std::string>& args) {
   if (model_path.empty()) model_path = (dir / "stories15M.bin").string();
   if (tokenizer_path.empty())
     tokenizer_path = (vm.count("model") ? fs::path(model_path).parent_path() / "tokenizer.bin" : dir / "tokenizer.bin").string();
-  require_file(model_path, "model checkpoint");
-  require_file(tokenizer_path, "tokenizer");
+  require_model_file(model_path, "model checkpoint", "pass --model and --tokenizer");
+  require_model_file(tokenizer_path, "tokenizer", "pass --model and --tokenizer");
   const kvtrace::Llama2Model model = kvtrace::Llama2Model::load(model_path);
   const kvtrace::Tokenizer tokenizer = kvtrace::Tokenizer::load(tokenizer_path, model.config().vocab_size);
   if (o.n_tokens < 1 || o.n_tokens > model.config().seq_len)

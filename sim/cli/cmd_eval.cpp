@@ -27,31 +27,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Where scripts/fetch-model.sh puts stories15M and its tokenizer (as kvsim capture).
-fs::path default_model_dir() {
-  if (const char* dir = std::getenv("KVSIM_MODEL_DIR"); dir && *dir) return dir;
-  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache) return fs::path(cache) / "kvsim/models";
-  const char* home = std::getenv("HOME");
-  return fs::path(home ? home : "") / ".cache/kvsim/models";
-}
 
-void require_file(const std::string& path, const char* what) {
-  if (!fs::is_regular_file(path))
-    throw kvtrace::InputError(path, "", std::string(what) +
-                                            " not found; run scripts/fetch-model.sh to download stories15M "
-                                            "(or pass MODEL and --tokenizer)");
-}
 
-std::vector<int> parse_indices(const std::string& option, const std::string& text) {
-  std::vector<int> out;
-  for (const auto& item : split(text, ',')) {
-    char* end = nullptr;
-    const long value = std::strtol(item.c_str(), &end, 10);
-    if (item.empty() || *end != '\0' || value < 0 || value > (1L << 30)) bad_option(option, "'" + item + "' is not an index");
-    out.push_back(static_cast<int>(value));
-  }
-  return out;
-}
 
 // Keeps the chosen sequences (all when none is chosen), in the order given.
 std::vector<EvalSequence> choose(std::vector<EvalSequence> all, const std::vector<int>& chosen, const std::string& source) {
@@ -157,7 +134,7 @@ int cmd_eval(const std::vector<std::string>& args) {
 
   const fs::path dir = default_model_dir();
   if (model_path.empty()) model_path = (dir / "stories15M.bin").string();
-  require_file(model_path, "model checkpoint");
+  require_model_file(model_path, "model checkpoint", "pass MODEL and --tokenizer");
   const kvtrace::Llama2Model model = kvtrace::Llama2Model::load(model_path);
   const std::string model_name = fs::path(model_path).stem().string();
   const int seq_len = model.config().seq_len;
@@ -193,7 +170,7 @@ int cmd_eval(const std::vector<std::string>& args) {
     source = text_path;
     if (tokenizer_path.empty())
       tokenizer_path = (vm.count("model") ? fs::path(model_path).parent_path() / "tokenizer.bin" : dir / "tokenizer.bin").string();
-    require_file(tokenizer_path, "tokenizer");
+    require_model_file(tokenizer_path, "tokenizer", "pass MODEL and --tokenizer");
     const kvtrace::Tokenizer tokenizer = kvtrace::Tokenizer::load(tokenizer_path, model.config().vocab_size);
     std::ifstream in(text_path, std::ios::binary);
     if (!in) throw kvtrace::InputError(text_path, "", "cannot open the text file");

@@ -44,16 +44,6 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
 
 namespace {
 
-std::vector<int> parse_indices(const std::string& option, const std::string& text) {
-  std::vector<int> out;
-  for (const auto& item : split(text, ',')) {
-    char* end = nullptr;
-    const long value = std::strtol(item.c_str(), &end, 10);
-    if (*end != '\0' || value < 0) bad_option(option, "'" + item + "' is not an index");
-    out.push_back(static_cast<int>(value));
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -95,7 +85,9 @@ std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
     for (size_t p = 0; p < names.size(); ++p) {
       const PolicyInfo& info = find_policy(names[p]);
       const bool takes = std::any_of(info.params.begin(), info.params.end(), [&](const ParamSpec& s) { return s.name == key; });
-      if (target.empty() ? takes : names[p] == target) {
+      // With one policy every plain key goes to it, so an unknown one is named with the
+      // parameters it does take.
+      if (target.empty() ? takes || names.size() == 1 : names[p] == target) {
         overrides[p][key] = value;
         used = true;
       }

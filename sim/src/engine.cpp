@@ -353,6 +353,10 @@ class Simulation {
 
 }  // namespace
 
+uint64_t cache_group_seed(int seq, int layer, int group) {
+  return (static_cast<uint64_t>(seq) << 40) ^ (static_cast<uint64_t>(layer) << 20) ^ static_cast<uint64_t>(group);
+}
+
 std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> lanes, const EngineOptions& options) {
   if (lanes.empty()) return {};
   const int64_t n = lanes.front().source->n_tokens();

@@ -209,11 +209,6 @@ double negative_log_likelihood(std::span<const float> logits, int target) {
 
 }  // namespace
 
-// As replay_trace seeds a cache group (group_seed in sim/src/replay.cpp); a test holds them equal.
-uint64_t cache_group_seed(int seq, int layer, int group) {
-  return (static_cast<uint64_t>(seq) << 40) ^ (static_cast<uint64_t>(layer) << 20) ^ static_cast<uint64_t>(group);
-}
-
 void check_closed_loop_policy(const PolicyInfo& info) {
   if (info.engine == Engine::bound)
     throw kvtrace::InputError("", "", "policy " + info.name +

@@ -96,10 +96,6 @@ std::vector<int> all_or(const std::vector<int>& chosen, int count, const kvtrace
   return chosen;
 }
 
-uint64_t group_seed(int seq, int layer, int group) {
-  return (static_cast<uint64_t>(seq) << 40) ^ (static_cast<uint64_t>(layer) << 20) ^ static_cast<uint64_t>(group);
-}
-
 // Groups 0..n_kv-1 are the kv heads with their query heads; group n_kv is the whole layer.
 std::vector<CacheGroup> build_groups(int n_heads, int n_kv_heads, int seq, int layer,
                                      const std::vector<std::vector<float>>& values, int head_dim, int first_kv_head = 0) {
@@ -108,7 +104,7 @@ std::vector<CacheGroup> build_groups(int n_heads, int n_kv_heads, int seq, int l
   for (int g = 0; g <= n_kv_heads; ++g) {
     CacheGroup& group = groups[static_cast<size_t>(g)];
     group.head_dim = head_dim;
-    group.seed = group_seed(seq, layer, first_kv_head + g);
+    group.seed = cache_group_seed(seq, layer, first_kv_head + g);
     const int first = g < n_kv_heads ? g * group_size : 0;
     const int last = g < n_kv_heads ? (g + 1) * group_size : n_heads;
     for (int h = first; h < last; ++h) {

@@ -13,6 +13,7 @@
 
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
+#include "../support/model_dir.hpp"
 
 namespace fs = std::filesystem;
 
@@ -22,14 +23,9 @@ using Result = kvtest::CliResult;
 Result run(const std::string& args, const std::string& env = "") { return kvtest::run_kvsim(args, env); }
 int lines(const std::string& text) { return kvtest::count_lines(text); }
 
-fs::path model_dir() {
-  if (const char* d = std::getenv("KVSIM_MODEL_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "kvsim/models";
-  const char* home = std::getenv("HOME");
-  return fs::path(home ? home : "") / ".cache/kvsim/models";
-}
+using kvtest::model_dir;
 
-bool have_model() { return fs::exists(model_dir() / "stories15M.bin") && fs::exists(model_dir() / "tokenizer.bin"); }
+using kvtest::have_model;
 
 }  // namespace
 

@@ -12,6 +12,7 @@
 
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
+#include "../support/model_dir.hpp"
 
 namespace fs = std::filesystem;
 
@@ -19,14 +20,9 @@ namespace {
 
 const std::string kTrace = std::string(KVSIM_SOURCE_DIR) + "/data/traces/stories15M-8x256.h5";
 
-fs::path model_dir() {
-  if (const char* d = std::getenv("KVSIM_MODEL_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "kvsim/models";
-  const char* home = std::getenv("HOME");
-  return fs::path(home ? home : "") / ".cache/kvsim/models";
-}
+using kvtest::model_dir;
 
-bool have_model() { return fs::exists(model_dir() / "stories15M.bin") && fs::exists(model_dir() / "tokenizer.bin"); }
+using kvtest::have_model;
 
 #define NEED_MODEL() \
   if (!have_model()) GTEST_SKIP() << "stories15M not found in " << model_dir() << " (run scripts/fetch-model.sh)"

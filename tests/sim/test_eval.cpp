@@ -23,6 +23,7 @@
 #include "kvtrace/error.hpp"
 #include "kvtrace/llama2.hpp"
 #include "kvtrace/reader.hpp"
+#include "../support/model_dir.hpp"
 
 namespace fs = std::filesystem;
 using kvsim::ClosedLoopOptions;
@@ -95,12 +96,7 @@ std::vector<PolicyChoice> runnable_policies(int64_t budget, bool few = false) {
           kvsim::choose_policy("lookahead")};
 }
 
-fs::path model_dir() {
-  if (const char* d = std::getenv("KVSIM_MODEL_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "kvsim/models";
-  const char* home = std::getenv("HOME");
-  return fs::path(home ? home : "") / ".cache/kvsim/models";
-}
+using kvtest::model_dir;
 
 // Budget >= length: no policy ever evicts, and attending to 0..t listed explicitly is the
 // model's own forward, so the logits are the full cache's bit for bit.

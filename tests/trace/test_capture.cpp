@@ -22,6 +22,7 @@
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/validate.hpp"
+#include "../support/model_dir.hpp"
 
 namespace fs = std::filesystem;
 using kvtrace::CaptureOptions;
@@ -33,12 +34,7 @@ using kvtrace::TraceReader;
 
 namespace {
 
-fs::path model_dir() {
-  if (const char* d = std::getenv("KVSIM_MODEL_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "kvsim/models";
-  const char* home = std::getenv("HOME");
-  return fs::path(home ? home : "") / ".cache/kvsim/models";
-}
+using kvtest::model_dir;
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

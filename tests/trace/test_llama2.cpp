@@ -22,6 +22,7 @@
 #include "kvtrace/error.hpp"
 #include "kvtrace/llama2.hpp"
 #include "kvtrace/tokenizer.hpp"
+#include "../support/model_dir.hpp"
 
 namespace fs = std::filesystem;
 using kvtrace::AttentionHook;
@@ -32,13 +33,7 @@ using kvtrace::Tokenizer;
 
 namespace {
 
-// Where scripts/fetch-model.sh puts the model.
-fs::path model_dir() {
-  if (const char* d = std::getenv("KVSIM_MODEL_DIR"); d && *d) return d;
-  if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) return fs::path(x) / "kvsim/models";
-  const char* home = std::getenv("HOME");
-  return fs::path(home ? home : "") / ".cache/kvsim/models";
-}
+using kvtest::model_dir;
 
 fs::path temp_file(const std::string& name) {
   return fs::path(::testing::TempDir()) / ("kvsim_llama2_" + std::to_string(::getpid()) + "_" + name);

@@ -24,6 +24,11 @@ struct CacheGroup {
   uint64_t seed = 0;                   // for seeded policies, fixed per (sequence, layer, group)
 };
 
+// The seed of a cache group's stream (seeded policies such as random): fixed per
+// (sequence, layer, group), so neither scheduling nor the engine driving it can change it.
+// group: the kv head, or n_kv_heads for the layer-wide group.
+uint64_t cache_group_seed(int seq, int layer, int group);
+
 struct SimulationSpec {
   const PolicyInfo* policy = nullptr;
   Params params;

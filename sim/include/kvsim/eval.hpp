@@ -71,9 +71,6 @@ struct ClosedLoopRun {
   std::vector<std::vector<std::vector<float>>> rows, values;
 };
 
-// The seed of cache group `group` (kv head, or n_kv_heads for a whole layer) of a layer of a
-// sequence: the one replay_trace gives it, so seeded policies draw alike in both engines.
-uint64_t cache_group_seed(int seq, int layer, int group);
 
 // Throws InputError when kvsim eval cannot run the policy (bounds).
 void check_closed_loop_policy(const PolicyInfo& info);
