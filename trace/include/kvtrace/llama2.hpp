@@ -43,7 +43,8 @@ struct AttentionHook {
                       std::span<const float> /*k*/, std::span<const float> /*v*/) {}
   // The positions query head `head` may attend to at step pos: ascending, each <= pos, the
   // last one pos itself. An empty span means all of 0..pos. The span must stay valid until
-  // on_attention of the same head returns. The softmax is then taken over exactly these
+  // the next allowed_positions call: the head's values are summed over these positions after
+  // on_attention returns. The softmax is then taken over exactly these
   // positions (this is how eviction changes the model). Violations throw std::logic_error.
   virtual std::span<const int> allowed_positions(int /*layer*/, int /*head*/, int /*pos*/) {
     return {};
