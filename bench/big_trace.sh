@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# The big target: a synthetic Llama-3.1-8B-shaped trace (32 layers, 32 heads, 8 kv heads,
+# head dim 128, 4,096 tokens, 1 sequence, q/k form, float16, no v: ~1.3 GB, written to a
+# temporary directory and deleted afterwards). Measures, each with /usr/bin/time -v (wall
+# time and peak RSS):
+#   floor      bench/kvsim_floor: stream every row once (read q/k, recompute softmax, sum)
+#   full       kvsim sweep --policies full --budgets 100% (the engine's own floor: rows + retention)
+#   sweep      kvsim sweep: 6 policies x 9 budgets (scissorhands,h2o,streaming,tova,recent,snapkv
+#              x 10%..90%)
+#   oracle     kvsim sweep --policies oracle (a bound, not a policy), 9 budgets
+# and prints sweep / floor.
+#
+#   bash bench/big_trace.sh                  # all 32 layers
+#   LAYERS=0,1,2,3 bash bench/big_trace.sh   # the first 4 layers only (synthesised and replayed)
+# Environment: KVSIM_BUILD (default build), THREADS (default 0: all cores), LAYERS,
+# REPEAT (default 1: runs of each measurement; the median is quoted), SKIP (e.g. "full oracle").
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${KVSIM_BUILD:-$root/build}
+threads=${THREADS:-0}
+repeat=${REPEAT:-1}
+skip=" ${SKIP:-} "
+kvsim=$build/kvsim
+floor=$build/bench/kvsim_floor
+for exe in "$kvsim" "$floor"; do
+  [[ -x $exe ]] || { echo "$exe not found: build first (cmake -S . -B build -G Ninja && cmake --build build)" >&2; exit 2; }
+done
+[[ -x /usr/bin/time ]] || { echo "/usr/bin/time not found (apt install time)" >&2; exit 2; }
+
+n_layers=32
+layer_args=()
+if [[ -n ${LAYERS:-} ]]; then
+  # Only the chosen layers are replayed; the trace holds layers 0..max of them.
+  n_layers=$(( $(tr ',' '\n' <<<"$LAYERS" | sort -n | tail -1) + 1 ))
+  layer_args=(--layers "$LAYERS")
+fi
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvsim-big.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+trace=$tmp/llama-3.1-8b-synth.h5
+
+echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) CPUs; threads ${threads} (0: all)"
+echo "trace: synthetic Llama-3.1-8B shape, $n_layers layers x 32 heads (8 kv heads), head dim 128, 4096 tokens, float16, qk, no v${LAYERS:+; replaying layers $LAYERS}"
+
+# run LABEL CMD...: REPEAT runs under /usr/bin/time -v; prints each run and the median wall
+# time, CPU time (user + sys) and peak RSS; sets $wall and $cpu (median seconds) and $rss (the
+# largest peak RSS, MiB).
+median() { sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+run() {
+  local label=$1; shift
+  local walls=() cpus=() rsss=()
+  for ((i = 0; i < repeat; ++i)); do
+    /usr/bin/time -v -o "$tmp/time.txt" "$@" >"$tmp/out.txt" 2>"$tmp/err.txt" || {
+      echo "$label failed:" >&2; cat "$tmp/err.txt" "$tmp/time.txt" >&2; exit 1; }
+    local w c r
+    c=$(awk -F': ' '/User time|System time/ { s += $2 } END { print s }' "$tmp/time.txt")
+    w=$(awk -F': ' '/Elapsed \(wall clock\)/ { n = split($2, p, ":"); s = 0; for (i = 1; i <= n; ++i) s = s * 60 + p[i]; print s }' "$tmp/time.txt")
+    r=$(awk -F': ' '/Maximum resident set size/ { printf "%.0f", $2 / 1024 }' "$tmp/time.txt")
+    walls+=("$w"); cpus+=("$c"); rsss+=("$r")
+  done
+  wall=$(printf '%s\n' "${walls[@]}" | median)
+  cpu=$(printf '%s\n' "${cpus[@]}" | median)
+  rss=$(printf '%s\n' "${rsss[@]}" | sort -g | tail -1)
+  printf '%-8s wall %8.2f s  CPU %8.2f s  peak RSS %6s MiB   (runs, wall/CPU s: %s)\n         %s\n' \
+    "$label" "$wall" "$cpu" "$rss" "$(paste -d/ <(printf '%s\n' "${walls[@]}") <(printf '%s\n' "${cpus[@]}") | paste -sd' ')" "$*"
+}
+
+start=$(date +%s)
+"$kvsim" synth "$trace" --layers "$n_layers" --heads 32 --kv-heads 8 --head-dim 128 --tokens 4096 --seqs 1 \
+  --dtype float16 --no-v --model llama-3.1-8b-synth >/dev/null
+echo "synth: $(( $(date +%s) - start )) s, $(du -m "$trace" | cut -f1) MB"
+cat "$trace" >/dev/null  # into the page cache, so every measurement reads it from memory
+echo
+
+policies=scissorhands,h2o,streaming,tova,recent,snapkv
+budgets=10%,20%,30%,40%,50%,60%,70%,80%,90%
+run floor "$floor" "$trace" --threads "$threads" "${layer_args[@]}"
+floor_wall=$wall floor_cpu=$cpu
+if [[ $skip != *" full "* ]]; then
+  run full "$kvsim" sweep "$trace" --policies full --budgets 100% --threads "$threads" "${layer_args[@]}"
+  full_wall=$wall full_cpu=$cpu
+fi
+run sweep "$kvsim" sweep "$trace" --policies "$policies" --budgets "$budgets" --threads "$threads" \
+  "${layer_args[@]}" --csv "$tmp/sweep.csv"
+sweep_wall=$wall sweep_cpu=$cpu sweep_rss=$rss
+cp "$tmp/out.txt" "$tmp/sweep-table.txt"
+if [[ $skip != *" oracle "* ]]; then
+  run oracle "$kvsim" sweep "$trace" --policies oracle --budgets "$budgets" --threads "$threads" "${layer_args[@]}"
+fi
+
+echo
+awk -v s="$sweep_wall" -v f="$floor_wall" -v sc="$sweep_cpu" -v fc="$floor_cpu" \
+  'BEGIN { printf "sweep / floor = %.2fx wall, %.2fx CPU   (target <= 2x)\n", s / f, sc / fc }'
+if [[ -n ${full_wall:-} ]]; then
+  awk -v s="$sweep_wall" -v f="$full_wall" -v sc="$sweep_cpu" -v fc="$full_cpu" \
+    'BEGIN { printf "sweep / full  = %.2fx wall, %.2fx CPU\n", s / f, sc / fc }'
+fi
+awk -v r="$sweep_rss" 'BEGIN { printf "sweep peak RSS = %d MiB   (target < 2 GB: 1907 MiB)\n", r }'
+echo
+sed -n '1,20p' "$tmp/sweep-table.txt"
