@@ -68,6 +68,7 @@ constexpr int kLanes = 4;
 #endif
 using Floats = float __attribute__((vector_size(4 * kLanes)));
 using Ints = int32_t __attribute__((vector_size(4 * kLanes)));
+using Doubles = double __attribute__((vector_size(8 * kLanes)));  // the denominator's lanes
 
 Floats load(const float* p) {
   Floats v;
@@ -120,15 +121,16 @@ void causal_softmax_row(float* row, int64_t t, const SoftmaxOptions& options) {
   }
   float max = lane_max[0];
   for (int j = 1; j < kLanes; ++j) max = std::max(max, lane_max[j]);
-  Floats lane_sum{};
+  // The denominator in double: a float sum over thousands of entries drifts by ~1e-6.
+  Doubles lane_sum{};
   for (int64_t i = 0; i < full; i += kLanes) {
     const Floats e = exp_nonpositive(load(begin + i) - max);
     store(begin + i, e);
-    lane_sum += e;
+    lane_sum += __builtin_convertvector(e, Doubles);
   }
   const Floats tail_exp = exp_nonpositive(load(tail) - max) * (load(tail) > splat(-INFINITY) ? splat(1.0f) : splat(0.0f));
   store(tail, tail_exp);
-  lane_sum += tail_exp;
+  lane_sum += __builtin_convertvector(tail_exp, Doubles);
   std::copy(tail, tail + (n - full), begin + full);
   double sum = 0;
   for (int j = 0; j < kLanes; ++j) sum += lane_sum[j];
