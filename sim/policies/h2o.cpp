@@ -22,6 +22,13 @@ class H2O final : public Policy {
     if (excess <= 0) return;
     const auto open = static_cast<int64_t>(cache.size()) - std::min<int64_t>(protected_recent_, cache.size());
     std::span<const int32_t> candidates = cache.first(static_cast<size_t>(open));
+    if (excess == 1 && !candidates.empty()) {  // one per step: a scan, the lower position winning ties
+      size_t best = 0;
+      for (size_t j = 1; j < candidates.size(); ++j)
+        if (score_[static_cast<size_t>(candidates[j])] < score_[static_cast<size_t>(candidates[best])]) best = j;
+      victims.push_back(candidates[best]);
+      return;
+    }
     scores_.resize(candidates.size());
     for (size_t j = 0; j < candidates.size(); ++j) scores_[j] = score_[static_cast<size_t>(candidates[j])];
     evict_lowest(candidates, scores_, excess, victims);

@@ -25,8 +25,8 @@ class Scissorhands final : public Policy {
     if (drop_now_ > group.budget)
       throw kvtrace::InputError("", "", "policy scissorhands: m = " + std::to_string(drop_now_) +
                                             " exceeds the budget B = " + std::to_string(group.budget));
-    words_ = static_cast<size_t>((window_ + 63) / 64);
-    flags_.assign(static_cast<size_t>(group.n_tokens) * words_, 0);
+    n_tokens_ = static_cast<size_t>(group.n_tokens);
+    flags_.assign(static_cast<size_t>((window_ + 63) / 64) * n_tokens_, 0);
     count_.assign(static_cast<size_t>(group.n_tokens), 0);
   }
 
@@ -34,11 +34,11 @@ class Scissorhands final : public Policy {
     const double threshold = paper_threshold_ ? 1.0 / static_cast<double>(step + 1)
                                               : 1.0 / static_cast<double>(cache.size());
     const auto slot = static_cast<size_t>(step % window_);
-    const size_t word = slot / 64;
+    uint64_t* word = flags_.data() + slot / 64 * n_tokens_;  // this step's word of every position
     const uint64_t bit = uint64_t{1} << (slot % 64);
     for (size_t j = 0; j < cache.size(); ++j) {
       const auto position = static_cast<size_t>(cache[j]);
-      uint64_t& flags = flags_[position * words_ + word];
+      uint64_t& flags = word[position];
       const bool low = attention[j] < threshold;
       const bool expired = (flags & bit) != 0;  // the flag of step - w, which leaves the window
       count_[position] += static_cast<int32_t>(low) - static_cast<int32_t>(expired);
@@ -64,8 +64,8 @@ class Scissorhands final : public Policy {
   int64_t window_, recent_, drop_;
   bool paper_threshold_;
   int64_t drop_now_ = 1;
-  size_t words_ = 1;
-  std::vector<uint64_t> flags_;  // [position][words]: low-attention flag of each step in the window
+  size_t n_tokens_ = 0;
+  std::vector<uint64_t> flags_;  // [word][position]: bit s % 64 of word s / 64 flags step s of the window
   std::vector<int32_t> count_;   // by position
   std::vector<double> scores_;
 };

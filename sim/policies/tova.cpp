@@ -13,11 +13,20 @@ class Tova final : public Policy {
     current_.assign(attention.begin(), attention.end());
   }
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
-    evict_lowest(cache, current_, excess, victims);
+    if (excess == 1) {  // one per step: a scan, the lower position winning ties
+      size_t best = 0;
+      for (size_t j = 1; j < cache.size(); ++j)
+        if (current_[j] < current_[best]) best = j;
+      victims.push_back(cache[best]);
+      return;
+    }
+    scores_.assign(current_.begin(), current_.end());
+    evict_lowest(cache, scores_, excess, victims);
   }
 
  private:
-  std::vector<double> current_;
+  std::vector<float> current_;  // this step's attention, aligned with the cache
+  std::vector<double> scores_;
 };
 
 }  // namespace

@@ -324,8 +324,8 @@ class Simulation {
                              " positions at step " + std::to_string(t) + ", needs " + std::to_string(excess));
     result_.evictions += static_cast<int64_t>(victims_.size());
     if (victims_.empty()) return;
-    if (victims_.size() == 1 && victims_[0] == cache_.back()) {
-      cache_.pop_back();
+    if (victims_.size() == 1) {  // the common case: find it by bisection (the cache is ascending)
+      cache_.erase(std::lower_bound(cache_.begin(), cache_.end(), victims_[0]));
       return;
     }
     std::erase_if(cache_, [&](int32_t position) { return !in_cache_[static_cast<size_t>(position)]; });
