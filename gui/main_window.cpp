@@ -20,6 +20,7 @@
 #include "charts_panel.hpp"
 #include "controls_panel.hpp"
 #include "heatmap_view.hpp"
+#include "kvsim/data_dir.hpp"
 #include "kvsim/report.hpp"
 #include "kvtrace/reader.hpp"
 #include "overview_grid.hpp"
@@ -123,7 +124,8 @@ void MainWindow::buildMenus() {
 }
 
 QString MainWindow::exampleTrace() {
-  return QStringLiteral(KVSIM_DATA_DIR "/traces/stories15M-8x256.h5");
+  // The source tree's data/ from a build tree, the installation's share/kvsim once installed.
+  return QString::fromStdString(kvsim::data_dir() + "/traces/stories15M-8x256.h5");
 }
 
 bool MainWindow::openFile(const QString& path, QString* error) {

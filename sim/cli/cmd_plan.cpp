@@ -12,16 +12,13 @@
 #include <sstream>
 
 #include "cli_common.hpp"
+#include "kvsim/data_dir.hpp"
 #include "kvsim/planner.hpp"
 #include "kvsim/policy.hpp"
 #include "kvsim/report.hpp"
 #include "kvtrace/atomic_file.hpp"
 #ifdef KVSIM_HAVE_PLOT
 #include "kvsim/plot.hpp"
-#endif
-
-#ifndef KVSIM_DATA_DIR
-#define KVSIM_DATA_DIR "data"
 #endif
 
 namespace kvsim::cli {
@@ -93,7 +90,7 @@ std::string pad(const std::string& text, size_t width, bool right = false) {
 
 struct Options {
   std::string model, gpu, weight_dtype = "bf16", kv_dtype = "fp16", kv_quant, reserve = "2GiB", context, budget,
-                          sweep, target, json, plot, cards = KVSIM_DATA_DIR;
+                          sweep, target, json, plot, cards = data_dir();
   int gpus = 1, block_size = 16;
   double utilization = 0.90;
   bool list = false;

@@ -1,9 +1,40 @@
-"""kvsim Python tools: the trace-file writer, the GPU dumper and checkpoint converters.
+"""kvsim from Python: replay attention traces through KV-cache eviction policies, and the
+trace-file writer, the GPU dumper and checkpoint converters.
 
-Submodules (import them explicitly; nothing heavy is imported here):
+Replay, sweep, analysis and planning (the compiled module kvsim._kvsim, built by kvsim's CMake
+project; numpy arrays in and out):
+  kvsim.open(path) -> Trace        metadata, tokens, token text, attention rows of a head
+  kvsim.replay(trace, policy, budget, **params)    per-step retention, output error, occupancy
+  kvsim.replay_rows(attention, policy, budget)     the same on rows given as a numpy array
+  kvsim.sweep(trace, policies, budgets)            columns for pandas.DataFrame(...)
+  kvsim.analyze(trace) / kvsim.analyze_rows(rows)  persistence of importance
+  kvsim.plan(model, gpu, ...)                      capacity planning, as `kvsim plan --json`
+  kvsim.policies(), kvsim.data_dir(), kvsim.bundled_trace(), kvsim.InputError (a ValueError)
+These names load the compiled module on first use; `import kvsim` alone imports nothing heavy,
+so the pure-Python tools below work on machines that only have the .py files.
+
+Submodules (import them explicitly):
   kvsim.tracefile        write/read kvsim trace schema v1 (HDF5, needs numpy + h5py)
   kvsim.dump             record q/k/v from a Hugging Face model (needs torch + transformers)
   kvsim.convert_llama2c  llama2.c checkpoint -> Hugging Face Llama directory (numpy only)
 """
 
 __version__ = "0.1.0"
+
+_NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "analyze", "analyze_rows",
+                 "plan", "policies", "data_dir", "bundled_trace")
+
+
+def __getattr__(name):
+    if name in _NATIVE_NAMES:
+        from . import _api  # raises ImportError saying how to get the compiled module
+
+        return getattr(_api, name)
+    raise AttributeError(f"module 'kvsim' has no attribute {name!r}")
+
+
+def __dir__():
+    import importlib.util
+
+    native = importlib.util.find_spec("kvsim._kvsim") is not None  # without importing it
+    return sorted(set(globals()) | (set(_NATIVE_NAMES) if native else set()))

@@ -1,0 +1,428 @@
+"""kvsim from Python (the compiled module kvsim._kvsim): every function, results equal to the
+CLI's on the bundled trace, bad input raising ValueError (kvsim.InputError) with the CLI's
+one-line message. Needs the build tree's package on PYTHONPATH (ctest python.module sets it,
+with KVSIM_EXE naming the built kvsim); skipped where only the .py files are importable
+(unless KVSIM_REQUIRE_NATIVE=1)."""
+
+import csv
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import numpy as np
+
+import kvsim
+
+try:
+    from kvsim import _kvsim  # noqa: F401
+
+    NATIVE = True
+except ImportError as e:
+    NATIVE = False
+    if os.environ.get("KVSIM_REQUIRE_NATIVE") == "1":
+        raise ImportError(f"the compiled module kvsim._kvsim is required here: {e}") from e
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+TRACE = os.path.join(ROOT, "data", "traces", "stories15M-8x256.h5")
+EXE = os.environ.get("KVSIM_EXE", os.path.join(ROOT, "build", "kvsim"))
+
+
+def cli(*args, check=True):
+    r = subprocess.run([EXE, *args], capture_output=True, text=True, timeout=300)
+    if check and r.returncode != 0:
+        raise AssertionError(f"kvsim {' '.join(args)} failed ({r.returncode}): {r.stderr}")
+    return r
+
+
+def read_csv(path):
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def same_number(csv_text, value):
+    """A CSV cell written with %.10g against the value the module returned."""
+    if csv_text == "":
+        return value is None or (isinstance(value, float) and math.isnan(value))
+    return float(csv_text) == float("%.10g" % value)
+
+
+@unittest.skipUnless(NATIVE, "kvsim._kvsim is not importable (pure-Python package only)")
+class ModuleTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(EXE):
+            raise unittest.SkipTest(f"no kvsim program at {EXE} (set KVSIM_EXE)")
+        cls.trace = kvsim.open(TRACE)
+        cls._tmp = tempfile.TemporaryDirectory()
+        cls.tmp = cls._tmp.name
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.trace.close()
+        cls._tmp.cleanup()
+
+    def out(self, name):
+        return os.path.join(self.tmp, name)
+
+    def assert_cli_message(self, verb, cli_args, call):
+        """call() raises ValueError whose message is the CLI's line after 'kvsim VERB: '."""
+        r = cli(verb, *cli_args, check=False)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        line = r.stderr.strip()
+        self.assertEqual(len(line.splitlines()), 1, line)
+        with self.assertRaises(ValueError) as caught:
+            call()
+        self.assertIsInstance(caught.exception, kvsim.InputError)
+        self.assertEqual(f"kvsim {verb}: {caught.exception}", line)
+
+    # ---- the trace ----
+
+    def test_info_equals_cli(self):
+        cli("info", TRACE, "--json", self.out("info.json"))
+        with open(self.out("info.json"), encoding="utf-8") as f:
+            expected = json.load(f)
+        self.assertEqual(self.trace.info(), expected)
+        self.assertEqual(len(self.trace), 8)
+        self.assertEqual(self.trace.meta["n_layers"], 6)
+        self.assertIn("stories15M", repr(self.trace))
+
+    def test_tokens_and_text_equal_h5py(self):
+        from kvsim import tracefile
+
+        with tracefile.TraceReader(TRACE) as ref:
+            for seq in (0, 7):
+                tokens = self.trace.tokens(seq)
+                self.assertEqual(tokens.dtype, np.int32)
+                np.testing.assert_array_equal(tokens, ref.tokens(seq))
+                self.assertEqual(self.trace.token_text(seq), list(ref.token_text(seq)))
+                np.testing.assert_array_equal(self.trace.tensor(seq, 3, "v", 2),
+                                              ref.v(seq, 3, 2).astype(np.float32))
+
+    def test_attention_rows(self):
+        from kvsim import tracefile
+
+        a = self.trace.attention(1, 2, 3)
+        n = self.trace.sequence(1)["n_tokens"]
+        self.assertEqual((a.shape, a.dtype), ((n, n), np.float32))
+        self.assertTrue(np.all(np.triu(a, 1) == 0))
+        np.testing.assert_allclose(a.sum(axis=1), 1, atol=1e-5)
+        with tracefile.TraceReader(TRACE) as ref:
+            q, k = ref.q(1, 2, 3).astype(np.float64), ref.k(1, 2, 3).astype(np.float64)
+            expected = tracefile.causal_attention(q, k, self.trace.meta["attn_scale"])
+        np.testing.assert_allclose(a, expected, atol=2e-5)
+        packed = self.trace.attention(1, 2, [3, 0], packed=True)
+        self.assertEqual(packed.shape, (2, n * (n + 1) // 2))
+        np.testing.assert_array_equal(packed[0], a[np.tril(np.ones((n, n), dtype=bool))])
+        self.assertEqual(self.trace.attention(1, 2).shape, (6, n, n))
+
+    # ---- replay and sweep against the CLI ----
+
+    def test_replay_equals_cli(self):
+        r = kvsim.replay(self.trace, "scissorhands", "20%", seqs=[0, 3], layers="1,4", w=100, threads=2)
+        cli("replay", TRACE, "--policy", "scissorhands", "--budget", "20%", "--seqs", "0,3", "--layers", "1,4",
+            "--param", "w=100", "--threads", "2", "--csv", self.out("replay.csv"))
+        rows = read_csv(self.out("replay.csv"))
+        self.assertEqual([row["layer"] for row in rows], ["1", "4", "all"])
+        self.assertEqual((r["label"], r["params"]), ("scissorhands(w=100)", "w=100"))
+        for i, row in enumerate(rows[:2]):
+            self.assertEqual(int(row["layer"]), r["layers"]["layer"][i])
+            for column in ("retention_mean", "retention_p5", "retention_min", "output_error_mean",
+                           "output_error_p95", "occupancy_mean"):
+                self.assertTrue(same_number(row[column], r["layers"][column][i]), (column, row[column]))
+        for column in ("retention_mean", "retention_p5", "retention_min", "output_error_mean", "output_error_p95",
+                       "occupancy_mean"):
+            self.assertTrue(same_number(rows[2][column], r[column]), column)
+
+        # The per-step records add up to the summary.
+        self.assertEqual(sorted(r["groups"]), [(s, l, g) for s in (0, 3) for l in (1, 4) for g in range(6)])
+        retention = np.concatenate([g["retention"].ravel() for g in r["groups"].values()])
+        self.assertEqual(retention.size, r["samples"])
+        self.assertAlmostEqual(float(retention.astype(np.float64).mean()), r["retention_mean"], places=12)
+        self.assertEqual(sum(g["evictions"] for g in r["groups"].values()), r["evictions"])
+        g = r["groups"][(3, 4, 2)]
+        n = self.trace.sequence(3)["n_tokens"]
+        self.assertEqual(g["retention"].shape, (1, n))
+        self.assertEqual(g["output_error"].shape, (1, n))
+        self.assertEqual(g["eviction_step"].shape, (n,))
+        self.assertEqual(g["budget"], n * 20 // 100)
+        self.assertLessEqual(int(g["occupancy"].max()), g["budget"] + 1)
+        np.testing.assert_array_equal(g["steps"], np.arange(n))
+        evicted = g["eviction_step"]
+        self.assertEqual(int((evicted >= 0).sum()), g["evictions"])
+        self.assertTrue(np.all(evicted[evicted >= 0] >= np.arange(n)[evicted >= 0]))
+
+    def test_replay_layer_wide_and_prefill(self):
+        r = kvsim.replay(TRACE, "tova", 32, seqs=0, layers=[5], mode="prefill", records=True)
+        self.assertEqual(list(r["groups"]), [(0, 5, 0)])
+        g = r["groups"][(0, 5, 0)]
+        self.assertTrue(g["layer_wide"])
+        self.assertEqual(list(g["heads"]), list(range(6)))
+        prompt = self.trace.sequence(0)["prompt_len"]
+        self.assertEqual(g["first_step"], prompt)
+        self.assertEqual(g["retention"].shape, (6, self.trace.sequence(0)["n_tokens"] - prompt))
+        self.assertEqual(r["mode"], "prefill")
+        no_records = kvsim.replay(TRACE, "tova", 32, seqs=0, layers=[5], mode="prefill", records=False)
+        self.assertEqual(no_records["groups"], {})
+        self.assertEqual(no_records["retention_mean"], r["retention_mean"])
+
+    def test_sweep_equals_cli(self):
+        s = kvsim.sweep(self.trace, ["scissorhands", "h2o", "tova", "oracle", "scissorhands-official"],
+                        "10%,50%,64", seqs=[1, 2], params={"scissorhands.w": 50}, threads=2)
+        cli("sweep", TRACE, "--policies", "scissorhands,h2o,tova,oracle,scissorhands-official",
+            "--budgets", "10%,50%,64", "--seqs", "1,2", "--param", "scissorhands.w=50", "--threads", "2",
+            "--csv", self.out("sweep.csv"))
+        rows = read_csv(self.out("sweep.csv"))
+        self.assertEqual(list(s)[:len(rows[0])], list(rows[0].keys()))  # same columns, same order
+        self.assertEqual({len(v) for v in s.values()}, {len(rows)})
+        for i, row in enumerate(rows):
+            for column, text in row.items():
+                value = s[column][i]
+                if isinstance(value, str):
+                    self.assertEqual(value, text, (i, column))
+                else:
+                    self.assertTrue(same_number(text, value), (i, column, text, value))
+        self.assertEqual(s["label"][0], "scissorhands(w=50)")
+        self.assertEqual(s["retention_mean"].dtype, np.float64)
+        self.assertEqual(s["evictions"].dtype, np.int64)
+
+    def test_sweep_quant_adds_rows(self):
+        s = kvsim.sweep(TRACE, "h2o", ["20%"], seqs=[0], layers=[0], quant="flexgen4")
+        self.assertEqual(s["quant"], ["none", "flexgen4"])
+        self.assertEqual(list(s["bits_per_element"]), [16.0, 4.0 + 32 / 48])
+
+    def test_ctrl_c_stops_a_sweep(self):
+        import _thread
+        import threading
+        import time
+
+        timer = threading.Timer(0.3, _thread.interrupt_main)
+        start = time.monotonic()
+        timer.start()
+        try:
+            with self.assertRaises(KeyboardInterrupt):
+                kvsim.sweep(self.trace, threads=1)  # the whole default grid: many seconds
+        finally:
+            timer.cancel()
+        self.assertLess(time.monotonic() - start, 10)
+
+    # ---- rows given as arrays ----
+
+    def test_replay_rows_equals_trace_replay(self):
+        seq, layer = 2, 3
+        rows = self.trace.attention(seq, layer)  # [6, n, n]
+        r = kvsim.replay(self.trace, "h2o", "25%", seqs=[seq], layers=[layer])
+        mine = kvsim.replay_rows(rows, "h2o", "25%")
+        self.assertEqual(mine["budget"], r["groups"][(seq, layer, 0)]["budget"])
+        self.assertEqual(mine["retention"].shape, (6, rows.shape[1]))
+        for g in range(6):
+            expected = r["groups"][(seq, layer, g)]
+            got = mine["groups"][g]
+            np.testing.assert_allclose(got["retention"], expected["retention"], atol=1e-6)
+            np.testing.assert_array_equal(mine["retention"][g], got["retention"][0])
+            np.testing.assert_array_equal(got["eviction_step"], expected["eviction_step"])
+        # Seeded policies draw as replay() does for the rows' origin.
+        random = kvsim.replay(self.trace, "random", "25%", seqs=[seq], layers=[layer], seed=3)
+        mine_random = kvsim.replay_rows(rows[2:4], "random", "25%", origin=(seq, layer, 2), seed=3)
+        for g in range(2):
+            np.testing.assert_array_equal(mine_random["groups"][g]["eviction_step"],
+                                          random["groups"][(seq, layer, 2 + g)]["eviction_step"])
+        # Packed rows are the same rows.
+        n = rows.shape[1]
+        packed = rows[:, np.tril(np.ones((n, n), dtype=bool))]
+        np.testing.assert_array_equal(kvsim.replay_rows(packed, "h2o", "25%")["retention"], mine["retention"])
+        # Values give the output error, as the trace's v do.
+        values = np.stack([self.trace.tensor(seq, layer, "v", g) for g in range(6)])
+        with_values = kvsim.replay_rows(rows, "h2o", "25%", values=values)
+        self.assertIsNone(mine["output_error"])
+        np.testing.assert_allclose(with_values["output_error"][4], r["groups"][(seq, layer, 4)]["output_error"][0],
+                                   atol=1e-5)
+
+    def test_replay_rows_equals_a_written_trace(self):
+        """Rows given as an array replay exactly as the same rows stored as a trace's attn."""
+        from kvsim import tracefile
+
+        rng = np.random.default_rng(7)
+        heads, kv, n = 4, 2, 40
+        logits = rng.normal(size=(heads, n, n)) * 2
+        logits[..., 0] += 3  # a sink
+        mask = np.tril(np.ones((n, n), dtype=bool))
+        p = np.where(mask, np.exp(np.where(mask, logits, -np.inf)), 0)
+        p = (p / p.sum(axis=-1, keepdims=True)).astype(np.float32)
+        path = self.out("mine.h5")
+        with tracefile.TraceWriter(path, model="mine", source="synthetic", n_layers=1, n_heads=heads,
+                                   n_kv_heads=kv, head_dim=8, dtype="float32") as w:
+            seq = w.begin_sequence(np.arange(n, dtype=np.int32), prompt_len=5)
+            seq.write_layer(0, attn=tracefile.pack_tril(p))
+            seq.finish()
+        for policy, params in (("scissorhands", {"w": 8, "r": 2}), ("tova", {}), ("snapkv", {"window": 4}),
+                               ("oracle", {})):
+            from_file = kvsim.replay(path, policy, 10, **params)
+            from_array = kvsim.replay_rows(p, policy, 10, n_kv_heads=kv, **params)
+            for key, group in from_file["groups"].items():
+                mine = from_array["groups"][key[2]]
+                np.testing.assert_array_equal(mine["retention"], group["retention"], policy)
+                np.testing.assert_array_equal(mine["eviction_step"], group["eviction_step"], policy)
+                np.testing.assert_array_equal(mine["occupancy"], group["occupancy"], policy)
+            self.assertEqual(from_array["retention_mean"], from_file["retention_mean"])
+        prefill = kvsim.replay_rows(p.astype(np.float64), "h2o", 10, n_kv_heads=kv, mode="prefill", prompt_len=5)
+        self.assertEqual(prefill["retention"].shape, (heads, n - 5))
+        np.testing.assert_array_equal(
+            prefill["retention"],
+            np.concatenate([g["retention"] for g in
+                            kvsim.replay(path, "h2o", 10, mode="prefill")["groups"].values()]))
+
+    def test_analyze_equals_cli(self):
+        a = kvsim.analyze(self.trace, seqs=[0, 5], layers=[1, 2], lags=[1, 16], threads=2)
+        cli("analyze", TRACE, "--seqs", "0,5", "--layers", "1,2", "--lags", "1,16", "--threads", "2",
+            "--csv", self.out("analyze.csv"))
+        rows = read_csv(self.out("analyze.csv"))
+        tables = [a["heads"], a["layer_means"], {k: [v] for k, v in a["overall"].items()}]
+        mine = []
+        for table in tables:
+            for i in range(len(table["layer"])):
+                mine.append({k: table[k][i] for k in table})
+        self.assertEqual(len(mine), len(rows))
+        for got, row in zip(mine, rows):
+            self.assertEqual(row["layer"], "all" if got["layer"] == -1 else str(got["layer"]))
+            self.assertEqual(row["head"], "mean" if got["head"] == -1 else str(got["head"]))
+            for column, text in row.items():
+                if column not in ("layer", "head"):
+                    self.assertTrue(same_number(text, got[column]), (column, text, got[column]))
+        self.assertEqual(list(a["cross_layer"]["layer_a"]), [1])
+        self.assertEqual(len(a["per_sequence"]["persistence"]), 2 * 2 * 6)
+        self.assertEqual(len(a["persistence_weights"]), 2)
+
+    def test_analyze_rows(self):
+        a = kvsim.analyze(TRACE, seqs=[4], layers=[0], lags=(1, 4))
+        rows = self.trace.attention(4, 0)
+        mine = kvsim.analyze(rows, lags=(1, 4))  # an array goes to analyze_rows
+        for column in ("early", "late", "persistent", "persistence", "ever_pivotal", "spearman_lag1",
+                       "topk_recall_lag4"):
+            np.testing.assert_allclose(mine["heads"][column], a["per_sequence"][column], atol=1e-9, err_msg=column)
+        self.assertEqual(mine["importance"].shape, (rows.shape[1],))
+
+    # ---- planning ----
+
+    def test_plan_equals_cli(self):
+        got = kvsim.plan("llama-3.1-8b", "h100-80gb", context=4096, budget=["20%", 512], kv_quant="flexgen4")
+        cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--context", "4096", "--budget", "20%,512",
+            "--kv-quant", "flexgen4", "--json", self.out("plan.json"))
+        with open(self.out("plan.json"), encoding="utf-8") as f:
+            self.assertEqual(got, json.load(f))
+
+        cli("sweep", TRACE, "--policies", "scissorhands,h2o,oracle", "--budgets", "20%,40%,60%", "--seqs", "0",
+            "--csv", self.out("plan-sweep.csv"))
+        got = kvsim.plan("Llama-3.1-8B", "h100-80gb", gpus=2, context=[1024, 4096, 3000], sweep=self.out("plan-sweep.csv"),
+                         target="retention>=0.9")
+        with open(self.out("contexts.csv"), "w", encoding="utf-8") as f:
+            f.write("1024\n4096\n3000\n")
+        cli("plan", "--model", "Llama-3.1-8B", "--gpu", "h100-80gb", "--gpus", "2", "--context",
+            self.out("contexts.csv"), "--sweep", self.out("plan-sweep.csv"), "--target", "retention>=0.9",
+            "--json", self.out("plan2.json"))
+        with open(self.out("plan2.json"), encoding="utf-8") as f:
+            self.assertEqual(got, json.load(f))
+        # A sweep() result plans as its CSV does.
+        s = kvsim.sweep(TRACE, "scissorhands,h2o,oracle", "20%,40%,60%", seqs=[0])
+        from_columns = kvsim.plan("llama-3.1-8b", "h100-80gb", gpus=2, context=[1024, 4096, 3000], sweep=s,
+                                  target="retention>=0.9")
+        self.assertEqual(from_columns["rows"], got["rows"])
+        self.assertEqual([r["policy"] for r in got["rows"]], ["full", "scissorhands", "h2o", "oracle"])
+
+    # ---- the README's example ----
+
+    def test_readme_example_runs_as_written(self):
+        """The first python block of README's "From Python" runs and prints the output shown after it."""
+        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+            readme = f.read()
+        section = readme[readme.index("\n## From Python\n"):]
+        section = section[:section.index("\n## ", 1)]
+        code = section.split("```python\n", 1)[1].split("```\n", 1)[0]
+        shown = section.split("```python\n", 1)[1].split("```\n", 1)[1].split("```\n", 1)[1].split("```\n", 1)[0]
+        env = dict(os.environ, MPLBACKEND="Agg")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=self.tmp, env=env,
+                           timeout=300)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        printed = r.stdout.splitlines()
+        shown = shown.splitlines()
+        self.assertEqual(printed[0].replace(ROOT, "/path/to/kvsim"), shown[0])
+        self.assertEqual(printed[1:], shown[1:])
+
+    # ---- the rest ----
+
+    def test_policies_and_data(self):
+        names = [p["name"] for p in kvsim.policies()]
+        listed = cli("policies").stdout
+        for name in names:
+            self.assertIn(name, listed)
+        scissorhands = next(p for p in kvsim.policies() if p["name"] == "scissorhands")
+        self.assertEqual({p["name"]: p["default"] for p in scissorhands["params"]}["w"], "400")
+        self.assertEqual(os.path.realpath(kvsim.data_dir()), os.path.realpath(os.path.join(ROOT, "data")))
+        self.assertTrue(os.path.exists(kvsim.bundled_trace()))
+
+    def test_bad_input_raises_the_cli_message(self):
+        missing = self.out("missing.h5")
+        self.assert_cli_message("info", [missing], lambda: kvsim.open(missing))
+        self.assert_cli_message("replay", [TRACE, "--policy", "nope"], lambda: kvsim.replay(TRACE, "nope", "20%"))
+        self.assert_cli_message("replay", [TRACE, "--budget", "0%"], lambda: kvsim.replay(TRACE, "scissorhands", "0%"))
+        self.assert_cli_message("replay", [TRACE, "--param", "w=0"],
+                                lambda: kvsim.replay(TRACE, "scissorhands", "20%", w=0))
+        self.assert_cli_message("replay", [TRACE, "--seqs", "9"], lambda: kvsim.replay(TRACE, "h2o", "20%", seqs=[9]))
+        self.assert_cli_message("sweep", [TRACE, "--policies", "h2o", "--param", "w=3"],
+                                lambda: kvsim.sweep(TRACE, "h2o", w=3))
+        self.assert_cli_message("analyze", [TRACE, "--topk", "x"], lambda: kvsim.analyze(TRACE, topk="x"))
+        self.assert_cli_message("plan", ["--model", "gpt-9", "--gpu", "h100-80gb"],
+                                lambda: kvsim.plan("gpt-9", "h100-80gb"))
+
+    def test_bad_arrays_raise_value_error(self):
+        p = np.tril(np.ones((2, 5, 5), dtype=np.float32))
+        p /= p.sum(axis=-1, keepdims=True)
+        upper = p.copy()
+        upper[1, 0, 3] = 0.5
+        nan = p.copy()
+        nan[0, 2, 1] = np.nan
+        cases = [
+            (p * 1.1, "attention: row 0 of head 0 sums to 1.100000 (expected 1 within 1e-3)"),
+            (upper, "attention: not causal: nonzero attention above the diagonal at head 1, row 0, position 3"),
+            (nan, "attention: NaN at head 0, row 2, position 1"),
+            (np.ones((2, 7), dtype=np.float32), "attention: a packed row set holds n(n+1)/2 values; 7 is not such a number"),
+            (np.ones((2, 3, 4), dtype=np.float32), "attention: a [heads, n, n] array needs square matrices, got [2, 3, 4]"),
+        ]
+        for array, message in cases:
+            with self.assertRaises(ValueError) as caught:
+                kvsim.replay_rows(array, "h2o", 2)
+            self.assertEqual(str(caught.exception), message)
+        with self.assertRaises(ValueError) as caught:
+            kvsim.replay_rows(p, "h2o", 2, n_kv_heads=3)
+        self.assertEqual(str(caught.exception), "the number of heads (2) must be a multiple of the kv heads (3)")
+        with self.assertRaises(ValueError):
+            kvsim.replay_rows(p, "h2o", 2, values=np.zeros((2, 4, 8)))
+        with self.assertRaises(ValueError):
+            kvsim.replay_rows(p, "h2o", 2, mode="prefill")  # no prompt length
+        with self.assertRaises(ValueError):
+            self.trace.attention(0, 6, 0)
+        closed = kvsim.open(TRACE)
+        closed.close()
+        with self.assertRaises(ValueError):
+            closed.tokens(0)
+
+
+class WithoutNativeTest(unittest.TestCase):
+    """Only the .py files (the dumper on a GPU machine): import kvsim works, replay says why not."""
+
+    def test_pure_python_package(self):
+        code = ("import kvsim, kvsim.tracefile\n"
+                "try:\n    kvsim.replay\nexcept ImportError as e:\n    print('ImportError:', e)\n")
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "trace", "python"))
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("ImportError: kvsim's replay functions need the compiled module kvsim._kvsim", r.stdout)
+        self.assertIn("PYTHONPATH", r.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,404 @@
+"""kvsim's replay, sweep, analysis and planning from Python (the public names are re-exported
+by the kvsim package: kvsim.open, kvsim.replay, ...).
+
+Everything runs in the compiled module kvsim._kvsim (the same C++ libraries as the `kvsim`
+CLI, so the numbers are the CLI's bit for bit). Results are plain dicts: numbers as numpy
+arrays, tables as dicts of equal-length columns that pandas.DataFrame(...) takes as they are.
+Bad input raises kvsim.InputError, a ValueError whose message is the CLI's one-line message.
+All replays are teacher-forced: rows come from the full-cache run, so the drift a compressed
+model would accumulate is not modelled.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+
+try:
+    from . import _kvsim as _native
+except ImportError as _error:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "kvsim's replay functions need the compiled module kvsim._kvsim, which could not be imported "
+        f"({_error}). Build kvsim with CMake (pybind11-dev and python3-dev installed; -DKVSIM_PYTHON=ON) "
+        "and put <build>/python on PYTHONPATH, or install kvsim (cmake --install, or the Debian package). "
+        "The pure-Python tools (kvsim.tracefile, kvsim.dump, kvsim.convert_llama2c) work without it."
+    ) from _error
+
+import numpy as np
+
+InputError = _native.InputError
+
+DEFAULT_SWEEP_POLICIES = ("scissorhands", "h2o", "streaming", "tova", "recent", "oracle")
+DEFAULT_SWEEP_BUDGETS = ("10%", "20%", "30%", "40%", "50%", "60%", "70%", "80%", "90%")
+
+# The columns of `kvsim sweep --csv`, in order (sweep() returns them, plus "label").
+SWEEP_COLUMNS = ("policy", "params", "budget", "quant", "bits_per_element", "budget_tokens_mean",
+                 "budget_share_mean", "mode", "retention_mean", "retention_p5", "retention_min",
+                 "output_error_mean", "output_error_p95", "output_error_max", "occupancy_mean",
+                 "occupancy_peak", "evictions", "samples")
+
+
+def _text(value) -> str:
+    if isinstance(value, bool):
+        raise InputError(f"{value!r} is not a number or a name")
+    return str(value)
+
+
+def _comma_list(value, what) -> list:
+    """'a,b' or ['a', 'b'] (or a single number) -> ['a', 'b']."""
+    if value is None:
+        return []
+    if isinstance(value, (str, int, float)):
+        items = str(value).split(",")
+    else:
+        items = [_text(v) for v in value]
+    items = [item.strip() for item in items if str(item).strip()]
+    if not items:
+        raise InputError(f"--{what}: nothing given")
+    return items
+
+
+def _indices(value, what) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (int, np.integer)):
+        return [int(value)]
+    if isinstance(value, str):
+        value = [v for v in value.split(",") if v.strip()]
+    out = []
+    for v in value:
+        try:
+            out.append(int(v))
+        except (TypeError, ValueError):
+            raise InputError(f"--{what}: '{v}' is not an index") from None
+    return out
+
+
+def _params(params, kwargs) -> list:
+    """Policy parameters from a dict and keyword arguments -> [(key, value text)]."""
+    merged = dict(params or {})
+    merged.update(kwargs)
+    return [(str(k), _text(v)) for k, v in merged.items()]
+
+
+def _budget(value) -> str:
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, str):
+        return value
+    raise InputError(f"--budget: {value!r} is not a token count (64) or a share ('20%')")
+
+
+def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads):
+    o = _native._ReplayOptions()
+    o.mode = str(mode)
+    o.aggregate = str(aggregate)
+    o.rows = str(rows)
+    if output_error is True:
+        output_error = "on"
+    elif output_error is False:
+        output_error = "off"
+    o.output_error = str(output_error)
+    o.sequences = _indices(seqs, "seqs")
+    o.layers = _indices(layers, "layers")
+    if quant is not None and not isinstance(quant, str):
+        quant = ",".join(_text(q) for q in quant)
+    o.quant = quant or ""
+    if not isinstance(layer_budget, str):
+        layer_budget = ",".join(repr(float(w)) for w in layer_budget)
+    o.layer_budget = layer_budget
+    o.threads = int(threads)
+    return o
+
+
+def _trace(trace) -> "Trace":
+    if isinstance(trace, Trace):
+        return trace
+    if isinstance(trace, (str, os.PathLike)):
+        return Trace(trace)
+    raise TypeError(f"expected a kvsim.Trace or a path, got {type(trace).__name__}")
+
+
+def _preview(text, count) -> str:
+    """The prompt as `kvsim info` shows it: on one line, leading spaces removed."""
+    out = "".join(text[:count])
+    for c in "\n\t\r":
+        out = out.replace(c, " ")
+    return out.lstrip(" ")
+
+
+class Trace(_native.Trace):
+    """An open trace file (schema v1). Opening checks the whole structure; data is read on demand.
+
+    t.meta                      model, source, n_layers, n_heads, n_kv_heads, head_dim, attn_scale, ...
+    t.n_sequences, len(t)       sequences in the file
+    t.sequence(i)               n_tokens, prompt_len, has_token_text, per-layer forms
+    t.tokens(i)                 int32 [n_tokens]
+    t.token_text(i)             list of str (empty when the trace has none)
+    t.attention(i, layer, head) float32 [n, n] causal softmax rows (zeros above the diagonal)
+    t.tensor(i, layer, 'q'|'k'|'v', head)  float32 [n, head_dim]
+    t.info()                    what `kvsim info --json` writes
+    """
+
+    def __init__(self, path):
+        super().__init__(os.fspath(path))
+
+    def __len__(self):
+        return self.n_sequences
+
+    def __repr__(self):
+        if self.closed:
+            return "<kvsim.Trace (closed)>"
+        m = self.meta
+        return (f"<kvsim.Trace {self.path!r}: {m['model']}, {m['n_layers']} layers x {m['n_heads']} heads "
+                f"({m['n_kv_heads']} kv), {self.n_sequences} sequences>")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def attention(self, seq, layer, head=None, *, packed=False, rows="auto"):
+        """Attention rows as the replay engine sees them: head an int -> [n, n] (row t holds
+        a_t[0..t], zeros above the diagonal), a list -> [len, n, n], None -> every query head
+        [n_heads, n, n]. packed=True: row t at offset t(t+1)/2 of [n(n+1)/2] per head.
+        rows: 'auto' (stored attn when present, else recomputed from q and k), 'attn' or 'qk'."""
+        one = isinstance(head, (int, np.integer))
+        heads = [] if head is None else ([int(head)] if one else [int(h) for h in head])
+        if head is not None and not heads:
+            raise InputError("no head given")
+        out = self._attention(int(seq), int(layer), heads, bool(packed), str(rows))
+        return out[0] if one else out
+
+    def tensor(self, seq, layer, name, head):
+        """One head of q (a query head), k or v (a kv head): float32 [n_tokens, head_dim]."""
+        return self._tensor(int(seq), int(layer), str(name), int(head))
+
+    def info(self) -> dict:
+        """What `kvsim info --json` writes."""
+        m = self.meta
+        sequences = []
+        for i in range(self.n_sequences):
+            s = self.sequence(i)
+            text = self.token_text(i)
+            sequences.append({"index": i, "n_tokens": s["n_tokens"], "prompt_len": s["prompt_len"],
+                              "prompt_text": _preview(text, s["prompt_len"]) if text else "",
+                              "layers": s["layers"]})
+        out = {k: m[k] for k in ("file", "file_size", "model", "source", "created", "tool", "version",
+                                 "n_layers", "n_heads", "n_kv_heads", "head_dim", "attn_scale")}
+        out["sequences"] = sequences
+        return out
+
+
+def open(path) -> Trace:  # noqa: A001 - kvsim.open reads like open()
+    """Open a trace file (HDF5, schema v1)."""
+    return Trace(path)
+
+
+def policies() -> list:
+    """Every policy: name, summary, grouping, budgeted, bound, cross_layer, params (with defaults)."""
+    return _native.policies()
+
+
+def data_dir() -> str:
+    """The folder with kvsim's model and GPU cards and the bundled traces ($KVSIM_DATA_DIR,
+    the source tree's data/ from a build tree, or the installation's share/kvsim)."""
+    return _native.data_dir()
+
+
+def bundled_trace() -> str:
+    """Path of the bundled real trace (stories15M, 8 prompts x 256 tokens, q/k/v float16)."""
+    return os.path.join(data_dir(), "traces", "stories15M-8x256.h5")
+
+
+def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto", seqs=None, layers=None,
+           output_error="auto", quant=None, layer_budget="uniform", threads=0, records=True, params=None,
+           **policy_params) -> dict:
+    """Replay one policy at one budget over a trace (kvsim replay).
+
+    trace: a kvsim.Trace or a path. budget: tokens (64) or a share of each sequence ('20%').
+    Policy parameters as keyword arguments (w=400, r=10) or params={'w': 400}.
+    Options as the CLI's: mode 'stream'|'prefill', aggregate 'mean'|'max'|'sum',
+    rows 'auto'|'attn'|'qk', seqs/layers (lists of indices), output_error 'auto'|'on'|'off',
+    quant (one spec: 'flexgen4', 'kivi2', 'int8', ...), layer_budget ('uniform', 'persistence'
+    or one weight per layer), threads (0: all cores; results do not depend on it).
+
+    Returns a dict: the summary (as a `kvsim sweep --csv` row: retention_mean, retention_p5,
+    retention_min, output_error_*, occupancy_mean, occupancy_peak, evictions, samples, ...),
+    'layers' (columns per layer), and with records=True 'groups': {(seq, layer, group): {
+    'heads' int32 [h], 'steps' int64 [steps], 'retention' float32 [h, steps],
+    'output_error' float32 [h, steps] or None, 'occupancy' int32 [steps],
+    'eviction_step' int32 [positions] (-1: never evicted), 'evictions', 'budget', ...}}.
+    Layer-wide policies (tova, scissorhands-xlayer) have one group 0 per layer.
+    """
+    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads)
+    return _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
+                           bool(records))
+
+
+def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean", rows="auto", seqs=None,
+          layers=None, output_error="auto", quant=None, layer_budget="uniform", threads=0, params=None,
+          **policy_params) -> dict:
+    """The policies x budgets grid (kvsim sweep), as columns: the columns of `kvsim sweep --csv`
+    in its order (strings as lists, numbers as numpy arrays, NaN where the CSV is empty) plus
+    'label' (policy and changed parameters). pandas.DataFrame(kvsim.sweep(...)) is the CSV.
+
+    policies, budgets: lists or comma-separated strings (defaults as the CLI's). Parameters:
+    key=value goes to every chosen policy that takes it; params={'scissorhands.w': 200} to one.
+    quant: specs added to the unquantized grid (a 'quant' column tells them apart).
+    """
+    names = _comma_list(policies if policies is not None else DEFAULT_SWEEP_POLICIES, "policies")
+    grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
+    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads)
+    return _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
+
+
+def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", prompt_len=0, aggregate="mean",
+                values=None, origin=(0, 0, 0), params=None, **policy_params) -> dict:
+    """Replay one policy on attention rows you computed yourself, no trace file.
+
+    attention: the rows of one layer, float (converted to float32; read in place when it is
+    float32 and C-contiguous): [n_heads, n, n] full causal matrices (row t holds a_t[0..t],
+    zeros above the diagonal), or packed [n_heads, n(n+1)/2] (row t at offset t(t+1)/2), or
+    one packed head [n(n+1)/2]. Rows must be probabilities summing to 1 within 1e-3 (they are
+    renormalised as the trace reader renormalises stored attn). n_kv_heads: query heads are
+    grouped as a trace's (head h uses kv head h // (n_heads // n_kv_heads)); default n_heads.
+    values: optional float [n_kv_heads, n, head_dim] for the output error. budget: tokens or '20%'.
+    mode 'prefill' needs prompt_len. origin: (sequence, layer, first kv head) the rows come from,
+    so seeded policies (random) draw what replay() draws for those cache groups.
+
+    Returns retention (and output_error) float32 [n_heads, steps] in the array's head order,
+    their summary (retention_mean, retention_p5, retention_min, ...), and 'groups': one dict
+    per cache group as replay()'s groups.
+    """
+    if n_kv_heads is None:
+        n_kv_heads = 0  # the number of heads
+    return _native._replay_rows(attention, str(policy), _budget(budget), int(n_kv_heads),
+                                _params(params, policy_params), str(mode), int(prompt_len), str(aggregate), values,
+                                [int(v) for v in origin])
+
+
+def _analyze_options(lags, topk, min_positions, max_steps, samples, correlations=True):
+    o = _native._AnalyzeOptions()
+    o.lags = [int(v) for v in _comma_list(lags, "lags")]
+    o.top_k = _text(topk)
+    o.min_positions = int(min_positions)
+    o.max_steps = int(max_steps)
+    o.samples = int(samples)
+    o.correlations = bool(correlations)
+    return o
+
+
+def analyze(trace, *, seqs=None, layers=None, lags=(1, 4, 16, 64), topk="10%", min_positions=8, max_steps=256,
+            samples=4, rows="auto", threads=0) -> dict:
+    """Persistence of importance (kvsim analyze), on a trace or path; a numpy array of one
+    layer's rows goes to analyze_rows().
+
+    Returns 'heads' (per layer and head: the columns of `kvsim analyze --csv`), 'layer_means'
+    (head -1), 'overall' (one dict; layer and head -1), 'cross_layer' (layer_a, layer_b,
+    spearman, spearman_normalised), 'per_sequence' (per sequence, layer and head: early, late,
+    persistent, persistence, ever_pivotal, repeat_share, spearman_lag*, topk_recall_lag*,
+    repeats), 'persistence_weights' (the --layer-budget persistence schedule over the analysed
+    layers), 'lags', 'sequences', 'layers'. NaN marks undefined values (the CSV's empty cells).
+    """
+    if isinstance(trace, np.ndarray):
+        return analyze_rows(trace, lags=lags, topk=topk, min_positions=min_positions, max_steps=max_steps,
+                            samples=samples)
+    options = _analyze_options(lags, topk, min_positions, max_steps, samples)
+    return _native._analyze(_trace(trace), options, str(rows), _indices(seqs, "seqs"), _indices(layers, "layers"),
+                            int(threads))
+
+
+def analyze_rows(attention, *, lags=(1, 4, 16, 64), topk="10%", min_positions=8, max_steps=256, samples=4) -> dict:
+    """analyze() on one layer's rows given as a numpy array (shapes as replay_rows): per head
+    ('heads' columns), and the head-averaged importance per position (accumulated and
+    normalised)."""
+    options = _analyze_options(lags, topk, min_positions, max_steps, samples)
+    return _native._analyze_rows(attention, options)
+
+
+def _sweep_csv(columns) -> str:
+    """A sweep() result (or any mapping with the sweep CSV's columns) as `kvsim sweep --csv` text."""
+    missing = [c for c in ("policy", "params", "budget", "budget_share_mean", "retention_mean") if c not in columns]
+    if missing:
+        raise InputError("--sweep: the columns " + ", ".join(missing) + " are missing (pass kvsim.sweep()'s result "
+                         "or a sweep CSV file)")
+    names = [c for c in SWEEP_COLUMNS if c in columns] + [c for c in columns if c not in SWEEP_COLUMNS]
+    lengths = {len(columns[c]) for c in names}
+    if len(lengths) != 1:
+        raise InputError("--sweep: the columns have different lengths")
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(names)
+
+    def cell(v):
+        if isinstance(v, (float, np.floating)):
+            return "" if math.isnan(v) else "%.10g" % v  # as kvsim sweep --csv writes them
+        if isinstance(v, np.integer):
+            return str(int(v))
+        return str(v)
+
+    for i in range(lengths.pop()):
+        writer.writerow([cell(columns[c][i]) for c in names])
+    return out.getvalue()
+
+
+def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
+         reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None) -> dict:
+    """Capacity planning (kvsim plan): the document `kvsim plan --json` writes, with its 'rows'
+    (a list of dicts, one per plan row: policy, budget, quant, kv_bytes_per_token,
+    blocks_per_sequence, max_sequences, gain, ...; pandas.DataFrame(result['rows'])).
+
+    model, gpu: card names (kvsim plan --list), display names, Hugging Face ids or card files;
+    gpu also a size ('80GB', '80GiB'). context: tokens (4096), '3072+1024', a list of lengths
+    (a mix) or a CSV file; default the model's maximum. budget: tokens or shares, a list or
+    '20%,512'. sweep: a sweep CSV file or kvsim.sweep()'s result; target: 'retention>=0.95'
+    (the default with a sweep), 'output_error<=0.05', ... kv_quant: 'flexgen4', 'kivi2', specs.
+    cards: the folder holding models/ and gpus/ (default data_dir()).
+    """
+    a = _native._PlanArgs()
+    a.model = _text(model)
+    a.gpu = _text(gpu)
+    a.gpus = int(gpus)
+    a.weight_dtype = str(weight_dtype)
+    a.kv_dtype = str(kv_dtype)
+    a.kv_quant = ",".join(_comma_list(kv_quant, "kv-quant")) if kv_quant is not None else ""
+    a.utilization = float(utilization)
+    a.reserve = _text(reserve)
+    a.block_size = int(block_size)
+    if context is None:
+        pass
+    elif isinstance(context, (int, np.integer)):
+        a.context = str(int(context))
+    elif isinstance(context, (str, os.PathLike)):
+        a.context = os.fspath(context)
+    else:
+        lengths = [int(c) for c in context]
+        if not lengths:
+            raise InputError("--context: no lengths given")
+        a.context_text = "\n".join(str(c) for c in lengths) + "\n"
+        a.context = "contexts"
+    if budget is not None:
+        a.budget = ",".join(_comma_list(budget, "budget"))
+    if sweep is not None:
+        if isinstance(sweep, (str, os.PathLike)):
+            path = os.fspath(sweep)
+            try:
+                with io.open(path, encoding="utf-8") as f:
+                    a.sweep_text = f.read()
+            except OSError:
+                raise InputError(f"{path}: cannot read the sweep") from None
+            a.sweep_name = path
+        else:
+            a.sweep_text = _sweep_csv(sweep)
+            a.sweep_name = "sweep()"
+        if not a.sweep_text:
+            raise InputError(f"{a.sweep_name}: the sweep is empty")
+    if target is not None:
+        a.target = str(target)
+    if cards is not None:
+        a.cards = os.fspath(cards)
+    return _native._plan(a)
