@@ -1,0 +1,123 @@
+#pragma once
+// Per-step row data the engine's simulations share (internal to sim/src/engine.cpp): each
+// head's row total, prefix sums and value ranking, and o_t for output error, computed at
+// most once per step however many simulations ask.
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "kvsim/engine.hpp"
+#include "kvsim/row_ranking.hpp"
+#include "kvtrace/attention_source.hpp"
+
+namespace kvsim {
+
+using kvtrace::RowBlock;
+
+// Sum of row[positions[j]] in double, in four interleaved partial sums: independent chains
+// keep the adds pipelined, and the fixed lane order keeps the result bit for bit the same.
+inline double gather_sum(const float* row, std::span<const int32_t> positions) {
+  double lane[4] = {0, 0, 0, 0};
+  size_t j = 0;
+  for (; j + 4 <= positions.size(); j += 4)
+    for (size_t k = 0; k < 4; ++k) lane[k] += row[positions[j + k]];
+  for (; j < positions.size(); ++j) lane[0] += row[positions[j]];
+  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+}
+
+inline double row_sum(const float* row, int64_t count) {
+  double lane[4] = {0, 0, 0, 0};
+  int64_t i = 0;
+  for (; i + 4 <= count; i += 4)
+    for (int64_t k = 0; k < 4; ++k) lane[k] += row[i + k];
+  for (; i < count; ++i) lane[0] += row[i];
+  return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+}
+
+// What every simulation of a lane may need at one step, computed at most once: each head's
+// row total, prefix sums, its ranking (for bounds) and, with output error, o_t of each head.
+class StepRows {
+ public:
+  StepRows(int n_heads, std::span<const CacheGroup> groups, bool output_error)
+      : groups_(groups), output_error_(output_error), totals_(static_cast<size_t>(n_heads)),
+        total_step_(static_cast<size_t>(n_heads), -1), rankings_(static_cast<size_t>(n_heads)),
+        ranked_step_(static_cast<size_t>(n_heads), -1), prefixes_(static_cast<size_t>(n_heads)),
+        prefix_step_(static_cast<size_t>(n_heads), -1), outputs_(groups.size()) {}
+
+  void start(const RowBlock& block, int64_t t) {
+    block_ = &block;
+    t_ = t;
+    if (output_error_) compute_outputs();
+  }
+  int64_t t() const { return t_; }
+  const float* row(int head) const { return block_->row(head, t_); }
+
+  // Sum of a_t[0..t] of a head.
+  double total(int head) {
+    auto h = static_cast<size_t>(head);
+    if (total_step_[h] != t_) {
+      totals_[h] = row_sum(row(head), t_ + 1);
+      total_step_[h] = t_;
+    }
+    return totals_[h];
+  }
+
+  // A head's prefix sums: prefix[i] = sum of a_t[0..i-1], for i in 0..t+1.
+  const std::vector<double>& prefix(int head) {
+    auto h = static_cast<size_t>(head);
+    if (prefix_step_[h] != t_) {
+      const float* r = row(head);
+      std::vector<double>& p = prefixes_[h];
+      p.resize(static_cast<size_t>(t_) + 2);
+      p[0] = 0;
+      for (int64_t i = 0; i <= t_; ++i) p[static_cast<size_t>(i) + 1] = p[static_cast<size_t>(i)] + r[i];
+      prefix_step_[h] = t_;
+    }
+    return prefixes_[h];
+  }
+
+  // A head's a_t[0..t-1] ranked by value.
+  RowRanking& ranking(int head) {
+    auto h = static_cast<size_t>(head);
+    if (ranked_step_[h] != t_) {
+      rankings_[h].build(row(head), t_);
+      ranked_step_[h] = t_;
+    }
+    return rankings_[h];
+  }
+
+  // o_t = sum over i <= t of a_t[i] v_i of head k of a group.
+  const std::vector<double>& full_output(int group, size_t k) const { return outputs_[static_cast<size_t>(group)][k]; }
+
+ private:
+  void compute_outputs() {
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const CacheGroup& group = groups_[g];
+      const auto d = static_cast<size_t>(group.head_dim);
+      outputs_[g].resize(group.heads.size());
+      for (size_t k = 0; k < group.heads.size(); ++k) {
+        std::vector<double>& o = outputs_[g][k];
+        o.assign(d, 0.0);
+        const float* r = row(group.heads[k]);
+        for (int64_t i = 0; i <= t_; ++i) {
+          const float* v = group.values[k] + static_cast<size_t>(i) * d;
+          for (size_t c = 0; c < d; ++c) o[c] += static_cast<double>(r[i]) * v[c];
+        }
+      }
+    }
+  }
+
+  std::span<const CacheGroup> groups_;
+  bool output_error_;
+  const RowBlock* block_ = nullptr;
+  int64_t t_ = 0;
+  std::vector<double> totals_;
+  std::vector<int64_t> total_step_;
+  std::vector<RowRanking> rankings_;
+  std::vector<int64_t> ranked_step_;
+  std::vector<std::vector<double>> prefixes_;
+  std::vector<int64_t> prefix_step_;
+  std::vector<std::vector<std::vector<double>>> outputs_;  // [group][head]
+};
+
+}  // namespace kvsim
