@@ -34,8 +34,11 @@ if(KVSIM_PYTHON)
     # the static libraries); stripped as pybind11 would in release builds.
     pybind11_add_module(kvsim_python MODULE NO_EXTRAS
       sim/python/module.cpp
+      sim/python/module_trace.cpp
+      sim/python/module_replay.cpp
+      sim/python/module_analysis.cpp
+      sim/python/module_plan.cpp
       sim/python/array_source.cpp
-      sim/python/plan_rows.cpp
     )
     string(TOUPPER "${CMAKE_BUILD_TYPE}" kvsim_build_type)
     if(NOT kvsim_build_type MATCHES "DEBUG|RELWITHDEBINFO")

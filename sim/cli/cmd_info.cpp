@@ -11,18 +11,6 @@
 namespace kvsim::cli {
 namespace {
 
-std::string forms_of(const kvtrace::LayerForm& form) {
-  std::string out;
-  for (kvtrace::Tensor tensor : {kvtrace::Tensor::q, kvtrace::Tensor::k, kvtrace::Tensor::v, kvtrace::Tensor::attn}) {
-    if (!form.has(tensor)) continue;
-    if (!out.empty()) out += " ";
-    out += std::string(kvtrace::tensor_name(tensor)) + ":" + kvtrace::dtype_name(form.dtype(tensor));
-  }
-  if (form.sliding_window) out += " window=" + std::to_string(form.sliding_window);
-  if (form.logit_softcap > 0) out += " softcap=" + std::to_string(form.logit_softcap);
-  return out;
-}
-
 // The prompt as text, on one line, shortened to `width` characters.
 std::string preview(const std::vector<std::string>& text, int64_t count, size_t width) {
   std::string out;
@@ -56,7 +44,7 @@ int cmd_info(const std::vector<std::string>& args) {
   std::set<std::string> forms;
   for (int s = 0; s < reader.n_sequences(); ++s) {
     total_tokens += reader.sequence(s).n_tokens;
-    for (const auto& layer : reader.sequence(s).layers) forms.insert(forms_of(layer));
+    for (const auto& layer : reader.sequence(s).layers) forms.insert(layer.describe());
   }
   const std::string attention = meta.n_kv_heads == meta.n_heads
                                     ? "MHA"
@@ -78,7 +66,7 @@ int cmd_info(const std::vector<std::string>& args) {
     std::printf("  %3d  %6lld  %6lld  %s\n", s, static_cast<long long>(sequence.n_tokens),
                 static_cast<long long>(sequence.prompt_len), prompt.c_str());
     nlohmann::json layers = nlohmann::json::array();
-    for (const auto& layer : sequence.layers) layers.push_back(forms_of(layer));
+    for (const auto& layer : sequence.layers) layers.push_back(layer.describe());
     sequences.push_back({{"index", s},
                          {"n_tokens", sequence.n_tokens},
                          {"prompt_len", sequence.prompt_len},

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <sstream>
 
 #include "kvsim/analysis.hpp"
@@ -42,62 +41,20 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       ("survival", po::value(&v.survival), "write per token, group and policy the step it was evicted (CSV; -1: kept)");
 }
 
-namespace {
-
-
-}  // namespace
-
 void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader& reader, ReplayConfig& config) {
   config.mode = parse_mode(v.mode);
   config.aggregate = parse_aggregate(v.aggregate);
   config.rows = parse_rows(v.rows);
-  if (v.output_error == "auto") config.output_error = OutputErrorMode::automatic;
-  else if (v.output_error == "on") config.output_error = OutputErrorMode::on;
-  else if (v.output_error == "off") config.output_error = OutputErrorMode::off;
-  else bad_option("output-error", "'" + v.output_error + "' is not auto, on or off");
+  config.output_error = parse_output_error(v.output_error);
   config.sequences = parse_indices("seqs", v.sequences);
   config.layers = parse_indices("layers", v.layers);
   if (v.threads < 0) bad_option("threads", "must be >= 0");
   config.threads = v.threads;
-  config.schedule = v.layer_budget == "persistence"
-                        ? persistence_schedule(reader, config.sequences, config.rows, config.threads)
-                        : LayerSchedule::parse(v.layer_budget, reader.meta().n_layers);
+  config.schedule = layer_schedule(v.layer_budget, reader, config.sequences, config.rows, config.threads);
   if (!v.quant.empty()) config.quant = parse_quant_list(v.quant);
   config.keep_records = !v.survival.empty();
   for (const std::string* path : {&v.csv, &v.json, &v.survival, &v.plot})
     if (!path->empty()) kvtrace::check_output_path(*path);
-}
-
-std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names, const std::vector<std::string>& params) {
-  std::vector<std::map<std::string, std::string>> overrides(names.size());
-  for (const auto& param : params) {
-    const size_t equals = param.find('=');
-    if (equals == std::string::npos || equals == 0) bad_option("param", "'" + param + "' is not key=value");
-    std::string key = param.substr(0, equals);
-    const std::string value = param.substr(equals + 1);
-    std::string target;
-    const size_t dot = key.find('.');
-    if (dot != std::string::npos) {
-      target = key.substr(0, dot);
-      key = key.substr(dot + 1);
-    }
-    bool used = false;
-    for (size_t p = 0; p < names.size(); ++p) {
-      const PolicyInfo& info = find_policy(names[p]);
-      const bool takes = std::any_of(info.params.begin(), info.params.end(), [&](const ParamSpec& s) { return s.name == key; });
-      // With one policy every plain key goes to it, so an unknown one is named with the
-      // parameters it does take.
-      if (target.empty() ? takes || names.size() == 1 : names[p] == target) {
-        overrides[p][key] = value;
-        used = true;
-      }
-    }
-    if (!used)
-      bad_option("param", target.empty() ? "no chosen policy takes '" + key + "'" : "policy '" + target + "' is not among those chosen");
-  }
-  std::vector<PolicyChoice> out;
-  for (size_t p = 0; p < names.size(); ++p) out.push_back(choose_policy(names[p], overrides[p]));
-  return out;
 }
 
 void write_outputs(const ReplayCliOptions& v, const kvtrace::TraceReader& reader, const ReplayResults& results,

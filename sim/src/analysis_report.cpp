@@ -6,29 +6,15 @@
 #include <sstream>
 
 #include "kvsim/analysis.hpp"
+#include "text_util.hpp"
 
 namespace kvsim {
 namespace {
 
-std::string fixed(double value, int width, int decimals) {
-  if (std::isnan(value)) return std::string(static_cast<size_t>(width - 1), ' ') + "-";
-  char buffer[48];
-  std::snprintf(buffer, sizeof buffer, "%*.*f", width, decimals, value);
-  return buffer;
-}
-
-std::string number(double value) {
-  if (std::isnan(value)) return "";
-  char buffer[48];
-  std::snprintf(buffer, sizeof buffer, "%.10g", value);
-  return buffer;
-}
-
-std::string right(const std::string& text, size_t width) {
-  return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
-}
-
-nlohmann::json value(double v) { return std::isnan(v) ? nlohmann::json(nullptr) : nlohmann::json(v); }
+using text::fixed;
+using text::number;
+using text::or_null;
+using text::right;
 
 // Token text for a table: control characters escaped, at most 14 characters shown.
 std::string token_label(const std::vector<std::string>& text, int32_t position) {
@@ -51,13 +37,13 @@ std::string top_k_text(const AnalysisOptions& options) {
 nlohmann::json stat_json(const StatRow& row, const AnalysisOptions& options) {
   nlohmann::json lags = nlohmann::json::array();
   for (size_t l = 0; l < row.spearman.size(); ++l)
-    lags.push_back({{"lag", options.lags[l]}, {"spearman", value(row.spearman[l])},
-                    {"topk_recall", value(row.topk_recall[l])}});
+    lags.push_back({{"lag", options.lags[l]}, {"spearman", or_null(row.spearman[l])},
+                    {"topk_recall", or_null(row.topk_recall[l])}});
   nlohmann::json out = {{"count", row.count},
-                        {"persistence", value(row.persistence)},
+                        {"persistence", or_null(row.persistence)},
                         {"persistence_defined", row.persistence_defined},
-                        {"ever_pivotal", value(row.ever_pivotal)},
-                        {"repeat_share", value(row.repeat_share)},
+                        {"ever_pivotal", or_null(row.ever_pivotal)},
+                        {"repeat_share", or_null(row.repeat_share)},
                         {"lags", lags}};
   if (row.layer >= 0) out["layer"] = row.layer;
   if (row.head >= 0) out["head"] = row.head;
@@ -203,22 +189,22 @@ std::string analysis_json(const TraceAnalysis& a, const std::string& trace, cons
     for (const HeadAnalysis& head : item.heads) {
       nlohmann::json lags = nlohmann::json::array(), repeats = nlohmann::json::array();
       for (const LagStat& lag : head.lags)
-        lags.push_back({{"lag", lag.lag}, {"spearman", value(lag.spearman)}, {"topk_recall", value(lag.topk_recall)},
+        lags.push_back({{"lag", lag.lag}, {"spearman", or_null(lag.spearman)}, {"topk_recall", or_null(lag.topk_recall)},
                         {"pairs", lag.pairs}, {"undefined", lag.undefined}});
       for (const RepeatStep& step : head.repeats) repeats.push_back({{"step", step.step}, {"positions", step.positions}});
       per_sequence.push_back({{"seq", item.seq}, {"layer", item.layer}, {"head", head.head},
                               {"n_tokens", item.n_tokens}, {"early", head.early}, {"late", head.late},
-                              {"persistent", head.persistent}, {"persistence", value(head.persistence)},
-                              {"ever_pivotal", value(head.ever_pivotal)}, {"repeat_share", value(head.repeat_share)},
+                              {"persistent", head.persistent}, {"persistence", or_null(head.persistence)},
+                              {"ever_pivotal", or_null(head.ever_pivotal)}, {"repeat_share", or_null(head.repeat_share)},
                               {"lags", lags}, {"repeats", repeats}});
     }
   nlohmann::json cross = nlohmann::json::array();
   for (const CrossLayerPair& pair : a.cross_layer) {
     nlohmann::json seqs = nlohmann::json::array(), norm = nlohmann::json::array();
-    for (double v : pair.per_sequence) seqs.push_back(value(v));
-    for (double v : pair.per_sequence_normalised) norm.push_back(value(v));
-    cross.push_back({{"layers", {pair.layer_a, pair.layer_b}}, {"spearman", value(pair.spearman)},
-                     {"spearman_normalised", value(pair.spearman_normalised)}, {"per_sequence", seqs},
+    for (double v : pair.per_sequence) seqs.push_back(or_null(v));
+    for (double v : pair.per_sequence_normalised) norm.push_back(or_null(v));
+    cross.push_back({{"layers", {pair.layer_a, pair.layer_b}}, {"spearman", or_null(pair.spearman)},
+                     {"spearman_normalised", or_null(pair.spearman_normalised)}, {"per_sequence", seqs},
                      {"per_sequence_normalised", norm}});
   }
   nlohmann::json options = {{"lags", o.lags},

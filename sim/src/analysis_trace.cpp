@@ -9,6 +9,7 @@
 #include "kvsim/analysis.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
+#include "parallel_for.hpp"
 
 namespace kvsim {
 namespace {
@@ -31,33 +32,6 @@ std::vector<int> all_or(const std::vector<int>& chosen, int count, const kvtrace
   std::vector<int> sorted = chosen;
   std::sort(sorted.begin(), sorted.end());
   return sorted;
-}
-
-// Runs work(i) for i in [0, count) on `threads` threads; the first failure in index order is
-// rethrown, whatever the scheduling.
-void parallel_for(size_t count, int threads, const std::function<void(size_t)>& work,
-                  const std::function<void(int64_t, int64_t)>& progress) {
-  std::atomic<size_t> next{0};
-  std::atomic<int64_t> done{0};
-  std::vector<std::exception_ptr> errors(count);
-  auto run = [&](bool report) {
-    for (size_t i = next++; i < count; i = next++) {
-      try {
-        work(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-      const int64_t finished = ++done;
-      if (report && progress) progress(finished, static_cast<int64_t>(count));
-    }
-  };
-  const int workers = std::max(1, std::min<int>(threads, static_cast<int>(count)));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < workers; ++t) pool.emplace_back(run, false);
-  run(true);  // the calling thread works too and reports progress
-  for (auto& thread : pool) thread.join();
-  for (auto& error : errors)
-    if (error) std::rethrow_exception(error);
 }
 
 // Accumulates per-(sequence, layer, head) values into a StatRow; NaN values are left out.
@@ -129,8 +103,11 @@ TraceAnalysis analyze_trace(const kvtrace::TraceReader& reader, const AnalysisCo
     }
   const int threads =
       config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t count = analysis.items.size();
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int64_t> done{0};
   parallel_for(
-      analysis.items.size(), threads,
+      count, threads,
       [&](size_t i) {
         LayerAnalysis& item = analysis.items[i];
         auto source = kvtrace::open_attention_source(reader, item.seq, item.layer, heads, config.rows);
@@ -139,7 +116,10 @@ TraceAnalysis analyze_trace(const kvtrace::TraceReader& reader, const AnalysisCo
         result.layer = item.layer;
         item = std::move(result);
       },
-      progress);
+      [&] {  // the calling thread reports progress
+        const int64_t finished = ++done;
+        if (progress && std::this_thread::get_id() == caller) progress(finished, static_cast<int64_t>(count));
+      });
 
   // Means in (layer, head) and layer order over sequences in ascending order.
   const size_t lags = config.options.correlations ? config.options.lags.size() : 0;
@@ -219,6 +199,12 @@ LayerSchedule persistence_schedule(const kvtrace::TraceReader& reader, const std
   std::vector<double> persistence;
   for (const StatRow& row : analysis.layer_means) persistence.push_back(row.persistence);
   return LayerSchedule::from_weights("persistence", persistence_weights(persistence));
+}
+
+LayerSchedule layer_schedule(const std::string& text, const kvtrace::TraceReader& reader,
+                             const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads) {
+  return text == "persistence" ? persistence_schedule(reader, sequences, rows, threads)
+                               : LayerSchedule::parse(text, reader.meta().n_layers);
 }
 
 }  // namespace kvsim

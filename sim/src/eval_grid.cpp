@@ -15,32 +15,10 @@
 #include "kvtrace/attention_source.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/llama2.hpp"
+#include "parallel_for.hpp"
 
 namespace kvsim {
 namespace {
-
-// Runs work(i) for i in [0, count) on `threads` threads; rethrows the first failure in index order.
-void parallel_for(size_t count, int threads, const std::function<void(size_t)>& work, const std::function<void()>& done) {
-  std::atomic<size_t> next{0};
-  std::vector<std::exception_ptr> errors(count);
-  auto worker = [&]() {
-    for (size_t i = next++; i < count; i = next++) {
-      try {
-        work(i);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-      done();
-    }
-  };
-  const int workers = std::max(1, std::min<int>(threads, static_cast<int>(count)));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < workers; ++t) pool.emplace_back(worker);
-  worker();
-  for (auto& thread : pool) thread.join();
-  for (auto& error : errors)
-    if (error) std::rethrow_exception(error);
-}
 
 // What the full-cache run of one sequence leaves for the rest.
 struct Reference {

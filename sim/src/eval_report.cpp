@@ -5,10 +5,18 @@
 #include <sstream>
 
 #include "kvsim/eval.hpp"
+#include "text_util.hpp"
 
 namespace kvsim {
 namespace {
 
+using text::csv_field;
+using text::left;
+using text::number;
+using text::or_null;
+using text::right;
+
+// A table cell: "-" for NaN.
 std::string format(const char* pattern, double value) {
   if (std::isnan(value)) return "-";
   char buffer[48];
@@ -16,28 +24,10 @@ std::string format(const char* pattern, double value) {
   return buffer;
 }
 
-std::string number(double value) { return std::isnan(value) ? "" : format("%.10g", value); }
-
-std::string right(const std::string& text, size_t width) {
-  return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
-}
-std::string left(const std::string& text, size_t width) {
-  return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
-}
-
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
 std::string budget_text(const EvalCell& cell) {
   return cell.budget.text + " (" + format(cell.budget_tokens_mean == std::floor(cell.budget_tokens_mean) ? "%.0f" : "%.1f",
                                           cell.budget_tokens_mean) + ")";
 }
-
-nlohmann::json or_null(double value) { return std::isnan(value) ? nlohmann::json(nullptr) : nlohmann::json(value); }
 
 }  // namespace
 

@@ -8,6 +8,7 @@
 
 #include "kvtrace/error.hpp"
 #include "kvtrace/half.hpp"
+#include "text_util.hpp"
 
 namespace kvsim {
 namespace {
@@ -40,10 +41,7 @@ int parse_bits(const std::string& text, const std::string& digits, const char* w
   return bits;
 }
 
-std::string lower(std::string text) {
-  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return text;
-}
+using text::lower;
 
 std::string axis_name(QuantAxis axis) { return axis == QuantAxis::per_token ? "per token" : "per channel"; }
 

@@ -5,34 +5,15 @@
 #include <sstream>
 
 #include "kvtrace/error.hpp"
+#include "text_util.hpp"
 
 namespace kvsim {
 namespace {
 
-std::string number(double value, const char* format = "%.10g") {
-  if (std::isnan(value)) return "";
-  char buffer[40];
-  std::snprintf(buffer, sizeof buffer, format, value);
-  return buffer;
-}
-
-std::string fixed(double value, int width, int decimals) {
-  if (std::isnan(value)) return std::string(static_cast<size_t>(width - 1), ' ') + "-";
-  char buffer[40];
-  std::snprintf(buffer, sizeof buffer, "%*.*f", width, decimals, value);
-  return buffer;
-}
-
-std::string pad(const std::string& text, size_t width) {
-  return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
-}
-
-std::string csv_field(const std::string& text) {
-  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
-  std::string out = "\"";
-  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
+using text::csv_field;
+using text::fixed;
+using text::left;
+using text::number;
 
 // Token text in one CSV cell on one line: control characters written as \n, \t, \r.
 std::string one_line(const std::string& text) {
@@ -66,11 +47,11 @@ std::string sweep_table(const ReplayResults& results) {
   for (const auto& label : labels) width = std::max(width, label.size() + 2);
   std::ostringstream out;
   auto table = [&](const std::string& title, auto value, int decimals) {
-    out << title << "\n" << pad("budget", 10);
+    out << title << "\n" << left("budget", 10);
     for (const auto& label : labels) out << std::string(width - std::min(width, label.size()), ' ') << label;
     out << "\n";
     for (size_t b = 0; b < budgets; ++b) {
-      out << pad(results.cells[b].budget.text, 10);
+      out << left(results.cells[b].budget.text, 10);
       for (size_t p = 0; p < labels.size(); ++p)
         out << fixed(value(results.cells[p * budgets + b]), static_cast<int>(width), decimals);
       out << "\n";
@@ -100,7 +81,7 @@ std::string replay_table(const CellResult& cell, bool output_error) {
   if (output_error) out << "  err.mean  err.p95";
   out << "  occupancy\n";
   auto line = [&](const std::string& name, const Summary& retention, const Summary& error, double occupancy) {
-    out << pad(name, 6) << fixed(retention.mean, 10, 4) << fixed(retention.p5, 8, 4) << fixed(retention.min, 9, 4);
+    out << left(name, 6) << fixed(retention.mean, 10, 4) << fixed(retention.p5, 8, 4) << fixed(retention.min, 9, 4);
     if (output_error) out << fixed(error.mean, 10, 4) << fixed(error.p95, 9, 4);
     out << fixed(occupancy, 11, 1) << "\n";
   };

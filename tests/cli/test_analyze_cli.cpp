@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -30,13 +31,8 @@ TEST(CliAnalyze, PrintsPersistenceLagsCrossLayerAndRepeats) {
 TEST(CliAnalyze, WritesCsvJsonAndPlotsTheSameWhateverTheThreadCount) {
   kvtest::TempDir dir;
   const std::string common = "analyze " + kTrace + " --seqs 1,3 --lags 2,8 --topk 5 ";
-  const auto one = kvtest::run_kvsim(common + "--threads 1 --csv " + dir.file("one.csv") + " --json " + dir.file("one.json"));
+  const auto one = kvtest::expect_same_whatever_threads(common, dir, 2, {"csv", "json"});
   ASSERT_EQ(one.code, 0) << one.output;
-  const auto two = kvtest::run_kvsim(common + "--threads 2 --csv " + dir.file("two.csv") + " --json " + dir.file("two.json"));
-  ASSERT_EQ(two.code, 0) << two.output;
-  EXPECT_EQ(one.output, two.output);
-  EXPECT_EQ(kvtest::slurp(dir.file("one.csv")), kvtest::slurp(dir.file("two.csv")));
-  EXPECT_EQ(kvtest::slurp(dir.file("one.json")), kvtest::slurp(dir.file("two.json")));
   const std::string csv = kvtest::slurp(dir.file("one.csv"));
   // 36 (layer, head) rows, 6 layer means, 1 overall.
   EXPECT_EQ(kvtest::count_lines(csv), 1 + 36 + 6 + 1);
@@ -92,9 +88,7 @@ TEST(CliAnalyze, BadInputIsOneLineExitTwoAndNoFile) {
            "analyze " + dir.file("missing.h5") + out,
            "analyze" + out,
        }) {
-    const auto result = kvtest::run_kvsim(args);
-    EXPECT_EQ(result.code, 2) << args << "\n" << result.output;
-    EXPECT_EQ(kvtest::count_lines(result.output), 1) << args << "\n" << result.output;
+    kvtest::expect_one_line_error(args);
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }
@@ -110,7 +104,5 @@ TEST(CliSweep, LayerBudgetByPersistence) {
   EXPECT_NE(kvtest::slurp(dir.file("uniform.json")), kvtest::slurp(dir.file("persistence.json")));
   const auto replay = kvtest::run_kvsim("replay " + kTrace + " --policy tova --budget 30% --seqs 2 --layer-budget persistence");
   EXPECT_EQ(replay.code, 0) << replay.output;
-  const auto bad = kvtest::run_kvsim("sweep " + kTrace + " --layer-budget persistance");
-  EXPECT_EQ(bad.code, 2) << bad.output;
-  EXPECT_EQ(kvtest::count_lines(bad.output), 1) << bad.output;
+  kvtest::expect_one_line_error("sweep " + kTrace + " --layer-budget persistance");
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 #include "../support/model_dir.hpp"
@@ -21,7 +22,6 @@ namespace {
 
 using Result = kvtest::CliResult;
 Result run(const std::string& args, const std::string& env = "") { return kvtest::run_kvsim(args, env); }
-int lines(const std::string& text) { return kvtest::count_lines(text); }
 
 using kvtest::model_dir;
 
@@ -43,9 +43,7 @@ TEST(CliCapture, MissingModelSaysHowToFetchIt) {
   for (const std::string& env : {"KVSIM_MODEL_DIR=" + dir.file("nowhere"), std::string()}) {
     const std::string args = env.empty() ? "capture --model " + dir.file("none.bin") + " --prompt hi --out " + out
                                          : "capture --prompt hi --out " + out;
-    const Result result = run(args, env);
-    EXPECT_EQ(result.code, 2) << result.output;
-    EXPECT_EQ(lines(result.output), 1) << result.output;
+    const Result result = kvtest::expect_one_line_error(args, env);
     EXPECT_NE(result.output.find("scripts/fetch-model.sh"), std::string::npos) << result.output;
   }
   EXPECT_FALSE(fs::exists(out));
@@ -74,9 +72,7 @@ TEST(CliCapture, BadInputIsOneLineAndExitTwo) {
            "capture --prompt 'a b c d e f g h i j k l m n o p' --tokens 4 --out " + out,
            "capture --prompt a --tokens 8 --out /nonexistent/dir/x.h5",
        }) {
-    const Result result = run(args);
-    EXPECT_EQ(result.code, 2) << args << ": " << result.output;
-    EXPECT_EQ(lines(result.output), 1) << args << ": " << result.output;
+    kvtest::expect_one_line_error(args);
   }
   EXPECT_FALSE(fs::exists(out)) << "no output file after a failure";
 }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -15,7 +16,6 @@ namespace {
 
 using Result = kvtest::CliResult;
 Result run(const std::string& args, const std::string& env = "") { return kvtest::run_kvsim(args, env); }
-int lines(const std::string& text) { return kvtest::count_lines(text); }
 
 }  // namespace
 
@@ -53,9 +53,7 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
   for (const std::string& args : std::vector<std::string>{"validate " + text, "info " + dir.file("missing.h5"), "validate", "synth " + dir.file("x.h5") + " --form xyz",
         "synth " + dir.file("x.h5") + " --heads 6 --kv-heads 4", "synth /nonexistent/x.h5", "frobnicate",
         "info " + text + " --bogus"}) {
-    const Result result = run(args);
-    EXPECT_EQ(result.code, 2) << args << ": " << result.output;
-    EXPECT_EQ(lines(result.output), 1) << args << ": " << result.output;
+    kvtest::expect_one_line_error(args);
   }
   EXPECT_FALSE(std::ifstream(dir.file("x.h5")).good()) << "no output file after a failure";
 }

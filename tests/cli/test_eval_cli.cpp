@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 #include "../support/model_dir.hpp"
@@ -60,9 +61,7 @@ TEST(CliEval, BadInputIsOneLineAndExitTwo) {
            "eval --text " + dir.file("missing.txt") + " --csv " + csv,
            "eval " + dir.file("none.bin") + " --trace " + kTrace + " --csv " + csv,
        }) {
-    const auto result = kvtest::run_kvsim(args);
-    EXPECT_EQ(result.code, 2) << args << "\n" << result.output;
-    EXPECT_EQ(kvtest::count_lines(result.output), 1) << args << "\n" << result.output;
+    kvtest::expect_one_line_error(args);
   }
   EXPECT_FALSE(fs::exists(csv));
   const auto missing = kvtest::run_kvsim("eval --trace " + kTrace, "KVSIM_MODEL_DIR=" + dir.file("nowhere"));
@@ -74,13 +73,8 @@ TEST(CliEval, TraceTableSameBytesWhateverTheThreadCount) {
   NEED_MODEL();
   kvtest::TempDir dir;
   const std::string common = "eval --trace " + kTrace + " --seqs 0,5 --tokens 32 --policies tova,recent --budgets 25%,100% ";
-  const auto one = kvtest::run_kvsim(common + "--threads 1 --csv " + dir.file("one.csv") + " --json " + dir.file("one.json"));
+  const auto one = kvtest::expect_same_whatever_threads(common, dir, 3, {"csv", "json"});
   ASSERT_EQ(one.code, 0) << one.output;
-  const auto two = kvtest::run_kvsim(common + "--threads 3 --csv " + dir.file("two.csv") + " --json " + dir.file("two.json"));
-  ASSERT_EQ(two.code, 0) << two.output;
-  EXPECT_EQ(one.output, two.output);
-  EXPECT_EQ(kvtest::slurp(dir.file("one.csv")), kvtest::slurp(dir.file("two.csv")));
-  EXPECT_EQ(kvtest::slurp(dir.file("one.json")), kvtest::slurp(dir.file("two.json")));
   EXPECT_NE(one.output.find("2 sequences, 64 tokens, 62 predictions; full cache: perplexity"), std::string::npos) << one.output;
   EXPECT_NE(one.output.find("Spearman"), std::string::npos);
   EXPECT_NE(one.output.find("teacher-forced"), std::string::npos);

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 
+#include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -154,9 +155,7 @@ TEST(CliPlan, BadInputIsOneLineAndExitTwo) {
       {"plan --model llama-3.1-8b --gpu h100-80gb --json /nonexistent/dir/p.json", "/nonexistent/dir/p.json"},
   };
   for (const auto& [args, message] : cases) {
-    const auto result = kvtest::run_kvsim(args);
-    EXPECT_EQ(result.code, 2) << args << "\n" << result.output;
-    EXPECT_EQ(kvtest::count_lines(result.output), 1) << args << "\n" << result.output;
+    const auto result = kvtest::expect_one_line_error(args);
     EXPECT_NE(result.output.find(message), std::string::npos) << args << "\n" << result.output;
   }
 }

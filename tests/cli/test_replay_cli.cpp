@@ -3,6 +3,7 @@
 
 #include <filesystem>
 
+#include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -35,16 +36,8 @@ TEST(CliSweep, SameBytesWhateverTheThreadCount) {
   const std::string common = "sweep " + kTrace +
                              " --policies scissorhands,h2o,tova,snapkv,random,oracle,scissorhands-xlayer --budgets 10%,30%,64"
                              " --seqs 0,3,5 ";
-  const auto one = kvtest::run_kvsim(common + "--threads 1 --csv " + dir.file("one.csv") + " --json " +
-                                     dir.file("one.json") + " --survival " + dir.file("one_survival.csv"));
+  const auto one = kvtest::expect_same_whatever_threads(common, dir, 2, {"csv", "json", "survival"});
   ASSERT_EQ(one.code, 0) << one.output;
-  const auto two = kvtest::run_kvsim(common + "--threads 2 --csv " + dir.file("two.csv") + " --json " +
-                                     dir.file("two.json") + " --survival " + dir.file("two_survival.csv"));
-  ASSERT_EQ(two.code, 0) << two.output;
-  EXPECT_EQ(one.output, two.output);
-  EXPECT_EQ(kvtest::slurp(dir.file("one.csv")), kvtest::slurp(dir.file("two.csv")));
-  EXPECT_EQ(kvtest::slurp(dir.file("one.json")), kvtest::slurp(dir.file("two.json")));
-  EXPECT_EQ(kvtest::slurp(dir.file("one_survival.csv")), kvtest::slurp(dir.file("two_survival.csv")));
   const std::string csv = kvtest::slurp(dir.file("one.csv"));
   EXPECT_EQ(kvtest::count_lines(csv), 1 + 7 * 3);
   EXPECT_EQ(csv.rfind("policy,params,budget,quant,bits_per_element,budget_tokens_mean,budget_share_mean,mode,retention_mean,retention_p5,retention_min", 0), 0u);
@@ -87,9 +80,7 @@ TEST(CliReplay, BadInputIsOneLineExitTwoAndNoFile) {
            "sweep " + kTrace + " --budgets 10%,,x" + out,
            "replay " + dir.file("missing.h5") + out,
        }) {
-    const auto result = kvtest::run_kvsim(args);
-    EXPECT_EQ(result.code, 2) << args << "\n" << result.output;
-    EXPECT_EQ(kvtest::count_lines(result.output), 1) << args << "\n" << result.output;
+    kvtest::expect_one_line_error(args);
   }
   EXPECT_TRUE(std::filesystem::is_empty(dir.path()));
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <thread>
 
+#include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -114,8 +115,6 @@ TEST_F(Resume, TruncatedLastLineIsDropped) {
 TEST_F(Resume, RowsOfAnotherSweepAreRefused) {
   const std::string csv = dir_.file("other.csv");
   ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + " --policies h2o --budgets 10% --csv " + csv).code, 0);
-  const auto result = kvtest::run_kvsim("sweep " + trace_ + grid_args() + " --csv " + csv + " --resume");
-  EXPECT_EQ(result.code, 2);
-  EXPECT_EQ(kvtest::count_lines(result.output), 1) << result.output;
+  const auto result = kvtest::expect_one_line_error("sweep " + trace_ + grid_args() + " --csv " + csv + " --resume");
   EXPECT_NE(result.output.find("is not this sweep's"), std::string::npos) << result.output;
 }

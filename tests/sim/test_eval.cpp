@@ -5,6 +5,7 @@
 // Tests named Stories15M* need scripts/fetch-model.sh's model and are skipped without it.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/llama2_files.hpp"
 #include "../support/temp_dir.hpp"
 #include "kvsim/eval.hpp"
 #include "kvsim/replay.hpp"
@@ -38,21 +40,15 @@ namespace {
 struct Shape {
   int dim, hidden, layers, heads, kv_heads, vocab, seq_len;
   int head_dim() const { return dim / heads; }
-  int64_t floats() const {
-    const int64_t kv_dim = static_cast<int64_t>(kv_heads) * head_dim();
-    const int64_t per_layer = dim + 2 * int64_t{dim} * dim + 2 * kv_dim * dim + dim + 3 * int64_t{hidden} * dim;
-    return int64_t{vocab} * dim + layers * per_layer + dim + int64_t{seq_len} * head_dim();
-  }
+  std::array<int32_t, 7> header() const { return {dim, hidden, layers, heads, kv_heads, vocab, seq_len}; }
+  int64_t floats() const { return kvtest::llama2_floats(header().data()); }
 };
 
 std::string write_checkpoint(const kvtest::TempDir& dir, const std::string& name, const Shape& s,
                              const std::vector<float>& weights) {
   EXPECT_EQ(static_cast<int64_t>(weights.size()), s.floats());
   const std::string path = dir.file(name);
-  std::ofstream out(path, std::ios::binary);
-  const int32_t header[7] = {s.dim, s.hidden, s.layers, s.heads, s.kv_heads, s.vocab, s.seq_len};
-  out.write(reinterpret_cast<const char*>(header), sizeof header);
-  out.write(reinterpret_cast<const char*>(weights.data()), static_cast<std::streamsize>(weights.size() * sizeof(float)));
+  kvtest::write_llama2(path, s.header().data(), weights);
   return path;
 }
 

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../support/llama2_files.hpp"
 #include "../support/temp_dir.hpp"
 #include "kvtrace/attention_source.hpp"
 #include "kvtrace/capture.hpp"
@@ -23,6 +24,7 @@
 #include "kvtrace/reader.hpp"
 #include "kvtrace/validate.hpp"
 #include "../support/model_dir.hpp"
+#include "../support/stories15m.hpp"
 
 namespace fs = std::filesystem;
 using kvtrace::CaptureOptions;
@@ -33,8 +35,6 @@ using kvtrace::Tokenizer;
 using kvtrace::TraceReader;
 
 namespace {
-
-using kvtest::model_dir;
 
 std::string read_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -109,23 +109,8 @@ const std::vector<int> kLilyFirst32 = {2296, 723,  748,   304,  278,  25695, 143
                                        278,  11982, 29889, 3118, 2462, 29892, 1183, 4446,  263,  4802, 13006,
                                        297,  278,  4094,  29889, 739, 471,   263,  343,   5860, 29991};
 
-class Stories15MCapture : public ::testing::Test {
+class Stories15MCapture : public kvtest::Stories15MTest {
  protected:
-  static void SetUpTestSuite() {
-    const fs::path dir = model_dir();
-    if (!fs::exists(dir / "stories15M.bin") || !fs::exists(dir / "tokenizer.bin")) return;
-    model_ = std::make_unique<Llama2Model>(Llama2Model::load((dir / "stories15M.bin").string()));
-    tok_ = std::make_unique<Tokenizer>(Tokenizer::load((dir / "tokenizer.bin").string(), model_->config().vocab_size));
-  }
-  static void TearDownTestSuite() {
-    model_.reset();
-    tok_.reset();
-  }
-  void SetUp() override {
-    if (!model_)
-      GTEST_SKIP() << "stories15M not found in " << model_dir()
-                   << " (run scripts/fetch-model.sh or set KVSIM_MODEL_DIR)";
-  }
   std::vector<kvtrace::CapturedSequence> capture(const std::string& path, const std::vector<std::string>& prompts,
                                                  const CaptureOptions& options) {
     std::vector<kvtrace::CapturedSequence> out;
@@ -133,12 +118,8 @@ class Stories15MCapture : public ::testing::Test {
                            [&](const kvtrace::CapturedSequence& s) { out.push_back(s); });
     return out;
   }
-  static std::unique_ptr<Llama2Model> model_;
-  static std::unique_ptr<Tokenizer> tok_;
   kvtest::TempDir dir_;
 };
-std::unique_ptr<Llama2Model> Stories15MCapture::model_;
-std::unique_ptr<Tokenizer> Stories15MCapture::tok_;
 
 TEST_F(Stories15MCapture, ReproducesTheGreedyTextAndValidates) {
   const std::string path = dir_.file("lily.h5");
@@ -257,41 +238,14 @@ constexpr int kTinyVocab = 263;  // <unk>, BOS, EOS, 256 byte tokens, " ", "a", 
 
 std::string write_tiny_model(const kvtest::TempDir& dir) {
   const int32_t header[7] = {8, 12, 2, 2, 1, -kTinyVocab, 16};  // unshared classifier, seq_len 16
-  const size_t dim = 8, hidden = 12, layers = 2, head = 4, kv_dim = 4, vocab = kTinyVocab, seq = 16;
-  const size_t n = vocab * dim + layers * (dim + dim * dim + 2 * kv_dim * dim + dim * dim + dim + 3 * hidden * dim) +
-                   dim + seq * head + vocab * dim;
   const std::string path = dir.file("tiny.bin");
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(header), sizeof header);
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 0.5f);
-  for (size_t i = 0; i < n; ++i) {
-    const float w = normal(rng);
-    out.write(reinterpret_cast<const char*>(&w), sizeof w);
-  }
+  kvtest::write_llama2(path, header, kvtest::normal_weights(static_cast<size_t>(kvtest::llama2_floats(header)), 7));
   return path;
 }
 
 std::string write_tiny_tokenizer(const kvtest::TempDir& dir) {
   const std::string path = dir.file("tok.bin");
-  std::ofstream out(path, std::ios::binary);
-  const int32_t max_len = 8;
-  out.write(reinterpret_cast<const char*>(&max_len), sizeof max_len);
-  auto put = [&](const std::string& piece, float score) {
-    const auto len = static_cast<int32_t>(piece.size());
-    out.write(reinterpret_cast<const char*>(&score), sizeof score);
-    out.write(reinterpret_cast<const char*>(&len), sizeof len);
-    out.write(piece.data(), len);
-  };
-  put("<unk>", 0);
-  put("\n<s>\n", 0);
-  put("\n</s>\n", 0);
-  for (int b = 0; b < 256; ++b) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    put(buf, 0);
-  }
-  for (const char* piece : {" ", "a", "b", " a"}) put(piece, -1);
+  kvtest::write_byte_tokenizer(path, {{" ", -1}, {"a", -1}, {"b", -1}, {" a", -1}});
   return path;
 }
 

@@ -22,7 +22,9 @@
 #include "kvtrace/error.hpp"
 #include "kvtrace/llama2.hpp"
 #include "kvtrace/tokenizer.hpp"
+#include "../support/llama2_files.hpp"
 #include "../support/model_dir.hpp"
+#include "../support/stories15m.hpp"
 
 namespace fs = std::filesystem;
 using kvtrace::AttentionHook;
@@ -33,8 +35,6 @@ using kvtrace::Tokenizer;
 
 namespace {
 
-using kvtest::model_dir;
-
 fs::path temp_file(const std::string& name) {
   return fs::path(::testing::TempDir()) / ("kvsim_llama2_" + std::to_string(::getpid()) + "_" + name);
 }
@@ -42,29 +42,7 @@ fs::path temp_file(const std::string& name) {
 // ---------------------------------------------------------------------------------------
 // The real model, stories15M
 
-class Stories15M : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    const fs::path dir = model_dir();
-    if (!fs::exists(dir / "stories15M.bin") || !fs::exists(dir / "tokenizer.bin")) return;
-    model_ = std::make_unique<Llama2Model>(Llama2Model::load((dir / "stories15M.bin").string()));
-    tok_ = std::make_unique<Tokenizer>(
-        Tokenizer::load((dir / "tokenizer.bin").string(), model_->config().vocab_size));
-  }
-  static void TearDownTestSuite() {
-    model_.reset();
-    tok_.reset();
-  }
-  void SetUp() override {
-    if (!model_)
-      GTEST_SKIP() << "stories15M not found in " << model_dir()
-                   << " (run scripts/fetch-model.sh or set KVSIM_MODEL_DIR)";
-  }
-  static std::unique_ptr<Llama2Model> model_;
-  static std::unique_ptr<Tokenizer> tok_;
-};
-std::unique_ptr<Llama2Model> Stories15M::model_;
-std::unique_ptr<Tokenizer> Stories15M::tok_;
+class Stories15M : public kvtest::Stories15MTest {};
 
 TEST_F(Stories15M, ConfigIsStories15M) {
   const auto& c = model_->config();
@@ -289,23 +267,12 @@ TEST_F(Stories15M, InvalidAllowedPositionsThrow) {
 
 constexpr std::int32_t kTinyHeader[7] = {8, 12, 2, 2, 1, -16, 8};
 
-std::size_t tiny_floats() {
-  const std::size_t dim = 8, hidden = 12, layers = 2, head = 4, kv_dim = 4, vocab = 16, seq = 8;
-  return vocab * dim + layers * (dim + dim * dim + 2 * kv_dim * dim + dim * dim + dim + 3 * hidden * dim) +
-         dim + seq * head + vocab * dim;
-}
+std::size_t tiny_floats() { return static_cast<std::size_t>(kvtest::llama2_floats(kTinyHeader)); }
 
 // Writes the header and n_floats pseudo-random weights (n_floats defaults to the right count).
 fs::path write_tiny(const std::string& name, const std::int32_t* header, std::size_t n_floats) {
   const fs::path path = temp_file(name);
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(header), 7 * sizeof(std::int32_t));
-  std::mt19937 rng(42);
-  std::normal_distribution<float> normal(0.0f, 0.5f);
-  for (std::size_t i = 0; i < n_floats; ++i) {
-    const float w = normal(rng);
-    out.write(reinterpret_cast<const char*>(&w), sizeof w);
-  }
+  kvtest::write_llama2(path.string(), header, kvtest::normal_weights(n_floats, 42));
   return path;
 }
 
@@ -374,23 +341,7 @@ TEST(Llama2Tiny, BadFilesThrowInputError) {
 fs::path write_tokenizer(const std::string& name, const std::vector<std::pair<std::string, float>>& extra,
                          std::int32_t max_len = 8) {
   const fs::path path = temp_file(name);
-  std::ofstream out(path, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(&max_len), sizeof max_len);
-  auto put = [&](const std::string& piece, float score) {
-    const auto len = static_cast<std::int32_t>(piece.size());
-    out.write(reinterpret_cast<const char*>(&score), sizeof score);
-    out.write(reinterpret_cast<const char*>(&len), sizeof len);
-    out.write(piece.data(), len);
-  };
-  put("<unk>", 0);
-  put("\n<s>\n", 0);
-  put("\n</s>\n", 0);
-  for (int b = 0; b < 256; ++b) {
-    char buf[8];
-    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
-    put(buf, 0);
-  }
-  for (const auto& [piece, score] : extra) put(piece, score);
+  kvtest::write_byte_tokenizer(path.string(), extra, max_len);
   return path;
 }
 

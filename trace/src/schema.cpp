@@ -50,6 +50,18 @@ DType LayerForm::dtype(Tensor tensor) const {
   return DType::f32;
 }
 
+std::string LayerForm::describe() const {
+  std::string out;
+  for (Tensor tensor : {Tensor::q, Tensor::k, Tensor::v, Tensor::attn}) {
+    if (!has(tensor)) continue;
+    if (!out.empty()) out += " ";
+    out += std::string(tensor_name(tensor)) + ":" + dtype_name(dtype(tensor));
+  }
+  if (sliding_window) out += " window=" + std::to_string(sliding_window);
+  if (logit_softcap > 0) out += " softcap=" + std::to_string(logit_softcap);
+  return out;
+}
+
 std::string seq_path(int seq) { return "/seqs/" + std::to_string(seq); }
 std::string layer_path(int seq, int layer) {
   return seq_path(seq) + "/layers/" + std::to_string(layer);

@@ -154,6 +154,10 @@ std::vector<double> persistence_weights(std::span<const double> layer_persistenc
 // named "persistence".
 LayerSchedule persistence_schedule(const kvtrace::TraceReader& reader, const std::vector<int>& sequences,
                                    kvtrace::RowsFrom rows, int threads);
+// --layer-budget as the front ends take it: "persistence" (persistence_schedule), else
+// LayerSchedule::parse over the trace's layers (uniform, or one weight per layer).
+LayerSchedule layer_schedule(const std::string& text, const kvtrace::TraceReader& reader,
+                             const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads);
 
 // ---- reports (analysis_report.cpp) ----
 std::string analysis_table(const TraceAnalysis& analysis, const std::vector<std::vector<std::string>>& token_text);

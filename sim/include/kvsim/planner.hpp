@@ -1,7 +1,8 @@
 #pragma once
 // The capacity planner (DESIGN.md, "Capacity planner"): how many sequences fit on a GPU when
-// the KV cache is held to a budget and/or quantized. Pure functions over card structs; the
-// CLI (kvsim plan) reads the files and prints.
+// the KV cache is held to a budget and/or quantized. Pure functions over card structs
+// (planner.cpp) and the readers of cards, sweeps and contexts (planner_inputs.cpp);
+// kvsim/plan_table.hpp puts them together into the rows kvsim plan prints.
 //
 //   KV bytes per token  = 2 * n_layers * kv_heads_per_gpu * head_dim * bits_per_element / 8
 //                         (bits_per_element from quant.hpp: scales and zero points included)
@@ -45,6 +46,15 @@ struct GpuCard {
 // Parse card JSON; `file` names the file in errors (InputError).
 ModelCard parse_model_card(const std::string& json_text, const std::string& file);
 GpuCard parse_gpu_card(const std::string& json_text, const std::string& file);
+
+// The card files of a folder (*.json), in name order; none when it cannot be read.
+std::vector<std::string> card_files(const std::string& dir);
+// A card by path (anything ending in .json), by file name in `dir`, or by display name or
+// Hugging Face id (case-insensitive). Throws InputError naming --model / --gpu.
+ModelCard find_model_card(const std::string& value, const std::string& dir);
+GpuCard find_gpu_card(const std::string& value, const std::string& dir);
+// A whole file as text; throws InputError naming it ("cannot read " + what).
+std::string read_text_file(const std::string& path, const std::string& what);
 
 // "48GB" (10^9 bytes), "48GiB" (2^30), "512MB", "512MiB", "0"; throws InputError naming `option`.
 uint64_t parse_memory(const std::string& text, const std::string& option);

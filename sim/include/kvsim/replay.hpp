@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvsim/budget.hpp"
@@ -33,6 +34,15 @@ struct PolicyChoice {
 };
 // Throws InputError for an unknown policy or parameter.
 PolicyChoice choose_policy(const std::string& name, const std::map<std::string, std::string>& overrides = {});
+// The policies `names` with their parameters given as the CLI's --param (and the Python
+// module's params): key=value goes to every chosen policy that takes key (with one policy,
+// to it, so an unknown key is named with the parameters it takes); policy.key=value to that
+// policy only. Throws InputError naming --param. (replay_options.cpp)
+std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
+                                          const std::vector<std::pair<std::string, std::string>>& params);
+// The same with each parameter written "key=value".
+std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
+                                          const std::vector<std::string>& assignments);
 
 enum class OutputErrorMode { automatic, on, off };
 
@@ -117,5 +127,7 @@ const char* mode_name(Mode mode);
 Mode parse_mode(const std::string& text);
 Aggregate parse_aggregate(const std::string& text);
 kvtrace::RowsFrom parse_rows(const std::string& text);
+// auto, on or off; throws InputError naming --output-error. (replay_options.cpp)
+OutputErrorMode parse_output_error(const std::string& text);
 
 }  // namespace kvsim

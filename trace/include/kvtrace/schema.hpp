@@ -53,6 +53,9 @@ struct LayerForm {
   bool has_qk() const { return has_q && has_k; }
   bool has(Tensor tensor) const;
   DType dtype(Tensor tensor) const;
+  // The tensors and their dtypes, then the window and softcap when set, as kvsim info lists
+  // them: "q:float16 k:float16 v:float16 attn:float32 window=4096".
+  std::string describe() const;
 };
 
 struct SequenceMeta {

@@ -1,0 +1,80 @@
+#pragma once
+// What the files of the Python module kvsim._kvsim share: numpy arrays that own the library's
+// vectors, the trace handle, attention rows given as numpy arrays, and each area's bindings
+// (module_trace.cpp: the trace; module_replay.cpp: policies, replay and sweep;
+// module_analysis.cpp: persistence analysis; module_plan.cpp: capacity planning).
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvtrace/error.hpp"
+#include "kvtrace/reader.hpp"
+
+namespace kvsim::python {
+
+namespace py = pybind11;
+using kvtrace::InputError;
+
+[[noreturn]] inline void bad_option(const std::string& option, const std::string& problem) {
+  throw InputError("", "", "--" + option + ": " + problem);
+}
+
+// ---- numpy arrays that own a vector (no copy) ----
+
+template <typename T>
+py::array_t<T> to_numpy(std::vector<T>&& values, std::vector<py::ssize_t> shape) {
+  auto* owner = new std::vector<T>(std::move(values));
+  py::capsule base(owner, [](void* p) { delete static_cast<std::vector<T>*>(p); });
+  return py::array_t<T>(std::move(shape), owner->data(), base);
+}
+
+template <typename T>
+py::array_t<T> to_numpy(std::vector<T>&& values) {
+  const auto n = static_cast<py::ssize_t>(values.size());
+  return to_numpy(std::move(values), {n});
+}
+
+// ---- the trace ----
+
+struct Trace {
+  std::shared_ptr<const kvtrace::TraceReader> reader;
+
+  const kvtrace::TraceReader& get() const {
+    if (!reader) throw InputError("", "", "the trace is closed");
+    return *reader;
+  }
+  // A reference that outlives a close() from another Python thread while the GIL is released.
+  std::shared_ptr<const kvtrace::TraceReader> hold() const {
+    if (!reader) throw InputError("", "", "the trace is closed");
+    return reader;
+  }
+};
+
+// ---- attention rows given as a numpy array ----
+
+using FloatArray = py::array_t<float, py::array::c_style | py::array::forcecast>;
+
+struct Rows {
+  FloatArray array;  // keeps the buffer alive
+  int n_heads = 0;
+  int64_t n_tokens = 0;
+  bool packed = false;
+};
+
+// [heads, n, n] full matrices, [heads, n(n+1)/2] packed, or [n(n+1)/2] one packed head.
+// Throws InputError naming "attention".
+Rows rows_of(const py::handle& object);
+
+// ---- each area's functions, added to the module ----
+
+void bind_trace(py::module_& m);
+void bind_replay(py::module_& m);
+void bind_analysis(py::module_& m);
+void bind_plan(py::module_& m);
+
+}  // namespace kvsim::python

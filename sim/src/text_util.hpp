@@ -1,0 +1,61 @@
+#pragma once
+// Text helpers the library's reports and parsers share (internal to kvsimlib): case and
+// whitespace, numbers as the tables and CSV files write them, CSV quoting, JSON nulls.
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace kvsim::text {
+
+inline std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
+inline std::string trim(const std::string& text) {
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) return "";
+  const size_t last = text.find_last_not_of(" \t\r\n");
+  return text.substr(first, last - first + 1);
+}
+
+// A CSV number: "" for NaN (an empty cell), else printf's `format`.
+inline std::string number(double value, const char* format = "%.10g") {
+  if (std::isnan(value)) return "";
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, format, value);
+  return buffer;
+}
+
+// A table cell: `width` wide with `decimals` decimals; NaN as a right-aligned "-".
+inline std::string fixed(double value, int width, int decimals) {
+  if (std::isnan(value)) return std::string(static_cast<size_t>(width - 1), ' ') + "-";
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, "%*.*f", width, decimals, value);
+  return buffer;
+}
+
+// Padded with spaces to `width`: text on the left, or on the right.
+inline std::string left(const std::string& text, size_t width) {
+  return text.size() >= width ? text : text + std::string(width - text.size(), ' ');
+}
+inline std::string right(const std::string& text, size_t width) {
+  return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
+}
+
+// RFC 4180: quoted (quotes doubled) when it holds a comma, a quote or a line break.
+inline std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n\r") == std::string::npos) return text;
+  std::string out = "\"";
+  for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+// JSON has no NaN: null.
+inline nlohmann::json or_null(double value) {
+  return std::isnan(value) ? nlohmann::json(nullptr) : nlohmann::json(value);
+}
+
+}  // namespace kvsim::text
