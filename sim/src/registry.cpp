@@ -71,7 +71,10 @@ Params resolve_params(const PolicyInfo& info, const std::map<std::string, std::s
   Params params;
   for (const auto& spec : info.params)
     if (!spec.default_value.empty()) params.set(spec.name, spec.default_value);
-  for (const auto& [name, value] : overrides) {
+  for (const auto& entry : overrides) {
+    // Not a structured binding: clang before 16 cannot capture one in the lambda.
+    const std::string& name = entry.first;
+    const std::string& value = entry.second;
     auto spec = std::find_if(info.params.begin(), info.params.end(), [&](const ParamSpec& s) { return s.name == name; });
     if (spec == info.params.end()) {
       std::string known;

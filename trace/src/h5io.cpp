@@ -7,14 +7,6 @@
 
 namespace kvtrace::h5 {
 
-void quiet() {
-  thread_local bool done = false;
-  if (!done) {
-    H5::Exception::dontPrint();
-    done = true;
-  }
-}
-
 namespace {
 herr_t keep_innermost(unsigned n, const H5E_error2_t* entry, void* client) {
   auto* out = static_cast<std::string*>(client);
@@ -26,15 +18,38 @@ herr_t keep_outermost_nonempty(unsigned, const H5E_error2_t* entry, void* client
   if (entry->desc && *entry->desc) *out = entry->desc;
   return 0;
 }
+
+// The innermost message of the last failed HDF5 call on this thread: the C++ API's object
+// destructors (H5Aclose, H5Dclose, ...) clear the error stack while an exception unwinds,
+// before error_detail() gets to it.
+thread_local std::string last_failure;
+
+herr_t remember_failure(hid_t stack, void*) {
+  std::string innermost;
+  H5Ewalk2(stack, H5E_WALK_UPWARD, keep_innermost, &innermost);
+  if (innermost.empty()) H5Ewalk2(stack, H5E_WALK_UPWARD, keep_outermost_nonempty, &innermost);
+  if (!innermost.empty()) last_failure = innermost;
+  return 0;
+}
 }  // namespace
+
+void quiet() {
+  thread_local bool done = false;
+  if (!done) {
+    // Nothing is printed; a failure is remembered for error_detail().
+    H5Eset_auto2(H5E_DEFAULT, remember_failure, nullptr);
+    done = true;
+  }
+}
 
 std::string error_detail() {
   std::string innermost, outermost;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_innermost, &innermost);
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_outermost_nonempty, &outermost);
   H5Eclear2(H5E_DEFAULT);
-  if (!innermost.empty()) return innermost;
-  return outermost;
+  std::string detail = !innermost.empty() ? innermost : !outermost.empty() ? outermost : last_failure;
+  last_failure.clear();
+  return detail;
 }
 
 H5::FloatType half_type() {
@@ -47,12 +62,28 @@ H5::FloatType half_type() {
 
 std::optional<DType> float_dtype(const H5::DataType& type) {
   if (type.getClass() != H5T_FLOAT) return std::nullopt;
-  switch (type.getSize()) {
-    case 2: return DType::f16;
-    case 4: return DType::f32;
-    case 8: return DType::f64;
-    default: return std::nullopt;
-  }
+  // Only the IEEE binary16/32/64 layouts (either byte order): HDF5 can describe floats with
+  // any field layout, and converting those is neither needed nor trusted.
+  struct Layout {
+    size_t size, spos, epos, esize, mpos, msize, ebias;
+    DType dtype;
+  };
+  static constexpr Layout kLayouts[] = {{2, 15, 10, 5, 0, 10, 15, DType::f16},
+                                        {4, 31, 23, 8, 0, 23, 127, DType::f32},
+                                        {8, 63, 52, 11, 0, 52, 1023, DType::f64}};
+  const hid_t id = type.getId();
+  const size_t size = H5Tget_size(id);
+  size_t spos = 0, epos = 0, esize = 0, mpos = 0, msize = 0;
+  if (H5Tget_fields(id, &spos, &epos, &esize, &mpos, &msize) < 0) return std::nullopt;
+  const H5T_order_t order = H5Tget_order(id);
+  for (const Layout& layout : kLayouts)
+    if (size == layout.size && spos == layout.spos && epos == layout.epos && esize == layout.esize &&
+        mpos == layout.mpos && msize == layout.msize && H5Tget_ebias(id) == layout.ebias &&
+        H5Tget_precision(id) == 8 * size && H5Tget_offset(id) == 0 && H5Tget_norm(id) == H5T_NORM_IMPLIED &&
+        (order == H5T_ORDER_LE || order == H5T_ORDER_BE))
+      return layout.dtype;
+  H5Eclear2(H5E_DEFAULT);
+  return std::nullopt;
 }
 
 const H5::DataType& mem_type(DType dtype) {
@@ -75,10 +106,26 @@ std::optional<std::string> string_attr(const H5::H5Object& object, const std::st
   H5::DataType type = attr.getDataType();
   if (type.getClass() != H5T_STRING) throw std::runtime_error("is not a string");
   if (attr.getSpace().getSimpleExtentNpoints() != 1) throw std::runtime_error("is not a scalar");
-  H5::StrType str_type = attr.getStrType();
-  std::string value;
-  attr.read(str_type, value);
-  return value;
+  // Read through a memory string type of its own (not the file's type: with that HDF5 1.10
+  // leaks the heap object of an empty variable-length string).
+  H5::StrType file_type = attr.getStrType();
+  if (file_type.isVariableStr()) {
+    H5::StrType mem(H5::PredType::C_S1, H5T_VARIABLE);
+    mem.setCset(file_type.getCset());
+    char* raw = nullptr;
+    attr.read(mem, &raw);
+    std::string value = raw ? raw : "";
+    H5free_memory(raw);
+    return value;
+  }
+  const size_t width = file_type.getSize();
+  if (width > kMaxAttributeBytes) throw std::runtime_error("is an absurdly long string (" + std::to_string(width) + " bytes)");
+  H5::StrType mem(H5::PredType::C_S1, std::max<size_t>(width, 1));
+  mem.setCset(file_type.getCset());
+  mem.setStrpad(H5T_STR_NULLPAD);
+  std::vector<char> raw(std::max<size_t>(width, 1), '\0');
+  attr.read(mem, raw.data());
+  return std::string(raw.data(), static_cast<size_t>(std::find(raw.begin(), raw.end(), '\0') - raw.begin()));
 }
 
 std::optional<int64_t> int_attr(const H5::H5Object& object, const std::string& name) {
@@ -187,8 +234,76 @@ void write_floats(H5::DataSet& dataset, DType dtype, std::span<const hsize_t> st
   }
 }
 
-std::optional<int> count_indexed_members(const H5::Group& group, std::string& bad) {
+namespace {
+uint64_t little_endian(const unsigned char* p, size_t bytes) {
+  uint64_t value = 0;
+  for (size_t i = bytes; i-- > 0;) value = value << 8 | p[i];
+  return value;
+}
+}  // namespace
+
+std::optional<size_t> find_broken_global_heap(std::span<const unsigned char> image) {
+  // The superblock (at 0, 512, 1024, ...) says how wide lengths are: byte 14 in versions 0
+  // and 1, byte 10 in versions 2 and 3.
+  static constexpr unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  size_t lengths = 8;
+  for (size_t base = 0; base + 16 <= image.size(); base = base ? base * 2 : 512)
+    if (std::equal(kSignature, kSignature + 8, image.data() + base)) {
+      const size_t at = image[base + 8] <= 1 ? base + 14 : base + 10;
+      if (image[at] == 2 || image[at] == 4 || image[at] == 8) lengths = image[at];
+      break;
+    }
+  const size_t header = 8 + lengths;         // "GCOL", version, 3 reserved, collection size
+  const size_t object_header = 8 + lengths;  // index (2), references (2), reserved (4), size
+  static constexpr unsigned char kMagic[4] = {'G', 'C', 'O', 'L'};
+  for (auto at = std::search(image.begin(), image.end(), kMagic, kMagic + 4); at != image.end();
+       at = std::search(at + 1, image.end(), kMagic, kMagic + 4)) {
+    const size_t start = static_cast<size_t>(at - image.begin());
+    if (start + header > image.size() || image[start + 4] != 1) continue;  // HDF5 refuses other versions
+    const uint64_t size = little_endian(&image[start + 8], lengths);
+    // HDF5 reads the whole collection first; one that runs past the end of the file fails there.
+    if (size > image.size() - start) continue;
+    uint64_t p = header;
+    while (p < size) {
+      if (p + object_header > size) break;  // a tail too small for an object: free space
+      const uint64_t index = little_endian(&image[start + p], 2);
+      const uint64_t object_size = little_endian(&image[start + p + 8], lengths);
+      if (object_size > size) return start;  // (also keeps the rounding below from wrapping)
+      const uint64_t need = index > 0 ? object_header + ((object_size + 7) & ~uint64_t{7}) : object_size;
+      if (need == 0 || need > size - p) return start;
+      p += need;
+    }
+  }
+  return std::nullopt;
+}
+
+bool is_hard_link(const H5::Group& group, const std::string& name) {
+  H5L_info_t info;
+  if (H5Lget_info(group.getId(), name.c_str(), &info, H5P_DEFAULT) < 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  return info.type == H5L_TYPE_HARD;
+}
+
+bool chunks_within_shape(const H5::DataSet& dataset) {
+  H5::DSetCreatPropList create = dataset.getCreatePlist();
+  if (create.getLayout() != H5D_CHUNKED) return true;
+  const std::vector<hsize_t> shape = dims(dataset);
+  if (shape.empty()) return false;
+  std::vector<hsize_t> chunk(shape.size(), 0);
+  if (create.getChunk(static_cast<int>(chunk.size()), chunk.data()) != static_cast<int>(shape.size())) return false;
+  for (size_t i = 0; i < shape.size(); ++i)
+    if (chunk[i] == 0 || chunk[i] > std::max<hsize_t>(shape[i], 1)) return false;
+  return true;
+}
+
+std::optional<int> count_indexed_members(const H5::Group& group, int64_t max_members, std::string& bad) {
   const hsize_t n = group.getNumObjs();
+  if (n > static_cast<hsize_t>(max_members)) {
+    bad = "";
+    return std::nullopt;
+  }
   std::vector<bool> seen(n, false);
   for (hsize_t i = 0; i < n; ++i) {
     const std::string name = group.getObjnameByIdx(i);

@@ -23,6 +23,9 @@ H5::FloatType half_type();
 std::optional<DType> float_dtype(const H5::DataType& type);
 const H5::DataType& mem_type(DType dtype);
 
+// String attributes and token strings longer than this are refused before reading.
+inline constexpr size_t kMaxAttributeBytes = size_t{1} << 20;
+
 bool has_attr(const H5::H5Object& object, const std::string& name);
 // nullopt when the attribute is absent; throws std::runtime_error("...") when it has the wrong type.
 std::optional<std::string> string_attr(const H5::H5Object& object, const std::string& name);
@@ -44,7 +47,20 @@ void write_floats(H5::DataSet& dataset, DType dtype, std::span<const hsize_t> st
                   std::span<const hsize_t> count, std::span<const float> data);
 
 // Names of a group's members that are decimal indices 0..n-1 without padding; nullopt with
-// `bad` set to the offending name otherwise.
-std::optional<int> count_indexed_members(const H5::Group& group, std::string& bad);
+// `bad` set to the offending name otherwise, or to "" when there are more than max_members.
+std::optional<int> count_indexed_members(const H5::Group& group, int64_t max_members, std::string& bad);
+
+// HDF5 1.10 decodes a global heap collection ("GCOL": where variable-length strings live)
+// in a loop that never ends when an object in it says index 0 and size 0, and reads past
+// the collection when an object claims more than is left. Returns the byte offset in the
+// file image of the first collection whose objects do not tile it exactly, or nullopt.
+std::optional<size_t> find_broken_global_heap(std::span<const unsigned char> image);
+
+// Whether `name` in `group` is a hard link (a trace holds no soft or external links; an
+// external link would make HDF5 open another file).
+bool is_hard_link(const H5::Group& group, const std::string& name);
+// False when a chunked dataset's chunks are larger than its shape (HDF5 allocates a whole
+// chunk per read, so an absurd chunk in a small file would allocate gigabytes).
+bool chunks_within_shape(const H5::DataSet& dataset);
 
 }  // namespace kvtrace::h5

@@ -2,10 +2,13 @@
 
 #include <H5Cpp.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <optional>
 
 #include "h5io.hpp"
 
@@ -13,6 +16,7 @@ namespace kvtrace {
 
 struct TraceReader::Handle {
   H5::H5File file;
+  std::optional<H5::Group> seqs;
 };
 
 namespace {
@@ -26,9 +30,28 @@ std::string shape_string(const std::vector<hsize_t>& shape) {
   return out + "]";
 }
 
-H5::Group open_group(const TraceReader& reader, const H5::H5File& file, const std::string& path) {
-  if (!file.nameExists(path) || file.childObjType(path) != H5O_TYPE_GROUP) reader.fail(path, "missing group");
-  return file.openGroup(path);
+// Member `name` of `parent` (shown as `path`) must be a hard link to a group or dataset:
+// checked before it is opened, so HDF5 never follows a soft or external link of a bad file.
+void check_member(const TraceReader& reader, const H5::Group& parent, const std::string& name, H5O_type_t type,
+                  const std::string& path) {
+  const std::string what = type == H5O_TYPE_GROUP ? "group" : "dataset";
+  if (!parent.nameExists(name)) reader.fail(path, "missing " + what);
+  if (!h5::is_hard_link(parent, name)) reader.fail(path, "is a soft or external link, not a " + what);
+  if (parent.childObjType(name) != type) reader.fail(path, "is not a " + what);
+}
+
+H5::Group child_group(const TraceReader& reader, const H5::Group& parent, const std::string& name,
+                      const std::string& path) {
+  check_member(reader, parent, name, H5O_TYPE_GROUP, path);
+  return parent.openGroup(name);
+}
+
+H5::DataSet child_dataset(const TraceReader& reader, const H5::Group& parent, const std::string& name,
+                          const std::string& path) {
+  check_member(reader, parent, name, H5O_TYPE_DATASET, path);
+  H5::DataSet dataset = parent.openDataSet(name);
+  if (!h5::chunks_within_shape(dataset)) reader.fail(path, "chunks larger than the dataset's shape");
+  return dataset;
 }
 
 }  // namespace
@@ -55,6 +78,45 @@ TraceReader::TraceReader(const std::string& path) : path_(path), handle_(std::ma
   } catch (const H5::Exception&) {
     fail("", "cannot open HDF5 file, truncated or corrupt (" + h5::error_detail() + ")");
   }
+  load();
+}
+
+TraceReader::TraceReader(InMemory, const std::string& name) : path_(name), handle_(std::make_unique<Handle>()) {
+  h5::quiet();
+}
+
+TraceReader TraceReader::from_memory(std::span<const unsigned char> image, const std::string& name) {
+  TraceReader reader(InMemory{}, name);
+  reader.file_size_ = image.size();
+  // HDF5 looks for its superblock at 0, 512, 1024, 2048, ... (a user block may precede it).
+  static constexpr unsigned char kSignature[8] = {0x89, 'H', 'D', 'F', '\r', '\n', 0x1a, '\n'};
+  bool is_hdf5 = false;
+  for (size_t offset = 0; !is_hdf5 && offset + sizeof kSignature <= image.size(); offset = offset ? offset * 2 : 512)
+    is_hdf5 = std::equal(kSignature, kSignature + sizeof kSignature, image.data() + offset);
+  if (!is_hdf5) reader.fail("", "not an HDF5 file (no HDF5 signature); expected a kvtrace schema v1 file");
+  // A file on disk is not scanned (opening reads no tensor data); an image is at hand.
+  if (const auto at = h5::find_broken_global_heap(image))
+    reader.fail("", "corrupt HDF5 global heap (variable-length strings) at byte " + std::to_string(*at) +
+                        ": its objects do not fit it");
+  // Declared outside the try: its destructor would clear HDF5's error stack before the
+  // message is taken from it.
+  H5::FileAccPropList access;
+  try {
+    access.setCore(size_t{1} << 16, false);  // in memory only, never written back
+    if (H5Pset_file_image(access.getId(), const_cast<unsigned char*>(image.data()), image.size()) < 0)
+      throw H5::FileIException("H5Pset_file_image", "cannot set the file image");
+    // HDF5 identifies core-driver files without a backing store by name, so two images
+    // open at once must not share one: the name HDF5 sees is made unique.
+    static std::atomic<uint64_t> images{0};
+    reader.handle_->file.openFile("kvtrace-image-" + std::to_string(++images) + ":" + name, H5F_ACC_RDONLY, access);
+  } catch (const H5::Exception&) {
+    reader.fail("", "cannot open HDF5 file, truncated or corrupt (" + h5::error_detail() + ")");
+  }
+  reader.load();
+  return reader;
+}
+
+void TraceReader::load() {
   try {
     load_root();
   } catch (const H5::Exception&) {
@@ -132,20 +194,20 @@ void TraceReader::load_root() {
   if (!std::isfinite(meta_.attn_scale) || meta_.attn_scale <= 0)
     fail("/", "attribute 'attn_scale' must be a positive finite number");
 
-  if (!handle_->file.nameExists("/seqs")) fail("/seqs", "missing group (the trace holds no sequences)");
-  H5::Group seqs = handle_->file.openGroup("/seqs");
+  if (!root.nameExists("seqs")) fail("/seqs", "missing group (the trace holds no sequences)");
+  handle_->seqs.emplace(child_group(*this, root, "seqs", "/seqs"));
   std::string bad;
-  std::optional<int> n = h5::count_indexed_members(seqs, bad);
+  std::optional<int> n = h5::count_indexed_members(*handle_->seqs, Limits::max_sequences, bad);
+  if (!n && bad.empty()) fail("/seqs", "absurd number of sequences (more than " + std::to_string(Limits::max_sequences) + ")");
   if (!n) fail("/seqs", "member '" + bad + "' is not a sequence index (expected 0, 1, ... without gaps)");
   if (*n == 0) fail("/seqs", "the trace holds no sequences");
-  if (*n > Limits::max_sequences) fail("/seqs", "absurd number of sequences");
   sequences_.resize(static_cast<size_t>(*n));
   for (int i = 0; i < *n; ++i) load_sequence(i);
 }
 
 void TraceReader::load_sequence(int seq) {
   const std::string path = seq_path(seq);
-  H5::Group group = open_group(*this, handle_->file, path);
+  H5::Group group = child_group(*this, *handle_->seqs, std::to_string(seq), path);
   auto integer = [&](const char* name) -> int64_t {
     std::optional<int64_t> value;
     try {
@@ -170,9 +232,8 @@ void TraceReader::load_sequence(int seq) {
                    std::to_string(meta.n_tokens) + ")");
 
   const std::string tokens_path = path + "/tokens";
-  if (!group.nameExists("tokens")) fail(tokens_path, "missing dataset");
   {
-    H5::DataSet tokens = group.openDataSet("tokens");
+    H5::DataSet tokens = child_dataset(*this, group, "tokens", tokens_path);
     if (tokens.getDataType().getClass() != H5T_INTEGER) fail(tokens_path, "is not an integer dataset");
     const auto shape = h5::dims(tokens);
     if (shape.size() != 1 || static_cast<int64_t>(shape[0]) != meta.n_tokens)
@@ -180,42 +241,50 @@ void TraceReader::load_sequence(int seq) {
   }
   if (group.nameExists("token_text")) {
     const std::string text_path = path + "/token_text";
-    H5::DataSet text = group.openDataSet("token_text");
+    H5::DataSet text = child_dataset(*this, group, "token_text", text_path);
     if (text.getDataType().getClass() != H5T_STRING) fail(text_path, "is not a string dataset");
     const auto shape = h5::dims(text);
     if (shape.size() != 1 || static_cast<int64_t>(shape[0]) != meta.n_tokens)
       fail(text_path, "shape " + shape_string(shape) + ", expected [" + std::to_string(meta.n_tokens) + "] (n_tokens)");
+    const H5::StrType type = text.getStrType();
+    if (!type.isVariableStr() && (type.getSize() > kMaxTokenTextBytes ||
+                                  type.getSize() * static_cast<size_t>(meta.n_tokens) > kMaxTokenTextTotal))
+      fail(text_path, "absurd string width " + std::to_string(type.getSize()) + " bytes (at most " +
+                          std::to_string(kMaxTokenTextBytes) + ", and " + std::to_string(kMaxTokenTextTotal) +
+                          " bytes in all)");
     meta.has_token_text = true;
   }
 
   const std::string layers_path = path + "/layers";
-  if (!group.nameExists("layers")) fail(layers_path, "missing group");
-  H5::Group layers = group.openGroup("layers");
+  H5::Group layers = child_group(*this, group, "layers", layers_path);
   std::string bad;
-  std::optional<int> n = h5::count_indexed_members(layers, bad);
+  std::optional<int> n = h5::count_indexed_members(layers, Limits::max_layers, bad);
+  if (!n && bad.empty())
+    fail(layers_path, "holds more layers than the root's n_layers = " + std::to_string(meta_.n_layers));
   if (!n) fail(layers_path, "member '" + bad + "' is not a layer index (expected 0, 1, ... without gaps)");
   if (*n != meta_.n_layers)
     fail(layers_path, "holds " + std::to_string(*n) + " layers but the root says n_layers = " +
                           std::to_string(meta_.n_layers));
   meta.layers.resize(static_cast<size_t>(*n));
-  for (int l = 0; l < *n; ++l) meta.layers[static_cast<size_t>(l)] = load_layer(seq, l, meta.n_tokens);
+  for (int l = 0; l < *n; ++l) meta.layers[static_cast<size_t>(l)] = load_layer(layers, seq, l, meta.n_tokens);
 }
 
-LayerForm TraceReader::load_layer(int seq, int layer, int64_t n_tokens) {
+LayerForm TraceReader::load_layer(const H5::Group& layers, int seq, int layer, int64_t n_tokens) {
   const std::string path = layer_path(seq, layer);
-  H5::Group group = open_group(*this, handle_->file, path);
+  H5::Group group = child_group(*this, layers, std::to_string(layer), path);
   LayerForm form;
   auto check = [&](Tensor tensor, std::vector<hsize_t> expected, bool& present, DType& dtype) {
     const char* name = tensor_name(tensor);
     if (!group.nameExists(name)) return;
     const std::string dataset_path = path + "/" + name;
-    if (group.childObjType(name) != H5O_TYPE_DATASET) fail(dataset_path, "is not a dataset");
+    check_member(*this, group, name, H5O_TYPE_DATASET, dataset_path);
     H5::DataSet dataset = group.openDataSet(name);
     std::optional<DType> type = h5::float_dtype(dataset.getDataType());
     if (!type) fail(dataset_path, "is not a float16/float32 dataset");
     const auto shape = h5::dims(dataset);
     if (shape != expected)
       fail(dataset_path, "shape " + shape_string(shape) + ", expected " + shape_string(expected));
+    if (!h5::chunks_within_shape(dataset)) fail(dataset_path, "chunks larger than the dataset's shape");
     present = true;
     dtype = *type;
   };
@@ -297,9 +366,13 @@ std::vector<std::string> TraceReader::token_text(int seq) const {
       for (size_t i = 0; i < raw.size(); ++i) out[i] = raw[i] ? raw[i] : "";
       H5::DataSet::vlenReclaim(raw.data(), mem, dataset.getSpace());
     } else {
-      const size_t width = file_type.getSize();
-      std::vector<char> raw(width * out.size());
-      dataset.read(raw.data(), file_type);
+      // Through a memory type of the same width, null-padded, so every byte comes back.
+      const size_t width = std::max<size_t>(file_type.getSize(), 1);
+      H5::StrType mem(H5::PredType::C_S1, width);
+      mem.setCset(file_type.getCset());
+      mem.setStrpad(H5T_STR_NULLPAD);
+      std::vector<char> raw(width * out.size(), '\0');
+      dataset.read(raw.data(), mem);
       for (size_t i = 0; i < out.size(); ++i) {
         const char* begin = raw.data() + i * width;
         size_t len = 0;

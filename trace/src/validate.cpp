@@ -7,7 +7,10 @@
 namespace kvtrace {
 
 ValidationSummary validate_trace(const std::string& path, const std::function<void(int64_t, int64_t)>& progress) {
-  TraceReader reader(path);
+  return validate_trace(TraceReader(path), progress);
+}
+
+ValidationSummary validate_trace(const TraceReader& reader, const std::function<void(int64_t, int64_t)>& progress) {
   const TraceMeta& meta = reader.meta();
   ValidationSummary summary;
   summary.sequences = reader.n_sequences();

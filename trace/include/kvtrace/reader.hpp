@@ -13,11 +13,24 @@
 #include "kvtrace/error.hpp"
 #include "kvtrace/schema.hpp"
 
+namespace H5 {
+class Group;
+}
+
 namespace kvtrace {
+
+// Fixed-width token_text strings wider than this, or larger than the total, are refused
+// before reading.
+inline constexpr size_t kMaxTokenTextBytes = size_t{1} << 16;
+inline constexpr size_t kMaxTokenTextTotal = size_t{1} << 28;
 
 class TraceReader {
  public:
   explicit TraceReader(const std::string& path);
+  // A trace held in memory (an HDF5 file image, e.g. a fuzzer's input), read through HDF5's
+  // core driver without a temporary file; `name` stands for the path in messages. The image
+  // is copied; the same checks and errors as opening a file.
+  static TraceReader from_memory(std::span<const unsigned char> image, const std::string& name);
   ~TraceReader();
   TraceReader(TraceReader&&) noexcept;
   TraceReader& operator=(TraceReader&&) noexcept;
@@ -45,9 +58,12 @@ class TraceReader {
   [[noreturn]] void fail(const std::string& dataset, const std::string& problem) const;
 
  private:
+  struct InMemory {};
+  TraceReader(InMemory, const std::string& name);
+  void load();
   void load_root();
   void load_sequence(int seq);
-  LayerForm load_layer(int seq, int layer, int64_t n_tokens);
+  LayerForm load_layer(const H5::Group& layers, int seq, int layer, int64_t n_tokens);
   void check_index(int seq, int layer) const;
 
   struct Handle;
