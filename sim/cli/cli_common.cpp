@@ -1,8 +1,11 @@
 #include "cli_common.hpp"
 
+#include "kvtrace/atomic_file.hpp"
+
 #include <unistd.h>
 
 #include <cstdio>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -44,6 +47,29 @@ std::vector<int> parse_indices(const std::string& option, const std::string& tex
     if (*end != '\0' || value < 0 || value > (1L << 30)) bad_option(option, "'" + item + "' is not an index");
     out.push_back(static_cast<int>(value));
   }
+  return out;
+}
+
+void check_plot_path(const std::string& option, const std::string& path) {
+  if (path.empty()) return;
+#ifndef KVSIM_HAVE_PLOT
+  bad_option(option, "this kvsim was built without Qt6, so it cannot render plots");
+#endif
+  std::string extension = std::filesystem::path(path).extension().string();
+  for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (extension != ".png" && extension != ".svg") bad_option(option, "'" + path + "' must end in .png or .svg");
+  kvtrace::check_output_path(path);
+}
+
+std::vector<std::string> split_names(const std::string& option, const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    if (item.empty()) bad_option(option, "empty name in '" + text + "'");
+    out.push_back(item);
+  }
+  if (out.empty() || text.back() == ',') bad_option(option, "empty name in '" + text + "'");
   return out;
 }
 

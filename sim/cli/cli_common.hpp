@@ -40,6 +40,12 @@ kvtrace::DType parse_dtype(const std::string& option, const std::string& text);
 // "0,2,5" -> {0, 2, 5}; "" -> {}. Throws InputError naming the option.
 std::vector<int> parse_indices(const std::string& option, const std::string& text);
 
+// A --plot file: refused up front unless this kvsim renders plots (Qt6), the name ends in
+// .png or .svg (the format it writes), and the path is writable. Empty: nothing to check.
+void check_plot_path(const std::string& option, const std::string& path);
+// A comma list of names; an empty name ("h2o,,tova", "h2o,") is an error of `option`.
+std::vector<std::string> split_names(const std::string& option, const std::string& text);
+
 // Where scripts/fetch-model.sh puts stories15M and its tokenizer: $KVSIM_MODEL_DIR, else
 // $XDG_CACHE_HOME/kvsim/models, else ~/.cache/kvsim/models.
 std::string default_model_dir();

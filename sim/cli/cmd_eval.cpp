@@ -118,19 +118,17 @@ int cmd_eval(const std::vector<std::string>& args) {
   if (tokens < 0) bad_option("tokens", "must be >= 0");
   if (threads < 0) bad_option("threads", "must be >= 0");
   EvalConfig config;
-  config.policies = choose_policies(split(policies, ','), params);
+  config.policies = choose_policies(split_names("policies", policies), params);
   if (config.policies.empty()) bad_option("policies", "no policy given");
   for (const PolicyChoice& policy : config.policies) check_closed_loop_policy(*policy.info);
   config.budgets = parse_budgets(budgets);
   config.aggregate = parse_aggregate(aggregate);
   config.threads = threads;
   const std::vector<int> chosen = parse_indices("seqs", seqs);
-  for (const std::string* path : {&csv, &json, &plot, &proxy_plot})
+  for (const std::string* path : {&csv, &json})
     if (!path->empty()) kvtrace::check_output_path(*path);
-#ifndef KVSIM_HAVE_PLOT
-  if (!plot.empty() || !proxy_plot.empty())
-    bad_option(plot.empty() ? "proxy-plot" : "plot", "this kvsim was built without Qt6, so it cannot render plots");
-#endif
+  check_plot_path("plot", plot);
+  check_plot_path("proxy-plot", proxy_plot);
 
   const fs::path dir = default_model_dir();
   if (model_path.empty()) model_path = (dir / "stories15M.bin").string();

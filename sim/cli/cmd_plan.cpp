@@ -240,11 +240,8 @@ int cmd_plan(const std::vector<std::string>& args) {
     return 0;
   }
   check_plan_request(o);
-  for (const std::string* path : {&json, &plot})
-    if (!path->empty()) kvtrace::check_output_path(*path);
-#ifndef KVSIM_HAVE_PLOT
-  if (!plot.empty()) bad_option("plot", "this kvsim was built without Qt6, so it cannot render plots");
-#endif
+  if (!json.empty()) kvtrace::check_output_path(json);
+  check_plot_path("plot", plot);
 
   const Plan plan = make_plan(o);
   std::cout << plan_table(plan);

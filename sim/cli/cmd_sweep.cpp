@@ -28,7 +28,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
     return 0;
   const kvtrace::TraceReader reader(values.trace);
   ReplayConfig config;
-  config.policies = choose_policies(split(policies, ','), values.params);
+  config.policies = choose_policies(split_names("policies", policies), values.params);
   config.budgets = parse_budgets(budgets);
   apply_replay_options(values, reader, config);
   config.split = work_split();

@@ -80,6 +80,8 @@ TEST_F(BadInput, Sweep) {
       {"sweep " + trace_ + " --budgets 50%,-5" + csv, "budget '-5': must be positive"},
       {"sweep " + trace_ + " --budgets 150%" + csv, "budget '150%': must be at most 100%"},
       {"sweep " + trace_ + " --policies h2o,nope" + csv, "unknown policy 'nope'"},
+      {"sweep " + trace_ + " --policies h2o," + csv, "--policies: empty name in 'h2o,'"},
+      {"sweep " + trace_ + " --plot " + out("plot.pdf"), "must end in .png or .svg"},
       {"sweep " + trace_ + " --param nope=1" + csv, "no chosen policy takes 'nope'"},
       {"sweep " + trace_ + " --param h2o.nope=1 --policies h2o" + csv, "policy h2o has no parameter 'nope'"},
       {"sweep " + trace_ + " --param tova.w=1 --policies h2o" + csv, "policy 'tova' is not among those chosen"},
@@ -122,6 +124,7 @@ TEST_F(BadInput, Plan) {
   const std::string plan = "plan --model llama-3.1-8b --gpu h100-80gb --context 4096";
   expect_all({
       {plan + " --budget 0", "budget '0': must be at least 1 token"},
+      {plan + " --budget 20% --plot " + out("plan.txt"), "must end in .png or .svg"},
       {plan + " --budget -5", "budget '-5': must be positive"},
       {plan + " --budget 150%", "budget '150%': must be at most 100%"},
       {plan + " --utilization 1.5", "--utilization must be in (0, 1]"},
