@@ -13,30 +13,30 @@ class H2O final : public Policy {
  public:
   void reset(const GroupContext& group) override {
     score_.assign(static_cast<size_t>(group.n_tokens), 0.0);
+    size_ = 0;
     protected_recent_ = group.budget / 2;
   }
-  void observe(int64_t, std::span<const int32_t> cache, std::span<const float> attention) override {
-    for (size_t j = 0; j < cache.size(); ++j) score_[static_cast<size_t>(cache[j])] += attention[j];
+  void observe(int64_t, std::span<const int32_t>, std::span<const float> attention) override {
+    score_[size_++] = 0.0;  // the new token
+    double* score = score_.data();
+    const size_t size = size_;
+    for (size_t j = 0; j < size; ++j) score[j] += attention[j];
   }
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
     const auto open = static_cast<int64_t>(cache.size()) - std::min<int64_t>(protected_recent_, cache.size());
     std::span<const int32_t> candidates = cache.first(static_cast<size_t>(open));
-    if (excess == 1 && !candidates.empty()) {  // one per step: a scan, the lower position winning ties
-      size_t best = 0;
-      for (size_t j = 1; j < candidates.size(); ++j)
-        if (score_[static_cast<size_t>(candidates[j])] < score_[static_cast<size_t>(candidates[best])]) best = j;
-      victims.push_back(candidates[best]);
-      return;
-    }
-    scores_.resize(candidates.size());
-    for (size_t j = 0; j < candidates.size(); ++j) scores_[j] = score_[static_cast<size_t>(candidates[j])];
-    evict_lowest(candidates, scores_, excess, victims);
+    const size_t first = victims.size();
+    evict_lowest(candidates, std::span<const double>(score_.data(), candidates.size()), excess, victims);
+    victim_indices(cache, std::span(victims).subspan(first), erased_);
+    erase_indices(score_.data(), size_, erased_);
+    size_ -= erased_.size();
   }
 
  private:
-  std::vector<double> score_;  // by position
-  std::vector<double> scores_;
+  std::vector<double> score_;  // in cache order (select.hpp)
+  size_t size_ = 0;
+  std::vector<size_t> erased_;
   int64_t protected_recent_ = 0;
 };
 

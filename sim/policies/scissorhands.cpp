@@ -2,8 +2,11 @@
 // each cached token's count is the number of steps s in its history window
 // (t - w < s <= t, s >= its own position) at which its â_s was below the threshold; the r
 // most recent cached tokens count 0; the m tokens with the largest counts are evicted.
-// Counts are kept incrementally with a w-step ring of flags per token: O(cache) per step.
+// Counts are kept incrementally with a w-step ring of flags per token: O(cache) per step,
+// in cache order (select.hpp).
 #include <algorithm>
+#include <cmath>
+#include <limits>
 
 #include "kvsim/policy.hpp"
 #include "kvtrace/error.hpp"
@@ -11,6 +14,14 @@
 
 namespace kvsim {
 namespace {
+
+// The smallest float >= threshold: for any float a, a < threshold (in double) exactly when
+// a < this limit, so the comparison runs in float lanes without changing a single count.
+float float_limit(double threshold) {
+  float limit = static_cast<float>(threshold);
+  if (static_cast<double>(limit) < threshold) limit = std::nextafter(limit, std::numeric_limits<float>::infinity());
+  return limit;
+}
 
 class Scissorhands final : public Policy {
  public:
@@ -25,24 +36,30 @@ class Scissorhands final : public Policy {
     if (drop_now_ > group.budget)
       throw kvtrace::InputError("", "", "policy scissorhands: m = " + std::to_string(drop_now_) +
                                             " exceeds the budget B = " + std::to_string(group.budget));
-    n_tokens_ = static_cast<size_t>(group.n_tokens);
-    flags_.assign(static_cast<size_t>((window_ + 63) / 64) * n_tokens_, 0);
-    count_.assign(static_cast<size_t>(group.n_tokens), 0);
+    capacity_ = static_cast<size_t>(group.n_tokens);
+    size_ = 0;
+    flags_.assign(static_cast<size_t>((window_ + 63) / 64) * capacity_, 0);
+    count_.assign(capacity_, 0);
   }
 
   void observe(int64_t step, std::span<const int32_t> cache, std::span<const float> attention) override {
+    for (size_t word = 0; word < flags_.size(); word += capacity_) flags_[word + size_] = 0;  // the new token
+    count_[size_++] = 0;
     const double threshold = paper_threshold_ ? 1.0 / static_cast<double>(step + 1)
                                               : 1.0 / static_cast<double>(cache.size());
+    const float limit = float_limit(threshold);
     const auto slot = static_cast<size_t>(step % window_);
-    uint64_t* word = flags_.data() + slot / 64 * n_tokens_;  // this step's word of every position
-    const uint64_t bit = uint64_t{1} << (slot % 64);
-    for (size_t j = 0; j < cache.size(); ++j) {
-      const auto position = static_cast<size_t>(cache[j]);
-      uint64_t& flags = word[position];
-      const bool low = attention[j] < threshold;
-      const bool expired = (flags & bit) != 0;  // the flag of step - w, which leaves the window
-      count_[position] += static_cast<int32_t>(low) - static_cast<int32_t>(expired);
-      flags = low ? (flags | bit) : (flags & ~bit);
+    uint64_t* __restrict word = flags_.data() + slot / 64 * capacity_;  // this step's word of every cached token
+    int32_t* __restrict count = count_.data();
+    const float* __restrict observed = attention.data();
+    const unsigned shift = slot % 64;
+    const uint64_t keep = ~(uint64_t{1} << shift);
+    const size_t size = size_;
+    for (size_t j = 0; j < size; ++j) {  // a linear pass the compiler vectorises
+      const uint64_t low = observed[j] < limit ? 1 : 0;
+      const uint64_t expired = (word[j] >> shift) & 1;  // the flag of step - w, which leaves the window
+      count[j] += static_cast<int32_t>(low) - static_cast<int32_t>(expired);
+      word[j] = (word[j] & keep) | (low << shift);
     }
   }
 
@@ -50,24 +67,28 @@ class Scissorhands final : public Policy {
              std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
     const int64_t amount = compress ? excess : std::max(drop_now_, excess);
-    const auto size = static_cast<int64_t>(cache.size());
-    scores_.resize(cache.size());
-    for (int64_t j = 0; j < size; ++j) {
-      const bool recent = j >= size - recent_;
-      // Largest count first: rank by the negated count.
-      scores_[static_cast<size_t>(j)] = recent ? 0.0 : -static_cast<double>(count_[static_cast<size_t>(cache[static_cast<size_t>(j)])]);
-    }
+    const size_t size = cache.size(), counted = size - std::min<size_t>(size, static_cast<size_t>(recent_));
+    scores_.resize(size);
+    // Largest count first: rank by the negated count.
+    for (size_t j = 0; j < size; ++j) scores_[j] = j < counted ? -static_cast<double>(count_[j]) : 0.0;
+    const size_t first = victims.size();
     evict_lowest(cache, scores_, amount, victims);
+    victim_indices(cache, std::span(victims).subspan(first), erased_);
+    for (size_t word = 0; word < flags_.size(); word += capacity_) erase_indices(flags_.data() + word, size_, erased_);
+    erase_indices(count_.data(), size_, erased_);
+    size_ -= erased_.size();
   }
 
  private:
   int64_t window_, recent_, drop_;
   bool paper_threshold_;
   int64_t drop_now_ = 1;
-  size_t n_tokens_ = 0;
-  std::vector<uint64_t> flags_;  // [word][position]: bit s % 64 of word s / 64 flags step s of the window
-  std::vector<int32_t> count_;   // by position
+  size_t capacity_ = 0, size_ = 0;  // tokens the arrays can hold; tokens cached
+  // In cache order: bit s % 64 of word s / 64 ([word][index]) flags step s of the window.
+  std::vector<uint64_t> flags_;
+  std::vector<int32_t> count_;
   std::vector<double> scores_;
+  std::vector<size_t> erased_;
 };
 
 }  // namespace

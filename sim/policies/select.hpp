@@ -30,4 +30,29 @@ inline void evict_lowest(std::span<const int32_t> candidates, std::span<const do
   for (size_t j = 0; j < count; ++j) victims.push_back(ranked[j].second);
 }
 
+// Per-token state kept in cache order (aligned with the `cache` span the engine passes)
+// turns a policy's observe into a linear, vectorisable pass instead of scattered updates by
+// position. The engine removes exactly the victims a policy names, so the policy drops their
+// entries itself: `victim_indices` finds where they sit in the cache (ascending indices) and
+// `erase_indices` compacts one aligned array of `size` entries.
+inline void victim_indices(std::span<const int32_t> cache, std::span<const int32_t> victims, std::vector<size_t>& indices) {
+  indices.clear();
+  for (int32_t victim : victims)
+    indices.push_back(static_cast<size_t>(std::lower_bound(cache.begin(), cache.end(), victim) - cache.begin()));
+  std::sort(indices.begin(), indices.end());
+}
+
+template <class T>
+void erase_indices(T* values, size_t size, std::span<const size_t> indices) {
+  if (indices.empty()) return;
+  size_t out = indices.front(), next = 0;
+  for (size_t j = indices.front(); j < size; ++j) {
+    if (next < indices.size() && indices[next] == j) {
+      ++next;
+      continue;
+    }
+    values[out++] = values[j];
+  }
+}
+
 }  // namespace kvsim

@@ -40,13 +40,14 @@ class SnapKV final : public Policy {
     const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
     const size_t open = cache.size() > protect ? cache.size() - protect : 0;
     std::span<const int32_t> candidates = cache.first(open);
-    pooled_.assign(open, 0.0);
-    const auto half = static_cast<int64_t>(kernel_ / 2);
-    for (int64_t j = 0; j < static_cast<int64_t>(open); ++j) {
-      double best = -1.0;
-      for (int64_t k = std::max<int64_t>(0, j - half); k <= std::min<int64_t>(static_cast<int64_t>(open) - 1, j + half); ++k)
-        best = std::max(best, window_sum_[static_cast<size_t>(candidates[static_cast<size_t>(k)])]);
-      pooled_[static_cast<size_t>(j)] = best;
+    // Max-pooling: each offset within the kernel is one linear pass over the gathered sums.
+    sums_.resize(open);
+    for (size_t j = 0; j < open; ++j) sums_[j] = window_sum_[static_cast<size_t>(candidates[j])];
+    pooled_.assign(sums_.begin(), sums_.end());
+    const auto half = static_cast<size_t>(kernel_ / 2);
+    for (size_t offset = 1; offset <= half && offset < open; ++offset) {
+      for (size_t j = 0; j + offset < open; ++j) pooled_[j] = std::max(pooled_[j], sums_[j + offset]);
+      for (size_t j = offset; j < open; ++j) pooled_[j] = std::max(pooled_[j], sums_[j - offset]);
     }
     evict_lowest(candidates, pooled_, excess, victims);
   }
@@ -61,7 +62,7 @@ class SnapKV final : public Policy {
   std::vector<double> window_sum_;  // by position
   std::vector<Row> rows_;
   int64_t observed_ = 0;
-  std::vector<double> pooled_;
+  std::vector<double> sums_, pooled_;  // candidates' window sums, and pooled
 };
 
 }  // namespace

@@ -44,6 +44,17 @@ class Simulation {
     in_cache_.assign(static_cast<size_t>(n_tokens), 0);
     mass_.resize(group.heads.size());
     retained_.resize(group.heads.size());
+    gathered_.resize(group.heads.size());
+    // The vectors reach these sizes anyway; reserving them spares the doublings (a few per
+    // vector and simulation, which add up over a sweep's thousands of simulations).
+    const auto cached = static_cast<size_t>(spec.policy->budgeted ? std::min(n_tokens, spec.budget + 1) : n_tokens);
+    cache_.reserve(cached);
+    evicted_.reserve(static_cast<size_t>(n_tokens));
+    if (spec.policy->needs_attention) {
+      for (auto& gathered : gathered_) gathered.reserve(cached);
+      observed_.reserve(cached);
+      combined_.reserve(cached);
+    }
   }
 
   // `rows`: the true rows; `model`: the rows the simulated model computes (the quantized
@@ -57,18 +68,23 @@ class Simulation {
     // The model's mass over the cache: from prefix sums when the cache is one or two runs of
     // consecutive positions (recent, streaming), else summing whichever is shorter, the
     // cache or the evicted positions (subtracted from the row's total).
+    // A policy that observes needs each head's row over the cache anyway: gathered once here.
     const int runs = count_runs();
     const bool by_evicted = runs == 0 && evicted_.size() < cache_.size();
+    const bool observes = spec_.policy->needs_attention;
     for (size_t k = 0; k < heads; ++k) {
       const int head = group_.heads[k];
+      const float* row = model.row(head);
+      if (observes) gather(row, cache_, gathered_[k]);
       if (runs > 0) {
         const std::vector<double>& prefix = model.prefix(head);
         double mass = 0;
         for (int r = 0; r < runs; ++r) mass += prefix[static_cast<size_t>(run_end_[r])] - prefix[static_cast<size_t>(run_begin_[r])];
         mass_[k] = mass;
+      } else if (by_evicted) {
+        mass_[k] = model.total(head) - gather_sum(row, evicted_);
       } else {
-        const float* row = model.row(head);
-        mass_[k] = by_evicted ? model.total(head) - gather_sum(row, evicted_) : gather_sum(row, cache_);
+        mass_[k] = observes ? row_sum(gathered_[k].data(), static_cast<int64_t>(cache_.size())) : gather_sum(row, cache_);
       }
       retained_[k] = quantized_ ? shared_mass(rows.row(head), model.row(head), mass_[k], cache_) : mass_[k];
     }
@@ -77,8 +93,8 @@ class Simulation {
       for (size_t k = 0; k < heads; ++k)
         record_head(rows, model, k, by_evicted && !quantized_ ? evicted_ : cache_, by_evicted && !quantized_);
     }
-    if (spec_.policy->needs_attention) {
-      observe_row(model);
+    if (observes) {
+      observe_row();
       policy_->observe(t, cache_, observed_);
     }
     const bool compress = options_.mode == Mode::prefill && t + 1 == prefill_end_;
@@ -92,16 +108,16 @@ class Simulation {
   SimulationResult take() { return std::move(result_); }
 
  private:
-  // The group's observed row: each head's model row renormalised over the cache (mass_),
-  // combined over the heads.
-  void observe_row(StepRows& rows) {
+  // The group's observed row: each head's model row over the cache (gathered_) renormalised
+  // by its mass (mass_), combined over the heads.
+  void observe_row() {
     const size_t heads = group_.heads.size();
     const size_t size = cache_.size();
     observed_.resize(size);
     if (options_.aggregate == Aggregate::max) {
       for (size_t j = 0; j < size; ++j) {
         double combined = 0;
-        for (size_t k = 0; k < heads; ++k) combined = std::max(combined, rows.row(group_.heads[k])[cache_[j]] / mass_[k]);
+        for (size_t k = 0; k < heads; ++k) combined = std::max(combined, gathered_[k][j] / mass_[k]);
         observed_[j] = static_cast<float>(combined);
       }
       return;
@@ -110,11 +126,16 @@ class Simulation {
     const double share = options_.aggregate == Aggregate::mean ? 1.0 / static_cast<double>(heads) : 1.0;
     combined_.assign(size, 0.0);
     for (size_t k = 0; k < heads; ++k) {
-      const float* row = rows.row(group_.heads[k]);
+      const float* row = gathered_[k].data();
       const double weight = share / mass_[k];
-      for (size_t j = 0; j < size; ++j) combined_[j] += row[cache_[j]] * weight;
+      for (size_t j = 0; j < size; ++j) combined_[j] += row[j] * weight;
     }
     for (size_t j = 0; j < size; ++j) observed_[j] = static_cast<float>(combined_[j]);
+  }
+
+  static void gather(const float* row, std::span<const int32_t> positions, std::vector<float>& out) {
+    out.resize(positions.size());
+    for (size_t j = 0; j < positions.size(); ++j) out[j] = row[positions[j]];
   }
 
   // sum over cached i of min(a[i], b[i] / model_mass): the attention mass the true row and
@@ -237,6 +258,7 @@ class Simulation {
   const QuantizedView* quantized_;  // null at full precision
   std::vector<double> mass_;       // per head of the group: the model's row summed over the cache
   std::vector<double> retained_;   // per head: the retention recorded at this step
+  std::vector<std::vector<float>> gathered_;  // per head: the model row at the cached positions
   std::vector<float> observed_;
   std::vector<double> combined_;
   int64_t run_begin_[2] = {0, 0}, run_end_[2] = {0, 0};
@@ -260,7 +282,27 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
     kvtrace::RowBlock block;
     std::vector<std::unique_ptr<StepRows>> quantized_rows;  // per quantized view
     std::vector<kvtrace::RowBlock> quantized_blocks;
+    std::vector<std::vector<size_t>> by_group;  // the simulations of each cache group
   };
+  // All simulations of `group` (or of every group: -1) take step t.
+  auto step = [&](const Lane& lane, LaneState& state, int64_t t, int group) {
+    state.rows->start(state.block, t, group);
+    for (size_t v = 0; v < state.quantized_rows.size(); ++v) state.quantized_rows[v]->start(state.quantized_blocks[v], t);
+    auto run = [&](size_t s) {
+      const int view = lane.simulations[s].quant;
+      state.running[s].step(*state.rows, view >= 0 ? *state.quantized_rows[static_cast<size_t>(view)] : *state.rows);
+    };
+    if (group >= 0)
+      for (size_t s : state.by_group[static_cast<size_t>(group)]) run(s);
+    else
+      for (size_t s = 0; s < state.running.size(); ++s) run(s);
+  };
+  // Lanes in lockstep (a cross-layer chain) step every lane at each t. A single lane with
+  // independent simulations runs one cache group's simulations over a whole block of rows
+  // before the next group's: bit for bit the same results, but each group's state (tens of
+  // simulations' caches and policy state) stays in the CPU caches for the block.
+  bool group_major = lanes.size() == 1;
+  for (const auto& spec : lanes.front().simulations) group_major = group_major && !spec.sequence_state;
   std::vector<LaneState> states(lanes.size());
   for (size_t l = 0; l < lanes.size(); ++l) {
     const Lane& lane = lanes[l];
@@ -287,6 +329,9 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
       state.quantized_rows.push_back(std::make_unique<StepRows>(view.source->n_heads(), lane.groups, false));
     }
     state.quantized_blocks.resize(lane.quantized.size());
+    state.by_group.resize(lane.groups.size());
+    for (size_t s = 0; s < lane.simulations.size(); ++s)
+      state.by_group[static_cast<size_t>(lane.simulations[s].group)].push_back(s);
   }
 
   for (int64_t first = 0; first < n; first += kvtrace::kRowBlockSize) {
@@ -296,16 +341,14 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
       for (size_t v = 0; v < lanes[l].quantized.size(); ++v)
         lanes[l].quantized[v].source->rows(first, count, states[l].quantized_blocks[v]);
     }
-    for (int64_t t = first; t < first + count; ++t)
-      for (size_t l = 0; l < lanes.size(); ++l) {
-        LaneState& state = states[l];
-        state.rows->start(state.block, t);
-        for (size_t v = 0; v < state.quantized_rows.size(); ++v) state.quantized_rows[v]->start(state.quantized_blocks[v], t);
-        for (size_t s = 0; s < state.running.size(); ++s) {
-          const int view = lanes[l].simulations[s].quant;
-          state.running[s].step(*state.rows, view >= 0 ? *state.quantized_rows[static_cast<size_t>(view)] : *state.rows);
-        }
-      }
+    if (group_major) {
+      for (size_t g = 0; g < lanes.front().groups.size(); ++g)
+        if (!states.front().by_group[g].empty())
+          for (int64_t t = first; t < first + count; ++t) step(lanes.front(), states.front(), t, static_cast<int>(g));
+    } else {
+      for (int64_t t = first; t < first + count; ++t)
+        for (size_t l = 0; l < lanes.size(); ++l) step(lanes[l], states[l], t, -1);
+    }
   }
   std::vector<std::vector<SimulationResult>> results(lanes.size());
   for (size_t l = 0; l < lanes.size(); ++l)

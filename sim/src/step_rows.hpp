@@ -44,10 +44,15 @@ class StepRows {
         ranked_step_(static_cast<size_t>(n_heads), -1), prefixes_(static_cast<size_t>(n_heads)),
         prefix_step_(static_cast<size_t>(n_heads), -1), outputs_(groups.size()) {}
 
-  void start(const RowBlock& block, int64_t t) {
+  // Step t of `block`, for the simulations of cache group `group` (-1: of every group).
+  void start(const RowBlock& block, int64_t t, int group = -1) {
     block_ = &block;
     t_ = t;
-    if (output_error_) compute_outputs();
+    if (!output_error_) return;
+    if (group >= 0)
+      compute_outputs(static_cast<size_t>(group));
+    else
+      for (size_t g = 0; g < groups_.size(); ++g) compute_outputs(g);
   }
   int64_t t() const { return t_; }
   const float* row(int head) const { return block_->row(head, t_); }
@@ -90,19 +95,17 @@ class StepRows {
   const std::vector<double>& full_output(int group, size_t k) const { return outputs_[static_cast<size_t>(group)][k]; }
 
  private:
-  void compute_outputs() {
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      const CacheGroup& group = groups_[g];
-      const auto d = static_cast<size_t>(group.head_dim);
-      outputs_[g].resize(group.heads.size());
-      for (size_t k = 0; k < group.heads.size(); ++k) {
-        std::vector<double>& o = outputs_[g][k];
-        o.assign(d, 0.0);
-        const float* r = row(group.heads[k]);
-        for (int64_t i = 0; i <= t_; ++i) {
-          const float* v = group.values[k] + static_cast<size_t>(i) * d;
-          for (size_t c = 0; c < d; ++c) o[c] += static_cast<double>(r[i]) * v[c];
-        }
+  void compute_outputs(size_t g) {
+    const CacheGroup& group = groups_[g];
+    const auto d = static_cast<size_t>(group.head_dim);
+    outputs_[g].resize(group.heads.size());
+    for (size_t k = 0; k < group.heads.size(); ++k) {
+      std::vector<double>& o = outputs_[g][k];
+      o.assign(d, 0.0);
+      const float* r = row(group.heads[k]);
+      for (int64_t i = 0; i <= t_; ++i) {
+        const float* v = group.values[k] + static_cast<size_t>(i) * d;
+        for (size_t c = 0; c < d; ++c) o[c] += static_cast<double>(r[i]) * v[c];
       }
     }
   }
