@@ -3,6 +3,9 @@
 // over C (the retention), â = a_t / r_t over C. Rows of the traces are in hand_cases.hpp.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
+#include "../../sim/policies/select.hpp"
 #include "hand_cases.hpp"
 #include "kvtrace/error.hpp"
 
@@ -301,6 +304,38 @@ TEST(PolicyScissorhands, DropAmountAboveBudgetThrows) {
 }
 
 // ---------------------------------------------------------------- scissorhands-official
+
+TEST(PolicyScissorhands, ThresholdComparedInDoubleEvenWhenTheFloatRoundsDown) {
+  // 25 cached tokens: threshold 1/25 = 0.04, whose nearest float 0.0399999991 lies below it.
+  // An â equal to that float is below the threshold (counted), 0.04 rounded up is not.
+  const kvsim::PolicyInfo& info = kvsim::find_policy("scissorhands");
+  auto policy = info.make(kvsim::resolve_params(info, {{"w", "1"}, {"r", "0"}, {"m", "1"}}));
+  kvsim::GroupContext group;
+  group.n_tokens = 25;
+  group.budget = 24;
+  policy->reset(group);
+  std::vector<int32_t> cache;
+  for (int32_t i = 0; i < 25; ++i) cache.push_back(i);
+  std::vector<float> attention(25, std::nextafter(0.04f, 1.0f));
+  attention[3] = 0.04f;
+  ASSERT_LT(static_cast<double>(0.04f), 0.04);
+  for (int32_t i = 0; i < 24; ++i) policy->observe(i, std::span(cache).first(static_cast<size_t>(i) + 1), attention);
+  policy->observe(24, cache, attention);
+  std::vector<int32_t> victims;
+  policy->evict(24, cache, 1, false, victims);
+  EXPECT_EQ(victims, std::vector<int32_t>{3});
+}
+
+TEST(PolicySelect, CacheAlignedStateDropsTheVictimsEntries) {
+  const std::vector<int32_t> cache = {2, 5, 7, 8, 11, 12};
+  std::vector<size_t> indices;
+  kvsim::victim_indices(cache, std::vector<int32_t>{12, 2, 8}, indices);
+  EXPECT_EQ(indices, (std::vector<size_t>{0, 3, 5}));
+  std::vector<double> state = {0.2, 0.5, 0.7, 0.8, 1.1, 1.2};
+  kvsim::erase_indices(state.data(), state.size(), indices);
+  state.resize(state.size() - indices.size());
+  EXPECT_EQ(state, (std::vector<double>{0.5, 0.7, 1.1}));
+}
 
 TEST(PolicyScissorhandsOfficial, QuantileWindowRecent) {
   // quantile .3, window 2, recent 2. q = sorted(â)[floor(.3 n)]; exceed = â strictly > q.
