@@ -163,10 +163,14 @@ class Simulation {
                                       ? quantized_->values[static_cast<size_t>(spec_.group)][k]
                                       : nullptr;
     partial_.assign(d, 0.0);
-    for (int32_t position : positions) {
-      const double weight = row[position];
-      const float* v = stored ? stored->row(position, t).data() : group_.values[k] + static_cast<size_t>(position) * d;
-      for (size_t c = 0; c < d; ++c) partial_[c] += weight * v[c];
+    if (stored) {
+      for (int32_t position : positions) {
+        const double weight = row[position];
+        const float* v = stored->row(position, t).data();
+        for (size_t c = 0; c < d; ++c) partial_[c] += weight * v[c];
+      }
+    } else {
+      weighted_value_sum(row, positions, group_.values[k], d, partial_.data());
     }
     const std::vector<double>& full = rows.full_output(group_index(), k);
     if (complement)

@@ -2,9 +2,13 @@
 // Per-step row data the engine's simulations share (internal to sim/src/engine.cpp): each
 // head's row total, prefix sums and value ranking, and o_t for output error, computed at
 // most once per step however many simulations ask.
+#include <algorithm>
 #include <cstdint>
 #include <span>
 #include <vector>
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#endif
 
 #include "kvsim/engine.hpp"
 #include "kvsim/row_ranking.hpp"
@@ -32,6 +36,47 @@ inline double row_sum(const float* row, int64_t count) {
     for (int64_t k = 0; k < 4; ++k) lane[k] += row[i + k];
   for (; i < count; ++i) lane[0] += row[i];
   return (lane[0] + lane[1]) + (lane[2] + lane[3]);
+}
+
+// out[c] = sum over positions i of row[i] * v_i[first + c], for c < Width; returns Width.
+template <size_t Width>
+size_t weighted_sum(const float* row, std::span<const int32_t> positions, const float* values, size_t d,
+                    size_t first, double* out) {
+#if defined(__AVX2__) && defined(__FMA__)
+  if constexpr (Width % 4 == 0) {  // Width / 4 accumulators of 4 doubles: registers
+    __m256d sum[Width / 4];
+    for (auto& lanes : sum) lanes = _mm256_setzero_pd();
+    for (int32_t position : positions) {
+      const __m256d weight = _mm256_set1_pd(row[position]);
+      const float* v = values + static_cast<size_t>(position) * d + first;
+      for (size_t c = 0; c < Width / 4; ++c) sum[c] = _mm256_fmadd_pd(weight, _mm256_cvtps_pd(_mm_loadu_ps(v + 4 * c)), sum[c]);
+    }
+    for (size_t c = 0; c < Width / 4; ++c) _mm256_storeu_pd(out + 4 * c, sum[c]);
+    return Width;
+  }
+#endif
+  double sum[Width] = {};
+  for (int32_t position : positions) {
+    const double weight = row[position];
+    const float* v = values + static_cast<size_t>(position) * d + first;
+    for (size_t c = 0; c < Width; ++c) sum[c] += weight * v[c];
+  }
+  std::copy_n(sum, Width, out);
+  return Width;
+}
+
+// out[c] = sum over positions i of row[i] * v_i[c], c < d (v_i = values + i * d), in double,
+// positions in order: up to 32 channels at a time, so that their partial sums stay in
+// registers across all positions instead of going through memory at every position.
+inline void weighted_value_sum(const float* row, std::span<const int32_t> positions, const float* values, size_t d,
+                               double* out) {
+  for (size_t first = 0; first < d;) {
+    const size_t left = d - first;
+    if (left >= 32) first += weighted_sum<32>(row, positions, values, d, first, out + first);
+    else if (left >= 16) first += weighted_sum<16>(row, positions, values, d, first, out + first);
+    else if (left >= 4) first += weighted_sum<4>(row, positions, values, d, first, out + first);
+    else first += weighted_sum<1>(row, positions, values, d, first, out + first);
+  }
 }
 
 // What every simulation of a lane may need at one step, computed at most once: each head's
@@ -99,14 +144,12 @@ class StepRows {
     const CacheGroup& group = groups_[g];
     const auto d = static_cast<size_t>(group.head_dim);
     outputs_[g].resize(group.heads.size());
+    while (static_cast<int64_t>(every_position_.size()) <= t_) every_position_.push_back(static_cast<int32_t>(every_position_.size()));
+    const std::span<const int32_t> positions(every_position_.data(), static_cast<size_t>(t_) + 1);
     for (size_t k = 0; k < group.heads.size(); ++k) {
       std::vector<double>& o = outputs_[g][k];
-      o.assign(d, 0.0);
-      const float* r = row(group.heads[k]);
-      for (int64_t i = 0; i <= t_; ++i) {
-        const float* v = group.values[k] + static_cast<size_t>(i) * d;
-        for (size_t c = 0; c < d; ++c) o[c] += static_cast<double>(r[i]) * v[c];
-      }
+      o.resize(d);
+      weighted_value_sum(row(group.heads[k]), positions, group.values[k], d, o.data());
     }
   }
 
@@ -121,6 +164,7 @@ class StepRows {
   std::vector<std::vector<double>> prefixes_;
   std::vector<int64_t> prefix_step_;
   std::vector<std::vector<std::vector<double>>> outputs_;  // [group][head]
+  std::vector<int32_t> every_position_;                     // 0, 1, 2, ...
 };
 
 }  // namespace kvsim
