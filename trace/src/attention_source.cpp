@@ -68,7 +68,11 @@ constexpr int kLanes = 4;
 #endif
 using Floats = float __attribute__((vector_size(4 * kLanes)));
 using Ints = int32_t __attribute__((vector_size(4 * kLanes)));
-using Doubles = double __attribute__((vector_size(8 * kLanes)));  // the denominator's lanes
+// The denominator's lanes, one Floats' worth, as two halves: a double vector of a whole
+// Floats is wider than a register, and GCC keeps it in memory.
+constexpr int kHalf = kLanes / 2;
+using HalfFloats = float __attribute__((vector_size(4 * kHalf)));
+using HalfDoubles = double __attribute__((vector_size(8 * kHalf)));
 
 Floats load(const float* p) {
   Floats v;
@@ -122,18 +126,25 @@ void causal_softmax_row(float* row, int64_t t, const SoftmaxOptions& options) {
   float max = lane_max[0];
   for (int j = 1; j < kLanes; ++j) max = std::max(max, lane_max[j]);
   // The denominator in double: a float sum over thousands of entries drifts by ~1e-6.
-  Doubles lane_sum{};
+  HalfDoubles low_sum{}, high_sum{};  // lanes 0..kHalf-1 and kHalf..kLanes-1
+  auto add = [&](const float* stored) {
+    HalfFloats low, high;
+    std::memcpy(&low, stored, sizeof low);
+    std::memcpy(&high, stored + kHalf, sizeof high);
+    low_sum += __builtin_convertvector(low, HalfDoubles);
+    high_sum += __builtin_convertvector(high, HalfDoubles);
+  };
   for (int64_t i = 0; i < full; i += kLanes) {
-    const Floats e = exp_nonpositive(load(begin + i) - max);
-    store(begin + i, e);
-    lane_sum += __builtin_convertvector(e, Doubles);
+    store(begin + i, exp_nonpositive(load(begin + i) - max));
+    add(begin + i);
   }
   const Floats tail_exp = exp_nonpositive(load(tail) - max) * (load(tail) > splat(-INFINITY) ? splat(1.0f) : splat(0.0f));
   store(tail, tail_exp);
-  lane_sum += __builtin_convertvector(tail_exp, Doubles);
+  add(tail);
   std::copy(tail, tail + (n - full), begin + full);
   double sum = 0;
-  for (int j = 0; j < kLanes; ++j) sum += lane_sum[j];
+  for (int j = 0; j < kHalf; ++j) sum += low_sum[j];
+  for (int j = 0; j < kHalf; ++j) sum += high_sum[j];
   const auto inverse = static_cast<float>(1.0 / sum);
   for (int64_t i = 0; i < n; ++i) begin[i] *= inverse;
 }
