@@ -10,6 +10,7 @@
 #include <iterator>
 #include <vector>
 
+#include "../support/small_trace.hpp"
 #include "../support/temp_dir.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/synth.hpp"
@@ -23,17 +24,7 @@ class ReaderGuards : public ::testing::Test {
  protected:
   void SetUp() override {
     H5::Exception::dontPrint();
-    path_ = dir_.file("trace.h5");
-    SynthOptions options;
-    options.n_layers = 2;
-    options.n_heads = 4;
-    options.n_kv_heads = 2;
-    options.head_dim = 8;
-    options.n_tokens = 12;
-    options.n_sequences = 2;
-    options.write_attn = true;
-    options.dtype = DType::f32;
-    write_synthetic_trace(path_, options);
+    path_ = kvtest::write_small_trace(dir_);
   }
 
   std::vector<unsigned char> bytes() const {
