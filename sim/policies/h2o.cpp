@@ -16,6 +16,12 @@ class H2O final : public Policy {
     size_ = 0;
     protected_recent_ = group.budget / 2;
   }
+  bool adopt(const Policy& other) override {  // protected_recent_ stays this budget's
+    const auto& from = static_cast<const H2O&>(other);
+    score_ = from.score_;
+    size_ = from.size_;
+    return true;
+  }
   void observe(int64_t, std::span<const int32_t>, std::span<const float> attention) override {
     score_[size_++] = 0.0;  // the new token
     double* score = score_.data();

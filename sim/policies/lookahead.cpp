@@ -9,6 +9,7 @@ namespace {
 class Lookahead final : public Policy {
  public:
   void reset(const GroupContext& group) override { future_ = group.future; }
+  bool adopt(const Policy&) override { return true; }  // its future is the group's
   void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
     scores_.resize(cache.size());

@@ -8,6 +8,7 @@ class Random final : public Policy {
  public:
   explicit Random(const Params& params) : seed_(static_cast<uint64_t>(params.integer("seed"))) {}
   void reset(const GroupContext& group) override { state_ = seed_ ^ (group.seed * 0x9e3779b97f4a7c15ull); }
+  bool adopt(const Policy&) override { return true; }  // draws only when evicting
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
     pool_.assign(cache.begin(), cache.end());
     for (int64_t k = 0; k < excess; ++k) {  // partial Fisher-Yates

@@ -42,6 +42,14 @@ class Scissorhands final : public Policy {
     count_.assign(capacity_, 0);
   }
 
+  bool adopt(const Policy& other) override {  // drop_now_ stays this budget's
+    const auto& from = static_cast<const Scissorhands&>(other);
+    flags_ = from.flags_;
+    count_ = from.count_;
+    size_ = from.size_;
+    return true;
+  }
+
   void observe(int64_t step, std::span<const int32_t> cache, std::span<const float> attention) override {
     for (size_t word = 0; word < flags_.size(); word += capacity_) flags_[word + size_] = 0;  // the new token
     count_[size_++] = 0;

@@ -22,6 +22,14 @@ class SnapKV final : public Policy {
     observed_ = 0;
   }
 
+  bool adopt(const Policy& other) override {  // budget_ stays this budget's
+    const auto& from = static_cast<const SnapKV&>(other);
+    window_sum_ = from.window_sum_;
+    rows_ = from.rows_;
+    observed_ = from.observed_;
+    return true;
+  }
+
   // window_sum_ holds, per position, the sum of â over the last W observed rows; rows_ is a
   // ring of those rows, so the oldest can be taken out again.
   void observe(int64_t, std::span<const int32_t> cache, std::span<const float> attention) override {

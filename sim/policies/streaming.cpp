@@ -14,6 +14,7 @@ class Streaming final : public Policy {
       throw kvtrace::InputError("", "", "policy streaming needs a budget above its " + std::to_string(sinks_) +
                                             " sink tokens (got B = " + std::to_string(group.budget) + ")");
   }
+  bool adopt(const Policy&) override { return true; }  // no state
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
     // cache is ascending and the sinks (positions < sinks) are its first entries.
     size_t j = 0;

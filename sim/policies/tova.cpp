@@ -9,6 +9,10 @@ namespace {
 class Tova final : public Policy {
  public:
   void reset(const GroupContext&) override {}
+  bool adopt(const Policy& other) override {
+    current_ = static_cast<const Tova&>(other).current_;
+    return true;
+  }
   void observe(int64_t, std::span<const int32_t>, std::span<const float> attention) override {
     current_.assign(attention.begin(), attention.end());
   }

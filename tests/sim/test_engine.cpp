@@ -257,6 +257,68 @@ TEST(EngineBudget, AtLeastTheLengthIsFull) {
   }
 }
 
+TEST(EngineBudget, SharedBudgetsEqualSeparateRuns) {
+  // The engine runs the budgets of one policy as one simulation until each must evict
+  // (budget sharing): every result must equal that budget's simulation run alone. Two GQA
+  // groups of 2 heads with values (output error), 20 tokens, stream and prefill.
+  const int n = 20, n_heads = 4, head_dim = 4;
+  const auto heads = random_ish(n_heads, n);
+  std::vector<std::vector<float>> values(2);
+  uint32_t state = 99;
+  for (auto& v : values)
+    for (int i = 0; i < n * head_dim; ++i) {
+      state = state * 1664525u + 1013904223u;
+      v.push_back(static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f);
+    }
+  std::vector<kvsim::CacheGroup> groups(2);
+  for (int g = 0; g < 2; ++g) {
+    groups[static_cast<size_t>(g)].heads = {2 * g, 2 * g + 1};
+    groups[static_cast<size_t>(g)].values = {values[static_cast<size_t>(g)].data(), values[static_cast<size_t>(g)].data()};
+    groups[static_cast<size_t>(g)].head_dim = head_dim;
+    groups[static_cast<size_t>(g)].seed = kvsim::cache_group_seed(0, 0, g);
+  }
+  const std::vector<int64_t> budgets = {3, 5, 8, 8, 12, 19, 25};
+  for (const auto& choice : budgeted_policies(3)) {
+    for (auto mode : {kvsim::Mode::stream, kvsim::Mode::prefill}) {
+      SCOPED_TRACE(choice.policy + (mode == kvsim::Mode::prefill ? " prefill" : " stream"));
+      kvsim::EngineOptions options;
+      options.mode = mode;
+      options.prompt_len = mode == kvsim::Mode::prefill ? 6 : 0;
+      options.output_error = true;
+      const kvsim::PolicyChoice policy = kvsim::choose_policy(choice.policy, choice.params);
+      auto specs_for = [&](std::vector<int64_t> chosen) {
+        std::vector<kvsim::SimulationSpec> specs;
+        for (int64_t budget : chosen)
+          for (int g = 0; g < 2; ++g) {
+            kvsim::SimulationSpec spec;
+            spec.policy = policy.info;
+            spec.params = policy.params;
+            spec.budget = budget;
+            spec.group = g;
+            specs.push_back(spec);
+          }
+        return specs;
+      };
+      kvtrace::PackedAttentionSource together_source(n, hand::pack(heads));
+      const auto together = kvsim::run_engine(together_source, groups, specs_for(budgets), options);
+      for (size_t b = 0; b < budgets.size(); ++b) {
+        kvtrace::PackedAttentionSource alone_source(n, hand::pack(heads));
+        const auto alone = kvsim::run_engine(alone_source, groups, specs_for({budgets[b]}), options);
+        for (size_t g = 0; g < 2; ++g) {
+          const kvsim::SimulationResult& shared = together[2 * b + g];
+          const kvsim::SimulationResult& own = alone[g];
+          EXPECT_EQ(shared.retention, own.retention) << "B=" << budgets[b] << " group " << g;
+          EXPECT_EQ(shared.output_error, own.output_error) << "B=" << budgets[b] << " group " << g;
+          EXPECT_EQ(shared.occupancy, own.occupancy) << "B=" << budgets[b] << " group " << g;
+          EXPECT_EQ(shared.eviction_step, own.eviction_step) << "B=" << budgets[b] << " group " << g;
+          EXPECT_EQ(shared.evictions, own.evictions) << "B=" << budgets[b] << " group " << g;
+          EXPECT_EQ(shared.budget, budgets[b]);
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- oracle bound
 
 TEST(EngineOracle, BoundsEveryBudgetedPolicy) {

@@ -48,6 +48,11 @@ class Policy {
   // `compress` is true once at the end of the prompt in prefill mode (reach the budget).
   virtual void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool compress,
                      std::vector<int32_t>& victims) = 0;
+  // Budget sharing: `other` is this policy with the same parameters and cache group, reset for
+  // a larger budget, and neither has evicted yet. Copy its state, keep what this instance
+  // derived from its own budget, and return true; or return false (the default) to be run
+  // from the start on its own. Only called when evict() names nothing while excess <= 0.
+  virtual bool adopt(const Policy& /*other*/) { return false; }
 };
 
 class RowRanking;
