@@ -9,6 +9,7 @@
 #include "kvtrace/reader.hpp"
 #include "quantized_layer.hpp"
 #include "aggregate.hpp"
+#include "parallel_for.hpp"
 #include "record_io.hpp"
 
 namespace kvsim {
@@ -364,8 +365,10 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   results.sequences = static_cast<int64_t>(sequences.size());
   results.layers = static_cast<int64_t>(layers.size());
   results.heads = meta.n_heads;
-  for (size_t c = 0; c < cells; ++c) {
-    CellResult cell;
+  // The cells are aggregated independently (exact percentiles over every sample): in parallel.
+  results.cells.resize(cells);
+  parallel_for(cells, threads, [&](size_t c) {
+    CellResult& cell = results.cells[c];
     const CellKey key = decode(c, config);
     cell.info = config.policies[key.policy].info;
     cell.budget = config.budgets[key.budget];
@@ -392,8 +395,7 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
     aggregate_cell(cell, records, meta.n_layers, output_error);
     if (config.keep_records)
       for (const GroupRecord* record : records) cell.records.push_back(*record);
-    results.cells.push_back(std::move(cell));
-  }
+  }, [] {});
   return results;
 }
 
