@@ -14,15 +14,16 @@
 namespace kvsim {
 namespace {
 
-// Budget sharing: among simulations of one budgeted policy with the same parameters, cache
-// group, layer and view, the largest budget leads and the others follow it until they must
-// evict (Simulation::follow). Policies that cannot hand over their state run on their own.
+// Budget sharing: among simulations of one policy with the same parameters, cache group,
+// layer and view, the largest budget leads and the others follow it until they must evict
+// (Simulation::follow), or to the end if the policy ignores the budget. Policies that cannot
+// hand over their state run on their own.
 void share_budgets(const Lane& lane, std::vector<Simulation>& running) {
   using Key = std::tuple<int, int, const PolicyInfo*, std::map<std::string, std::string>, int>;
   std::map<Key, std::vector<size_t>> alike;
   for (size_t s = 0; s < lane.simulations.size(); ++s) {
     const SimulationSpec& spec = lane.simulations[s];
-    if (spec.policy->budgeted && spec.policy->engine == Engine::cache && !spec.sequence_state)
+    if (spec.policy->engine == Engine::cache && !spec.sequence_state)
       alike[{spec.group, spec.layer, spec.policy, spec.params.values(), spec.quant}].push_back(s);
   }
   for (auto& [key, members] : alike) {

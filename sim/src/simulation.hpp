@@ -106,15 +106,17 @@ class Simulation {
     }
     if (t + 1 < prefill_end_) return;  // the prompt is processed at once: no eviction inside it
     for (Simulation* follower : followers_)
-      if (follower->dormant() && static_cast<int64_t>(cache_.size()) > follower->spec_.budget) follower->take_over(t);
+      if (follower->dormant() && spec_.policy->budgeted && static_cast<int64_t>(cache_.size()) > follower->spec_.budget)
+        follower->take_over(t);
     evict(t);
   }
 
   // Budget sharing. Simulations of one policy with the same parameters, cache group and view
   // but smaller budgets keep exactly the same cache as this one until the first step at which
   // they must evict: until then they follow it, dormant, and then take over its state.
+  // A policy that ignores the budget (full, scissorhands-official) follows to the end.
   bool follow(Simulation& leader) {
-    if (!policy_->adopt(*leader.policy_)) return false;
+    if (spec_.policy->budgeted && !policy_->adopt(*leader.policy_)) return false;
     leader_ = &leader;
     leader.followers_.push_back(this);
     return true;
@@ -147,10 +149,10 @@ class Simulation {
     evict(t);
   }
 
-  void take_results(const Simulation& leader) {
-    result_.retention = leader.result_.retention;
-    result_.output_error = leader.result_.output_error;
-    result_.occupancy = leader.result_.occupancy;
+  void take_results(const Simulation& leader) {  // all but the budget
+    const int64_t budget = result_.budget;
+    result_ = leader.result_;
+    result_.budget = budget;
   }
 
   // The group's observed row: each head's model row over the cache (gathered_) renormalised

@@ -258,8 +258,9 @@ TEST(EngineBudget, AtLeastTheLengthIsFull) {
 }
 
 TEST(EngineBudget, SharedBudgetsEqualSeparateRuns) {
-  // The engine runs the budgets of one policy as one simulation until each must evict
-  // (budget sharing): every result must equal that budget's simulation run alone. Two GQA
+  // The engine runs the budgets of one policy as one simulation until each must evict, or
+  // throughout when the policy ignores the budget (budget sharing): every result must equal
+  // that budget's simulation run alone. Two GQA
   // groups of 2 heads with values (output error), 20 tokens, stream and prefill.
   const int n = 20, n_heads = 4, head_dim = 4;
   const auto heads = random_ish(n_heads, n);
@@ -278,7 +279,10 @@ TEST(EngineBudget, SharedBudgetsEqualSeparateRuns) {
     groups[static_cast<size_t>(g)].seed = kvsim::cache_group_seed(0, 0, g);
   }
   const std::vector<int64_t> budgets = {3, 5, 8, 8, 12, 19, 25};
-  for (const auto& choice : budgeted_policies(3)) {
+  auto choices = budgeted_policies(3);
+  choices.push_back({"full", {}});  // ignores the budget: one simulation serves all
+  choices.push_back({"scissorhands-official", {}});
+  for (const auto& choice : choices) {
     for (auto mode : {kvsim::Mode::stream, kvsim::Mode::prefill}) {
       SCOPED_TRACE(choice.policy + (mode == kvsim::Mode::prefill ? " prefill" : " stream"));
       kvsim::EngineOptions options;
