@@ -119,8 +119,10 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
     }
   }
   std::vector<std::vector<SimulationResult>> results(lanes.size());
-  for (size_t l = 0; l < lanes.size(); ++l)
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    for (auto& simulation : states[l].running) simulation.settle();
     for (auto& simulation : states[l].running) results[l].push_back(simulation.take());
+  }
   return results;
 }
 

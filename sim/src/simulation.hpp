@@ -123,10 +123,14 @@ class Simulation {
   }
   bool dormant() const { return leader_ != nullptr; }
 
-  SimulationResult take() {
-    if (dormant()) take_results(*leader_);  // never had to evict: the leader's results are its own
-    return std::move(result_);
+  // After the last step, before any result is taken: a follower that never had to evict
+  // has the leader's results as its own.
+  void settle() {
+    if (!dormant()) return;
+    take_results(*leader_);
+    leader_ = nullptr;
   }
+  SimulationResult take() { return std::move(result_); }
 
  private:
   void evict(int64_t t) {

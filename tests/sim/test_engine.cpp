@@ -278,7 +278,8 @@ TEST(EngineBudget, SharedBudgetsEqualSeparateRuns) {
     groups[static_cast<size_t>(g)].head_dim = head_dim;
     groups[static_cast<size_t>(g)].seed = kvsim::cache_group_seed(0, 0, g);
   }
-  const std::vector<int64_t> budgets = {3, 5, 8, 8, 12, 19, 25};
+  // Unsorted, with a repeat: the leader is the largest wherever it stands.
+  const std::vector<int64_t> budgets = {30, 8, 25, 3, 12, 8, 19, 5};
   auto choices = budgeted_policies(3);
   choices.push_back({"full", {}});  // ignores the budget: one simulation serves all
   choices.push_back({"scissorhands-official", {}});
