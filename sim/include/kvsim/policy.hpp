@@ -51,7 +51,8 @@ class Policy {
   // Budget sharing: `other` is this policy with the same parameters and cache group, reset for
   // a larger budget, and neither has evicted yet. Copy its state, keep what this instance
   // derived from its own budget, and return true; or return false (the default) to be run
-  // from the start on its own. Only called when evict() names nothing while excess <= 0.
+  // from the start on its own. Return true only if evict() names nothing while excess <= 0
+  // and the state does not depend on the budget before the first eviction.
   virtual bool adopt(const Policy& /*other*/) { return false; }
 };
 
