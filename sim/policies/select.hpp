@@ -4,21 +4,60 @@
 #include <algorithm>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 #include <utility>
 #include <vector>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 namespace kvsim {
+
+// The index of the first smallest of scores[0..count) (count > 0): what a scan keeping the
+// first of equal scores finds, in two vectorised passes (the smallest value, then where it
+// first occurs) instead of one scan with a compare-and-branch per entry.
+template <class T>
+size_t lowest_index(const T* scores, size_t count) {
+  T lowest = scores[0];
+  size_t j = 0;
+#if defined(__AVX2__)
+  if constexpr (std::is_same_v<T, double>) {
+    if (count >= 8) {
+      __m256d low_a = _mm256_loadu_pd(scores), low_b = _mm256_loadu_pd(scores + 4);
+      for (j = 8; j + 8 <= count; j += 8) {
+        low_a = _mm256_min_pd(low_a, _mm256_loadu_pd(scores + j));
+        low_b = _mm256_min_pd(low_b, _mm256_loadu_pd(scores + j + 4));
+      }
+      double lanes[4];
+      _mm256_storeu_pd(lanes, _mm256_min_pd(low_a, low_b));
+      for (double lane : lanes) lowest = std::min(lowest, lane);
+    }
+  } else if constexpr (std::is_same_v<T, float>) {
+    if (count >= 16) {
+      __m256 low_a = _mm256_loadu_ps(scores), low_b = _mm256_loadu_ps(scores + 8);
+      for (j = 16; j + 16 <= count; j += 16) {
+        low_a = _mm256_min_ps(low_a, _mm256_loadu_ps(scores + j));
+        low_b = _mm256_min_ps(low_b, _mm256_loadu_ps(scores + j + 8));
+      }
+      float lanes[8];
+      _mm256_storeu_ps(lanes, _mm256_min_ps(low_a, low_b));
+      for (float lane : lanes) lowest = std::min(lowest, lane);
+    }
+  }
+#endif
+  for (; j < count; ++j) lowest = std::min(lowest, scores[j]);
+  size_t first = 0;
+  while (!(scores[first] == lowest)) ++first;
+  return first;
+}
 
 // `scores[j]` belongs to `candidates[j]`; candidates are in ascending position order.
 // Appends min(k, candidates) victims.
 inline void evict_lowest(std::span<const int32_t> candidates, std::span<const double> scores, int64_t k,
                          std::vector<int32_t>& victims) {
   if (k <= 0 || candidates.empty()) return;
-  if (k == 1) {  // the common case, one eviction per step: a scan (strict < keeps the lower position)
-    size_t best = 0;
-    for (size_t j = 1; j < candidates.size(); ++j)
-      if (scores[j] < scores[best]) best = j;
-    victims.push_back(candidates[best]);
+  if (k == 1) {  // the common case, one eviction per step (ties: the lower position)
+    victims.push_back(candidates[lowest_index(scores.data(), candidates.size())]);
     return;
   }
   thread_local std::vector<std::pair<double, int32_t>> ranked;

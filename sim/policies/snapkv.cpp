@@ -17,8 +17,9 @@ class SnapKV final : public Policy {
 
   void reset(const GroupContext& group) override {
     budget_ = group.budget;
-    window_sum_.assign(static_cast<size_t>(group.n_tokens), 0.0);
-    rows_.assign(static_cast<size_t>(window_), Row{});
+    n_tokens_ = static_cast<size_t>(group.n_tokens);
+    window_sum_.assign(n_tokens_, 0.0);
+    rows_.assign(static_cast<size_t>(window_) * n_tokens_, 0.0f);
     observed_ = 0;
   }
 
@@ -31,15 +32,17 @@ class SnapKV final : public Policy {
   }
 
   // window_sum_ holds, per position, the sum of â over the last W observed rows; rows_ is a
-  // ring of those rows, so the oldest can be taken out again.
+  // ring of those rows by position, so the oldest can be taken out again. A slot's entry for
+  // a position cached now but not yet born when the slot was written is still 0: positions
+  // are never cached again once evicted, and a slot is written every W steps.
   void observe(int64_t, std::span<const int32_t> cache, std::span<const float> attention) override {
-    Row& slot = rows_[static_cast<size_t>(observed_ % window_)];
-    if (observed_ >= window_)
-      for (size_t j = 0; j < slot.positions.size(); ++j)
-        window_sum_[static_cast<size_t>(slot.positions[j])] -= slot.values[j];
-    slot.positions.assign(cache.begin(), cache.end());
-    slot.values.assign(attention.begin(), attention.end());
-    for (size_t j = 0; j < cache.size(); ++j) window_sum_[static_cast<size_t>(cache[j])] += attention[j];
+    float* __restrict slot = rows_.data() + static_cast<size_t>(observed_ % window_) * n_tokens_;
+    double* __restrict sum = window_sum_.data();
+    for (size_t j = 0; j < cache.size(); ++j) {
+      const auto position = static_cast<size_t>(cache[j]);
+      sum[position] = (sum[position] - slot[position]) + attention[j];
+      slot[position] = attention[j];
+    }
     ++observed_;
   }
 
@@ -48,27 +51,26 @@ class SnapKV final : public Policy {
     const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
     const size_t open = cache.size() > protect ? cache.size() - protect : 0;
     std::span<const int32_t> candidates = cache.first(open);
-    // Max-pooling: each offset within the kernel is one linear pass over the gathered sums.
     sums_.resize(open);
     for (size_t j = 0; j < open; ++j) sums_[j] = window_sum_[static_cast<size_t>(candidates[j])];
-    pooled_.assign(sums_.begin(), sums_.end());
+    // Max-pooling over [j - kernel/2, j + kernel/2], clipped to the candidates.
+    pooled_.resize(open);
     const auto half = static_cast<size_t>(kernel_ / 2);
-    for (size_t offset = 1; offset <= half && offset < open; ++offset) {
-      for (size_t j = 0; j + offset < open; ++j) pooled_[j] = std::max(pooled_[j], sums_[j + offset]);
-      for (size_t j = offset; j < open; ++j) pooled_[j] = std::max(pooled_[j], sums_[j - offset]);
+    for (size_t j = 0; j < open; ++j) {
+      const size_t lo = j >= half ? j - half : 0, hi = std::min(open - 1, j + half);
+      double pooled = sums_[lo];
+      for (size_t i = lo + 1; i <= hi; ++i) pooled = std::max(pooled, sums_[i]);
+      pooled_[j] = pooled;
     }
     evict_lowest(candidates, pooled_, excess, victims);
   }
 
  private:
-  struct Row {
-    std::vector<int32_t> positions;
-    std::vector<float> values;
-  };
   int64_t window_, kernel_;
   int64_t budget_ = 0;
+  size_t n_tokens_ = 0;
   std::vector<double> window_sum_;  // by position
-  std::vector<Row> rows_;
+  std::vector<float> rows_;         // [W][position]: the ring of the last W rows
   int64_t observed_ = 0;
   std::vector<double> sums_, pooled_;  // candidates' window sums, and pooled
 };

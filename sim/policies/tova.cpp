@@ -18,10 +18,7 @@ class Tova final : public Policy {
   }
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
     if (excess == 1) {  // one per step: a scan, the lower position winning ties
-      size_t best = 0;
-      for (size_t j = 1; j < cache.size(); ++j)
-        if (current_[j] < current_[best]) best = j;
-      victims.push_back(cache[best]);
+      victims.push_back(cache[lowest_index(current_.data(), cache.size())]);
       return;
     }
     scores_.assign(current_.begin(), current_.end());

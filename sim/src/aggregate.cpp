@@ -12,6 +12,19 @@ void aggregate_cell(CellResult& cell, std::vector<const GroupRecord*>& records, 
   std::vector<int64_t> layer_steps(static_cast<size_t>(n_layers), 0);
   double occupancy_sum = 0;
   int64_t occupancy_steps = 0;
+  // Sized up front: growing these vectors by doubling copies and faults in fresh pages.
+  std::vector<size_t> layer_values(static_cast<size_t>(n_layers), 0);
+  size_t values = 0;
+  for (const GroupRecord* record : records) {
+    values += record->result.retention.size();
+    layer_values[static_cast<size_t>(record->layer)] += record->result.retention.size();
+  }
+  retention.reserve(values);
+  if (output_error) errors.reserve(values);
+  for (int l = 0; l < n_layers; ++l) {
+    layer_retention[static_cast<size_t>(l)].reserve(layer_values[static_cast<size_t>(l)]);
+    if (output_error) layer_errors[static_cast<size_t>(l)].reserve(layer_values[static_cast<size_t>(l)]);
+  }
   for (const GroupRecord* record : records) {
     const SimulationResult& result = record->result;
     retention.insert(retention.end(), result.retention.begin(), result.retention.end());

@@ -58,7 +58,6 @@ class Simulation {
     if (spec.policy->needs_attention) {
       for (auto& gathered : gathered_) gathered.reserve(cached);
       observed_.reserve(cached);
-      combined_.reserve(cached);
     }
   }
 
@@ -82,7 +81,7 @@ class Simulation {
     for (size_t k = 0; k < heads; ++k) {
       const int head = group_.heads[k];
       const float* row = model.row(head);
-      if (observes) gather(row, cache_, gathered_[k]);
+      const double gathered_sum = observes ? gather_and_sum(row, cache_, gathered_[k]) : 0.0;
       if (runs > 0) {
         const std::vector<double>& prefix = model.prefix(head);
         double mass = 0;
@@ -91,7 +90,7 @@ class Simulation {
       } else if (by_evicted) {
         mass_[k] = model.total(head) - gather_sum(row, evicted_);
       } else {
-        mass_[k] = observes ? row_sum(gathered_[k].data(), static_cast<int64_t>(cache_.size())) : gather_sum(row, cache_);
+        mass_[k] = observes ? gathered_sum : gather_sum(row, cache_);
       }
       retained_[k] = quantized_ ? shared_mass(rows.row(head), model.row(head), mass_[k], cache_) : mass_[k];
     }
@@ -173,20 +172,31 @@ class Simulation {
       }
       return;
     }
-    // mean (or sum) of the heads' renormalised rows: a_k[i] / mass_k, weighted.
+    // mean (or sum) of the heads' renormalised rows: a_k[i] / mass_k, weighted, summed over
+    // the heads in order (a chain of fused multiply-adds where the build has FMA).
     const double share = options_.aggregate == Aggregate::mean ? 1.0 / static_cast<double>(heads) : 1.0;
-    combined_.assign(size, 0.0);
-    for (size_t k = 0; k < heads; ++k) {
-      const float* row = gathered_[k].data();
-      const double weight = share / mass_[k];
-      for (size_t j = 0; j < size; ++j) combined_[j] += row[j] * weight;
+    weights_.resize(heads);
+    for (size_t k = 0; k < heads; ++k) weights_[k] = share / mass_[k];
+    size_t j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; j + 4 <= size; j += 4) {
+      __m256d combined = _mm256_setzero_pd();
+      for (size_t k = 0; k < heads; ++k)
+        combined = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(gathered_[k].data() + j)), _mm256_set1_pd(weights_[k]), combined);
+      _mm_storeu_ps(observed_.data() + j, _mm256_cvtpd_ps(combined));
     }
-    for (size_t j = 0; j < size; ++j) observed_[j] = static_cast<float>(combined_[j]);
-  }
-
-  static void gather(const float* row, std::span<const int32_t> positions, std::vector<float>& out) {
-    out.resize(positions.size());
-    for (size_t j = 0; j < positions.size(); ++j) out[j] = row[positions[j]];
+    for (; j < size; ++j) {
+      double combined = 0;
+      for (size_t k = 0; k < heads; ++k) combined = std::fma(static_cast<double>(gathered_[k][j]), weights_[k], combined);
+      observed_[j] = static_cast<float>(combined);
+    }
+#else
+    for (; j < size; ++j) {
+      double combined = 0;
+      for (size_t k = 0; k < heads; ++k) combined += gathered_[k][j] * weights_[k];
+      observed_[j] = static_cast<float>(combined);
+    }
+#endif
   }
 
   // sum over cached i of min(a[i], b[i] / model_mass): the attention mass the true row and
@@ -315,7 +325,7 @@ class Simulation {
   std::vector<double> retained_;   // per head: the retention recorded at this step
   std::vector<std::vector<float>> gathered_;  // per head: the model row at the cached positions
   std::vector<float> observed_;
-  std::vector<double> combined_;
+  std::vector<double> weights_;  // per head: its share of the observed row over its mass
   int64_t run_begin_[2] = {0, 0}, run_end_[2] = {0, 0};
   std::vector<int32_t> victims_, bound_cache_;
   int64_t last_step_ = -1;
