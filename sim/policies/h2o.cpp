@@ -32,9 +32,7 @@ class H2O final : public Policy {
     if (excess <= 0) return;
     const auto open = static_cast<int64_t>(cache.size()) - std::min<int64_t>(protected_recent_, cache.size());
     std::span<const int32_t> candidates = cache.first(static_cast<size_t>(open));
-    const size_t first = victims.size();
-    evict_lowest(candidates, std::span<const double>(score_.data(), candidates.size()), excess, victims);
-    victim_indices(cache, std::span(victims).subspan(first), erased_);
+    evict_lowest(candidates, std::span<const double>(score_.data(), candidates.size()), excess, victims, &erased_);
     erase_indices(score_.data(), size_, erased_);
     size_ -= erased_.size();
   }

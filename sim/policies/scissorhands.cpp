@@ -79,9 +79,7 @@ class Scissorhands final : public Policy {
     scores_.resize(size);
     // Largest count first: rank by the negated count.
     for (size_t j = 0; j < size; ++j) scores_[j] = j < counted ? -static_cast<double>(count_[j]) : 0.0;
-    const size_t first = victims.size();
-    evict_lowest(cache, scores_, amount, victims);
-    victim_indices(cache, std::span(victims).subspan(first), erased_);
+    evict_lowest(cache, scores_, amount, victims, &erased_);
     for (size_t word = 0; word < flags_.size(); word += capacity_) erase_indices(flags_.data() + word, size_, erased_);
     erase_indices(count_.data(), size_, erased_);
     size_ -= erased_.size();

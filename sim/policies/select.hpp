@@ -52,35 +52,36 @@ size_t lowest_index(const T* scores, size_t count) {
 }
 
 // `scores[j]` belongs to `candidates[j]`; candidates are in ascending position order.
-// Appends min(k, candidates) victims.
+// Appends min(k, candidates) victims, and, when `indices` is given, sets it to their indices
+// in `candidates`, ascending.
 inline void evict_lowest(std::span<const int32_t> candidates, std::span<const double> scores, int64_t k,
-                         std::vector<int32_t>& victims) {
+                         std::vector<int32_t>& victims, std::vector<size_t>* indices = nullptr) {
+  if (indices) indices->clear();
   if (k <= 0 || candidates.empty()) return;
   if (k == 1) {  // the common case, one eviction per step (ties: the lower position)
-    victims.push_back(candidates[lowest_index(scores.data(), candidates.size())]);
+    const size_t index = lowest_index(scores.data(), candidates.size());
+    victims.push_back(candidates[index]);
+    if (indices) indices->push_back(index);
     return;
   }
-  thread_local std::vector<std::pair<double, int32_t>> ranked;
+  // Ranked by (score, index): the index order is the position order.
+  thread_local std::vector<std::pair<double, size_t>> ranked;
   ranked.resize(candidates.size());
-  for (size_t j = 0; j < candidates.size(); ++j) ranked[j] = {scores[j], candidates[j]};
+  for (size_t j = 0; j < candidates.size(); ++j) ranked[j] = {scores[j], j};
   const auto count = static_cast<size_t>(std::min<int64_t>(k, static_cast<int64_t>(ranked.size())));
   std::nth_element(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(count) - 1, ranked.end());
   std::sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(count));
-  for (size_t j = 0; j < count; ++j) victims.push_back(ranked[j].second);
+  for (size_t j = 0; j < count; ++j) victims.push_back(candidates[ranked[j].second]);
+  if (!indices) return;
+  for (size_t j = 0; j < count; ++j) indices->push_back(ranked[j].second);
+  std::sort(indices->begin(), indices->end());
 }
 
 // Per-token state kept in cache order (aligned with the `cache` span the engine passes)
 // turns a policy's observe into a linear, vectorisable pass instead of scattered updates by
 // position. The engine removes exactly the victims a policy names, so the policy drops their
-// entries itself: `victim_indices` finds where they sit in the cache (ascending indices) and
+// entries itself: evict_lowest says where they sit in the cache (ascending indices) and
 // `erase_indices` compacts one aligned array of `size` entries.
-inline void victim_indices(std::span<const int32_t> cache, std::span<const int32_t> victims, std::vector<size_t>& indices) {
-  indices.clear();
-  for (int32_t victim : victims)
-    indices.push_back(static_cast<size_t>(std::lower_bound(cache.begin(), cache.end(), victim) - cache.begin()));
-  std::sort(indices.begin(), indices.end());
-}
-
 template <class T>
 void erase_indices(T* values, size_t size, std::span<const size_t> indices) {
   if (indices.empty()) return;

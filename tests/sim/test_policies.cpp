@@ -327,10 +327,18 @@ TEST(PolicyScissorhands, ThresholdComparedInDoubleEvenWhenTheFloatRoundsDown) {
 }
 
 TEST(PolicySelect, CacheAlignedStateDropsTheVictimsEntries) {
+  // Scores rank 12, 2 and 8 lowest (2 and 5 tie: the lower position goes first).
   const std::vector<int32_t> cache = {2, 5, 7, 8, 11, 12};
+  const std::vector<double> scores = {0.3, 0.3, 0.9, 0.4, 0.8, 0.1};
+  std::vector<int32_t> victims;
   std::vector<size_t> indices;
-  kvsim::victim_indices(cache, std::vector<int32_t>{12, 2, 8}, indices);
-  EXPECT_EQ(indices, (std::vector<size_t>{0, 3, 5}));
+  kvsim::evict_lowest(cache, scores, 3, victims, &indices);
+  EXPECT_EQ(victims, (std::vector<int32_t>{12, 2, 5}));
+  EXPECT_EQ(indices, (std::vector<size_t>{0, 1, 5}));
+  kvsim::evict_lowest(cache, scores, 1, victims, &indices);
+  EXPECT_EQ(victims.back(), 12);
+  EXPECT_EQ(indices, (std::vector<size_t>{5}));
+  indices = {0, 3, 5};
   std::vector<double> state = {0.2, 0.5, 0.7, 0.8, 1.1, 1.2};
   kvsim::erase_indices(state.data(), state.size(), indices);
   state.resize(state.size() - indices.size());

@@ -1,0 +1,72 @@
+// summarize(): mean, min, max and NumPy's linear 5th/95th percentiles. Large inputs take the
+// bracketed selection (a sample brackets each rank); it must give exactly what sorting gives,
+// whatever the order and ties of the values.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kvsim/summary.hpp"
+
+namespace {
+
+double sorted_percentile(std::vector<float> values, double q) {
+  std::sort(values.begin(), values.end());
+  const double h = q * static_cast<double>(values.size() - 1);
+  const auto lo = static_cast<size_t>(std::floor(h));
+  if (lo + 1 >= values.size()) return values[lo];
+  return values[lo] + (h - static_cast<double>(lo)) * (static_cast<double>(values[lo + 1]) - values[lo]);
+}
+
+void expect_exact(const std::vector<float>& values, const char* what) {
+  const kvsim::Summary summary = kvsim::summarize(values);
+  EXPECT_EQ(summary.p5, sorted_percentile(values, 0.05)) << what << ", " << values.size() << " values";
+  EXPECT_EQ(summary.p95, sorted_percentile(values, 0.95)) << what << ", " << values.size() << " values";
+  EXPECT_EQ(summary.min, *std::min_element(values.begin(), values.end())) << what;
+  EXPECT_EQ(summary.max, *std::max_element(values.begin(), values.end())) << what;
+}
+
+}  // namespace
+
+TEST(Summary, HandWorkedPercentiles) {
+  // 0..20: h = 0.05 * 20 = 1 -> 1; h = 0.95 * 20 = 19 -> 19. 0..10: h = 0.5 -> 0.5, 9.5.
+  std::vector<float> values;
+  for (int i = 20; i >= 0; --i) values.push_back(static_cast<float>(i));
+  kvsim::Summary summary = kvsim::summarize(values);
+  EXPECT_EQ(summary.p5, 1.0);
+  EXPECT_EQ(summary.p95, 19.0);
+  EXPECT_EQ(summary.mean, 10.0);
+  values.resize(11);  // 20..10
+  summary = kvsim::summarize(values);
+  EXPECT_EQ(summary.p5, 10.5);
+  EXPECT_EQ(summary.p95, 19.5);
+}
+
+TEST(Summary, LargeInputsEqualAFullSort) {
+  std::mt19937 random(7);
+  for (size_t n : {8191u, 8192u, 9000u, 73728u, 200003u}) {
+    std::vector<float> values(n);
+    std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+    for (float& v : values) v = uniform(random);
+    expect_exact(values, "uniform");
+    std::sort(values.begin(), values.end());
+    expect_exact(values, "ascending");  // the sample is strided: sorted input is fine
+    std::reverse(values.begin(), values.end());
+    expect_exact(values, "descending");
+    for (float& v : values) v = static_cast<float>(random() % 5) / 4.0f;  // heavy ties
+    expect_exact(values, "five values");
+    std::fill(values.begin(), values.end(), 0.5f);
+    expect_exact(values, "all equal");
+    // Retention-like: most values near 1, a tail far below.
+    std::exponential_distribution<float> tail(30.0f);
+    for (float& v : values) v = std::max(0.0f, 1.0f - tail(random));
+    expect_exact(values, "skewed");
+    // Adversarial for a strided sample: the sampled entries are all large, the rest small,
+    // so the brackets miss and the full selection must take over.
+    const size_t stride = n / 2048;
+    for (size_t i = 0; i < n; ++i) values[i] = i % stride == 0 ? 1.0f : static_cast<float>(i % 97) / 1000.0f;
+    expect_exact(values, "sample-adversarial");
+  }
+}
