@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   build-essential cmake pkg-config ninja-build
-  libhdf5-dev libeigen3-dev nlohmann-json3-dev
+  libhdf5-dev zlib1g-dev libeigen3-dev nlohmann-json3-dev
   libboost-program-options-dev libboost-mpi-dev libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
   qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev fonts-dejavu-core

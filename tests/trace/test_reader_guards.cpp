@@ -251,3 +251,67 @@ TEST_F(ReaderGuards, FixedWidthTokenText) {
   EXPECT_EQ(text[0], "a");
   EXPECT_EQ(text[11], "lbcd");
 }
+
+// Heads stored as one chunk each are read raw and inflated outside HDF5's lock; every layout
+// the writer and others use must read exactly what HDF5's own path reads.
+TEST_F(ReaderGuards, OneChunkPerHeadReadsWhatHdf5Reads) {
+  std::vector<float> k(static_cast<size_t>(2 * 12 * 8));
+  for (size_t i = 0; i < k.size(); ++i) k[i] = 0.125f * static_cast<float>(i % 11) - 0.625f;  // exact in float16
+  struct Layout {
+    const char* name;
+    bool half, chunked, shuffle, deflate, big_endian;
+  };
+  const Layout layouts[] = {
+      {"f16 shuffle+deflate", true, true, true, true, false}, {"f32 shuffle+deflate", false, true, true, true, false},
+      {"f16 deflate", true, true, false, true, false},        {"f32 deflate", false, true, false, true, false},
+      {"f16 no filter", true, true, false, false, false},     {"f32 no filter", false, true, false, false, false},
+      {"f32 shuffle only", false, true, true, false, false},  {"f32 big-endian deflate", false, true, false, true, true},
+      {"f16 contiguous", true, false, false, false, false},
+  };
+  for (const Layout& layout : layouts) {
+    mutate([&](H5::H5File& f) {
+      f.unlink("/seqs/1/layers/1/k");
+      const hsize_t shape[3] = {2, 12, 8}, chunk[3] = {1, 12, 8};
+      H5::DSetCreatPropList plist;
+      if (layout.chunked) plist.setChunk(3, chunk);
+      if (layout.shuffle) plist.setShuffle();
+      if (layout.deflate) plist.setDeflate(4);
+      H5::FloatType half(H5::PredType::IEEE_F32LE);
+      half.setFields(15, 10, 5, 0, 10);
+      half.setSize(2);
+      half.setEbias(15);
+      const H5::DataType& type = layout.half ? static_cast<const H5::DataType&>(half)
+                                             : (layout.big_endian ? H5::PredType::IEEE_F32BE : H5::PredType::IEEE_F32LE);
+      f.createDataSet("/seqs/1/layers/1/k", type, H5::DataSpace(3, shape), plist).write(k.data(), H5::PredType::NATIVE_FLOAT);
+    });
+    const TraceReader reader(path_);
+    EXPECT_EQ(reader.read_head(1, 1, Tensor::k, 0), std::vector<float>(k.begin(), k.begin() + 12 * 8)) << layout.name;
+    EXPECT_EQ(reader.read_head(1, 1, Tensor::k, 1), std::vector<float>(k.begin() + 12 * 8, k.end())) << layout.name;
+  }
+}
+
+TEST_F(ReaderGuards, ChunkThatDoesNotInflateIsOneLine) {
+  mutate([](H5::H5File& f) {
+    f.unlink("/seqs/1/layers/1/k");
+    const hsize_t shape[3] = {2, 12, 8}, chunk[3] = {1, 12, 8};
+    H5::DSetCreatPropList plist;
+    plist.setChunk(3, chunk);
+    plist.setShuffle();
+    plist.setDeflate(4);
+    H5::DataSet k = f.createDataSet("/seqs/1/layers/1/k", H5::PredType::IEEE_F32LE, H5::DataSpace(3, shape), plist);
+    std::vector<unsigned char> garbage(40, 0x5a);
+    for (hsize_t head = 0; head < 2; ++head) {
+      const hsize_t offset[3] = {head, 0, 0};
+      ASSERT_GE(H5Dwrite_chunk(k.getId(), H5P_DEFAULT, 0, offset, garbage.size(), garbage.data()), 0);
+    }
+  });
+  try {
+    TraceReader(path_).read_head(1, 1, Tensor::k, 1);
+    FAIL() << "no error";
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_NE(message.find("/seqs/1/layers/1/k: cannot read head 1"), std::string::npos) << message;
+    EXPECT_NE(message.find("deflate"), std::string::npos) << message;
+  }
+}

@@ -1,6 +1,9 @@
 #include "h5io.hpp"
 
+#include <zlib.h>
+
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 #include "kvtrace/half.hpp"
@@ -186,8 +189,89 @@ H5::DataSpace select(const H5::DataSet& dataset, std::span<const hsize_t> start,
 }
 }  // namespace
 
+namespace {
+
+// HDF5 (Debian's thread-safe build) runs every call under one global lock, inflating chunks
+// included, so threads reading a trace wait for each other. When a hyperslab is exactly one
+// chunk, stored with no filters, deflate, or shuffle then deflate, its raw bytes are read
+// under the lock (H5Dread_chunk) and inflated, unshuffled and converted outside it. Returns
+// false, having read nothing, whenever that does not apply; HDF5's own path then reads.
+bool read_one_chunk(const H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start,
+                    std::span<const hsize_t> count, std::span<float> out) {
+  if (dtype == DType::f64) return false;
+  const size_t element = dtype == DType::f16 ? 2 : 4;
+  const hid_t id = dataset.getId();
+  const hid_t plist = H5Dget_create_plist(id);
+  if (plist < 0) return false;
+  bool shuffle = false, deflate = false, usable = H5Pget_layout(plist) == H5D_CHUNKED;
+  std::vector<hsize_t> chunk(count.size());
+  usable = usable && H5Pget_chunk(plist, static_cast<int>(chunk.size()), chunk.data()) == static_cast<int>(count.size());
+  for (size_t i = 0; usable && i < count.size(); ++i) usable = chunk[i] == count[i] && start[i] % chunk[i] == 0;
+  const int filters = usable ? H5Pget_nfilters(plist) : -1;
+  usable = usable && filters >= 0 && filters <= 2;
+  for (int f = 0; usable && f < filters; ++f) {
+    unsigned flags = 0, config = 0;
+    size_t values = 0;
+    const H5Z_filter_t filter = H5Pget_filter2(plist, static_cast<unsigned>(f), &flags, &values, nullptr, 0, nullptr, &config);
+    if (filter == H5Z_FILTER_SHUFFLE && f == 0 && filters == 2) shuffle = true;
+    else if (filter == H5Z_FILTER_DEFLATE && f == filters - 1) deflate = true;
+    else usable = false;
+  }
+  H5Pclose(plist);
+  const hid_t type = usable ? H5Dget_type(id) : -1;
+  if (type >= 0) {
+    usable = H5Tget_order(type) == H5T_ORDER_LE && H5Tget_size(type) == element;
+    H5Tclose(type);
+  }
+  if (!usable) return false;
+
+  const size_t expected = out.size() * element;
+  hsize_t stored = 0;
+  if (H5Dget_chunk_storage_size(id, start.data(), &stored) < 0 || stored == 0) return false;
+  if (stored > (deflate ? compressBound(expected) : expected)) return false;
+  std::vector<unsigned char> raw(static_cast<size_t>(stored));
+  uint32_t skipped_filters = 0;
+  if (H5Dread_chunk(id, H5P_DEFAULT, start.data(), &skipped_filters, raw.data()) < 0)
+    throw H5::DataSetIException("read_floats", "H5Dread_chunk failed");
+  if (skipped_filters != 0) return false;  // a filter was not applied to this chunk: let HDF5 decide
+  // From here on, no HDF5 call: this runs alongside other threads' reads.
+  std::vector<unsigned char> bytes;
+  if (deflate) {
+    bytes.resize(expected);
+    uLongf inflated = expected;
+    if (uncompress(bytes.data(), &inflated, raw.data(), static_cast<uLong>(raw.size())) != Z_OK || inflated != expected) {
+      last_failure = "deflate: chunk does not inflate to its size";
+      throw H5::DataSetIException("read_floats", "inflate failed");
+    }
+  } else {
+    if (raw.size() != expected) {
+      last_failure = "chunk has the wrong size";
+      throw H5::DataSetIException("read_floats", "wrong chunk size");
+    }
+    bytes.swap(raw);
+  }
+  const size_t n = out.size();
+  if (dtype == DType::f16) {
+    const unsigned char* low = bytes.data();
+    const unsigned char* high = shuffle ? bytes.data() + n : bytes.data() + 1;
+    const size_t step = shuffle ? 1 : 2;
+    for (size_t i = 0; i < n; ++i)
+      out[i] = half_to_float(static_cast<uint16_t>(low[i * step] | high[i * step] << 8));
+  } else {
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t bits = 0;
+      for (size_t b = 0; b < 4; ++b) bits |= uint32_t{bytes[shuffle ? b * n + i : i * 4 + b]} << (8 * b);
+      std::memcpy(&out[i], &bits, sizeof bits);
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
 void read_floats(const H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start,
                  std::span<const hsize_t> count, std::span<float> out) {
+  if (read_one_chunk(dataset, dtype, start, count, out)) return;
   H5::DataSpace file_space = select(dataset, start, count);
   // A memory space of the selection's own shape lets HDF5 copy whole runs instead of
   // walking the selection element by element.
