@@ -31,62 +31,68 @@ double percentile(std::vector<float>& values, double q, size_t from = 0) {
   return interpolate(values.size(), q, low, high);
 }
 
-// The 5th and 95th percentiles of many values without partially sorting them all: the order
-// statistics of a fixed sample bracket each wanted rank, one pass counts the values below
-// each bracket and keeps those inside it, and the rank is selected among those few. The
-// values at the ranks are exact (the same as a full selection's); when a bracket misses its
-// rank, which the sample makes rare, returns false and the caller selects in full.
-bool bracketed_percentiles(std::span<const float> values, double& p5, double& p95) {
-  constexpr size_t kSample = 2048;
+// The 5th and 95th percentiles of many values without partially sorting them all: order
+// statistics of a strided sample bracket each wanted rank, the summary's one pass over the
+// values counts what falls below the 5th percentile's bracket and above the 95th's and keeps
+// what falls inside either, and each rank is then selected among those few. The values at
+// the ranks are exact (a full selection's); when a bracket misses its rank, which the sample
+// makes rare, the caller selects in full.
+struct Bracket {
+  double q = 0;
+  size_t rank = 0;
+  float low = -INFINITY, high = INFINITY;  // values in [low, high] are kept
+  size_t outside = 0;  // the 5th: values below `low`; the 95th: values above `high`
+  std::vector<float> inside;
+};
+
+bool place_brackets(std::span<const float> values, Bracket (&brackets)[2]) {
   const size_t n = values.size();
-  const size_t stride = n / kSample;
-  if (stride < 4) return false;
-  std::vector<float> sample(kSample);
-  for (size_t i = 0; i < kSample; ++i) sample[i] = values[i * stride];
-  struct Bracket {
-    double q = 0;
-    size_t rank = 0;
-    float low = -INFINITY, high = INFINITY;  // keep values in [low, high]
-    size_t below = 0;
-    std::vector<float> inside;
-    float above = INFINITY;  // the smallest value above `high`
+  const size_t samples = std::min<size_t>(2048, n / 16);
+  if (samples < 256) return false;
+  const size_t stride = n / samples;
+  std::vector<float> sample(samples);
+  for (size_t i = 0; i < samples; ++i) sample[i] = values[i * stride];
+  size_t selected = 0;  // sample[..selected) holds nothing above what was last selected
+  auto order_statistic = [&](double rank, float none) {
+    if (rank < 0 || rank >= static_cast<double>(samples)) return none;
+    const auto k = static_cast<size_t>(rank);
+    std::nth_element(sample.begin() + static_cast<std::ptrdiff_t>(std::min(selected, k)),
+                     sample.begin() + static_cast<std::ptrdiff_t>(k), sample.end());
+    selected = k + 1;
+    return sample[k];
   };
-  Bracket brackets[2];
   brackets[0].q = 0.05, brackets[1].q = 0.95;
   for (Bracket& b : brackets) {
     b.rank = percentile_index(n, b.q);
-    const double expected = static_cast<double>(b.rank) / static_cast<double>(n) * kSample;
-    const double spread = 4 * std::sqrt(kSample * b.q * (1 - b.q)) + 2;
-    const double first = std::floor(expected - spread), last = std::ceil(expected + spread);
-    auto order_statistic = [&](size_t k) {
-      std::nth_element(sample.begin(), sample.begin() + static_cast<std::ptrdiff_t>(k), sample.end());
-      return sample[k];
-    };
-    if (first >= 0) b.low = order_statistic(static_cast<size_t>(first));
-    if (last < kSample) b.high = order_statistic(static_cast<size_t>(last));
+    const double expected = static_cast<double>(b.rank) / static_cast<double>(n) * static_cast<double>(samples);
+    const double spread = 4 * std::sqrt(static_cast<double>(samples) * b.q * (1 - b.q)) + 2;
+    b.low = order_statistic(std::floor(expected - spread), -INFINITY);
+    b.high = order_statistic(std::ceil(expected + spread), INFINITY);
     b.inside.reserve(static_cast<size_t>(2 * spread + 4) * stride * 2);
   }
-  for (float v : values)
-    for (Bracket& b : brackets) {
-      if (v < b.low) ++b.below;
-      else if (v <= b.high) b.inside.push_back(v);
-      else b.above = std::min(b.above, v);
+  return true;
+}
+
+// A bracket's percentile after the pass, or false if its rank fell outside it.
+bool bracketed_percentile(std::span<const float> values, Bracket& b, double& out) {
+  const size_t n = values.size();
+  const size_t below = b.q < 0.5 ? b.outside : n - b.outside - b.inside.size();
+  if (b.rank < below || b.rank >= below + b.inside.size()) return false;
+  const size_t k = b.rank - below;
+  std::nth_element(b.inside.begin(), b.inside.begin() + static_cast<std::ptrdiff_t>(k), b.inside.end());
+  const double low = b.inside[k];
+  double high = low;
+  if (b.rank + 1 < n) {
+    if (k + 1 < b.inside.size()) {
+      high = *std::min_element(b.inside.begin() + static_cast<std::ptrdiff_t>(k) + 1, b.inside.end());
+    } else {  // the next value up is the smallest above the bracket
+      float above = INFINITY;
+      for (float v : values)
+        if (v > b.high) above = std::min(above, v);
+      high = above;
     }
-  double result[2];
-  for (size_t i = 0; i < 2; ++i) {
-    Bracket& b = brackets[i];
-    if (b.rank < b.below || b.rank >= b.below + b.inside.size()) return false;
-    const size_t k = b.rank - b.below;
-    std::nth_element(b.inside.begin(), b.inside.begin() + static_cast<std::ptrdiff_t>(k), b.inside.end());
-    const double low = b.inside[k];
-    double high = low;
-    if (b.rank + 1 < n)
-      high = k + 1 < b.inside.size() ? *std::min_element(b.inside.begin() + static_cast<std::ptrdiff_t>(k) + 1, b.inside.end())
-                                     : b.above;
-    result[i] = interpolate(n, b.q, low, high);
   }
-  p5 = result[0];
-  p95 = result[1];
+  out = interpolate(n, b.q, low, high);
   return true;
 }
 
@@ -96,13 +102,27 @@ Summary summarize(std::span<const float> values) {
   Summary summary;
   summary.count = static_cast<int64_t>(values.size());
   if (values.empty()) return summary;
+  Bracket brackets[2];
+  const bool bracketed = place_brackets(values, brackets);
+  // One pass: the sum's chain of dependent adds sets its pace, and the rest fits beside it.
   double sum = 0;
-  for (float v : values) sum += v;
+  float lowest = values[0], highest = values[0];
+  Bracket &p5 = brackets[0], &p95 = brackets[1];
+  for (float v : values) {
+    sum += v;
+    lowest = std::min(lowest, v);
+    highest = std::max(highest, v);
+    if (!bracketed || (v > p5.high && v < p95.low)) continue;
+    if (v < p5.low) ++p5.outside;
+    else if (v <= p5.high) p5.inside.push_back(v);
+    if (v > p95.high) ++p95.outside;
+    else if (v >= p95.low) p95.inside.push_back(v);
+  }
   summary.mean = sum / static_cast<double>(values.size());
-  const auto [lo, hi] = std::minmax_element(values.begin(), values.end());
-  summary.min = *lo;
-  summary.max = *hi;
-  if (bracketed_percentiles(values, summary.p5, summary.p95)) return summary;
+  summary.min = lowest;
+  summary.max = highest;
+  if (bracketed && bracketed_percentile(values, p5, summary.p5) && bracketed_percentile(values, p95, summary.p95))
+    return summary;
   std::vector<float> copy(values.begin(), values.end());
   summary.p5 = percentile(copy, 0.05);
   summary.p95 = percentile(copy, 0.95, percentile_index(copy.size(), 0.05) + 1);  // above the 5th percentile's element

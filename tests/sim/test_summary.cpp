@@ -70,3 +70,33 @@ TEST(Summary, LargeInputsEqualAFullSort) {
     expect_exact(values, "sample-adversarial");
   }
 }
+
+TEST(Summary, FewDistinctValuesEqualAFullSort) {
+  // Ties put ranks at the edges of the brackets, where the value one rank up lies outside.
+  std::mt19937 random(11);
+  for (int trial = 0; trial < 300; ++trial) {
+    const size_t n = 4096 + random() % 8192, distinct = 2 + random() % 6;
+    std::vector<float> levels(distinct);
+    for (float& level : levels) level = static_cast<float>(random() % 1000) / 1000.0f;
+    std::vector<float> values(n);
+    const size_t rare = random() % distinct;  // one level much rarer than the others
+    for (float& v : values) {
+      size_t pick = random() % distinct;
+      if (pick == rare && random() % 20 != 0) pick = (pick + 1) % distinct;
+      v = levels[pick];
+    }
+    expect_exact(values, "few distinct values");
+  }
+}
+
+TEST(Summary, NextRankAboveTheBracket) {
+  // 20,000 values, the 5th percentile's rank 999 (h = 999.95): exactly 1,000 values of 0.1,
+  // all where the strided sample looks, so the bracket is [0.1, 0.1] and rank 1,000, the
+  // smallest of the rest (0.5), lies above it: p5 = 0.1 + 0.95 * (0.5 - 0.1).
+  std::vector<float> values(20000);
+  size_t low = 0;
+  for (size_t i = 0; i < values.size(); ++i)
+    values[i] = i % 16 == 0 && low < 1000 ? (++low, 0.1f) : 0.5f + static_cast<float>(i % 1000) / 2000.0f;
+  expect_exact(values, "next rank above the bracket");
+  EXPECT_NEAR(kvsim::summarize(values).p5, 0.1f + 0.95 * (0.5 - static_cast<double>(0.1f)), 1e-12);
+}
