@@ -1,5 +1,7 @@
 // kvsim: replay attention traces through KV-cache eviction policies. One verb per file
 // (cmd_*.cpp); this file only dispatches and maps errors to exit codes.
+#include <malloc.h>
+
 #include <cstdio>
 #include <iostream>
 #include <new>
@@ -51,6 +53,11 @@ void print_usage() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A sweep allocates and frees many blocks of 0.1-10 MB (per-step results, aggregation
+  // buffers). glibc serves blocks that large with fresh mmaps by default, which the kernel
+  // must fault in and zero every time; from the heap they are reused instead.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
   const std::unique_ptr<kvsim::WorkSplit> split = kvsim::cli::start_mpi(argc, argv);
   kvsim::cli::set_work_split(split.get());
   std::vector<std::string> args(argv + 1, argv + argc);
