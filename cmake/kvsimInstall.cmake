@@ -35,6 +35,9 @@ install(FILES "${CMAKE_BINARY_DIR}/kvsimConfig.cmake" "${CMAKE_BINARY_DIR}/kvsim
         DESTINATION ${KVSIM_INSTALL_CMAKE_DIR})
 
 install(TARGETS kvsim RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+if(TARGET kvsim_plot)
+  install(TARGETS kvsim_plot LIBRARY DESTINATION ${KVSIM_PLOT_INSTALL_DIR})
+endif()
 if(TARGET kvsim-gui)
   install(TARGETS kvsim-gui RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 endif()

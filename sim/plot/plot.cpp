@@ -232,3 +232,14 @@ void render_heatmap(const Heatmap& map, const std::string& path) {
 }
 
 }  // namespace kvsim
+
+// The module's entry points: kvsim finds them with dlsym (sim/plot/plot_loader.cpp), so Qt is
+// loaded only by a run that draws.
+extern "C" __attribute__((visibility("default"))) void kvsim_render_line_plot(const kvsim::LinePlot& plot,
+                                                                               const std::string& path) {
+  kvsim::render_line_plot(plot, path);
+}
+extern "C" __attribute__((visibility("default"))) void kvsim_render_heatmap(const kvsim::Heatmap& map,
+                                                                            const std::string& path) {
+  kvsim::render_heatmap(map, path);
+}

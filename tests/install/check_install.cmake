@@ -44,6 +44,14 @@ run(COMMAND "${WORK_DIR}/consumer/consumer" "${prefix}/share/kvsim/traces/storie
 # The installed program, away from the build tree, finds the installed data.
 run(COMMAND "${prefix}/bin/kvsim" info "${prefix}/share/kvsim/traces/stories15M-8x256.h5" EXPECT "sequences  8")
 run(COMMAND "${prefix}/bin/kvsim" plan --list ENV KVSIM_DATA_DIR= EXPECT "models \\(${prefix}/share/kvsim/models\\)")
+# Plots come from the plot module (lib/kvsim/kvsim-plot.so), loaded on the first plot.
+if(EXISTS "${BUILD_DIR}/kvsim-plot.so")
+  run(COMMAND "${prefix}/bin/kvsim" sweep "${prefix}/share/kvsim/traces/stories15M-8x256.h5" --seqs 0 --layers 0
+              --policies recent --budgets 50% --threads 1 --plot "${WORK_DIR}/installed-plot.png" EXPECT "recent")
+  if(NOT EXISTS "${WORK_DIR}/installed-plot.png")
+    message(FATAL_ERROR "the installed kvsim drew no plot")
+  endif()
+endif()
 run(COMMAND "${prefix}/bin/kvsim" plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --budget 20%
     EXPECT "max seqs")
 
