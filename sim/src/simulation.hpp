@@ -55,8 +55,14 @@ class Simulation {
     const auto cached = static_cast<size_t>(spec.policy->budgeted ? std::min(n_tokens, spec.budget + 1) : n_tokens);
     cache_.reserve(cached);
     evicted_.reserve(static_cast<size_t>(n_tokens));
+#if defined(__AVX2__) && defined(__FMA__)
+    quads_ = spec.policy->needs_attention && group.heads.size() % 4 == 0 && options.aggregate != Aggregate::max;
+#endif
+    quad_sums_.resize(group.heads.size());
     if (spec.policy->needs_attention) {
-      for (auto& gathered : gathered_) gathered.reserve(cached);
+      if (quads_) gathered_quads_.reserve(cached * group.heads.size());
+      else
+        for (auto& gathered : gathered_) gathered.reserve(cached);
       observed_.reserve(cached);
     }
   }
@@ -78,10 +84,18 @@ class Simulation {
     const int runs = count_runs();
     const bool by_evicted = runs == 0 && evicted_.size() < cache_.size();
     const bool observes = spec_.policy->needs_attention;
+    if (observes && quads_) {  // four heads per load (step_rows.hpp: gather_quad)
+#if defined(__AVX2__)
+      gathered_quads_.resize(heads * cache_.size());
+      for (size_t q = 0; q < heads / 4; ++q)
+        gather_quad(model.quad_rows(spec_.group, q), cache_, gathered_quads_.data() + 4 * q * cache_.size(),
+                    quad_sums_.data() + 4 * q);
+#endif
+    }
     for (size_t k = 0; k < heads; ++k) {
       const int head = group_.heads[k];
       const float* row = model.row(head);
-      const double gathered_sum = observes ? gather_and_sum(row, cache_, gathered_[k]) : 0.0;
+      const double gathered_sum = !observes ? 0.0 : quads_ ? quad_sums_[k] : gather_and_sum(row, cache_, gathered_[k]);
       if (runs > 0) {
         const std::vector<double>& prefix = model.prefix(head);
         double mass = 0;
@@ -177,6 +191,7 @@ class Simulation {
     const double share = options_.aggregate == Aggregate::mean ? 1.0 / static_cast<double>(heads) : 1.0;
     weights_.resize(heads);
     for (size_t k = 0; k < heads; ++k) weights_[k] = share / mass_[k];
+    if (quads_) return observe_quads();
     size_t j = 0;
 #if defined(__AVX2__) && defined(__FMA__)
     for (; j + 4 <= size; j += 4) {
@@ -197,6 +212,37 @@ class Simulation {
       observed_[j] = static_cast<float>(combined);
     }
 #endif
+  }
+
+  // observe_row from gathered_quads_ (entry j of head 4q + k at [4 (q size + j) + k]): four
+  // entries at a time, transposed to one vector per head, then the same chain of fused
+  // multiply-adds over the heads in order as observe_row's.
+  void observe_quads() {
+    const size_t size = cache_.size(), quads = group_.heads.size() / 4;
+    const float* gathered = gathered_quads_.data();
+    size_t j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; j + 4 <= size; j += 4) {
+      __m256d combined = _mm256_setzero_pd();
+      for (size_t q = 0; q < quads; ++q) {
+        const float* entries = gathered + 4 * (q * size + j);
+        __m128 head0 = _mm_loadu_ps(entries), head1 = _mm_loadu_ps(entries + 4), head2 = _mm_loadu_ps(entries + 8),
+               head3 = _mm_loadu_ps(entries + 12);
+        _MM_TRANSPOSE4_PS(head0, head1, head2, head3);
+        combined = _mm256_fmadd_pd(_mm256_cvtps_pd(head0), _mm256_set1_pd(weights_[4 * q]), combined);
+        combined = _mm256_fmadd_pd(_mm256_cvtps_pd(head1), _mm256_set1_pd(weights_[4 * q + 1]), combined);
+        combined = _mm256_fmadd_pd(_mm256_cvtps_pd(head2), _mm256_set1_pd(weights_[4 * q + 2]), combined);
+        combined = _mm256_fmadd_pd(_mm256_cvtps_pd(head3), _mm256_set1_pd(weights_[4 * q + 3]), combined);
+      }
+      _mm_storeu_ps(observed_.data() + j, _mm256_cvtpd_ps(combined));
+    }
+#endif
+    for (; j < size; ++j) {
+      double combined = 0;
+      for (size_t k = 0; k < 4 * quads; ++k)
+        combined = std::fma(static_cast<double>(gathered[4 * ((k / 4) * size + j) + k % 4]), weights_[k], combined);
+      observed_[j] = static_cast<float>(combined);
+    }
   }
 
   // sum over cached i of min(a[i], b[i] / model_mass): the attention mass the true row and
@@ -326,6 +372,11 @@ class Simulation {
   std::vector<std::vector<float>> gathered_;  // per head: the model row at the cached positions
   std::vector<float> observed_;
   std::vector<double> weights_;  // per head: its share of the observed row over its mass
+  // Groups of 4k heads gather four heads per load (step_rows.hpp: gather_quad) into
+  // gathered_quads_ instead of gathered_; needs AVX2 and FMA, and the mean or sum aggregate.
+  bool quads_ = false;
+  std::vector<float> gathered_quads_;
+  std::vector<double> quad_sums_;  // per head: the sum of its gathered entries
   int64_t run_begin_[2] = {0, 0}, run_end_[2] = {0, 0};
   std::vector<int32_t> victims_, bound_cache_;
   int64_t last_step_ = -1;

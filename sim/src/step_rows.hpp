@@ -53,6 +53,30 @@ inline double gather_and_sum(const float* row, std::span<const int32_t> position
   return (lane[0] + lane[1]) + (lane[2] + lane[3]);
 }
 
+#if defined(__AVX2__)
+// Four heads at once from their interleaved rows (StepRows::quad_rows: quad[4 i + k] is entry
+// i of head k): out[4 j + k] = entry positions[j] of head k, and mass[k] = the sum of head
+// k's entries, bit for bit gather_and_sum's (lane l of head k sums entries l, l + 4, ...).
+// One 16-byte load per position serves all four heads.
+inline void gather_quad(const float* quad, std::span<const int32_t> positions, float* out, double* mass) {
+  const size_t size = positions.size();
+  __m256d lane[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  size_t j = 0;
+  for (; j + 4 <= size; j += 4)
+    for (size_t l = 0; l < 4; ++l) {
+      const __m128 entry = _mm_loadu_ps(quad + 4 * static_cast<size_t>(positions[j + l]));
+      _mm_storeu_ps(out + 4 * (j + l), entry);
+      lane[l] = _mm256_add_pd(lane[l], _mm256_cvtps_pd(entry));
+    }
+  for (; j < size; ++j) {
+    const __m128 entry = _mm_loadu_ps(quad + 4 * static_cast<size_t>(positions[j]));
+    _mm_storeu_ps(out + 4 * j, entry);
+    lane[0] = _mm256_add_pd(lane[0], _mm256_cvtps_pd(entry));
+  }
+  _mm256_storeu_pd(mass, _mm256_add_pd(_mm256_add_pd(lane[0], lane[1]), _mm256_add_pd(lane[2], lane[3])));
+}
+#endif
+
 // out[c] = sum over positions i of row[i] * v_i[first + c], for c < Width; returns Width.
 template <size_t Width>
 size_t weighted_sum(const float* row, std::span<const int32_t> positions, const float* values, size_t d,
@@ -102,7 +126,8 @@ class StepRows {
       : groups_(groups), output_error_(output_error), totals_(static_cast<size_t>(n_heads)),
         total_step_(static_cast<size_t>(n_heads), -1), rankings_(static_cast<size_t>(n_heads)),
         ranked_step_(static_cast<size_t>(n_heads), -1), prefixes_(static_cast<size_t>(n_heads)),
-        prefix_step_(static_cast<size_t>(n_heads), -1), outputs_(groups.size()) {}
+        prefix_step_(static_cast<size_t>(n_heads), -1), outputs_(groups.size()), quads_(groups.size()),
+        quad_step_(groups.size()) {}
 
   // Step t of `block`, for the simulations of cache group `group` (-1: of every group).
   void start(const RowBlock& block, int64_t t, int group = -1) {
@@ -154,6 +179,41 @@ class StepRows {
   // o_t = sum over i <= t of a_t[i] v_i of head k of a group.
   const std::vector<double>& full_output(int group, size_t k) const { return outputs_[static_cast<size_t>(group)][k]; }
 
+  // The rows of heads 4q..4q+3 of cache group `group`, interleaved: [4 i + k] = a_t[i] of the
+  // group's head 4q + k, i <= t (with three entries of padding).
+  const float* quad_rows(int group, size_t quad) {
+    auto& stamps = quad_step_[static_cast<size_t>(group)];
+    auto& buffers = quads_[static_cast<size_t>(group)];
+    if (stamps.empty()) {
+      stamps.assign(groups_[static_cast<size_t>(group)].heads.size() / 4, -1);
+      buffers.resize(stamps.size());
+    }
+    std::vector<float>& out = buffers[quad];
+    if (stamps[quad] != t_) {
+      const std::vector<int>& heads = groups_[static_cast<size_t>(group)].heads;
+      const float* rows[4];
+      for (size_t k = 0; k < 4; ++k) rows[k] = row(heads[4 * quad + k]);
+      const auto count = static_cast<size_t>(t_) + 1;
+      out.resize(4 * count + 12);
+      size_t i = 0;
+#if defined(__AVX2__)
+      for (; i + 4 <= count; i += 4) {
+        __m128 a = _mm_loadu_ps(rows[0] + i), b = _mm_loadu_ps(rows[1] + i), c = _mm_loadu_ps(rows[2] + i),
+               d = _mm_loadu_ps(rows[3] + i);
+        _MM_TRANSPOSE4_PS(a, b, c, d);
+        _mm_storeu_ps(&out[4 * i], a);
+        _mm_storeu_ps(&out[4 * i + 4], b);
+        _mm_storeu_ps(&out[4 * i + 8], c);
+        _mm_storeu_ps(&out[4 * i + 12], d);
+      }
+#endif
+      for (; i < count; ++i)
+        for (size_t k = 0; k < 4; ++k) out[4 * i + k] = rows[k][i];
+      stamps[quad] = t_;
+    }
+    return out.data();
+  }
+
  private:
   void compute_outputs(size_t g) {
     const CacheGroup& group = groups_[g];
@@ -180,6 +240,8 @@ class StepRows {
   std::vector<int64_t> prefix_step_;
   std::vector<std::vector<std::vector<double>>> outputs_;  // [group][head]
   std::vector<int32_t> every_position_;                     // 0, 1, 2, ...
+  std::vector<std::vector<std::vector<float>>> quads_;      // [group][quad]: interleaved rows
+  std::vector<std::vector<int64_t>> quad_step_;             // [group][quad]: the step they hold
 };
 
 }  // namespace kvsim
