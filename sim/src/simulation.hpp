@@ -97,9 +97,8 @@ class Simulation {
       const float* row = model.row(head);
       const double gathered_sum = !observes ? 0.0 : quads_ ? quad_sums_[k] : gather_and_sum(row, cache_, gathered_[k]);
       if (runs > 0) {
-        const std::vector<double>& prefix = model.prefix(head);
         double mass = 0;
-        for (int r = 0; r < runs; ++r) mass += prefix[static_cast<size_t>(run_end_[r])] - prefix[static_cast<size_t>(run_begin_[r])];
+        for (int r = 0; r < runs; ++r) mass += model.prefix(head, run_end_[r]) - model.prefix(head, run_begin_[r]);
         mass_[k] = mass;
       } else if (by_evicted) {
         mass_[k] = model.total(head) - gather_sum(row, evicted_);

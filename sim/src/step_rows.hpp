@@ -126,8 +126,31 @@ class StepRows {
       : groups_(groups), output_error_(output_error), totals_(static_cast<size_t>(n_heads)),
         total_step_(static_cast<size_t>(n_heads), -1), rankings_(static_cast<size_t>(n_heads)),
         ranked_step_(static_cast<size_t>(n_heads), -1), prefixes_(static_cast<size_t>(n_heads)),
-        prefix_step_(static_cast<size_t>(n_heads), -1), outputs_(groups.size()), quads_(groups.size()),
-        quad_step_(groups.size()) {}
+        prefix_step_(static_cast<size_t>(n_heads), -1), prefix_stride_(static_cast<size_t>(n_heads), 1),
+        prefix_lane_(static_cast<size_t>(n_heads), 0), prefix_quad_(static_cast<size_t>(n_heads), {-1, 0}),
+        quad_first_head_(static_cast<size_t>(n_heads), -1), outputs_(groups.size()), quads_(groups.size()),
+        quad_step_(groups.size()) {
+    // Each head's prefix sums come with its quad's in the first group of 4k heads holding it.
+    for (size_t g = 0; g < groups.size(); ++g) {
+      const std::vector<int>& heads = groups[g].heads;
+      if (heads.size() % 4 != 0) continue;
+      for (size_t k = 0; k < heads.size(); ++k) {
+        const auto h = static_cast<size_t>(heads[k]);
+        if (h >= prefix_quad_.size() || prefix_quad_[h].first >= 0) continue;
+        const size_t quad = k / 4;
+        bool free = true;  // all four heads of the quad still unassigned
+        for (size_t m = 0; m < 4; ++m) free = free && prefix_quad_[static_cast<size_t>(heads[4 * quad + m])].first < 0;
+        if (!free) continue;
+        for (size_t m = 0; m < 4; ++m) {
+          const auto member = static_cast<size_t>(heads[4 * quad + m]);
+          prefix_quad_[member] = {static_cast<int>(g), quad};
+          quad_first_head_[member] = heads[4 * quad];
+          prefix_stride_[member] = 4;
+          prefix_lane_[member] = m;
+        }
+      }
+    }
+  }
 
   // Step t of `block`, for the simulations of cache group `group` (-1: of every group).
   void start(const RowBlock& block, int64_t t, int group = -1) {
@@ -152,18 +175,14 @@ class StepRows {
     return totals_[h];
   }
 
-  // A head's prefix sums: prefix[i] = sum of a_t[0..i-1], for i in 0..t+1.
-  const std::vector<double>& prefix(int head) {
-    auto h = static_cast<size_t>(head);
-    if (prefix_step_[h] != t_) {
-      const float* r = row(head);
-      std::vector<double>& p = prefixes_[h];
-      p.resize(static_cast<size_t>(t_) + 2);
-      p[0] = 0;
-      for (int64_t i = 0; i <= t_; ++i) p[static_cast<size_t>(i) + 1] = p[static_cast<size_t>(i)] + r[i];
-      prefix_step_[h] = t_;
-    }
-    return prefixes_[h];
+  // A head's prefix sum: sum of a_t[0..i-1], for i in 0..t+1, in double, adding the entries
+  // in order. It is a chain of dependent adds; heads that sit in a group of 4k heads have
+  // theirs computed four at a time from the interleaved rows, one chain per vector lane.
+  double prefix(int head, int64_t i) {
+    const auto h = static_cast<size_t>(head);
+    if (prefix_step_[h] != t_) compute_prefix(h);
+    const size_t buffer = prefix_quad_[h].first >= 0 ? static_cast<size_t>(quad_first_head_[h]) : h;
+    return prefixes_[buffer][static_cast<size_t>(i) * prefix_stride_[h] + prefix_lane_[h]];
   }
 
   // A head's a_t[0..t-1] ranked by value.
@@ -215,6 +234,41 @@ class StepRows {
   }
 
  private:
+  void compute_prefix(size_t h) {
+    const auto count = static_cast<size_t>(t_) + 1;
+    const auto [group, quad] = prefix_quad_[h];
+    if (group < 0) {
+      const float* r = row(static_cast<int>(h));
+      std::vector<double>& p = prefixes_[h];
+      p.resize(count + 1);
+      p[0] = 0;
+      for (size_t i = 0; i < count; ++i) p[i + 1] = p[i] + r[i];
+      prefix_step_[h] = t_;
+      return;
+    }
+    const auto owner = static_cast<size_t>(quad_first_head_[h]);
+    std::vector<double>& p = prefixes_[owner];
+    p.resize(4 * (count + 1));
+    const float* interleaved = quad_rows(group, quad);
+#if defined(__AVX2__)
+    __m256d sum = _mm256_setzero_pd();
+    _mm256_storeu_pd(p.data(), sum);
+    for (size_t i = 0; i < count; ++i) {
+      sum = _mm256_add_pd(sum, _mm256_cvtps_pd(_mm_loadu_ps(interleaved + 4 * i)));
+      _mm256_storeu_pd(p.data() + 4 * (i + 1), sum);
+    }
+#else
+    for (size_t k = 0; k < 4; ++k) p[k] = 0;
+    for (size_t i = 0; i < count; ++i)
+      for (size_t k = 0; k < 4; ++k) p[4 * (i + 1) + k] = p[4 * i + k] + interleaved[4 * i + k];
+#endif
+    const std::vector<int>& heads = groups_[static_cast<size_t>(group)].heads;
+    for (size_t k = 0; k < 4; ++k) {
+      const auto member = static_cast<size_t>(heads[4 * quad + k]);
+      prefix_step_[member] = t_;
+    }
+  }
+
   void compute_outputs(size_t g) {
     const CacheGroup& group = groups_[g];
     const auto d = static_cast<size_t>(group.head_dim);
@@ -236,8 +290,13 @@ class StepRows {
   std::vector<int64_t> total_step_;
   std::vector<RowRanking> rankings_;
   std::vector<int64_t> ranked_step_;
+  // Per head: its prefix sums, or (heads of a group of 4k) its quad's, interleaved: entry i of
+  // lane k at [4 i + k]; the quad's heads share one buffer (held by its first head).
   std::vector<std::vector<double>> prefixes_;
   std::vector<int64_t> prefix_step_;
+  std::vector<size_t> prefix_stride_, prefix_lane_;
+  std::vector<std::pair<int, size_t>> prefix_quad_;  // per head: (group, quad), or (-1, 0)
+  std::vector<int> quad_first_head_;  // per head: the head holding its quad's buffer
   std::vector<std::vector<std::vector<double>>> outputs_;  // [group][head]
   std::vector<int32_t> every_position_;                     // 0, 1, 2, ...
   std::vector<std::vector<std::vector<float>>> quads_;      // [group][quad]: interleaved rows
