@@ -59,6 +59,7 @@ class Simulation {
     quads_ = spec.policy->needs_attention && group.heads.size() % 4 == 0 && options.aggregate != Aggregate::max;
 #endif
     quad_sums_.resize(group.heads.size());
+    evicted_sums_.resize(group.heads.size());
     if (spec.policy->needs_attention) {
       if (quads_) gathered_quads_.reserve(cached * group.heads.size());
       else
@@ -87,9 +88,11 @@ class Simulation {
     if (observes && quads_) {  // four heads per load (step_rows.hpp: gather_quad)
 #if defined(__AVX2__)
       gathered_quads_.resize(heads * cache_.size());
-      for (size_t q = 0; q < heads / 4; ++q)
-        gather_quad(model.quad_rows(spec_.group, q), cache_, gathered_quads_.data() + 4 * q * cache_.size(),
-                    quad_sums_.data() + 4 * q);
+      for (size_t q = 0; q < heads / 4; ++q) {
+        const float* quad = model.quad_rows(spec_.group, q);
+        gather_quad(quad, cache_, gathered_quads_.data() + 4 * q * cache_.size(), quad_sums_.data() + 4 * q);
+        if (by_evicted) quad_sums(quad, evicted_.data(), evicted_.size(), evicted_sums_.data() + 4 * q);
+      }
 #endif
     }
     for (size_t k = 0; k < heads; ++k) {
@@ -101,7 +104,7 @@ class Simulation {
         for (int r = 0; r < runs; ++r) mass += model.prefix(head, run_end_[r]) - model.prefix(head, run_begin_[r]);
         mass_[k] = mass;
       } else if (by_evicted) {
-        mass_[k] = model.total(head) - gather_sum(row, evicted_);
+        mass_[k] = model.total(head) - (quads_ ? evicted_sums_[k] : gather_sum(row, evicted_));
       } else {
         mass_[k] = observes ? gathered_sum : gather_sum(row, cache_);
       }
@@ -375,7 +378,7 @@ class Simulation {
   // gathered_quads_ instead of gathered_; needs AVX2 and FMA, and the mean or sum aggregate.
   bool quads_ = false;
   std::vector<float> gathered_quads_;
-  std::vector<double> quad_sums_;  // per head: the sum of its gathered entries
+  std::vector<double> quad_sums_, evicted_sums_;  // per head: the sum of its gathered, and evicted, entries
   int64_t run_begin_[2] = {0, 0}, run_end_[2] = {0, 0};
   std::vector<int32_t> victims_, bound_cache_;
   int64_t last_step_ = -1;

@@ -75,6 +75,20 @@ inline void gather_quad(const float* quad, std::span<const int32_t> positions, f
   }
   _mm256_storeu_pd(mass, _mm256_add_pd(_mm256_add_pd(lane[0], lane[1]), _mm256_add_pd(lane[2], lane[3])));
 }
+
+// The sums of gather_quad without the gathered entries; `positions` null means 0..count-1
+// (a whole row: row_sum's lanes).
+inline void quad_sums(const float* quad, const int32_t* positions, size_t count, double* mass) {
+  auto entry = [&](size_t j) {
+    return _mm256_cvtps_pd(_mm_loadu_ps(quad + 4 * (positions ? static_cast<size_t>(positions[j]) : j)));
+  };
+  __m256d lane[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  size_t j = 0;
+  for (; j + 4 <= count; j += 4)
+    for (size_t l = 0; l < 4; ++l) lane[l] = _mm256_add_pd(lane[l], entry(j + l));
+  for (; j < count; ++j) lane[0] = _mm256_add_pd(lane[0], entry(j));
+  _mm256_storeu_pd(mass, _mm256_add_pd(_mm256_add_pd(lane[0], lane[1]), _mm256_add_pd(lane[2], lane[3])));
+}
 #endif
 
 // out[c] = sum over positions i of row[i] * v_i[first + c], for c < Width; returns Width.
@@ -165,10 +179,23 @@ class StepRows {
   int64_t t() const { return t_; }
   const float* row(int head) const { return block_->row(head, t_); }
 
-  // Sum of a_t[0..t] of a head.
+  // Sum of a_t[0..t] of a head (row_sum's lanes; four heads at once where they form a quad).
   double total(int head) {
     auto h = static_cast<size_t>(head);
     if (total_step_[h] != t_) {
+#if defined(__AVX2__)
+      if (const auto [group, quad] = prefix_quad_[h]; group >= 0) {
+        double sums[4];
+        quad_sums(quad_rows(group, quad), nullptr, static_cast<size_t>(t_) + 1, sums);
+        const std::vector<int>& heads = groups_[static_cast<size_t>(group)].heads;
+        for (size_t k = 0; k < 4; ++k) {
+          const auto member = static_cast<size_t>(heads[4 * quad + k]);
+          totals_[member] = sums[k];
+          total_step_[member] = t_;
+        }
+        return totals_[h];
+      }
+#endif
       totals_[h] = row_sum(row(head), t_ + 1);
       total_step_[h] = t_;
     }
