@@ -4,6 +4,10 @@
 // pooled score; applied at the end of the prompt (prefill) and again whenever decode pushes
 // the cache past B. With B <= W the window shrinks to B.
 #include <algorithm>
+#include <cmath>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "kvsim/policy.hpp"
 #include "select.hpp"
@@ -19,6 +23,7 @@ class SnapKV final : public Policy {
     budget_ = group.budget;
     n_tokens_ = static_cast<size_t>(group.n_tokens);
     window_sum_.assign(n_tokens_, 0.0);
+    size_ = 0;
     rows_.assign(static_cast<size_t>(window_) * n_tokens_, 0.0f);
     observed_ = 0;
   }
@@ -26,21 +31,24 @@ class SnapKV final : public Policy {
   bool adopt(const Policy& other) override {  // budget_ stays this budget's
     const auto& from = static_cast<const SnapKV&>(other);
     window_sum_ = from.window_sum_;
+    size_ = from.size_;
     rows_ = from.rows_;
     observed_ = from.observed_;
     return true;
   }
 
-  // window_sum_ holds, per position, the sum of â over the last W observed rows; rows_ is a
-  // ring of those rows by position, so the oldest can be taken out again. A slot's entry for
-  // a position cached now but not yet born when the slot was written is still 0: positions
-  // are never cached again once evicted, and a slot is written every W steps.
+  // window_sum_ holds, per cached token (in cache order, select.hpp), the sum of â over the
+  // last W observed rows; rows_ is a ring of those rows by position, so the oldest can be
+  // taken out again. A slot's entry for a position cached now but not yet born when the slot
+  // was written is still 0: positions are never cached again once evicted, and a slot is
+  // written every W steps.
   void observe(int64_t, std::span<const int32_t> cache, std::span<const float> attention) override {
     float* __restrict slot = rows_.data() + static_cast<size_t>(observed_ % window_) * n_tokens_;
     double* __restrict sum = window_sum_.data();
+    sum[size_++] = 0.0;  // the new token
     for (size_t j = 0; j < cache.size(); ++j) {
       const auto position = static_cast<size_t>(cache[j]);
-      sum[position] = (sum[position] - slot[position]) + attention[j];
+      sum[j] = (sum[j] - slot[position]) + attention[j];
       slot[position] = attention[j];
     }
     ++observed_;
@@ -50,29 +58,81 @@ class SnapKV final : public Policy {
     if (excess <= 0) return;
     const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
     const size_t open = cache.size() > protect ? cache.size() - protect : 0;
-    std::span<const int32_t> candidates = cache.first(open);
-    sums_.resize(open);
-    for (size_t j = 0; j < open; ++j) sums_[j] = window_sum_[static_cast<size_t>(candidates[j])];
-    // Max-pooling over [j - kernel/2, j + kernel/2], clipped to the candidates.
-    pooled_.resize(open);
-    const auto half = static_cast<size_t>(kernel_ / 2);
-    for (size_t j = 0; j < open; ++j) {
-      const size_t lo = j >= half ? j - half : 0, hi = std::min(open - 1, j + half);
-      double pooled = sums_[lo];
-      for (size_t i = lo + 1; i <= hi; ++i) pooled = std::max(pooled, sums_[i]);
-      pooled_[j] = pooled;
+    if (open == 0) return;
+    if (excess == 1) {  // one per step: pooled and searched in one pass
+      const size_t index = lowest_pooled(open);
+      victims.push_back(cache[index]);
+      erased_.assign(1, index);
+    } else {
+      pooled_.resize(open);
+      for (size_t j = 0; j < open; ++j) pooled_[j] = pooled(j, open);
+      evict_lowest(cache.first(open), pooled_, excess, victims, &erased_);
     }
-    evict_lowest(candidates, pooled_, excess, victims);
+    erase_indices(window_sum_.data(), size_, erased_);
+    size_ -= erased_.size();
   }
 
  private:
+  // Max-pooling of the candidates' window sums over [j - kernel/2, j + kernel/2], clipped to
+  // the `open` candidates.
+  double pooled(size_t j, size_t open) const {
+    const auto half = static_cast<size_t>(kernel_ / 2);
+    const size_t lo = j >= half ? j - half : 0, hi = std::min(open - 1, j + half);
+    double value = window_sum_[lo];
+    for (size_t i = lo + 1; i <= hi; ++i) value = std::max(value, window_sum_[i]);
+    return value;
+  }
+
+  // The first candidate with the lowest pooled score (what evict_lowest picks for one).
+  size_t lowest_pooled(size_t open) const {
+    const auto half = static_cast<size_t>(kernel_ / 2);
+    size_t j = 0, best = 0;
+    double lowest = INFINITY;
+#if defined(__AVX2__)
+    // Kernel 5 away from the edges: four candidates at a time, each lane keeping its first
+    // lowest; the lanes' results are merged by value, then index.
+    if (half == 2 && open >= 12) {
+      for (; j < 2; ++j)
+        if (const double value = pooled(j, open); value < lowest) lowest = value, best = j;
+      const double* sum = window_sum_.data();
+      __m256d lane_lowest = _mm256_set1_pd(INFINITY);
+      __m256i lane_best = _mm256_setzero_si256();
+      __m256i index = _mm256_setr_epi64x(2, 3, 4, 5);
+      const __m256i four = _mm256_set1_epi64x(4);
+      for (; j + 4 + half <= open; j += 4) {
+        const __m256d value = _mm256_max_pd(
+            _mm256_max_pd(_mm256_max_pd(_mm256_loadu_pd(sum + j - 2), _mm256_loadu_pd(sum + j - 1)),
+                          _mm256_max_pd(_mm256_loadu_pd(sum + j + 1), _mm256_loadu_pd(sum + j + 2))),
+            _mm256_loadu_pd(sum + j));
+        const __m256d lower = _mm256_cmp_pd(value, lane_lowest, _CMP_LT_OQ);
+        lane_lowest = _mm256_blendv_pd(lane_lowest, value, lower);
+        lane_best = _mm256_castpd_si256(
+            _mm256_blendv_pd(_mm256_castsi256_pd(lane_best), _mm256_castsi256_pd(index), lower));
+        index = _mm256_add_epi64(index, four);
+      }
+      double values[4];
+      int64_t indices[4];
+      _mm256_storeu_pd(values, lane_lowest);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices), lane_best);
+      for (size_t l = 0; l < 4; ++l)
+        if (values[l] < lowest || (values[l] == lowest && static_cast<size_t>(indices[l]) < best))
+          lowest = values[l], best = static_cast<size_t>(indices[l]);
+    }
+#endif
+    for (; j < open; ++j)
+      if (const double value = pooled(j, open); value < lowest) lowest = value, best = j;
+    return best;
+  }
+
   int64_t window_, kernel_;
   int64_t budget_ = 0;
   size_t n_tokens_ = 0;
-  std::vector<double> window_sum_;  // by position
+  std::vector<double> window_sum_;  // in cache order
+  size_t size_ = 0;
   std::vector<float> rows_;         // [W][position]: the ring of the last W rows
   int64_t observed_ = 0;
-  std::vector<double> sums_, pooled_;  // candidates' window sums, and pooled
+  std::vector<double> pooled_;
+  std::vector<size_t> erased_;
 };
 
 }  // namespace
