@@ -9,6 +9,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "future.hpp"
@@ -224,20 +225,30 @@ class Simulation {
     const float* gathered = gathered_quads_.data();
     size_t j = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-    for (; j + 4 <= size; j += 4) {
-      __m256d combined = _mm256_setzero_pd();
-      for (size_t q = 0; q < quads; ++q) {
-        const float* entries = gathered + 4 * (q * size + j);
-        __m128 head0 = _mm_loadu_ps(entries), head1 = _mm_loadu_ps(entries + 4), head2 = _mm_loadu_ps(entries + 8),
-               head3 = _mm_loadu_ps(entries + 12);
-        _MM_TRANSPOSE4_PS(head0, head1, head2, head3);
-        combined = _mm256_fmadd_pd(_mm256_cvtps_pd(head0), _mm256_set1_pd(weights_[4 * q]), combined);
-        combined = _mm256_fmadd_pd(_mm256_cvtps_pd(head1), _mm256_set1_pd(weights_[4 * q + 1]), combined);
-        combined = _mm256_fmadd_pd(_mm256_cvtps_pd(head2), _mm256_set1_pd(weights_[4 * q + 2]), combined);
-        combined = _mm256_fmadd_pd(_mm256_cvtps_pd(head3), _mm256_set1_pd(weights_[4 * q + 3]), combined);
+    // Blocks of Width x 4 entries: Width independent chains hide the fused multiply-add latency.
+    auto block = [&]<size_t Width>(std::integral_constant<size_t, Width>) {
+      for (; j + 4 * Width <= size; j += 4 * Width) {
+        __m256d combined[Width];
+        for (auto& c : combined) c = _mm256_setzero_pd();
+        for (size_t q = 0; q < quads; ++q) {
+          const __m256d w0 = _mm256_set1_pd(weights_[4 * q]), w1 = _mm256_set1_pd(weights_[4 * q + 1]),
+                        w2 = _mm256_set1_pd(weights_[4 * q + 2]), w3 = _mm256_set1_pd(weights_[4 * q + 3]);
+          for (size_t b = 0; b < Width; ++b) {
+            const float* entries = gathered + 4 * (q * size + j + 4 * b);
+            __m128 head0 = _mm_loadu_ps(entries), head1 = _mm_loadu_ps(entries + 4), head2 = _mm_loadu_ps(entries + 8),
+                   head3 = _mm_loadu_ps(entries + 12);
+            _MM_TRANSPOSE4_PS(head0, head1, head2, head3);
+            combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head0), w0, combined[b]);
+            combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head1), w1, combined[b]);
+            combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head2), w2, combined[b]);
+            combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head3), w3, combined[b]);
+          }
+        }
+        for (size_t b = 0; b < Width; ++b) _mm_storeu_ps(observed_.data() + j + 4 * b, _mm256_cvtpd_ps(combined[b]));
       }
-      _mm_storeu_ps(observed_.data() + j, _mm256_cvtpd_ps(combined));
-    }
+    };
+    block(std::integral_constant<size_t, 4>{});
+    block(std::integral_constant<size_t, 1>{});
 #endif
     for (; j < size; ++j) {
       double combined = 0;
