@@ -61,6 +61,7 @@ class Simulation {
 #endif
     quad_sums_.resize(group.heads.size());
     evicted_sums_.resize(group.heads.size());
+    quad_rows_.resize(group.heads.size() / 4);
     if (spec.policy->needs_attention) {
       if (quads_) gathered_quads_.reserve(cached * group.heads.size());
       else
@@ -86,13 +87,20 @@ class Simulation {
     const int runs = count_runs();
     const bool by_evicted = runs == 0 && evicted_.size() < cache_.size();
     const bool observes = spec_.policy->needs_attention;
-    if (observes && quads_) {  // four heads per load (step_rows.hpp: gather_quad)
+    // Four heads per load (step_rows.hpp: gather_quad). When the mass comes from prefix sums
+    // or the evicted positions, nothing needs gathering: the observed row reads the
+    // interleaved rows directly (observe_quads).
+    quads_gathered_ = false;
+    if (observes && quads_) {
 #if defined(__AVX2__)
-      gathered_quads_.resize(heads * cache_.size());
+      quads_gathered_ = runs == 0 && !by_evicted;
+      if (quads_gathered_) gathered_quads_.resize(heads * cache_.size());
       for (size_t q = 0; q < heads / 4; ++q) {
-        const float* quad = model.quad_rows(spec_.group, q);
-        gather_quad(quad, cache_, gathered_quads_.data() + 4 * q * cache_.size(), quad_sums_.data() + 4 * q);
-        if (by_evicted) quad_sums(quad, evicted_.data(), evicted_.size(), evicted_sums_.data() + 4 * q);
+        quad_rows_[q] = model.quad_rows(spec_.group, q);
+        if (quads_gathered_)
+          gather_quad(quad_rows_[q], cache_, gathered_quads_.data() + 4 * q * cache_.size(), quad_sums_.data() + 4 * q);
+        else if (by_evicted)
+          quad_sums(quad_rows_[q], evicted_.data(), evicted_.size(), evicted_sums_.data() + 4 * q);
       }
 #endif
     }
@@ -194,7 +202,10 @@ class Simulation {
     const double share = options_.aggregate == Aggregate::mean ? 1.0 / static_cast<double>(heads) : 1.0;
     weights_.resize(heads);
     for (size_t k = 0; k < heads; ++k) weights_[k] = share / mass_[k];
-    if (quads_) return observe_quads();
+    if (quads_) {
+      if (quads_gathered_) return observe_quads([&](size_t q, size_t j) { return gathered_quads_.data() + 4 * (q * size + j); });
+      return observe_quads([&](size_t q, size_t j) { return quad_rows_[q] + 4 * static_cast<size_t>(cache_[j]); });
+    }
     size_t j = 0;
 #if defined(__AVX2__) && defined(__FMA__)
     for (; j + 4 <= size; j += 4) {
@@ -220,9 +231,9 @@ class Simulation {
   // observe_row from gathered_quads_ (entry j of head 4q + k at [4 (q size + j) + k]): four
   // entries at a time, transposed to one vector per head, then the same chain of fused
   // multiply-adds over the heads in order as observe_row's.
-  void observe_quads() {
+  template <class Entry>  // Entry(q, j): the four floats of cached entry j of quad q
+  void observe_quads(Entry entry) {
     const size_t size = cache_.size(), quads = group_.heads.size() / 4;
-    const float* gathered = gathered_quads_.data();
     size_t j = 0;
 #if defined(__AVX2__) && defined(__FMA__)
     // Blocks of Width x 4 entries: Width independent chains hide the fused multiply-add latency.
@@ -234,9 +245,9 @@ class Simulation {
           const __m256d w0 = _mm256_set1_pd(weights_[4 * q]), w1 = _mm256_set1_pd(weights_[4 * q + 1]),
                         w2 = _mm256_set1_pd(weights_[4 * q + 2]), w3 = _mm256_set1_pd(weights_[4 * q + 3]);
           for (size_t b = 0; b < Width; ++b) {
-            const float* entries = gathered + 4 * (q * size + j + 4 * b);
-            __m128 head0 = _mm_loadu_ps(entries), head1 = _mm_loadu_ps(entries + 4), head2 = _mm_loadu_ps(entries + 8),
-                   head3 = _mm_loadu_ps(entries + 12);
+            const size_t first = j + 4 * b;
+            __m128 head0 = _mm_loadu_ps(entry(q, first)), head1 = _mm_loadu_ps(entry(q, first + 1)),
+                   head2 = _mm_loadu_ps(entry(q, first + 2)), head3 = _mm_loadu_ps(entry(q, first + 3));
             _MM_TRANSPOSE4_PS(head0, head1, head2, head3);
             combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head0), w0, combined[b]);
             combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head1), w1, combined[b]);
@@ -253,7 +264,7 @@ class Simulation {
     for (; j < size; ++j) {
       double combined = 0;
       for (size_t k = 0; k < 4 * quads; ++k)
-        combined = std::fma(static_cast<double>(gathered[4 * ((k / 4) * size + j) + k % 4]), weights_[k], combined);
+        combined = std::fma(static_cast<double>(entry(k / 4, j)[k % 4]), weights_[k], combined);
       observed_[j] = static_cast<float>(combined);
     }
   }
@@ -388,6 +399,8 @@ class Simulation {
   // Groups of 4k heads gather four heads per load (step_rows.hpp: gather_quad) into
   // gathered_quads_ instead of gathered_; needs AVX2 and FMA, and the mean or sum aggregate.
   bool quads_ = false;
+  bool quads_gathered_ = false;  // this step's entries are in gathered_quads_ (else read from quad_rows_)
+  std::vector<const float*> quad_rows_;  // this step's interleaved rows, per quad
   std::vector<float> gathered_quads_;
   std::vector<double> quad_sums_, evicted_sums_;  // per head: the sum of its gathered, and evicted, entries
   int64_t run_begin_[2] = {0, 0}, run_end_[2] = {0, 0};
