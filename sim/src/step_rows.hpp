@@ -3,6 +3,7 @@
 // head's row total, prefix sums and value ranking, and o_t for output error, computed at
 // most once per step however many simulations ask.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -134,36 +135,34 @@ inline void weighted_value_sum(const float* row, std::span<const int32_t> positi
 
 // What every simulation of a lane may need at one step, computed at most once: each head's
 // row total, prefix sums, its ranking (for bounds) and, with output error, o_t of each head.
+// Heads that form a quad (four heads of a cache group of 4k heads) also have their rows
+// interleaved, which lets their totals, prefix sums and gathers go four heads per load; a
+// quad shared by two groups (a kv group and the layer-wide group) is interleaved once.
 class StepRows {
  public:
   StepRows(int n_heads, std::span<const CacheGroup> groups, bool output_error)
       : groups_(groups), output_error_(output_error), totals_(static_cast<size_t>(n_heads)),
         total_step_(static_cast<size_t>(n_heads), -1), rankings_(static_cast<size_t>(n_heads)),
         ranked_step_(static_cast<size_t>(n_heads), -1), prefixes_(static_cast<size_t>(n_heads)),
-        prefix_step_(static_cast<size_t>(n_heads), -1), prefix_stride_(static_cast<size_t>(n_heads), 1),
-        prefix_lane_(static_cast<size_t>(n_heads), 0), prefix_quad_(static_cast<size_t>(n_heads), {-1, 0}),
-        quad_first_head_(static_cast<size_t>(n_heads), -1), outputs_(groups.size()), quads_(groups.size()),
-        quad_step_(groups.size()) {
-    // Each head's prefix sums come with its quad's in the first group of 4k heads holding it.
+        prefix_step_(static_cast<size_t>(n_heads), -1), quad_of_head_(static_cast<size_t>(n_heads), {kNoQuad, 0}),
+        outputs_(groups.size()), quad_index_(groups.size()) {
     for (size_t g = 0; g < groups.size(); ++g) {
       const std::vector<int>& heads = groups[g].heads;
       if (heads.size() % 4 != 0) continue;
-      for (size_t k = 0; k < heads.size(); ++k) {
-        const auto h = static_cast<size_t>(heads[k]);
-        if (h >= prefix_quad_.size() || prefix_quad_[h].first >= 0) continue;
-        const size_t quad = k / 4;
-        bool free = true;  // all four heads of the quad still unassigned
-        for (size_t m = 0; m < 4; ++m) free = free && prefix_quad_[static_cast<size_t>(heads[4 * quad + m])].first < 0;
-        if (!free) continue;
-        for (size_t m = 0; m < 4; ++m) {
-          const auto member = static_cast<size_t>(heads[4 * quad + m]);
-          prefix_quad_[member] = {static_cast<int>(g), quad};
-          quad_first_head_[member] = heads[4 * quad];
-          prefix_stride_[member] = 4;
-          prefix_lane_[member] = m;
-        }
+      for (size_t q = 0; q < heads.size() / 4; ++q) {
+        const std::array<int, 4> members = {heads[4 * q], heads[4 * q + 1], heads[4 * q + 2], heads[4 * q + 3]};
+        const auto found = std::find(quad_heads_.begin(), quad_heads_.end(), members);
+        const auto index = static_cast<size_t>(found - quad_heads_.begin());
+        if (found == quad_heads_.end()) quad_heads_.push_back(members);
+        quad_index_[g].push_back(index);
+        for (size_t k = 0; k < 4; ++k)
+          if (auto& slot = quad_of_head_[static_cast<size_t>(members[k])]; slot.first == kNoQuad) slot = {index, k};
       }
     }
+    quads_.resize(quad_heads_.size());
+    quad_step_.assign(quad_heads_.size(), -1);
+    quad_prefixes_.resize(quad_heads_.size());
+    quad_prefix_step_.assign(quad_heads_.size(), -1);
   }
 
   // Step t of `block`, for the simulations of cache group `group` (-1: of every group).
@@ -179,17 +178,16 @@ class StepRows {
   int64_t t() const { return t_; }
   const float* row(int head) const { return block_->row(head, t_); }
 
-  // Sum of a_t[0..t] of a head (row_sum's lanes; four heads at once where they form a quad).
+  // Sum of a_t[0..t] of a head, with row_sum's lanes (four heads at once in a quad).
   double total(int head) {
-    auto h = static_cast<size_t>(head);
+    const auto h = static_cast<size_t>(head);
     if (total_step_[h] != t_) {
 #if defined(__AVX2__)
-      if (const auto [group, quad] = prefix_quad_[h]; group >= 0) {
+      if (const size_t quad = quad_of_head_[h].first; quad != kNoQuad) {
         double sums[4];
-        quad_sums(quad_rows(group, quad), nullptr, static_cast<size_t>(t_) + 1, sums);
-        const std::vector<int>& heads = groups_[static_cast<size_t>(group)].heads;
+        quad_sums(interleaved(quad), nullptr, static_cast<size_t>(t_) + 1, sums);
         for (size_t k = 0; k < 4; ++k) {
-          const auto member = static_cast<size_t>(heads[4 * quad + k]);
+          const auto member = static_cast<size_t>(quad_heads_[quad][k]);
           totals_[member] = sums[k];
           total_step_[member] = t_;
         }
@@ -203,13 +201,23 @@ class StepRows {
   }
 
   // A head's prefix sum: sum of a_t[0..i-1], for i in 0..t+1, in double, adding the entries
-  // in order. It is a chain of dependent adds; heads that sit in a group of 4k heads have
-  // theirs computed four at a time from the interleaved rows, one chain per vector lane.
+  // in order. It is a chain of dependent adds; a quad's four chains run in one vector's lanes.
   double prefix(int head, int64_t i) {
     const auto h = static_cast<size_t>(head);
-    if (prefix_step_[h] != t_) compute_prefix(h);
-    const size_t buffer = prefix_quad_[h].first >= 0 ? static_cast<size_t>(quad_first_head_[h]) : h;
-    return prefixes_[buffer][static_cast<size_t>(i) * prefix_stride_[h] + prefix_lane_[h]];
+    const auto [quad, lane] = quad_of_head_[h];
+    if (quad == kNoQuad) {
+      if (prefix_step_[h] != t_) {
+        const float* r = row(head);
+        std::vector<double>& p = prefixes_[h];
+        p.resize(static_cast<size_t>(t_) + 2);
+        p[0] = 0;
+        for (int64_t j = 0; j <= t_; ++j) p[static_cast<size_t>(j) + 1] = p[static_cast<size_t>(j)] + r[j];
+        prefix_step_[h] = t_;
+      }
+      return prefixes_[h][static_cast<size_t>(i)];
+    }
+    if (quad_prefix_step_[quad] != t_) compute_quad_prefix(quad);
+    return quad_prefixes_[quad][4 * static_cast<size_t>(i) + lane];
   }
 
   // A head's a_t[0..t-1] ranked by value.
@@ -225,75 +233,57 @@ class StepRows {
   // o_t = sum over i <= t of a_t[i] v_i of head k of a group.
   const std::vector<double>& full_output(int group, size_t k) const { return outputs_[static_cast<size_t>(group)][k]; }
 
-  // The rows of heads 4q..4q+3 of cache group `group`, interleaved: [4 i + k] = a_t[i] of the
-  // group's head 4q + k, i <= t (with three entries of padding).
-  const float* quad_rows(int group, size_t quad) {
-    auto& stamps = quad_step_[static_cast<size_t>(group)];
-    auto& buffers = quads_[static_cast<size_t>(group)];
-    if (stamps.empty()) {
-      stamps.assign(groups_[static_cast<size_t>(group)].heads.size() / 4, -1);
-      buffers.resize(stamps.size());
-    }
-    std::vector<float>& out = buffers[quad];
-    if (stamps[quad] != t_) {
-      const std::vector<int>& heads = groups_[static_cast<size_t>(group)].heads;
-      const float* rows[4];
-      for (size_t k = 0; k < 4; ++k) rows[k] = row(heads[4 * quad + k]);
-      const auto count = static_cast<size_t>(t_) + 1;
-      out.resize(4 * count + 12);
-      size_t i = 0;
+  // The rows of heads 4q..4q+3 of cache group `group` (which has 4k heads), interleaved:
+  // [4 i + k] = a_t[i] of the group's head 4q + k, i <= t.
+  const float* quad_rows(int group, size_t quad) { return interleaved(quad_index_[static_cast<size_t>(group)][quad]); }
+
+ private:
+  static constexpr size_t kNoQuad = ~size_t{0};
+
+  const float* interleaved(size_t quad) {
+    std::vector<float>& out = quads_[quad];
+    if (quad_step_[quad] == t_) return out.data();
+    const float* rows[4];
+    for (size_t k = 0; k < 4; ++k) rows[k] = row(quad_heads_[quad][k]);
+    const auto count = static_cast<size_t>(t_) + 1;
+    out.resize(4 * count);
+    size_t i = 0;
 #if defined(__AVX2__)
-      for (; i + 4 <= count; i += 4) {
-        __m128 a = _mm_loadu_ps(rows[0] + i), b = _mm_loadu_ps(rows[1] + i), c = _mm_loadu_ps(rows[2] + i),
-               d = _mm_loadu_ps(rows[3] + i);
-        _MM_TRANSPOSE4_PS(a, b, c, d);
-        _mm_storeu_ps(&out[4 * i], a);
-        _mm_storeu_ps(&out[4 * i + 4], b);
-        _mm_storeu_ps(&out[4 * i + 8], c);
-        _mm_storeu_ps(&out[4 * i + 12], d);
-      }
-#endif
-      for (; i < count; ++i)
-        for (size_t k = 0; k < 4; ++k) out[4 * i + k] = rows[k][i];
-      stamps[quad] = t_;
+    for (; i + 4 <= count; i += 4) {
+      __m128 a = _mm_loadu_ps(rows[0] + i), b = _mm_loadu_ps(rows[1] + i), c = _mm_loadu_ps(rows[2] + i),
+             d = _mm_loadu_ps(rows[3] + i);
+      _MM_TRANSPOSE4_PS(a, b, c, d);
+      _mm_storeu_ps(&out[4 * i], a);
+      _mm_storeu_ps(&out[4 * i + 4], b);
+      _mm_storeu_ps(&out[4 * i + 8], c);
+      _mm_storeu_ps(&out[4 * i + 12], d);
     }
+#endif
+    for (; i < count; ++i)
+      for (size_t k = 0; k < 4; ++k) out[4 * i + k] = rows[k][i];
+    quad_step_[quad] = t_;
     return out.data();
   }
 
- private:
-  void compute_prefix(size_t h) {
+  // Entry 4 i + k: head k's prefix sum of a_t[0..i-1].
+  void compute_quad_prefix(size_t quad) {
     const auto count = static_cast<size_t>(t_) + 1;
-    const auto [group, quad] = prefix_quad_[h];
-    if (group < 0) {
-      const float* r = row(static_cast<int>(h));
-      std::vector<double>& p = prefixes_[h];
-      p.resize(count + 1);
-      p[0] = 0;
-      for (size_t i = 0; i < count; ++i) p[i + 1] = p[i] + r[i];
-      prefix_step_[h] = t_;
-      return;
-    }
-    const auto owner = static_cast<size_t>(quad_first_head_[h]);
-    std::vector<double>& p = prefixes_[owner];
+    std::vector<double>& p = quad_prefixes_[quad];
     p.resize(4 * (count + 1));
-    const float* interleaved = quad_rows(group, quad);
+    const float* rows = interleaved(quad);
 #if defined(__AVX2__)
     __m256d sum = _mm256_setzero_pd();
     _mm256_storeu_pd(p.data(), sum);
     for (size_t i = 0; i < count; ++i) {
-      sum = _mm256_add_pd(sum, _mm256_cvtps_pd(_mm_loadu_ps(interleaved + 4 * i)));
+      sum = _mm256_add_pd(sum, _mm256_cvtps_pd(_mm_loadu_ps(rows + 4 * i)));
       _mm256_storeu_pd(p.data() + 4 * (i + 1), sum);
     }
 #else
     for (size_t k = 0; k < 4; ++k) p[k] = 0;
     for (size_t i = 0; i < count; ++i)
-      for (size_t k = 0; k < 4; ++k) p[4 * (i + 1) + k] = p[4 * i + k] + interleaved[4 * i + k];
+      for (size_t k = 0; k < 4; ++k) p[4 * (i + 1) + k] = p[4 * i + k] + rows[4 * i + k];
 #endif
-    const std::vector<int>& heads = groups_[static_cast<size_t>(group)].heads;
-    for (size_t k = 0; k < 4; ++k) {
-      const auto member = static_cast<size_t>(heads[4 * quad + k]);
-      prefix_step_[member] = t_;
-    }
+    quad_prefix_step_[quad] = t_;
   }
 
   void compute_outputs(size_t g) {
@@ -317,17 +307,18 @@ class StepRows {
   std::vector<int64_t> total_step_;
   std::vector<RowRanking> rankings_;
   std::vector<int64_t> ranked_step_;
-  // Per head: its prefix sums, or (heads of a group of 4k) its quad's, interleaved: entry i of
-  // lane k at [4 i + k]; the quad's heads share one buffer (held by its first head).
-  std::vector<std::vector<double>> prefixes_;
+  std::vector<std::vector<double>> prefixes_;  // heads outside any quad
   std::vector<int64_t> prefix_step_;
-  std::vector<size_t> prefix_stride_, prefix_lane_;
-  std::vector<std::pair<int, size_t>> prefix_quad_;  // per head: (group, quad), or (-1, 0)
-  std::vector<int> quad_first_head_;  // per head: the head holding its quad's buffer
+  std::vector<std::pair<size_t, size_t>> quad_of_head_;  // per head: (quad, lane), or (kNoQuad, 0)
   std::vector<std::vector<std::vector<double>>> outputs_;  // [group][head]
   std::vector<int32_t> every_position_;                     // 0, 1, 2, ...
-  std::vector<std::vector<std::vector<float>>> quads_;      // [group][quad]: interleaved rows
-  std::vector<std::vector<int64_t>> quad_step_;             // [group][quad]: the step they hold
+  // Quads: their heads, interleaved rows and interleaved prefix sums, each with the step held.
+  std::vector<std::vector<size_t>> quad_index_;  // [group][quad of the group] -> quad
+  std::vector<std::array<int, 4>> quad_heads_;
+  std::vector<std::vector<float>> quads_;
+  std::vector<int64_t> quad_step_;
+  std::vector<std::vector<double>> quad_prefixes_;
+  std::vector<int64_t> quad_prefix_step_;
 };
 
 }  // namespace kvsim
