@@ -90,10 +90,10 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
                                  state.futures[static_cast<size_t>(spec.group)].get(),
                                  spec.quant >= 0 ? &lane.quantized[static_cast<size_t>(spec.quant)] : nullptr);
     }
-    state.rows = std::make_unique<StepRows>(lane.source->n_heads(), lane.groups, options.output_error);
+    state.rows = std::make_unique<StepRows>(lane.source->n_heads(), lane.groups, options.output_error, options.interleave);
     for (const auto& view : lane.quantized) {
       if (view.source->n_tokens() != n) throw std::logic_error("a quantized view must have the lane's length");
-      state.quantized_rows.push_back(std::make_unique<StepRows>(view.source->n_heads(), lane.groups, false));
+      state.quantized_rows.push_back(std::make_unique<StepRows>(view.source->n_heads(), lane.groups, false, options.interleave));
     }
     state.quantized_blocks.resize(lane.quantized.size());
     state.by_group.resize(lane.groups.size());

@@ -57,7 +57,8 @@ class Simulation {
     cache_.reserve(cached);
     evicted_.reserve(static_cast<size_t>(n_tokens));
 #if defined(__AVX2__) && defined(__FMA__)
-    quads_ = spec.policy->needs_attention && group.heads.size() % 4 == 0 && options.aggregate != Aggregate::max;
+    quads_ = options.interleave && spec.policy->needs_attention && group.heads.size() % 4 == 0 &&
+             options.aggregate != Aggregate::max;
 #endif
     quad_sums_.resize(group.heads.size());
     evicted_sums_.resize(group.heads.size());

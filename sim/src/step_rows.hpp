@@ -140,7 +140,7 @@ inline void weighted_value_sum(const float* row, std::span<const int32_t> positi
 // quad shared by two groups (a kv group and the layer-wide group) is interleaved once.
 class StepRows {
  public:
-  StepRows(int n_heads, std::span<const CacheGroup> groups, bool output_error)
+  StepRows(int n_heads, std::span<const CacheGroup> groups, bool output_error, bool interleave = true)
       : groups_(groups), output_error_(output_error), totals_(static_cast<size_t>(n_heads)),
         total_step_(static_cast<size_t>(n_heads), -1), rankings_(static_cast<size_t>(n_heads)),
         ranked_step_(static_cast<size_t>(n_heads), -1), prefixes_(static_cast<size_t>(n_heads)),
@@ -148,7 +148,7 @@ class StepRows {
         outputs_(groups.size()), quad_index_(groups.size()) {
     for (size_t g = 0; g < groups.size(); ++g) {
       const std::vector<int>& heads = groups[g].heads;
-      if (heads.size() % 4 != 0) continue;
+      if (!interleave || heads.size() % 4 != 0) continue;
       for (size_t q = 0; q < heads.size() / 4; ++q) {
         const std::array<int, 4> members = {heads[4 * q], heads[4 * q + 1], heads[4 * q + 2], heads[4 * q + 3]};
         const auto found = std::find(quad_heads_.begin(), quad_heads_.end(), members);

@@ -324,6 +324,67 @@ TEST(EngineBudget, SharedBudgetsEqualSeparateRuns) {
   }
 }
 
+TEST(EngineInterleave, FourHeadsPerLoadEqualOneAtATime) {
+  // Groups of 4k heads gather, sum, prefix-sum and combine four heads per load from
+  // interleaved rows; every result must equal the one-head-at-a-time path's bit for bit.
+  // 16 heads: four kv groups of 4 (one quad each) or two of 8 (two quads), plus the
+  // layer-wide group of all 16, over 70 tokens (vector blocks and tails), with output error.
+  const int n = 70, n_heads = 16, head_dim = 4;
+  const auto heads = random_ish(n_heads, n);
+  std::vector<std::vector<float>> values(4);
+  uint32_t state = 7;
+  for (auto& v : values)
+    for (int i = 0; i < n * head_dim; ++i) {
+      state = state * 1664525u + 1013904223u;
+      v.push_back(static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f);
+    }
+  for (int group_size : {4, 8}) {
+    const int n_groups = n_heads / group_size;
+    std::vector<kvsim::CacheGroup> groups(static_cast<size_t>(n_groups) + 1);
+    for (int g = 0; g <= n_groups; ++g) {
+      auto& group = groups[static_cast<size_t>(g)];
+      const int first = g < n_groups ? g * group_size : 0, last = g < n_groups ? first + group_size : n_heads;
+      for (int h = first; h < last; ++h) {
+        group.heads.push_back(h);
+        group.values.push_back(values[static_cast<size_t>(h / 4)].data());
+      }
+      group.head_dim = head_dim;
+      group.seed = kvsim::cache_group_seed(0, 0, g);
+    }
+    for (const auto& choice : budgeted_policies(9)) {
+      for (auto mode : {kvsim::Mode::stream, kvsim::Mode::prefill}) {
+        SCOPED_TRACE(choice.policy + " groups of " + std::to_string(group_size) + (mode == kvsim::Mode::prefill ? " prefill" : ""));
+        const kvsim::PolicyChoice policy = kvsim::choose_policy(choice.policy, choice.params);
+        std::vector<kvsim::SimulationSpec> specs;
+        for (int64_t budget : {50, 9, 30, 20})
+          for (int g = 0; g <= n_groups; ++g) {
+            kvsim::SimulationSpec spec;
+            spec.policy = policy.info;
+            spec.params = policy.params;
+            spec.budget = budget;
+            spec.group = g;
+            specs.push_back(spec);
+          }
+        kvsim::EngineOptions options;
+        options.mode = mode;
+        options.prompt_len = mode == kvsim::Mode::prefill ? 25 : 0;
+        options.output_error = true;
+        kvtrace::PackedAttentionSource source_a(n, hand::pack(heads)), source_b(n, hand::pack(heads));
+        const auto interleaved = kvsim::run_engine(source_a, groups, specs, options);
+        options.interleave = false;
+        const auto one_at_a_time = kvsim::run_engine(source_b, groups, specs, options);
+        ASSERT_EQ(interleaved.size(), one_at_a_time.size());
+        for (size_t s = 0; s < specs.size(); ++s) {
+          EXPECT_EQ(interleaved[s].retention, one_at_a_time[s].retention) << "simulation " << s;
+          EXPECT_EQ(interleaved[s].output_error, one_at_a_time[s].output_error) << "simulation " << s;
+          EXPECT_EQ(interleaved[s].occupancy, one_at_a_time[s].occupancy) << "simulation " << s;
+          EXPECT_EQ(interleaved[s].eviction_step, one_at_a_time[s].eviction_step) << "simulation " << s;
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------- oracle bound
 
 TEST(EngineOracle, BoundsEveryBudgetedPolicy) {

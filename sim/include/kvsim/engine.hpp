@@ -44,6 +44,9 @@ struct EngineOptions {
   int64_t prompt_len = 0;  // prefill mode: steps [0, prompt_len) are the prompt
   Aggregate aggregate = Aggregate::mean;
   bool output_error = false;  // needs values in every group
+  // Groups of 4k heads read four heads per load from interleaved rows (sim/src/step_rows.hpp).
+  // The results are the same bit for bit either way; false is for tests and benchmarks.
+  bool interleave = true;
 };
 
 // What one simulation did on its group. Steps are the recorded ones: all steps in stream
