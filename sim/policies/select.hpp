@@ -3,13 +3,10 @@
 // broken by evicting the lower position first (DESIGN.md: deterministic bit for bit).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <span>
-#include <type_traits>
 #include <utility>
 #include <vector>
-#if defined(__AVX2__)
-#include <immintrin.h>
-#endif
 
 namespace kvsim {
 
@@ -17,34 +14,31 @@ namespace kvsim {
 // first of equal scores finds, in two vectorised passes (the smallest value, then where it
 // first occurs) instead of one scan with a compare-and-branch per entry.
 template <class T>
+struct Lanes32 {  // 32 bytes of T as a GCC/Clang vector: one AVX2 register where built in
+  typedef T type __attribute__((vector_size(32)));
+};
+
+template <class T>
 size_t lowest_index(const T* scores, size_t count) {
+  using Lanes = typename Lanes32<T>::type;
+  constexpr size_t kWidth = 32 / sizeof(T);
+  auto load = [&](size_t at) {
+    Lanes lanes;
+    std::memcpy(&lanes, scores + at, sizeof lanes);
+    return lanes;
+  };
   T lowest = scores[0];
   size_t j = 0;
-#if defined(__AVX2__)
-  if constexpr (std::is_same_v<T, double>) {
-    if (count >= 8) {
-      __m256d low_a = _mm256_loadu_pd(scores), low_b = _mm256_loadu_pd(scores + 4);
-      for (j = 8; j + 8 <= count; j += 8) {
-        low_a = _mm256_min_pd(low_a, _mm256_loadu_pd(scores + j));
-        low_b = _mm256_min_pd(low_b, _mm256_loadu_pd(scores + j + 4));
-      }
-      double lanes[4];
-      _mm256_storeu_pd(lanes, _mm256_min_pd(low_a, low_b));
-      for (double lane : lanes) lowest = std::min(lowest, lane);
+  if (count >= 2 * kWidth) {
+    Lanes low_a = load(0), low_b = load(kWidth);
+    for (j = 2 * kWidth; j + 2 * kWidth <= count; j += 2 * kWidth) {
+      const Lanes a = load(j), b = load(j + kWidth);
+      low_a = a < low_a ? a : low_a;
+      low_b = b < low_b ? b : low_b;
     }
-  } else if constexpr (std::is_same_v<T, float>) {
-    if (count >= 16) {
-      __m256 low_a = _mm256_loadu_ps(scores), low_b = _mm256_loadu_ps(scores + 8);
-      for (j = 16; j + 16 <= count; j += 16) {
-        low_a = _mm256_min_ps(low_a, _mm256_loadu_ps(scores + j));
-        low_b = _mm256_min_ps(low_b, _mm256_loadu_ps(scores + j + 8));
-      }
-      float lanes[8];
-      _mm256_storeu_ps(lanes, _mm256_min_ps(low_a, low_b));
-      for (float lane : lanes) lowest = std::min(lowest, lane);
-    }
+    low_a = low_b < low_a ? low_b : low_a;
+    for (size_t l = 0; l < kWidth; ++l) lowest = std::min(lowest, low_a[l]);
   }
-#endif
   for (; j < count; ++j) lowest = std::min(lowest, scores[j]);
   size_t first = 0;
   while (!(scores[first] == lowest)) ++first;

@@ -57,6 +57,52 @@ std::vector<hand::Rows> random_ish(int n_heads, int n) {
   return heads;
 }
 
+// Pseudo-random values in [-0.5, 0.5) for `count` kv heads of n tokens.
+std::vector<std::vector<float>> random_values(int count, int n, int head_dim, uint32_t state) {
+  std::vector<std::vector<float>> values(static_cast<size_t>(count));
+  for (auto& v : values)
+    for (int i = 0; i < n * head_dim; ++i) {
+      state = state * 1664525u + 1013904223u;
+      v.push_back(static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f);
+    }
+  return values;
+}
+
+// Cache groups of `group_size` consecutive heads (head h reads values[h / heads_per_value]),
+// then, if `layer_wide`, the group of every head.
+std::vector<kvsim::CacheGroup> consecutive_groups(int n_heads, int group_size, const std::vector<std::vector<float>>& values,
+                                                  int heads_per_value, int head_dim, bool layer_wide) {
+  const int n_groups = n_heads / group_size;
+  std::vector<kvsim::CacheGroup> groups(static_cast<size_t>(n_groups + (layer_wide ? 1 : 0)));
+  for (int g = 0; g < static_cast<int>(groups.size()); ++g) {
+    auto& group = groups[static_cast<size_t>(g)];
+    const int first = g < n_groups ? g * group_size : 0, last = g < n_groups ? first + group_size : n_heads;
+    for (int h = first; h < last; ++h) {
+      group.heads.push_back(h);
+      group.values.push_back(values[static_cast<size_t>(h / heads_per_value)].data());
+    }
+    group.head_dim = head_dim;
+    group.seed = kvsim::cache_group_seed(0, 0, g);
+  }
+  return groups;
+}
+
+// One simulation of `policy` per budget and group.
+std::vector<kvsim::SimulationSpec> specs_for(const kvsim::PolicyChoice& policy, const std::vector<int64_t>& budgets,
+                                             int n_groups) {
+  std::vector<kvsim::SimulationSpec> specs;
+  for (int64_t budget : budgets)
+    for (int g = 0; g < n_groups; ++g) {
+      kvsim::SimulationSpec spec;
+      spec.policy = policy.info;
+      spec.params = policy.params;
+      spec.budget = budget;
+      spec.group = g;
+      specs.push_back(spec);
+    }
+  return specs;
+}
+
 // (record, index in its heads) holding query head h.
 std::pair<const kvsim::SimulationResult*, int> head_of(const std::vector<kvsim::GroupRecord>& records, int h) {
   for (const auto& record : records)
@@ -264,20 +310,8 @@ TEST(EngineBudget, SharedBudgetsEqualSeparateRuns) {
   // groups of 2 heads with values (output error), 20 tokens, stream and prefill.
   const int n = 20, n_heads = 4, head_dim = 4;
   const auto heads = random_ish(n_heads, n);
-  std::vector<std::vector<float>> values(2);
-  uint32_t state = 99;
-  for (auto& v : values)
-    for (int i = 0; i < n * head_dim; ++i) {
-      state = state * 1664525u + 1013904223u;
-      v.push_back(static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f);
-    }
-  std::vector<kvsim::CacheGroup> groups(2);
-  for (int g = 0; g < 2; ++g) {
-    groups[static_cast<size_t>(g)].heads = {2 * g, 2 * g + 1};
-    groups[static_cast<size_t>(g)].values = {values[static_cast<size_t>(g)].data(), values[static_cast<size_t>(g)].data()};
-    groups[static_cast<size_t>(g)].head_dim = head_dim;
-    groups[static_cast<size_t>(g)].seed = kvsim::cache_group_seed(0, 0, g);
-  }
+  const auto values = random_values(2, n, head_dim, 99);
+  const auto groups = consecutive_groups(n_heads, 2, values, 2, head_dim, false);
   // Unsorted, with a repeat: the leader is the largest wherever it stands.
   const std::vector<int64_t> budgets = {30, 8, 25, 3, 12, 8, 19, 5};
   auto choices = budgeted_policies(3);
@@ -291,24 +325,11 @@ TEST(EngineBudget, SharedBudgetsEqualSeparateRuns) {
       options.prompt_len = mode == kvsim::Mode::prefill ? 6 : 0;
       options.output_error = true;
       const kvsim::PolicyChoice policy = kvsim::choose_policy(choice.policy, choice.params);
-      auto specs_for = [&](std::vector<int64_t> chosen) {
-        std::vector<kvsim::SimulationSpec> specs;
-        for (int64_t budget : chosen)
-          for (int g = 0; g < 2; ++g) {
-            kvsim::SimulationSpec spec;
-            spec.policy = policy.info;
-            spec.params = policy.params;
-            spec.budget = budget;
-            spec.group = g;
-            specs.push_back(spec);
-          }
-        return specs;
-      };
       kvtrace::PackedAttentionSource together_source(n, hand::pack(heads));
-      const auto together = kvsim::run_engine(together_source, groups, specs_for(budgets), options);
+      const auto together = kvsim::run_engine(together_source, groups, specs_for(policy, budgets, 2), options);
       for (size_t b = 0; b < budgets.size(); ++b) {
         kvtrace::PackedAttentionSource alone_source(n, hand::pack(heads));
-        const auto alone = kvsim::run_engine(alone_source, groups, specs_for({budgets[b]}), options);
+        const auto alone = kvsim::run_engine(alone_source, groups, specs_for(policy, {budgets[b]}, 2), options);
         for (size_t g = 0; g < 2; ++g) {
           const kvsim::SimulationResult& shared = together[2 * b + g];
           const kvsim::SimulationResult& own = alone[g];
@@ -331,40 +352,14 @@ TEST(EngineInterleave, FourHeadsPerLoadEqualOneAtATime) {
   // layer-wide group of all 16, over 70 tokens (vector blocks and tails), with output error.
   const int n = 70, n_heads = 16, head_dim = 4;
   const auto heads = random_ish(n_heads, n);
-  std::vector<std::vector<float>> values(4);
-  uint32_t state = 7;
-  for (auto& v : values)
-    for (int i = 0; i < n * head_dim; ++i) {
-      state = state * 1664525u + 1013904223u;
-      v.push_back(static_cast<float>(state >> 8) / static_cast<float>(1u << 24) - 0.5f);
-    }
+  const auto values = random_values(4, n, head_dim, 7);
   for (int group_size : {4, 8}) {
-    const int n_groups = n_heads / group_size;
-    std::vector<kvsim::CacheGroup> groups(static_cast<size_t>(n_groups) + 1);
-    for (int g = 0; g <= n_groups; ++g) {
-      auto& group = groups[static_cast<size_t>(g)];
-      const int first = g < n_groups ? g * group_size : 0, last = g < n_groups ? first + group_size : n_heads;
-      for (int h = first; h < last; ++h) {
-        group.heads.push_back(h);
-        group.values.push_back(values[static_cast<size_t>(h / 4)].data());
-      }
-      group.head_dim = head_dim;
-      group.seed = kvsim::cache_group_seed(0, 0, g);
-    }
+    const auto groups = consecutive_groups(n_heads, group_size, values, 4, head_dim, true);
     for (const auto& choice : budgeted_policies(9)) {
       for (auto mode : {kvsim::Mode::stream, kvsim::Mode::prefill}) {
         SCOPED_TRACE(choice.policy + " groups of " + std::to_string(group_size) + (mode == kvsim::Mode::prefill ? " prefill" : ""));
         const kvsim::PolicyChoice policy = kvsim::choose_policy(choice.policy, choice.params);
-        std::vector<kvsim::SimulationSpec> specs;
-        for (int64_t budget : {50, 9, 30, 20})
-          for (int g = 0; g <= n_groups; ++g) {
-            kvsim::SimulationSpec spec;
-            spec.policy = policy.info;
-            spec.params = policy.params;
-            spec.budget = budget;
-            spec.group = g;
-            specs.push_back(spec);
-          }
+        const auto specs = specs_for(policy, {50, 9, 30, 20}, static_cast<int>(groups.size()));
         kvsim::EngineOptions options;
         options.mode = mode;
         options.prompt_len = mode == kvsim::Mode::prefill ? 25 : 0;
