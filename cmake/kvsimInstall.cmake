@@ -35,7 +35,7 @@ install(FILES "${CMAKE_BINARY_DIR}/kvsimConfig.cmake" "${CMAKE_BINARY_DIR}/kvsim
         DESTINATION ${KVSIM_INSTALL_CMAKE_DIR})
 
 install(TARGETS kvsim RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-if(TARGET kvsim_plot)
+if(TARGET kvsim_plot AND KVSIM_PLOT_MODULE)
   install(TARGETS kvsim_plot LIBRARY DESTINATION ${KVSIM_PLOT_INSTALL_DIR})
 endif()
 if(TARGET kvsim-gui)
