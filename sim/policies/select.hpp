@@ -22,17 +22,15 @@ template <class T>
 size_t lowest_index(const T* scores, size_t count) {
   using Lanes = typename Lanes32<T>::type;
   constexpr size_t kWidth = 32 / sizeof(T);
-  auto load = [&](size_t at) {
-    Lanes lanes;
-    std::memcpy(&lanes, scores + at, sizeof lanes);
-    return lanes;
-  };
   T lowest = scores[0];
   size_t j = 0;
   if (count >= 2 * kWidth) {
-    Lanes low_a = load(0), low_b = load(kWidth);
+    Lanes low_a, low_b, a, b;
+    std::memcpy(&low_a, scores, sizeof low_a);
+    std::memcpy(&low_b, scores + kWidth, sizeof low_b);
     for (j = 2 * kWidth; j + 2 * kWidth <= count; j += 2 * kWidth) {
-      const Lanes a = load(j), b = load(j + kWidth);
+      std::memcpy(&a, scores + j, sizeof a);
+      std::memcpy(&b, scores + j + kWidth, sizeof b);
       low_a = a < low_a ? a : low_a;
       low_b = b < low_b ? b : low_b;
     }

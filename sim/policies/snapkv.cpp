@@ -85,10 +85,10 @@ class SnapKV final : public Policy {
 
   // The first candidate with the lowest pooled score (what evict_lowest picks for one).
   size_t lowest_pooled(size_t open) const {
-    const auto half = static_cast<size_t>(kernel_ / 2);
     size_t j = 0, best = 0;
     double lowest = INFINITY;
 #if defined(__AVX2__)
+    const auto half = static_cast<size_t>(kernel_ / 2);
     // Kernel 5 away from the edges: four candidates at a time, each lane keeping its first
     // lowest; the lanes' results are merged by value, then index.
     if (half == 2 && open >= 12) {

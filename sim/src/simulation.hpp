@@ -9,7 +9,6 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "future.hpp"
@@ -203,10 +202,18 @@ class Simulation {
     const double share = options_.aggregate == Aggregate::mean ? 1.0 / static_cast<double>(heads) : 1.0;
     weights_.resize(heads);
     for (size_t k = 0; k < heads; ++k) weights_[k] = share / mass_[k];
+#if defined(__AVX2__) && defined(__FMA__)
     if (quads_) {
-      if (quads_gathered_) return observe_quads([&](size_t q, size_t j) { return gathered_quads_.data() + 4 * (q * size + j); });
-      return observe_quads([&](size_t q, size_t j) { return quad_rows_[q] + 4 * static_cast<size_t>(cache_[j]); });
+      const size_t quads = heads / 4;
+      if (quads_gathered_)
+        combine_quads(size, quads, weights_.data(), observed_.data(),
+                      [&](size_t q, size_t j) { return gathered_quads_.data() + 4 * (q * size + j); });
+      else
+        combine_quads(size, quads, weights_.data(), observed_.data(),
+                      [&](size_t q, size_t j) { return quad_rows_[q] + 4 * static_cast<size_t>(cache_[j]); });
+      return;
     }
+#endif
     size_t j = 0;
 #if defined(__AVX2__) && defined(__FMA__)
     for (; j + 4 <= size; j += 4) {
@@ -227,47 +234,6 @@ class Simulation {
       observed_[j] = static_cast<float>(combined);
     }
 #endif
-  }
-
-  // observe_row from gathered_quads_ (entry j of head 4q + k at [4 (q size + j) + k]): four
-  // entries at a time, transposed to one vector per head, then the same chain of fused
-  // multiply-adds over the heads in order as observe_row's.
-  template <class Entry>  // Entry(q, j): the four floats of cached entry j of quad q
-  void observe_quads(Entry entry) {
-    const size_t size = cache_.size(), quads = group_.heads.size() / 4;
-    size_t j = 0;
-#if defined(__AVX2__) && defined(__FMA__)
-    // Blocks of Width x 4 entries: Width independent chains hide the fused multiply-add latency.
-    auto block = [&]<size_t Width>(std::integral_constant<size_t, Width>) {
-      for (; j + 4 * Width <= size; j += 4 * Width) {
-        __m256d combined[Width];
-        for (auto& c : combined) c = _mm256_setzero_pd();
-        for (size_t q = 0; q < quads; ++q) {
-          const __m256d w0 = _mm256_set1_pd(weights_[4 * q]), w1 = _mm256_set1_pd(weights_[4 * q + 1]),
-                        w2 = _mm256_set1_pd(weights_[4 * q + 2]), w3 = _mm256_set1_pd(weights_[4 * q + 3]);
-          for (size_t b = 0; b < Width; ++b) {
-            const size_t first = j + 4 * b;
-            __m128 head0 = _mm_loadu_ps(entry(q, first)), head1 = _mm_loadu_ps(entry(q, first + 1)),
-                   head2 = _mm_loadu_ps(entry(q, first + 2)), head3 = _mm_loadu_ps(entry(q, first + 3));
-            _MM_TRANSPOSE4_PS(head0, head1, head2, head3);
-            combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head0), w0, combined[b]);
-            combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head1), w1, combined[b]);
-            combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head2), w2, combined[b]);
-            combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head3), w3, combined[b]);
-          }
-        }
-        for (size_t b = 0; b < Width; ++b) _mm_storeu_ps(observed_.data() + j + 4 * b, _mm256_cvtpd_ps(combined[b]));
-      }
-    };
-    block(std::integral_constant<size_t, 4>{});
-    block(std::integral_constant<size_t, 1>{});
-#endif
-    for (; j < size; ++j) {
-      double combined = 0;
-      for (size_t k = 0; k < 4 * quads; ++k)
-        combined = std::fma(static_cast<double>(entry(k / 4, j)[k % 4]), weights_[k], combined);
-      observed_[j] = static_cast<float>(combined);
-    }
   }
 
   // sum over cached i of min(a[i], b[i] / model_mass): the attention mass the true row and
