@@ -11,8 +11,9 @@
 namespace kvsim {
 
 // The index of the first smallest of scores[0..count) (count > 0): what a scan keeping the
-// first of equal scores finds, in two vectorised passes (the smallest value, then where it
-// first occurs) instead of one scan with a compare-and-branch per entry.
+// first of equal scores (`if (scores[j] < scores[best]) best = j`) finds, in two vectorised
+// passes (the smallest value, then where it first occurs) instead of one scan with a
+// compare-and-branch per entry; NaN scores get the scan itself.
 template <class T>
 struct Lanes32 {  // 32 bytes of T as a GCC/Clang vector: one AVX2 register where built in
   typedef T type __attribute__((vector_size(32)));
@@ -39,8 +40,14 @@ size_t lowest_index(const T* scores, size_t count) {
   }
   for (; j < count; ++j) lowest = std::min(lowest, scores[j]);
   size_t first = 0;
-  while (!(scores[first] == lowest)) ++first;
-  return first;
+  while (first < count && !(scores[first] == lowest)) ++first;
+  if (first < count) return first;
+  // Not found: the scores hold NaN (attention over a cache of zero mass), where the smallest
+  // value is undefined. What the scan finds: the first entry, if NaN, never gives way.
+  size_t best = 0;
+  for (j = 1; j < count; ++j)
+    if (scores[j] < scores[best]) best = j;
+  return best;
 }
 
 // `scores[j]` belongs to `candidates[j]`; candidates are in ascending position order.

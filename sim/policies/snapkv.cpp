@@ -84,16 +84,17 @@ class SnapKV final : public Policy {
   }
 
   // The first candidate with the lowest pooled score (what evict_lowest picks for one).
+  // As a scan from the first candidate would (`if (value < lowest)`), NaN included.
   size_t lowest_pooled(size_t open) const {
-    size_t j = 0, best = 0;
-    double lowest = INFINITY;
+    size_t j = 1, best = 0;
+    double lowest = pooled(0, open);
 #if defined(__AVX2__)
     const auto half = static_cast<size_t>(kernel_ / 2);
     // Kernel 5 away from the edges: four candidates at a time, each lane keeping its first
     // lowest; the lanes' results are merged by value, then index.
     if (half == 2 && open >= 12) {
-      for (; j < 2; ++j)
-        if (const double value = pooled(j, open); value < lowest) lowest = value, best = j;
+      if (const double value = pooled(1, open); value < lowest) lowest = value, best = 1;
+      j = 2;
       const double* sum = window_sum_.data();
       __m256d lane_lowest = _mm256_set1_pd(INFINITY);
       __m256i lane_best = _mm256_setzero_si256();

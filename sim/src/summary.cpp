@@ -108,10 +108,12 @@ Summary summarize(std::span<const float> values) {
   double sum = 0;
   float lowest = values[0], highest = values[0];
   Bracket &p5 = brackets[0], &p95 = brackets[1];
+  bool nan = false;
   for (float v : values) {
     sum += v;
     lowest = std::min(lowest, v);
     highest = std::max(highest, v);
+    nan = nan || std::isnan(v);
     if (!bracketed || (v > p5.high && v < p95.low)) continue;
     if (v < p5.low) ++p5.outside;
     else if (v <= p5.high) p5.inside.push_back(v);
@@ -121,6 +123,10 @@ Summary summarize(std::span<const float> values) {
   summary.mean = sum / static_cast<double>(values.size());
   summary.min = lowest;
   summary.max = highest;
+  if (nan) {  // no order to select in (a cache of zero attention mass gives 0/0)
+    summary.min = summary.max = summary.p5 = summary.p95 = NAN;
+    return summary;
+  }
   if (bracketed && bracketed_percentile(values, p5, summary.p5) && bracketed_percentile(values, p95, summary.p95))
     return summary;
   std::vector<float> copy(values.begin(), values.end());

@@ -345,6 +345,23 @@ TEST(PolicySelect, CacheAlignedStateDropsTheVictimsEntries) {
   EXPECT_EQ(state, (std::vector<double>{0.5, 0.7, 1.1}));
 }
 
+TEST(PolicySelect, FirstLowestAsTheScanFindsIt) {
+  // Ties: the first. Long enough for the vector passes (more than 8 doubles, 16 floats).
+  std::vector<double> scores(37, 0.5);
+  scores[20] = 0.25, scores[29] = 0.25;
+  EXPECT_EQ(kvsim::lowest_index(scores.data(), scores.size()), 20u);
+  std::vector<float> floats(scores.begin(), scores.end());
+  EXPECT_EQ(kvsim::lowest_index(floats.data(), floats.size()), 20u);
+  // NaN (attention over a cache of zero mass is 0/0): never beyond the scores, and what the
+  // scan `if (s[j] < s[best]) best = j` finds: NaN inside is passed over, a NaN first stays.
+  scores[5] = NAN;
+  EXPECT_EQ(kvsim::lowest_index(scores.data(), scores.size()), 20u);
+  scores[0] = NAN;
+  EXPECT_EQ(kvsim::lowest_index(scores.data(), scores.size()), 0u);
+  std::fill(scores.begin(), scores.end(), NAN);
+  EXPECT_EQ(kvsim::lowest_index(scores.data(), scores.size()), 0u);
+}
+
 TEST(PolicyScissorhandsOfficial, QuantileWindowRecent) {
   // quantile .3, window 2, recent 2. q = sorted(â)[floor(.3 n)]; exceed = â strictly > q.
   // s0: n=1, q=1: none. s1: n=2, idx 0, q=.5: none (both .5). Nothing old yet.

@@ -100,3 +100,15 @@ TEST(Summary, NextRankAboveTheBracket) {
   expect_exact(values, "next rank above the bracket");
   EXPECT_NEAR(kvsim::summarize(values).p5, 0.1f + 0.95 * (0.5 - static_cast<double>(0.1f)), 1e-12);
 }
+
+TEST(Summary, NanGivesNanNotAnOrder) {
+  // A NaN retention (0/0 over a cache of zero mass) leaves nothing to select in: the order
+  // statistics are NaN, and selection never runs over NaN (undefined for nth_element).
+  for (size_t n : {5u, 20000u}) {
+    std::vector<float> values(n, 0.5f);
+    values[n / 2] = NAN;
+    const kvsim::Summary summary = kvsim::summarize(values);
+    EXPECT_TRUE(std::isnan(summary.p5) && std::isnan(summary.p95) && std::isnan(summary.min) && std::isnan(summary.mean))
+        << n << " values";
+  }
+}
