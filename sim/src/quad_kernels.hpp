@@ -16,32 +16,15 @@ namespace kvsim {
 
 #if defined(__AVX2__)
 // Four heads at once from their interleaved rows (StepRows::quad_rows: quad[4 i + k] is entry
-// i of head k): out[4 j + k] = entry positions[j] of head k, and mass[k] = the sum of head
-// k's entries, bit for bit gather_and_sum's (lane l of head k sums entries l, l + 4, ...).
-// One 16-byte load per position serves all four heads.
-inline void gather_quad(const float* quad, std::span<const int32_t> positions, float* out, double* mass) {
-  const size_t size = positions.size();
-  __m256d lane[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
-  size_t j = 0;
-  for (; j + 4 <= size; j += 4)
-    for (size_t l = 0; l < 4; ++l) {
-      const __m128 entry = _mm_loadu_ps(quad + 4 * static_cast<size_t>(positions[j + l]));
-      _mm_storeu_ps(out + 4 * (j + l), entry);
-      lane[l] = _mm256_add_pd(lane[l], _mm256_cvtps_pd(entry));
-    }
-  for (; j < size; ++j) {
-    const __m128 entry = _mm_loadu_ps(quad + 4 * static_cast<size_t>(positions[j]));
-    _mm_storeu_ps(out + 4 * j, entry);
-    lane[0] = _mm256_add_pd(lane[0], _mm256_cvtps_pd(entry));
-  }
-  _mm256_storeu_pd(mass, _mm256_add_pd(_mm256_add_pd(lane[0], lane[1]), _mm256_add_pd(lane[2], lane[3])));
-}
-
-// The sums of gather_quad without the gathered entries; `positions` null means 0..count-1
-// (a whole row: row_sum's lanes).
-inline void quad_sums(const float* quad, const int32_t* positions, size_t count, double* mass) {
+// i of head k): mass[k] = the sum of head k's entries at `positions` (null: 0..count-1, a
+// whole row), bit for bit gather_and_sum's and row_sum's (lane l of head k sums entries l,
+// l + 4, ...); with `out`, also out[4 j + k] = entry positions[j] of head k. One 16-byte load
+// per position serves all four heads.
+inline void quad_sums(const float* quad, const int32_t* positions, size_t count, double* mass, float* out = nullptr) {
   auto entry = [&](size_t j) {
-    return _mm256_cvtps_pd(_mm_loadu_ps(quad + 4 * (positions ? static_cast<size_t>(positions[j]) : j)));
+    const __m128 value = _mm_loadu_ps(quad + 4 * (positions ? static_cast<size_t>(positions[j]) : j));
+    if (out) _mm_storeu_ps(out + 4 * j, value);
+    return _mm256_cvtps_pd(value);
   };
   __m256d lane[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
   size_t j = 0;

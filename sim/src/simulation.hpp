@@ -49,7 +49,6 @@ class Simulation {
     in_cache_.assign(static_cast<size_t>(n_tokens), 0);
     mass_.resize(group.heads.size());
     retained_.resize(group.heads.size());
-    gathered_.resize(group.heads.size());
     // The vectors reach these sizes anyway; reserving them spares the doublings (a few per
     // vector and simulation, which add up over a sweep's thousands of simulations).
     const auto cached = static_cast<size_t>(spec.policy->budgeted ? std::min(n_tokens, spec.budget + 1) : n_tokens);
@@ -59,15 +58,16 @@ class Simulation {
     quads_ = options.interleave && spec.policy->needs_attention && group.heads.size() % 4 == 0 &&
              options.aggregate != Aggregate::max;
 #endif
-    quad_sums_.resize(group.heads.size());
-    evicted_sums_.resize(group.heads.size());
-    quad_rows_.resize(group.heads.size() / 4);
-    if (spec.policy->needs_attention) {
-      if (quads_) gathered_quads_.reserve(cached * group.heads.size());
-      else
-        for (auto& gathered : gathered_) gathered.reserve(cached);
-      observed_.reserve(cached);
+    if (quads_) {
+      quad_sums_.resize(group.heads.size());
+      evicted_sums_.resize(group.heads.size());
+      quad_rows_.resize(group.heads.size() / 4);
+      gathered_quads_.reserve(cached * group.heads.size());
+    } else if (spec.policy->needs_attention) {
+      gathered_.resize(group.heads.size());
+      for (auto& gathered : gathered_) gathered.reserve(cached);
     }
+    if (spec.policy->needs_attention) observed_.reserve(cached);
   }
 
   // `rows`: the true rows; `model`: the rows the simulated model computes (the quantized
@@ -87,23 +87,24 @@ class Simulation {
     const int runs = count_runs();
     const bool by_evicted = runs == 0 && evicted_.size() < cache_.size();
     const bool observes = spec_.policy->needs_attention;
-    // Four heads per load (step_rows.hpp: gather_quad). When the mass comes from prefix sums
-    // or the evicted positions, nothing needs gathering: the observed row reads the
-    // interleaved rows directly (observe_quads).
+    // Four heads per load (quad_kernels.hpp). When the mass comes from prefix sums or the
+    // evicted positions, nothing needs gathering: the observed row reads the interleaved rows
+    // directly (observe_row).
     quads_gathered_ = false;
-    if (observes && quads_) {
-#if defined(__AVX2__)
+#if defined(__AVX2__) && defined(__FMA__)
+    if (quads_) {
       quads_gathered_ = runs == 0 && !by_evicted;
       if (quads_gathered_) gathered_quads_.resize(heads * cache_.size());
       for (size_t q = 0; q < heads / 4; ++q) {
         quad_rows_[q] = model.quad_rows(spec_.group, q);
         if (quads_gathered_)
-          gather_quad(quad_rows_[q], cache_, gathered_quads_.data() + 4 * q * cache_.size(), quad_sums_.data() + 4 * q);
+          quad_sums(quad_rows_[q], cache_.data(), cache_.size(), quad_sums_.data() + 4 * q,
+                    gathered_quads_.data() + 4 * q * cache_.size());
         else if (by_evicted)
           quad_sums(quad_rows_[q], evicted_.data(), evicted_.size(), evicted_sums_.data() + 4 * q);
       }
-#endif
     }
+#endif
     for (size_t k = 0; k < heads; ++k) {
       const int head = group_.heads[k];
       const float* row = model.row(head);
@@ -363,8 +364,8 @@ class Simulation {
   std::vector<std::vector<float>> gathered_;  // per head: the model row at the cached positions
   std::vector<float> observed_;
   std::vector<double> weights_;  // per head: its share of the observed row over its mass
-  // Groups of 4k heads gather four heads per load (step_rows.hpp: gather_quad) into
-  // gathered_quads_ instead of gathered_; needs AVX2 and FMA, and the mean or sum aggregate.
+  // Groups of 4k heads gather four heads per load (quad_kernels.hpp) into gathered_quads_
+  // instead of gathered_; needs AVX2 and FMA, and the mean or sum aggregate.
   bool quads_ = false;
   bool quads_gathered_ = false;  // this step's entries are in gathered_quads_ (else read from quad_rows_)
   std::vector<const float*> quad_rows_;  // this step's interleaved rows, per quad
