@@ -6,6 +6,8 @@
 #include <limits>
 #include <string>
 
+#include "../../trace/src/h5io.hpp"
+
 namespace kvfuzz {
 
 namespace {
@@ -23,14 +25,6 @@ float special(uint8_t which) {
   }
 }
 
-H5::FloatType half() {
-  H5::FloatType type(H5::PredType::IEEE_F32LE);
-  type.setFields(15, 10, 5, 0, 10);
-  type.setSize(2);
-  type.setEbias(15);
-  return type;
-}
-
 // A dtype for a tensor: mostly the ones kvsim reads, sometimes ones it must refuse.
 H5::DataType tensor_type(Recipe& in) {
   switch (in.byte() % 16) {
@@ -44,7 +38,7 @@ H5::DataType tensor_type(Recipe& in) {
       return odd;
     }
     case 1: case 3: case 5: case 7: case 9: case 11: return H5::PredType::IEEE_F32LE;
-    default: return half();
+    default: return kvtrace::h5::half_type();
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include "../support/small_trace.hpp"
 #include "../support/temp_dir.hpp"
+#include "../../trace/src/h5io.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/synth.hpp"
 #include "kvtrace/validate.hpp"
@@ -276,10 +277,7 @@ TEST_F(ReaderGuards, OneChunkPerHeadReadsWhatHdf5Reads) {
       if (layout.chunked) plist.setChunk(3, chunk);
       if (layout.shuffle) plist.setShuffle();
       if (layout.deflate) plist.setDeflate(4);
-      H5::FloatType half(H5::PredType::IEEE_F32LE);
-      half.setFields(15, 10, 5, 0, 10);
-      half.setSize(2);
-      half.setEbias(15);
+      const H5::FloatType half = kvtrace::h5::half_type();
       const H5::DataType& type = layout.half ? static_cast<const H5::DataType&>(half)
                                              : (layout.big_endian ? H5::PredType::IEEE_F32BE : H5::PredType::IEEE_F32LE);
       f.createDataSet("/seqs/1/layers/1/k", type, H5::DataSpace(3, shape), plist).write(k.data(), H5::PredType::NATIVE_FLOAT);
