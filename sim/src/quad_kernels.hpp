@@ -35,40 +35,38 @@ inline void quad_sums(const float* quad, const int32_t* positions, size_t count,
 }
 
 #if defined(__FMA__)
-// observed[j] = (float) the sum over the quads' heads k, in order, of entry j of head k times
-// weights[k], as a chain of fused multiply-adds from 0. Entry(q, j) points at the four floats
-// of entry j of quad q. Sixteen entries per block: four independent chains hide the fused
-// multiply-add latency; each block transposes four entries into one vector per head.
-template <class Entry>
-void combine_quads(size_t size, size_t quads, const double* weights, float* observed, Entry entry) {
+// observed[j] = the sum over the quads' heads k, in order, of entry j of head k times
+// weights[k], as a chain of float fused multiply-adds from 0 (what the one-head path,
+// Simulation::observe_row, computes with std::fma). Entry j of quad q is the four floats at
+// base(q) + offset(j). Eight entries per vector: entries j..j+3 go in the low half and
+// j+4..j+7 in the high half, and one in-lane 4 x 4 transpose gives one vector per head.
+template <class Base, class Offset>
+void combine_quads(size_t size, size_t quads, const float* weights, float* observed, Base base, Offset offset) {
   size_t j = 0;
-  auto block = [&]<size_t Width>(std::integral_constant<size_t, Width>) {
-    for (; j + 4 * Width <= size; j += 4 * Width) {
-      __m256d combined[Width];
-      for (auto& c : combined) c = _mm256_setzero_pd();
-      for (size_t q = 0; q < quads; ++q) {
-        const __m256d w0 = _mm256_set1_pd(weights[4 * q]), w1 = _mm256_set1_pd(weights[4 * q + 1]),
-                      w2 = _mm256_set1_pd(weights[4 * q + 2]), w3 = _mm256_set1_pd(weights[4 * q + 3]);
-        for (size_t b = 0; b < Width; ++b) {
-          const size_t first = j + 4 * b;
-          __m128 head0 = _mm_loadu_ps(entry(q, first)), head1 = _mm_loadu_ps(entry(q, first + 1)),
-                 head2 = _mm_loadu_ps(entry(q, first + 2)), head3 = _mm_loadu_ps(entry(q, first + 3));
-          _MM_TRANSPOSE4_PS(head0, head1, head2, head3);
-          combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head0), w0, combined[b]);
-          combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head1), w1, combined[b]);
-          combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head2), w2, combined[b]);
-          combined[b] = _mm256_fmadd_pd(_mm256_cvtps_pd(head3), w3, combined[b]);
-        }
-      }
-      for (size_t b = 0; b < Width; ++b) _mm_storeu_ps(observed + j + 4 * b, _mm256_cvtpd_ps(combined[b]));
+  for (; j + 8 <= size; j += 8) {
+    size_t at[8];
+    for (size_t i = 0; i < 8; ++i) at[i] = offset(j + i);
+    __m256 combined = _mm256_setzero_ps();
+    for (size_t q = 0; q < quads; ++q) {
+      const float* quad = base(q);
+      auto pair = [&](size_t i) {
+        return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(quad + at[i])), _mm_loadu_ps(quad + at[i + 4]), 1);
+      };
+      const __m256 e0 = pair(0), e1 = pair(1), e2 = pair(2), e3 = pair(3);
+      const __m256 low01 = _mm256_unpacklo_ps(e0, e1), high01 = _mm256_unpackhi_ps(e0, e1);
+      const __m256 low23 = _mm256_unpacklo_ps(e2, e3), high23 = _mm256_unpackhi_ps(e2, e3);
+      const float* w = weights + 4 * q;
+      combined = _mm256_fmadd_ps(_mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_set1_ps(w[0]), combined);
+      combined = _mm256_fmadd_ps(_mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(3, 2, 3, 2)), _mm256_set1_ps(w[1]), combined);
+      combined = _mm256_fmadd_ps(_mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_set1_ps(w[2]), combined);
+      combined = _mm256_fmadd_ps(_mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(3, 2, 3, 2)), _mm256_set1_ps(w[3]), combined);
     }
-  };
-  block(std::integral_constant<size_t, 4>{});
-  block(std::integral_constant<size_t, 1>{});
+    _mm256_storeu_ps(observed + j, combined);
+  }
   for (; j < size; ++j) {
-    double combined = 0;
-    for (size_t k = 0; k < 4 * quads; ++k) combined = std::fma(static_cast<double>(entry(k / 4, j)[k % 4]), weights[k], combined);
-    observed[j] = static_cast<float>(combined);
+    float combined = 0;
+    for (size_t k = 0; k < 4 * quads; ++k) combined = std::fma(base(k / 4)[offset(j) + k % 4], weights[k], combined);
+    observed[j] = combined;
   }
 }
 #endif

@@ -199,42 +199,37 @@ class Simulation {
       return;
     }
     // mean (or sum) of the heads' renormalised rows: a_k[i] / mass_k, weighted, summed over
-    // the heads in order (a chain of fused multiply-adds where the build has FMA).
+    // the heads in order as a chain of float fused multiply-adds (std::fma: the same bits
+    // on every build, with or without FMA instructions).
     const double share = options_.aggregate == Aggregate::mean ? 1.0 / static_cast<double>(heads) : 1.0;
     weights_.resize(heads);
-    for (size_t k = 0; k < heads; ++k) weights_[k] = share / mass_[k];
+    for (size_t k = 0; k < heads; ++k) weights_[k] = static_cast<float>(share / mass_[k]);
 #if defined(__AVX2__) && defined(__FMA__)
     if (quads_) {
       const size_t quads = heads / 4;
       if (quads_gathered_)
         combine_quads(size, quads, weights_.data(), observed_.data(),
-                      [&](size_t q, size_t j) { return gathered_quads_.data() + 4 * (q * size + j); });
+                      [&](size_t q) { return gathered_quads_.data() + 4 * q * size; }, [](size_t j) { return 4 * j; });
       else
-        combine_quads(size, quads, weights_.data(), observed_.data(),
-                      [&](size_t q, size_t j) { return quad_rows_[q] + 4 * static_cast<size_t>(cache_[j]); });
+        combine_quads(size, quads, weights_.data(), observed_.data(), [&](size_t q) { return quad_rows_[q]; },
+                      [&](size_t j) { return 4 * static_cast<size_t>(cache_[j]); });
       return;
     }
 #endif
     size_t j = 0;
 #if defined(__AVX2__) && defined(__FMA__)
-    for (; j + 4 <= size; j += 4) {
-      __m256d combined = _mm256_setzero_pd();
+    for (; j + 8 <= size; j += 8) {
+      __m256 combined = _mm256_setzero_ps();
       for (size_t k = 0; k < heads; ++k)
-        combined = _mm256_fmadd_pd(_mm256_cvtps_pd(_mm_loadu_ps(gathered_[k].data() + j)), _mm256_set1_pd(weights_[k]), combined);
-      _mm_storeu_ps(observed_.data() + j, _mm256_cvtpd_ps(combined));
-    }
-    for (; j < size; ++j) {
-      double combined = 0;
-      for (size_t k = 0; k < heads; ++k) combined = std::fma(static_cast<double>(gathered_[k][j]), weights_[k], combined);
-      observed_[j] = static_cast<float>(combined);
-    }
-#else
-    for (; j < size; ++j) {
-      double combined = 0;
-      for (size_t k = 0; k < heads; ++k) combined += gathered_[k][j] * weights_[k];
-      observed_[j] = static_cast<float>(combined);
+        combined = _mm256_fmadd_ps(_mm256_loadu_ps(gathered_[k].data() + j), _mm256_set1_ps(weights_[k]), combined);
+      _mm256_storeu_ps(observed_.data() + j, combined);
     }
 #endif
+    for (; j < size; ++j) {
+      float combined = 0;
+      for (size_t k = 0; k < heads; ++k) combined = std::fma(gathered_[k][j], weights_[k], combined);
+      observed_[j] = combined;
+    }
   }
 
   // sum over cached i of min(a[i], b[i] / model_mass): the attention mass the true row and
@@ -363,7 +358,7 @@ class Simulation {
   std::vector<double> retained_;   // per head: the retention recorded at this step
   std::vector<std::vector<float>> gathered_;  // per head: the model row at the cached positions
   std::vector<float> observed_;
-  std::vector<double> weights_;  // per head: its share of the observed row over its mass
+  std::vector<float> weights_;  // per head: its share of the observed row over its mass
   // Groups of 4k heads gather four heads per load (quad_kernels.hpp) into gathered_quads_
   // instead of gathered_; needs AVX2 and FMA, and the mean or sum aggregate.
   bool quads_ = false;

@@ -141,22 +141,15 @@ class StepRows {
   int64_t t() const { return t_; }
   const float* row(int head) const { return block_->row(head, t_); }
 
-  // Sum of a_t[0..t] of a head, with row_sum's lanes (four heads at once in a quad).
+  // Sum of a_t[0..t] of a head, with row_sum's lanes (four heads at once in a quad, summed
+  // as the rows are interleaved).
   double total(int head) {
     const auto h = static_cast<size_t>(head);
     if (total_step_[h] != t_) {
-#if defined(__AVX2__)
       if (const size_t quad = quad_of_head_[h].first; quad != kNoQuad) {
-        double sums[4];
-        quad_sums(interleaved(quad), nullptr, static_cast<size_t>(t_) + 1, sums);
-        for (size_t k = 0; k < 4; ++k) {
-          const auto member = static_cast<size_t>(quad_heads_[quad][k]);
-          totals_[member] = sums[k];
-          total_step_[member] = t_;
-        }
+        interleaved(quad);
         return totals_[h];
       }
-#endif
       totals_[h] = row_sum(row(head), t_ + 1);
       total_step_[h] = t_;
     }
@@ -203,6 +196,10 @@ class StepRows {
  private:
   static constexpr size_t kNoQuad = ~size_t{0};
 
+  // Interleaves a quad's rows for this step. In the same pass: the four heads' totals (lane
+  // l of quad_sums: entries l, l + 4, ...), and their prefix sums when the quad's prefix sums
+  // were asked for at the previous step (they are then likely asked for again): the prefix
+  // sums are one chain of dependent adds, and the rest of the pass runs in its shadow.
   const float* interleaved(size_t quad) {
     std::vector<float>& out = quads_[quad];
     if (quad_step_[quad] == t_) return out.data();
@@ -210,8 +207,26 @@ class StepRows {
     for (size_t k = 0; k < 4; ++k) rows[k] = row(quad_heads_[quad][k]);
     const auto count = static_cast<size_t>(t_) + 1;
     out.resize(4 * count);
-    size_t i = 0;
+    const bool with_prefix = quad_prefix_step_[quad] == t_ - 1;
+    double* prefix = nullptr;
+    if (with_prefix) {
+      quad_prefixes_[quad].resize(4 * (count + 1));
+      prefix = quad_prefixes_[quad].data();
+    }
+    double sums[4];
 #if defined(__AVX2__)
+    __m256d lane[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+    __m256d running = _mm256_setzero_pd();
+    if (prefix) _mm256_storeu_pd(prefix, running);
+    auto add = [&](size_t l, size_t i, __m128 entry) {
+      const __m256d value = _mm256_cvtps_pd(entry);
+      lane[l] = _mm256_add_pd(lane[l], value);
+      if (prefix) {
+        running = _mm256_add_pd(running, value);
+        _mm256_storeu_pd(prefix + 4 * (i + 1), running);
+      }
+    };
+    size_t i = 0;
     for (; i + 4 <= count; i += 4) {
       __m128 a = _mm_loadu_ps(rows[0] + i), b = _mm_loadu_ps(rows[1] + i), c = _mm_loadu_ps(rows[2] + i),
              d = _mm_loadu_ps(rows[3] + i);
@@ -220,33 +235,53 @@ class StepRows {
       _mm_storeu_ps(&out[4 * i + 4], b);
       _mm_storeu_ps(&out[4 * i + 8], c);
       _mm_storeu_ps(&out[4 * i + 12], d);
+      add(0, i, a), add(1, i + 1, b), add(2, i + 2, c), add(3, i + 3, d);
     }
-#endif
-    for (; i < count; ++i)
+    for (; i < count; ++i) {
       for (size_t k = 0; k < 4; ++k) out[4 * i + k] = rows[k][i];
+      add(0, i, _mm_loadu_ps(&out[4 * i]));
+    }
+    _mm256_storeu_pd(sums, _mm256_add_pd(_mm256_add_pd(lane[0], lane[1]), _mm256_add_pd(lane[2], lane[3])));
+#else
+    for (size_t i = 0; i < count; ++i)
+      for (size_t k = 0; k < 4; ++k) out[4 * i + k] = rows[k][i];
+    for (size_t k = 0; k < 4; ++k) sums[k] = row_sum(rows[k], t_ + 1);
+    if (prefix) prefix_pass(out.data(), count, prefix);
+#endif
+    for (size_t k = 0; k < 4; ++k) {
+      const auto member = static_cast<size_t>(quad_heads_[quad][k]);
+      totals_[member] = sums[k];
+      total_step_[member] = t_;
+    }
+    if (prefix) quad_prefix_step_[quad] = t_;
     quad_step_[quad] = t_;
     return out.data();
   }
 
   // Entry 4 i + k: head k's prefix sum of a_t[0..i-1].
   void compute_quad_prefix(size_t quad) {
+    const float* rows = interleaved(quad);  // may have computed them
+    if (quad_prefix_step_[quad] == t_) return;
     const auto count = static_cast<size_t>(t_) + 1;
     std::vector<double>& p = quad_prefixes_[quad];
     p.resize(4 * (count + 1));
-    const float* rows = interleaved(quad);
+    prefix_pass(rows, count, p.data());
+    quad_prefix_step_[quad] = t_;
+  }
+
+  static void prefix_pass(const float* rows, size_t count, double* p) {
 #if defined(__AVX2__)
     __m256d sum = _mm256_setzero_pd();
-    _mm256_storeu_pd(p.data(), sum);
+    _mm256_storeu_pd(p, sum);
     for (size_t i = 0; i < count; ++i) {
       sum = _mm256_add_pd(sum, _mm256_cvtps_pd(_mm_loadu_ps(rows + 4 * i)));
-      _mm256_storeu_pd(p.data() + 4 * (i + 1), sum);
+      _mm256_storeu_pd(p + 4 * (i + 1), sum);
     }
 #else
     for (size_t k = 0; k < 4; ++k) p[k] = 0;
     for (size_t i = 0; i < count; ++i)
       for (size_t k = 0; k < 4; ++k) p[4 * (i + 1) + k] = p[4 * i + k] + rows[4 * i + k];
 #endif
-    quad_prefix_step_[quad] = t_;
   }
 
   void compute_outputs(size_t g) {
