@@ -5,15 +5,17 @@
 # time and peak RSS):
 #   floor      bench/kvsim_floor: stream every row once (read q/k, recompute softmax, sum)
 #   full       kvsim sweep --policies full --budgets 100% (the engine's own floor: rows + retention)
-#   sweep      kvsim sweep: 6 policies x 9 budgets (scissorhands,h2o,streaming,tova,recent,snapkv
-#              x 10%..90%)
+#   sweep      kvsim sweep: the issue's grid, 6 policies x 9 budgets: the policies of the NumPy
+#              reference (full,scissorhands,h2o,streaming,tova,recent) x 10%..90%
+#   snapkv     the same grid with snapkv in place of full (the costliest policy: a ring of its last
+#              32 observed rows per simulation)
 #   oracle     kvsim sweep --policies oracle (a bound, not a policy), 9 budgets
-# and prints sweep / floor.
+# and prints sweep / floor (and snapkv / floor).
 #
 #   bash bench/big_trace.sh                  # all 32 layers
 #   LAYERS=0,1,2,3 bash bench/big_trace.sh   # the first 4 layers only (synthesised and replayed)
 # Environment: KVSIM_BUILD (default build), THREADS (default 0: all cores), LAYERS,
-# REPEAT (default 1: runs of each measurement; the median is quoted), SKIP (e.g. "full oracle").
+# REPEAT (default 1: runs of each measurement; the median is quoted), SKIP (e.g. "full snapkv oracle").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVSIM_BUILD:-$root/build}
@@ -72,7 +74,7 @@ echo "synth: $(( $(date +%s) - start )) s, $(du -m "$trace" | cut -f1) MB"
 cat "$trace" >/dev/null  # into the page cache, so every measurement reads it from memory
 echo
 
-policies=scissorhands,h2o,streaming,tova,recent,snapkv
+policies=full,scissorhands,h2o,streaming,tova,recent
 budgets=10%,20%,30%,40%,50%,60%,70%,80%,90%
 run floor "$floor" "$trace" --threads "$threads" "${layer_args[@]}"
 floor_wall=$wall floor_cpu=$cpu
@@ -84,6 +86,10 @@ run sweep "$kvsim" sweep "$trace" --policies "$policies" --budgets "$budgets" --
   "${layer_args[@]}" --csv "$tmp/sweep.csv"
 sweep_wall=$wall sweep_cpu=$cpu sweep_rss=$rss
 cp "$tmp/out.txt" "$tmp/sweep-table.txt"
+if [[ $skip != *" snapkv "* ]]; then
+  run snapkv "$kvsim" sweep "$trace" --policies "${policies/full/snapkv}" --budgets "$budgets" --threads "$threads" "${layer_args[@]}"
+  snapkv_wall=$wall snapkv_cpu=$cpu snapkv_rss=$rss
+fi
 if [[ $skip != *" oracle "* ]]; then
   run oracle "$kvsim" sweep "$trace" --policies oracle --budgets "$budgets" --threads "$threads" "${layer_args[@]}"
 fi
@@ -95,6 +101,11 @@ if [[ -n ${full_wall:-} ]]; then
   awk -v s="$sweep_wall" -v f="$full_wall" -v sc="$sweep_cpu" -v fc="$full_cpu" \
     'BEGIN { printf "sweep / full  = %.2fx wall, %.2fx CPU\n", s / f, sc / fc }'
 fi
+if [[ -n ${snapkv_wall:-} ]]; then
+  awk -v s="$snapkv_wall" -v f="$floor_wall" -v sc="$snapkv_cpu" -v fc="$floor_cpu" \
+    'BEGIN { printf "snapkv / floor = %.2fx wall, %.2fx CPU   (snapkv in place of full)\n", s / f, sc / fc }'
+fi
 awk -v r="$sweep_rss" 'BEGIN { printf "sweep peak RSS = %d MiB   (target < 2 GB: 1907 MiB)\n", r }'
+[[ -n ${snapkv_rss:-} ]] && awk -v r="$snapkv_rss" 'BEGIN { printf "snapkv peak RSS = %d MiB\n", r }'
 echo
 sed -n '1,20p' "$tmp/sweep-table.txt"

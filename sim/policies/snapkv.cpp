@@ -23,34 +23,57 @@ class SnapKV final : public Policy {
     budget_ = group.budget;
     n_tokens_ = static_cast<size_t>(group.n_tokens);
     window_sum_.assign(n_tokens_, 0.0);
+    slot_of_.assign(n_tokens_, 0);
     size_ = 0;
-    rows_.assign(static_cast<size_t>(window_) * n_tokens_, 0.0f);
+    stride_ = std::min<size_t>(n_tokens_, static_cast<size_t>(budget_) + 1);
+    rows_.assign(static_cast<size_t>(window_) * stride_, 0.0f);
+    written_at_.assign(static_cast<size_t>(window_), -1);
+    free_slots_.clear();
+    next_slot_ = 0;
     observed_ = 0;
   }
 
   bool adopt(const Policy& other) override {  // budget_ stays this budget's
     const auto& from = static_cast<const SnapKV&>(other);
     window_sum_ = from.window_sum_;
+    slot_of_ = from.slot_of_;
     size_ = from.size_;
+    stride_ = from.stride_;
     rows_ = from.rows_;
+    written_at_ = from.written_at_;
+    free_slots_ = from.free_slots_;
+    next_slot_ = from.next_slot_;
     observed_ = from.observed_;
     return true;
   }
 
   // window_sum_ holds, per cached token (in cache order, select.hpp), the sum of â over the
-  // last W observed rows; rows_ is a ring of those rows by position, so the oldest can be
-  // taken out again. A slot's entry for a position cached now but not yet born when the slot
-  // was written is still 0: positions are never cached again once evicted, and a slot is
-  // written every W steps.
-  void observe(int64_t, std::span<const int32_t> cache, std::span<const float> attention) override {
-    float* __restrict slot = rows_.data() + static_cast<size_t>(observed_ % window_) * n_tokens_;
+  // last W observed rows; rows_ is a ring of those rows, so the oldest can be taken out again.
+  // A row is stored by slot: each cached token holds one slot of the B + 1 (slot_of_), from
+  // the step it is appended until it is evicted, when the next token takes the slot over; so
+  // the ring stays as small as the cache. The row leaving the ring was written at step
+  // written_at_[r]: tokens born after it (positions above that step) had nothing in it.
+  void observe(int64_t step, std::span<const int32_t> cache, std::span<const float> attention) override {
+    take_slot();
+    window_sum_[size_++] = 0.0;  // the new token
+    const auto r = static_cast<size_t>(observed_ % window_);
+    float* __restrict row = rows_.data() + r * stride_;
     double* __restrict sum = window_sum_.data();
-    sum[size_++] = 0.0;  // the new token
-    for (size_t j = 0; j < cache.size(); ++j) {
-      const auto position = static_cast<size_t>(cache[j]);
-      sum[j] = (sum[j] - slot[position]) + attention[j];
-      slot[position] = attention[j];
+    const uint32_t* __restrict slot = slot_of_.data();
+    const float* __restrict observed = attention.data();
+    // Tokens in the leaving row: the cached positions up to written_at_[r], a prefix.
+    const size_t held = static_cast<size_t>(
+        std::upper_bound(cache.begin(), cache.end(), written_at_[r]) - cache.begin());
+    size_t j = 0;
+    for (; j < held; ++j) {
+      sum[j] = (sum[j] - row[slot[j]]) + observed[j];
+      row[slot[j]] = observed[j];
     }
+    for (; j < cache.size(); ++j) {
+      sum[j] += observed[j];
+      row[slot[j]] = observed[j];
+    }
+    written_at_[r] = step;
     ++observed_;
   }
 
@@ -68,11 +91,34 @@ class SnapKV final : public Policy {
       for (size_t j = 0; j < open; ++j) pooled_[j] = pooled(j, open);
       evict_lowest(cache.first(open), pooled_, excess, victims, &erased_);
     }
+    for (size_t index : erased_) free_slots_.push_back(slot_of_[index]);
     erase_indices(window_sum_.data(), size_, erased_);
+    erase_indices(slot_of_.data(), size_, erased_);
     size_ -= erased_.size();
   }
 
  private:
+  // A slot for the token being appended: a freed one, or a new one (the ring grows when the
+  // cache outgrows B + 1, as in prefill, where the whole prompt is cached before compressing).
+  void take_slot() {
+    uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      slot = next_slot_++;
+      if (slot >= stride_) {
+        const size_t stride = std::min(n_tokens_, 2 * stride_);
+        std::vector<float> rows(static_cast<size_t>(window_) * stride, 0.0f);
+        for (size_t r = 0; r < static_cast<size_t>(window_); ++r)
+          std::copy_n(rows_.data() + r * stride_, stride_, rows.data() + r * stride);
+        rows_.swap(rows);
+        stride_ = stride;
+      }
+    }
+    slot_of_[size_] = slot;
+  }
+
   // Max-pooling of the candidates' window sums over [j - kernel/2, j + kernel/2], clipped to
   // the `open` candidates.
   double pooled(size_t j, size_t open) const {
@@ -129,8 +175,13 @@ class SnapKV final : public Policy {
   int64_t budget_ = 0;
   size_t n_tokens_ = 0;
   std::vector<double> window_sum_;  // in cache order
+  std::vector<uint32_t> slot_of_;   // in cache order: the token's slot in rows_
   size_t size_ = 0;
-  std::vector<float> rows_;         // [W][position]: the ring of the last W rows
+  size_t stride_ = 0;                // slots per row
+  std::vector<float> rows_;          // [W][slot]: the ring of the last W rows
+  std::vector<int64_t> written_at_;  // per ring row: the step it was written at (-1: never)
+  std::vector<uint32_t> free_slots_;
+  uint32_t next_slot_ = 0;
   int64_t observed_ = 0;
   std::vector<double> pooled_;
   std::vector<size_t> erased_;

@@ -43,26 +43,34 @@ inline void quad_sums(const float* quad, const int32_t* positions, size_t count,
 template <class Base, class Offset>
 void combine_quads(size_t size, size_t quads, const float* weights, float* observed, Base base, Offset offset) {
   size_t j = 0;
-  for (; j + 8 <= size; j += 8) {
-    size_t at[8];
-    for (size_t i = 0; i < 8; ++i) at[i] = offset(j + i);
-    __m256 combined = _mm256_setzero_ps();
-    for (size_t q = 0; q < quads; ++q) {
-      const float* quad = base(q);
-      auto pair = [&](size_t i) {
-        return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(quad + at[i])), _mm_loadu_ps(quad + at[i + 4]), 1);
-      };
-      const __m256 e0 = pair(0), e1 = pair(1), e2 = pair(2), e3 = pair(3);
-      const __m256 low01 = _mm256_unpacklo_ps(e0, e1), high01 = _mm256_unpackhi_ps(e0, e1);
-      const __m256 low23 = _mm256_unpacklo_ps(e2, e3), high23 = _mm256_unpackhi_ps(e2, e3);
-      const float* w = weights + 4 * q;
-      combined = _mm256_fmadd_ps(_mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_set1_ps(w[0]), combined);
-      combined = _mm256_fmadd_ps(_mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(3, 2, 3, 2)), _mm256_set1_ps(w[1]), combined);
-      combined = _mm256_fmadd_ps(_mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_set1_ps(w[2]), combined);
-      combined = _mm256_fmadd_ps(_mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(3, 2, 3, 2)), _mm256_set1_ps(w[3]), combined);
+  // Quads = Fixed, or any when Fixed is 0 (one quad, a kv group of four heads, is the common case).
+  auto pass = [&]<size_t Fixed>(std::integral_constant<size_t, Fixed>) {
+    const size_t count = Fixed ? Fixed : quads;
+    for (; j + 8 <= size; j += 8) {
+      size_t at[8];
+      for (size_t i = 0; i < 8; ++i) at[i] = offset(j + i);
+      __m256 combined = _mm256_setzero_ps();
+      for (size_t q = 0; q < count; ++q) {
+        const float* quad = base(q);
+        auto pair = [&](size_t i) {
+          return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(quad + at[i])), _mm_loadu_ps(quad + at[i + 4]), 1);
+        };
+        const __m256 e0 = pair(0), e1 = pair(1), e2 = pair(2), e3 = pair(3);
+        const __m256 low01 = _mm256_unpacklo_ps(e0, e1), high01 = _mm256_unpackhi_ps(e0, e1);
+        const __m256 low23 = _mm256_unpacklo_ps(e2, e3), high23 = _mm256_unpackhi_ps(e2, e3);
+        const float* w = weights + 4 * q;
+        combined = _mm256_fmadd_ps(_mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_set1_ps(w[0]), combined);
+        combined = _mm256_fmadd_ps(_mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(3, 2, 3, 2)), _mm256_set1_ps(w[1]), combined);
+        combined = _mm256_fmadd_ps(_mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_set1_ps(w[2]), combined);
+        combined = _mm256_fmadd_ps(_mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(3, 2, 3, 2)), _mm256_set1_ps(w[3]), combined);
+      }
+      _mm256_storeu_ps(observed + j, combined);
     }
-    _mm256_storeu_ps(observed + j, combined);
-  }
+  };
+  if (quads == 1)
+    pass(std::integral_constant<size_t, 1>{});
+  else
+    pass(std::integral_constant<size_t, 0>{});
   for (; j < size; ++j) {
     float combined = 0;
     for (size_t k = 0; k < 4 * quads; ++k) combined = std::fma(base(k / 4)[offset(j) + k % 4], weights[k], combined);

@@ -3,7 +3,11 @@
 // over C (the retention), â = a_t / r_t over C. Rows of the traces are in hand_cases.hpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
+#include <random>
+#include <tuple>
 
 #include "../../sim/policies/select.hpp"
 #include "hand_cases.hpp"
@@ -441,6 +445,69 @@ TEST(PolicySnapKV, DefaultWindowAtLeastBudgetIsRecent) {
   const auto s = hand::replay1(kC, "snapkv", 3);
   hand::expect_caches(s, {{0}, {0, 1}, {0, 1, 2}, {1, 2, 3}, {2, 3, 4}, {3, 4, 5}, {4, 5, 6}, {5, 6, 7}});
   hand::expect_retention(s, 0, {1, 1, 1, 1, 0.76, 0.75, 0.55, 0.58});
+}
+
+// SnapKV over a long random trace against the rule computed directly: every step's window
+// sums summed anew from the last W rows. Long enough that evicted tokens' ring slots are
+// reused many times over; in prefill mode the whole prompt (more than B + 1 tokens) is cached
+// before the first compression, so the ring must grow.
+std::vector<int32_t> snapkv_directly(const hand::Rows& rows, int64_t budget, int64_t window, int64_t kernel,
+                                     int64_t prompt_len) {
+  const auto n = static_cast<int64_t>(rows.size());
+  std::vector<int32_t> eviction(static_cast<size_t>(n), -1);
+  std::vector<int32_t> cache;
+  std::vector<std::vector<double>> observed(static_cast<size_t>(n));  // [step][position]
+  for (int64_t t = 0; t < n; ++t) {
+    cache.push_back(static_cast<int32_t>(t));
+    const auto& row = rows[static_cast<size_t>(t)];
+    double mass = 0;
+    for (int32_t p : cache) mass += row[static_cast<size_t>(p)];
+    observed[static_cast<size_t>(t)].assign(static_cast<size_t>(t) + 1, 0.0);
+    for (int32_t p : cache) observed[static_cast<size_t>(t)][static_cast<size_t>(p)] = row[static_cast<size_t>(p)] / mass;
+    if (t + 1 < prompt_len) continue;
+    const auto excess = static_cast<int64_t>(cache.size()) - budget;
+    if (excess <= 0) continue;
+    const auto protect = static_cast<size_t>(std::min(window, budget));
+    const size_t open = cache.size() - protect;
+    std::vector<double> score(open, 0.0), pooled(open);
+    for (size_t j = 0; j < open; ++j)
+      for (int64_t s = std::max<int64_t>(0, t - window + 1); s <= t; ++s)
+        score[j] += observed[static_cast<size_t>(s)][static_cast<size_t>(cache[j])];
+    const auto half = static_cast<size_t>(kernel / 2);
+    for (size_t j = 0; j < open; ++j) {
+      pooled[j] = score[j >= half ? j - half : 0];
+      for (size_t i = j >= half ? j - half : 0; i <= std::min(open - 1, j + half); ++i) pooled[j] = std::max(pooled[j], score[i]);
+    }
+    std::vector<size_t> order(open);
+    for (size_t j = 0; j < open; ++j) order[j] = j;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return pooled[a] < pooled[b]; });
+    std::vector<int32_t> victims;
+    for (int64_t k = 0; k < excess; ++k) victims.push_back(cache[order[static_cast<size_t>(k)]]);
+    for (int32_t victim : victims) {
+      eviction[static_cast<size_t>(victim)] = static_cast<int32_t>(t);
+      cache.erase(std::find(cache.begin(), cache.end(), victim));
+    }
+  }
+  return eviction;
+}
+
+TEST(PolicySnapKV, LongTraceMatchesWindowSumsComputedDirectly) {
+  std::mt19937 random(7);
+  std::uniform_real_distribution<double> uniform(0.01, 1.0);
+  hand::Rows rows(300);
+  for (size_t t = 0; t < rows.size(); ++t) {
+    double sum = 0;
+    for (size_t i = 0; i <= t; ++i) sum += rows[t].emplace_back(uniform(random));
+    for (double& x : rows[t]) x /= sum;
+  }
+  for (const auto& [budget, window, kernel] : {std::tuple<int64_t, int64_t, int64_t>{24, 6, 3}, {40, 32, 5}, {9, 4, 1}}) {
+    const std::map<std::string, std::string> params = {{"window", std::to_string(window)}, {"kernel", std::to_string(kernel)}};
+    SCOPED_TRACE("B=" + std::to_string(budget) + " W=" + std::to_string(window) + " kernel=" + std::to_string(kernel));
+    const auto stream = hand::replay1(rows, "snapkv", budget, params);
+    EXPECT_EQ(stream.eviction_step, snapkv_directly(rows, budget, window, kernel, 0));
+    const auto prefill = hand::replay1(rows, "snapkv", budget, params, kvsim::Mode::prefill, 120);
+    EXPECT_EQ(prefill.eviction_step, snapkv_directly(rows, budget, window, kernel, 120));
+  }
 }
 
 // ---------------------------------------------------------------- random
