@@ -18,13 +18,10 @@ namespace kvsim {
 // Four heads at once from their interleaved rows (StepRows::quad_rows: quad[4 i + k] is entry
 // i of head k): mass[k] = the sum of head k's entries at `positions` (null: 0..count-1, a
 // whole row), bit for bit gather_and_sum's and row_sum's (lane l of head k sums entries l,
-// l + 4, ...); with `out`, also out[4 j + k] = entry positions[j] of head k. One 16-byte load
-// per position serves all four heads.
-inline void quad_sums(const float* quad, const int32_t* positions, size_t count, double* mass, float* out = nullptr) {
+// l + 4, ...). One 16-byte load per position serves all four heads.
+inline void quad_sums(const float* quad, const int32_t* positions, size_t count, double* mass) {
   auto entry = [&](size_t j) {
-    const __m128 value = _mm_loadu_ps(quad + 4 * (positions ? static_cast<size_t>(positions[j]) : j));
-    if (out) _mm_storeu_ps(out + 4 * j, value);
-    return _mm256_cvtps_pd(value);
+    return _mm256_cvtps_pd(_mm_loadu_ps(quad + 4 * (positions ? static_cast<size_t>(positions[j]) : j)));
   };
   __m256d lane[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
   size_t j = 0;
@@ -35,23 +32,24 @@ inline void quad_sums(const float* quad, const int32_t* positions, size_t count,
 }
 
 #if defined(__FMA__)
-// observed[j] = the sum over the quads' heads k, in order, of entry j of head k times
-// weights[k], as a chain of float fused multiply-adds from 0 (what the one-head path,
-// Simulation::observe_row, computes with std::fma). Entry j of quad q is the four floats at
-// base(q) + offset(j). Eight entries per vector: entries j..j+3 go in the low half and
-// j+4..j+7 in the high half, and one in-lane 4 x 4 transpose gives one vector per head.
-template <class Base, class Offset>
-void combine_quads(size_t size, size_t quads, const float* weights, float* observed, Base base, Offset offset) {
+// observed[j] = the sum over the quads' heads k, in order, of head k's entry at positions[j]
+// times weights[k], as a chain of float fused multiply-adds from 0 (what the one-head path,
+// Simulation::observe_row, computes with std::fma); quads[q] are the interleaved rows of
+// quad q. Eight entries per vector: entries j..j+3 go in the low half and j+4..j+7 in the
+// high half, and one in-lane 4 x 4 transpose gives one vector per head.
+inline void combine_quads(size_t size, std::span<const float* const> quads, const float* weights,
+                          const int32_t* positions, float* observed) {
   size_t j = 0;
-  // Quads = Fixed, or any when Fixed is 0 (one quad, a kv group of four heads, is the common case).
-  auto pass = [&]<size_t Fixed>(std::integral_constant<size_t, Fixed>) {
-    const size_t count = Fixed ? Fixed : quads;
+  // Count = the number of quads, or any when 0 (one quad, a kv group of four heads, is the
+  // common case).
+  auto pass = [&]<size_t Count>(std::integral_constant<size_t, Count>) {
+    const size_t count = Count ? Count : quads.size();
     for (; j + 8 <= size; j += 8) {
       size_t at[8];
-      for (size_t i = 0; i < 8; ++i) at[i] = offset(j + i);
+      for (size_t i = 0; i < 8; ++i) at[i] = 4 * static_cast<size_t>(positions[j + i]);
       __m256 combined = _mm256_setzero_ps();
       for (size_t q = 0; q < count; ++q) {
-        const float* quad = base(q);
+        const float* quad = quads[q];
         auto pair = [&](size_t i) {
           return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(quad + at[i])), _mm_loadu_ps(quad + at[i + 4]), 1);
         };
@@ -67,13 +65,14 @@ void combine_quads(size_t size, size_t quads, const float* weights, float* obser
       _mm256_storeu_ps(observed + j, combined);
     }
   };
-  if (quads == 1)
+  if (quads.size() == 1)
     pass(std::integral_constant<size_t, 1>{});
   else
     pass(std::integral_constant<size_t, 0>{});
   for (; j < size; ++j) {
     float combined = 0;
-    for (size_t k = 0; k < 4 * quads; ++k) combined = std::fma(base(k / 4)[offset(j) + k % 4], weights[k], combined);
+    for (size_t k = 0; k < 4 * quads.size(); ++k)
+      combined = std::fma(quads[k / 4][4 * static_cast<size_t>(positions[j]) + k % 4], weights[k], combined);
     observed[j] = combined;
   }
 }

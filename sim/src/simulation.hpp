@@ -62,7 +62,6 @@ class Simulation {
       quad_sums_.resize(group.heads.size());
       evicted_sums_.resize(group.heads.size());
       quad_rows_.resize(group.heads.size() / 4);
-      gathered_quads_.reserve(cached * group.heads.size());
     } else if (spec.policy->needs_attention) {
       gathered_.resize(group.heads.size());
       for (auto& gathered : gathered_) gathered.reserve(cached);
@@ -87,19 +86,14 @@ class Simulation {
     const int runs = count_runs();
     const bool by_evicted = runs == 0 && evicted_.size() < cache_.size();
     const bool observes = spec_.policy->needs_attention;
-    // Four heads per load (quad_kernels.hpp). When the mass comes from prefix sums or the
-    // evicted positions, nothing needs gathering: the observed row reads the interleaved rows
-    // directly (observe_row).
-    quads_gathered_ = false;
+    // Four heads per load (quad_kernels.hpp); the observed row reads the interleaved rows
+    // again (observe_row): a gathered copy measured no faster.
 #if defined(__AVX2__) && defined(__FMA__)
     if (quads_) {
-      quads_gathered_ = runs == 0 && !by_evicted;
-      if (quads_gathered_) gathered_quads_.resize(heads * cache_.size());
       for (size_t q = 0; q < heads / 4; ++q) {
         quad_rows_[q] = model.quad_rows(spec_.group, q);
-        if (quads_gathered_)
-          quad_sums(quad_rows_[q], cache_.data(), cache_.size(), quad_sums_.data() + 4 * q,
-                    gathered_quads_.data() + 4 * q * cache_.size());
+        if (runs == 0 && !by_evicted)
+          quad_sums(quad_rows_[q], cache_.data(), cache_.size(), quad_sums_.data() + 4 * q);
         else if (by_evicted)
           quad_sums(quad_rows_[q], evicted_.data(), evicted_.size(), evicted_sums_.data() + 4 * q);
       }
@@ -206,13 +200,7 @@ class Simulation {
     for (size_t k = 0; k < heads; ++k) weights_[k] = static_cast<float>(share / mass_[k]);
 #if defined(__AVX2__) && defined(__FMA__)
     if (quads_) {
-      const size_t quads = heads / 4;
-      if (quads_gathered_)
-        combine_quads(size, quads, weights_.data(), observed_.data(),
-                      [&](size_t q) { return gathered_quads_.data() + 4 * q * size; }, [](size_t j) { return 4 * j; });
-      else
-        combine_quads(size, quads, weights_.data(), observed_.data(), [&](size_t q) { return quad_rows_[q]; },
-                      [&](size_t j) { return 4 * static_cast<size_t>(cache_[j]); });
+      combine_quads(size, quad_rows_, weights_.data(), cache_.data(), observed_.data());
       return;
     }
 #endif
@@ -359,13 +347,11 @@ class Simulation {
   std::vector<std::vector<float>> gathered_;  // per head: the model row at the cached positions
   std::vector<float> observed_;
   std::vector<float> weights_;  // per head: its share of the observed row over its mass
-  // Groups of 4k heads gather four heads per load (quad_kernels.hpp) into gathered_quads_
-  // instead of gathered_; needs AVX2 and FMA, and the mean or sum aggregate.
+  // Groups of 4k heads read four heads per load (quad_kernels.hpp) from interleaved rows
+  // instead of gathering into gathered_; needs AVX2 and FMA, and the mean or sum aggregate.
   bool quads_ = false;
-  bool quads_gathered_ = false;  // this step's entries are in gathered_quads_ (else read from quad_rows_)
   std::vector<const float*> quad_rows_;  // this step's interleaved rows, per quad
-  std::vector<float> gathered_quads_;
-  std::vector<double> quad_sums_, evicted_sums_;  // per head: the sum of its gathered, and evicted, entries
+  std::vector<double> quad_sums_, evicted_sums_;  // per head: the sum of its cached, and evicted, entries
   int64_t run_begin_[2] = {0, 0}, run_end_[2] = {0, 0};
   std::vector<int32_t> victims_, bound_cache_;
   int64_t last_step_ = -1;
