@@ -141,13 +141,22 @@ class StepRows {
   int64_t t() const { return t_; }
   const float* row(int head) const { return block_->row(head, t_); }
 
-  // Sum of a_t[0..t] of a head, with row_sum's lanes (four heads at once in a quad, summed
-  // as the rows are interleaved).
+  // Sum of a_t[0..t] of a head, with row_sum's lanes (four heads at once in a quad).
   double total(int head) {
     const auto h = static_cast<size_t>(head);
     if (total_step_[h] != t_) {
       if (const size_t quad = quad_of_head_[h].first; quad != kNoQuad) {
-        interleaved(quad);
+        const float* rows = interleaved(quad);  // may have summed them
+        if (total_step_[h] != t_) {
+          double sums[4];
+#if defined(__AVX2__)
+          quad_sums(rows, nullptr, static_cast<size_t>(t_) + 1, sums);
+#else
+          (void)rows;
+          for (size_t k = 0; k < 4; ++k) sums[k] = row_sum(row(quad_heads_[quad][k]), t_ + 1);
+#endif
+          set_totals(quad, sums);
+        }
         return totals_[h];
       }
       totals_[h] = row_sum(row(head), t_ + 1);
@@ -196,10 +205,10 @@ class StepRows {
  private:
   static constexpr size_t kNoQuad = ~size_t{0};
 
-  // Interleaves a quad's rows for this step. In the same pass: the four heads' totals (lane
-  // l of quad_sums: entries l, l + 4, ...), and their prefix sums when the quad's prefix sums
-  // were asked for at the previous step (they are then likely asked for again): the prefix
-  // sums are one chain of dependent adds, and the rest of the pass runs in its shadow.
+  // Interleaves a quad's rows for this step. In the same pass, when they were asked for at
+  // the previous step (they are then likely asked for again): the four heads' totals (lane l
+  // of quad_sums: entries l, l + 4, ...), and their prefix sums, one chain of dependent adds
+  // in whose shadow the rest of the pass runs.
   const float* interleaved(size_t quad) {
     std::vector<float>& out = quads_[quad];
     if (quad_step_[quad] == t_) return out.data();
@@ -207,6 +216,7 @@ class StepRows {
     for (size_t k = 0; k < 4; ++k) rows[k] = row(quad_heads_[quad][k]);
     const auto count = static_cast<size_t>(t_) + 1;
     out.resize(4 * count);
+    const bool with_totals = total_step_[static_cast<size_t>(quad_heads_[quad][0])] == t_ - 1;
     const bool with_prefix = quad_prefix_step_[quad] == t_ - 1;
     double* prefix = nullptr;
     if (with_prefix) {
@@ -215,15 +225,40 @@ class StepRows {
     }
     double sums[4];
 #if defined(__AVX2__)
+    if (with_totals && prefix) interleave_pass<true, true>(rows, count, out.data(), sums, prefix);
+    else if (with_totals) interleave_pass<true, false>(rows, count, out.data(), sums, prefix);
+    else if (prefix) interleave_pass<false, true>(rows, count, out.data(), sums, prefix);
+    else interleave_pass<false, false>(rows, count, out.data(), sums, prefix);
+#else
+    for (size_t i = 0; i < count; ++i)
+      for (size_t k = 0; k < 4; ++k) out[4 * i + k] = rows[k][i];
+    if (with_totals)
+      for (size_t k = 0; k < 4; ++k) sums[k] = row_sum(rows[k], t_ + 1);
+    if (prefix) prefix_pass(out.data(), count, prefix);
+#endif
+    if (with_totals) set_totals(quad, sums);
+    if (prefix) quad_prefix_step_[quad] = t_;
+    quad_step_[quad] = t_;
+    return out.data();
+  }
+
+#if defined(__AVX2__)
+  // out[4 i + k] = rows[k][i]; with Totals, sums[k] = row k's total (quad_sums' lanes); with
+  // Prefix, prefix[4 i + k] = row k's prefix sum of entries 0..i-1. One loop per choice: the
+  // plain transpose must not pay for what it does not compute.
+  template <bool Totals, bool Prefix>
+  static void interleave_pass(const float* const* rows, size_t count, float* out, double* sums, double* prefix) {
     __m256d lane[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
     __m256d running = _mm256_setzero_pd();
-    if (prefix) _mm256_storeu_pd(prefix, running);
+    if constexpr (Prefix) _mm256_storeu_pd(prefix, running);
     auto add = [&](size_t l, size_t i, __m128 entry) {
-      const __m256d value = _mm256_cvtps_pd(entry);
-      lane[l] = _mm256_add_pd(lane[l], value);
-      if (prefix) {
-        running = _mm256_add_pd(running, value);
-        _mm256_storeu_pd(prefix + 4 * (i + 1), running);
+      if constexpr (Totals || Prefix) {
+        const __m256d value = _mm256_cvtps_pd(entry);
+        if constexpr (Totals) lane[l] = _mm256_add_pd(lane[l], value);
+        if constexpr (Prefix) {
+          running = _mm256_add_pd(running, value);
+          _mm256_storeu_pd(prefix + 4 * (i + 1), running);
+        }
       }
     };
     size_t i = 0;
@@ -231,31 +266,27 @@ class StepRows {
       __m128 a = _mm_loadu_ps(rows[0] + i), b = _mm_loadu_ps(rows[1] + i), c = _mm_loadu_ps(rows[2] + i),
              d = _mm_loadu_ps(rows[3] + i);
       _MM_TRANSPOSE4_PS(a, b, c, d);
-      _mm_storeu_ps(&out[4 * i], a);
-      _mm_storeu_ps(&out[4 * i + 4], b);
-      _mm_storeu_ps(&out[4 * i + 8], c);
-      _mm_storeu_ps(&out[4 * i + 12], d);
+      _mm_storeu_ps(out + 4 * i, a);
+      _mm_storeu_ps(out + 4 * i + 4, b);
+      _mm_storeu_ps(out + 4 * i + 8, c);
+      _mm_storeu_ps(out + 4 * i + 12, d);
       add(0, i, a), add(1, i + 1, b), add(2, i + 2, c), add(3, i + 3, d);
     }
     for (; i < count; ++i) {
       for (size_t k = 0; k < 4; ++k) out[4 * i + k] = rows[k][i];
-      add(0, i, _mm_loadu_ps(&out[4 * i]));
+      add(0, i, _mm_loadu_ps(out + 4 * i));
     }
-    _mm256_storeu_pd(sums, _mm256_add_pd(_mm256_add_pd(lane[0], lane[1]), _mm256_add_pd(lane[2], lane[3])));
-#else
-    for (size_t i = 0; i < count; ++i)
-      for (size_t k = 0; k < 4; ++k) out[4 * i + k] = rows[k][i];
-    for (size_t k = 0; k < 4; ++k) sums[k] = row_sum(rows[k], t_ + 1);
-    if (prefix) prefix_pass(out.data(), count, prefix);
+    if constexpr (Totals)
+      _mm256_storeu_pd(sums, _mm256_add_pd(_mm256_add_pd(lane[0], lane[1]), _mm256_add_pd(lane[2], lane[3])));
+  }
 #endif
+
+  void set_totals(size_t quad, const double* sums) {
     for (size_t k = 0; k < 4; ++k) {
       const auto member = static_cast<size_t>(quad_heads_[quad][k]);
       totals_[member] = sums[k];
       total_step_[member] = t_;
     }
-    if (prefix) quad_prefix_step_[quad] = t_;
-    quad_step_[quad] = t_;
-    return out.data();
   }
 
   // Entry 4 i + k: head k's prefix sum of a_t[0..i-1].
