@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <utility>
 
 #include "kvsim/policy.hpp"
 #include "kvtrace/error.hpp"
@@ -76,16 +77,33 @@ class Scissorhands final : public Policy {
     if (excess <= 0) return;
     const int64_t amount = compress ? excess : std::max(drop_now_, excess);
     const size_t size = cache.size(), counted = size - std::min<size_t>(size, static_cast<size_t>(recent_));
-    scores_.resize(size);
-    // Largest count first: rank by the negated count.
-    for (size_t j = 0; j < size; ++j) scores_[j] = j < counted ? -static_cast<double>(count_[j]) : 0.0;
-    evict_lowest(cache, scores_, amount, victims, &erased_);
+    choose_largest(counted, std::min(static_cast<size_t>(amount), size), size);
+    for (size_t index : order_) victims.push_back(cache[index]);
+    erased_.assign(order_.begin(), order_.end());
+    std::sort(erased_.begin(), erased_.end());
     for (size_t word = 0; word < flags_.size(); word += capacity_) erase_indices(flags_.data() + word, size_, erased_);
     erase_indices(count_.data(), size_, erased_);
     size_ -= erased_.size();
   }
 
  private:
+  // order_ = the `amount` indices of the largest counts, largest first, ties by lower index
+  // (what evict_lowest gives for the negated counts), the r most recent counting 0. Counts
+  // are small integers, so a counting sort ranks them without comparisons.
+  void choose_largest(size_t counted, size_t amount, size_t size) {
+    int32_t largest = 0;
+    for (size_t j = 0; j < counted; ++j) largest = std::max(largest, count_[j]);
+    auto key = [&](size_t j) { return static_cast<size_t>(j < counted ? count_[j] : 0); };
+    // starts_[c]: where count c begins in the ranking (larger counts first).
+    starts_.assign(static_cast<size_t>(largest) + 2, 0);
+    for (size_t j = 0; j < size; ++j) ++starts_[key(j)];
+    size_t next = 0;
+    for (size_t c = starts_.size(); c-- > 0;) next += std::exchange(starts_[c], next);
+    order_.resize(size);
+    for (size_t j = 0; j < size; ++j) order_[starts_[key(j)]++] = j;
+    order_.resize(amount);
+  }
+
   int64_t window_, recent_, drop_;
   bool paper_threshold_;
   int64_t drop_now_ = 1;
@@ -93,8 +111,7 @@ class Scissorhands final : public Policy {
   // In cache order: bit s % 64 of word s / 64 ([word][index]) flags step s of the window.
   std::vector<uint64_t> flags_;
   std::vector<int32_t> count_;
-  std::vector<double> scores_;
-  std::vector<size_t> erased_;
+  std::vector<size_t> starts_, order_, erased_;
 };
 
 }  // namespace
