@@ -82,12 +82,13 @@ class Simulation {
     // The model's mass over the cache: from prefix sums when the cache is one or two runs of
     // consecutive positions (recent, streaming), else summing whichever is shorter, the
     // cache or the evicted positions (subtracted from the row's total).
-    // A policy that observes needs each head's row over the cache anyway: gathered once here.
+    // Outside quads, a policy that observes needs each head's row over the cache anyway: it
+    // is gathered once here. Quads are read four heads per load (quad_kernels.hpp), and the
+    // observed row reads the interleaved rows again (observe_row): a gathered copy measured
+    // no faster.
     const int runs = count_runs();
     const bool by_evicted = runs == 0 && evicted_.size() < cache_.size();
     const bool observes = spec_.policy->needs_attention;
-    // Four heads per load (quad_kernels.hpp); the observed row reads the interleaved rows
-    // again (observe_row): a gathered copy measured no faster.
 #if defined(__AVX2__) && defined(__FMA__)
     if (quads_) {
       for (size_t q = 0; q < heads / 4; ++q) {

@@ -145,20 +145,17 @@ class StepRows {
   double total(int head) {
     const auto h = static_cast<size_t>(head);
     if (total_step_[h] != t_) {
+#if defined(__AVX2__)
       if (const size_t quad = quad_of_head_[h].first; quad != kNoQuad) {
         const float* rows = interleaved(quad);  // may have summed them
         if (total_step_[h] != t_) {
           double sums[4];
-#if defined(__AVX2__)
           quad_sums(rows, nullptr, static_cast<size_t>(t_) + 1, sums);
-#else
-          (void)rows;
-          for (size_t k = 0; k < 4; ++k) sums[k] = row_sum(row(quad_heads_[quad][k]), t_ + 1);
-#endif
           set_totals(quad, sums);
         }
         return totals_[h];
       }
+#endif
       totals_[h] = row_sum(row(head), t_ + 1);
       total_step_[h] = t_;
     }
@@ -205,10 +202,10 @@ class StepRows {
  private:
   static constexpr size_t kNoQuad = ~size_t{0};
 
-  // Interleaves a quad's rows for this step. In the same pass, when they were asked for at
-  // the previous step (they are then likely asked for again): the four heads' totals (lane l
-  // of quad_sums: entries l, l + 4, ...), and their prefix sums, one chain of dependent adds
-  // in whose shadow the rest of the pass runs.
+  // Interleaves a quad's rows for this step. With AVX2, in the same pass, when they were
+  // asked for at the previous step (they are then likely asked for again): the four heads'
+  // totals (lane l of quad_sums: entries l, l + 4, ...), and their prefix sums, one chain of
+  // dependent adds in whose shadow the rest of the pass runs.
   const float* interleaved(size_t quad) {
     std::vector<float>& out = quads_[quad];
     if (quad_step_[quad] == t_) return out.data();
@@ -216,28 +213,24 @@ class StepRows {
     for (size_t k = 0; k < 4; ++k) rows[k] = row(quad_heads_[quad][k]);
     const auto count = static_cast<size_t>(t_) + 1;
     out.resize(4 * count);
+#if defined(__AVX2__)
     const bool with_totals = total_step_[static_cast<size_t>(quad_heads_[quad][0])] == t_ - 1;
-    const bool with_prefix = quad_prefix_step_[quad] == t_ - 1;
     double* prefix = nullptr;
-    if (with_prefix) {
+    if (quad_prefix_step_[quad] == t_ - 1) {
       quad_prefixes_[quad].resize(4 * (count + 1));
       prefix = quad_prefixes_[quad].data();
     }
     double sums[4];
-#if defined(__AVX2__)
     if (with_totals && prefix) interleave_pass<true, true>(rows, count, out.data(), sums, prefix);
     else if (with_totals) interleave_pass<true, false>(rows, count, out.data(), sums, prefix);
     else if (prefix) interleave_pass<false, true>(rows, count, out.data(), sums, prefix);
     else interleave_pass<false, false>(rows, count, out.data(), sums, prefix);
-#else
-    for (size_t i = 0; i < count; ++i)
-      for (size_t k = 0; k < 4; ++k) out[4 * i + k] = rows[k][i];
-    if (with_totals)
-      for (size_t k = 0; k < 4; ++k) sums[k] = row_sum(rows[k], t_ + 1);
-    if (prefix) prefix_pass(out.data(), count, prefix);
-#endif
     if (with_totals) set_totals(quad, sums);
     if (prefix) quad_prefix_step_[quad] = t_;
+#else  // a plain transpose: totals and prefix sums are computed when asked for
+    for (size_t i = 0; i < count; ++i)
+      for (size_t k = 0; k < 4; ++k) out[4 * i + k] = rows[k][i];
+#endif
     quad_step_[quad] = t_;
     return out.data();
   }
@@ -279,7 +272,6 @@ class StepRows {
     if constexpr (Totals)
       _mm256_storeu_pd(sums, _mm256_add_pd(_mm256_add_pd(lane[0], lane[1]), _mm256_add_pd(lane[2], lane[3])));
   }
-#endif
 
   void set_totals(size_t quad, const double* sums) {
     for (size_t k = 0; k < 4; ++k) {
@@ -288,6 +280,7 @@ class StepRows {
       total_step_[member] = t_;
     }
   }
+#endif
 
   // Entry 4 i + k: head k's prefix sum of a_t[0..i-1].
   void compute_quad_prefix(size_t quad) {

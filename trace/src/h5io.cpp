@@ -187,9 +187,6 @@ H5::DataSpace select(const H5::DataSet& dataset, std::span<const hsize_t> start,
   space.selectHyperslab(H5S_SELECT_SET, count.data(), start.data());
   return space;
 }
-}  // namespace
-
-namespace {
 
 // HDF5 (Debian's thread-safe build) runs every call under one global lock, inflating chunks
 // included, so threads reading a trace wait for each other. When a hyperslab is exactly one
