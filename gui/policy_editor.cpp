@@ -5,12 +5,14 @@
 #include <QFormLayout>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <climits>
 
+#include "kvsim/index_list.hpp"
 #include "kvsim/policy.hpp"
 
 namespace kvgui {
@@ -20,6 +22,18 @@ const kvsim::PolicyInfo* info_of(const QString& name) {
   for (const auto& info : kvsim::policies())
     if (QString::fromStdString(info.name) == name) return &info;
   return nullptr;
+}
+
+// An index set the registry accepts (empty means all).
+bool valid(const QLineEdit& line) {
+  const std::string text = line.text().toStdString();
+  if (text.empty() || text == "all") return true;
+  try {
+    kvsim::parse_index_list("", text);
+    return true;
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 QString describe(const kvsim::PolicyInfo& info) {
@@ -116,6 +130,16 @@ void PolicyEditor::rebuild(const std::map<std::string, std::string>& overrides) 
           editor = combo;
           break;
         }
+        case kvsim::ParamType::index_set: {  // applied when editing ends; a bad list is shown in red
+          auto* line = new QLineEdit(QString::fromStdString(value));
+          line->setPlaceholderText("all");
+          connect(line, &QLineEdit::editingFinished, this, [this, line]() {
+            line->setStyleSheet(valid(*line) ? "" : "color: red;");
+            if (valid(*line)) emitChanged();
+          });
+          editor = line;
+          break;
+        }
       }
       editor->setObjectName(QString::fromStdString("param_" + spec.name));
       editor->setToolTip(QString::fromStdString(spec.help));
@@ -143,6 +167,9 @@ std::map<std::string, std::string> PolicyEditor::overrides() const {
       if (std::stod(value) == std::stod(spec.default_value)) continue;
     } else if (auto* combo = qobject_cast<QComboBox*>(editors_[k])) {
       value = combo->currentText().toStdString();
+    } else if (auto* line = qobject_cast<QLineEdit*>(editors_[k])) {
+      if (!valid(*line)) continue;
+      value = line->text().isEmpty() ? std::string("all") : line->text().toStdString();
     }
     if (value != spec.default_value) values[spec.name] = value;
   }

@@ -26,12 +26,12 @@ py::list policies_list() {
     for (const ParamSpec& spec : info.params) {
       py::dict p;
       p["name"] = spec.name;
-      p["type"] = spec.type == ParamType::integer ? "integer" : spec.type == ParamType::real ? "real" : "choice";
+      p["type"] = param_type_name(spec.type);
       p["default"] = spec.default_value.empty() ? py::object(py::none()) : py::object(py::str(spec.default_value));
       p["help"] = spec.help;
       if (spec.type == ParamType::choice) {
         p["choices"] = spec.choices;
-      } else {
+      } else if (spec.type != ParamType::index_set) {
         p["min"] = spec.min;
         p["max"] = spec.max;
       }

@@ -18,11 +18,24 @@
 namespace kvsim {
 namespace {
 
+// The full rows of a group's heads at the current step (GroupContext::full_rows).
+class LoopFullRows final : public FullRows {
+ public:
+  explicit LoopFullRows(int heads) : rows_(static_cast<size_t>(heads)) {}
+  int n_heads() const override { return static_cast<int>(rows_.size()); }
+  std::span<const float> row(int head) const override { return rows_[static_cast<size_t>(head)]; }
+  void set(int head, std::span<const float> row) { rows_[static_cast<size_t>(head)].assign(row.begin(), row.end()); }
+
+ private:
+  std::vector<std::vector<float>> rows_;
+};
+
 // One cache group of one layer: its query heads (consecutive), its cache and its policy.
 struct LoopGroup {
   int first_head = 0, last_head = 0;  // inclusive
   std::unique_ptr<Policy> policy;
   std::unique_ptr<PackedFuture> future;
+  std::unique_ptr<LoopFullRows> full_rows;  // policies that need them
   std::vector<int32_t> cache;      // ascending positions, the newest last
   std::vector<uint8_t> in_cache;   // by position
   std::vector<double> combined;    // the observed row being built over the group's heads
@@ -69,8 +82,17 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
     return allowed;
   }
 
+  bool wants_full_rows(int) override { return policy_ && policy_->info->needs_full_rows; }
+  void on_full_row(int layer, int head, int pos, std::span<const float> probs) override {
+    if (options_.record_rows && options_.record_full_rows)
+      std::copy(probs.begin(), probs.end(), rows_[static_cast<size_t>(layer)][static_cast<size_t>(head)].data() +
+                                                 kvtrace::packed_row_offset(pos));
+    LoopGroup& group = group_of(layer, head);
+    group.full_rows->set(head - group.first_head, probs);
+  }
+
   void on_attention(int layer, int head, int pos, std::span<const int> positions, std::span<const float> probs) override {
-    if (options_.record_rows) {
+    if (options_.record_rows && !(options_.record_full_rows && wants_full_rows(layer))) {
       float* row = rows_[static_cast<size_t>(layer)][static_cast<size_t>(head)].data() + kvtrace::packed_row_offset(pos);
       for (size_t j = 0; j < positions.size(); ++j) row[positions[j]] = probs[j];
     }
@@ -116,6 +138,10 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
         context.n_heads = static_cast<int>(heads.heads.size());
         context.seed = cache_group_seed(options_.sequence, l, g);
         context.future = group.future.get();
+        if (info.needs_full_rows) {
+          group.full_rows = std::make_unique<LoopFullRows>(context.n_heads);
+          context.full_rows = group.full_rows.get();
+        }
         context.layer = l;
         context.sequence_state = state;
         group.policy->reset(context);
@@ -169,6 +195,8 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
       group.observed.resize(group.combined.size());
       for (size_t j = 0; j < group.combined.size(); ++j) group.observed[j] = static_cast<float>(group.combined[j]);
       group.policy->observe(t, group.cache, group.observed);
+    } else if (policy_->info->needs_full_rows) {
+      group.policy->observe(t, group.cache, {});
     }
     const int64_t excess = static_cast<int64_t>(group.cache.size()) - budget_;
     group.victims.clear();

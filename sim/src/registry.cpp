@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "../policies/list.hpp"
+#include "kvsim/index_list.hpp"
 #include "kvsim/policy.hpp"
 #include "kvtrace/error.hpp"
 
@@ -25,6 +26,16 @@ const PolicyInfo& find_policy(const std::string& name) {
   std::string known;
   for (const auto& info : policies()) known += (known.empty() ? "" : ", ") + info.name;
   throw kvtrace::InputError("", "", "unknown policy '" + name + "' (known: " + known + ")");
+}
+
+const char* param_type_name(ParamType type) {
+  switch (type) {
+    case ParamType::integer: return "integer";
+    case ParamType::real: return "real";
+    case ParamType::choice: return "choice";
+    case ParamType::index_set: return "index_set";
+  }
+  return "";
 }
 
 int64_t Params::integer(const std::string& name) const { return std::stoll(values_.at(name)); }
@@ -61,6 +72,9 @@ void check_value(const PolicyInfo& info, const ParamSpec& spec, const std::strin
         for (const auto& c : spec.choices) choices += (choices.empty() ? "" : "|") + c;
         fail("is not one of " + choices);
       }
+      return;
+    case ParamType::index_set:
+      if (value != "all") parse_index_list("policy " + info.name + ": parameter " + spec.name + " (all, or e.g. 0,2,5-35)", value);
       return;
   }
 }

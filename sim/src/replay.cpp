@@ -276,7 +276,7 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
   for (int g = layer_wide ? n_kv_heads : 0; g < (layer_wide ? n_kv_heads + 1 : n_kv_heads); ++g) {
     std::shared_ptr<void> state;
     if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, 1, source.n_tokens());
-    specs.push_back(make_spec(policy, budget, g, 0, state));
+    specs.push_back(make_spec(policy, budget, g, state ? 0 : origin.layer, state));
     GroupRecord record;
     record.group = layer_wide ? 0 : g;
     record.layer_wide = layer_wide;

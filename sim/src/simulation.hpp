@@ -20,12 +20,27 @@
 
 namespace kvsim {
 
+// The model's full rows of a group's heads at the current step (GroupContext::full_rows).
+class GroupFullRows final : public FullRows {
+ public:
+  explicit GroupFullRows(const std::vector<int>& heads) : heads_(heads) {}
+  void at(const StepRows& rows) { rows_ = &rows; }
+  int n_heads() const override { return static_cast<int>(heads_.size()); }
+  std::span<const float> row(int head) const override {
+    return {rows_->row(heads_[static_cast<size_t>(head)]), static_cast<size_t>(rows_->t() + 1)};
+  }
+
+ private:
+  const std::vector<int>& heads_;
+  const StepRows* rows_ = nullptr;
+};
+
 class Simulation {
  public:
   Simulation(const SimulationSpec& spec, const CacheGroup& group, int64_t n_tokens, const EngineOptions& options,
              const FutureAttention* future, const QuantizedView* quantized)
       : spec_(spec), group_(group), options_(options), policy_(spec.policy->make(spec.params)),
-        bound_(dynamic_cast<BoundPolicy*>(policy_.get())), quantized_(quantized) {
+        bound_(dynamic_cast<BoundPolicy*>(policy_.get())), quantized_(quantized), full_rows_(group.heads) {
     if (spec.budget < 1) throw kvtrace::InputError("", "", "budget must be at least 1 token");
     GroupContext context;
     context.n_tokens = n_tokens;
@@ -33,6 +48,7 @@ class Simulation {
     context.n_heads = static_cast<int>(group.heads.size());
     context.seed = group.seed;
     context.future = future;
+    if (spec.policy->needs_full_rows) context.full_rows = &full_rows_;
     context.layer = spec.layer;
     context.sequence_state = spec.sequence_state;
     policy_->reset(context);
@@ -120,9 +136,10 @@ class Simulation {
       for (size_t k = 0; k < heads; ++k)
         record_head(rows, model, k, by_evicted && !quantized_ ? evicted_ : cache_, by_evicted && !quantized_);
     }
-    if (observes) {
-      observe_row();
-      policy_->observe(t, cache_, observed_);
+    if (observes) observe_row();
+    if (observes || spec_.policy->needs_full_rows) {
+      full_rows_.at(model);
+      policy_->observe(t, cache_, observes ? std::span<const float>(observed_) : std::span<const float>());
     }
     if (t + 1 < prefill_end_) return;  // the prompt is processed at once: no eviction inside it
     for (Simulation* follower : followers_)
@@ -343,6 +360,7 @@ class Simulation {
   std::vector<int32_t> evicted_;   // in the order they went
   std::vector<uint8_t> in_cache_;  // by position
   const QuantizedView* quantized_;  // null at full precision
+  GroupFullRows full_rows_;
   std::vector<double> mass_;       // per head of the group: the model's row summed over the cache
   std::vector<double> retained_;   // per head: the retention recorded at this step
   std::vector<std::vector<float>> gathered_;  // per head: the model row at the cached positions

@@ -366,40 +366,154 @@ TEST(PolicySelect, FirstLowestAsTheScanFindsIt) {
   EXPECT_EQ(kvsim::lowest_index(scores.data(), scores.size()), 0u);
 }
 
-TEST(PolicyScissorhandsOfficial, QuantileWindowRecent) {
-  // quantile .3, window 2, recent 2. q = sorted(â)[floor(.3 n)]; exceed = â strictly > q.
-  // s0: n=1, q=1: none. s1: n=2, idx 0, q=.5: none (both .5). Nothing old yet.
-  // s2: n=3 idx 0: â .3,.2,.5, q=.2: 0, 2 exceed. Old (not in 2 most recent) {0}: keeps (s2).
-  // s3: n=4 idx 1: â .3,.1,.4,.2, q=.2: 0, 2 exceed. Old {0,1}: 1 never exceeded in s2..s3
-  //     (at s2 it was .2 = q, not above) -> evict 1.
-  // s4: C={0,2,3,4}, r=.95, â .2526,.3789,.0526,.3158, idx 1 -> q=.2526 (token 0): 2, 4
-  //     exceed. Old {0,2}: 0 exceeded at s3 (in (2,4]) -> stays.
-  // s5: C={0,2,3,4,5}, r=.95, â .2105,.3158,.0526,.1053,.3158, idx 1 -> q=.1053: 0,2,5 exceed.
-  //     Old {0,2,3}: 3 had nothing in s4..s5 -> evict 3.
-  // s6: C={0,2,4,5,6}, r=.9, â .1667,.2778,.0556,.3889,.1111, q=.1111: 0,2,5 exceed.
-  //     Old {0,2,4}: 4 in s5..s6: .1053 = q at s5 (not above), .0556 -> evict 4.
-  // s7: C={0,2,5,6,7}, r=.9, â .1333,.2778,.3333,.0889,.1667, q=.1333: 2,5,7 exceed.
-  //     Old {0,2,5}: 0 exceeded at s6 -> all stay; 5 cached > B+1 = 2: budget ignored.
-  const std::map<std::string, std::string> params = {{"quantile", "0.3"}, {"window", "2"}, {"recent", "2"}};
-  const auto r = hand::replay1(kC, "scissorhands-official", 1, params);
-  hand::expect_caches(r, {{0}, {0, 1}, {0, 1, 2}, {0, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {0, 2, 5, 6}, {0, 2, 5, 6, 7}});
-  // r: t4 .24+.36+.05+.3; t5 .2+.3+.05+.1+.3; t6 .15+.25+.05+.35+.1; t7 .12+.25+.3+.08+.15.
-  hand::expect_retention(r, 0, {1, 1, 1, 1, 0.95, 0.95, 0.9, 0.9});
-  hand::expect_occupancy(r, {1, 2, 3, 4, 4, 5, 5, 5});
-  hand::expect_eviction_steps(r, {-1, 3, -1, 5, 6, -1, -1, -1});
-  EXPECT_EQ(r.evictions, 3);
+// Trace O, 7 tokens, for scissorhands-official with quantile .5: rank floor(.5 * 7) = 3 of
+// each row zero-padded to 7, so tau_j = 0 for j <= 2 (at least 4 padding zeros), and tau_j is
+// the (j - 3)-th smallest entry of row j after: tau_3 = min .1, tau_4 = .1, tau_5 = .1, tau_6 = .1.
+const hand::Rows kO = {
+    {1.0},
+    {0.05, 0.95},
+    {0.5, 0.3, 0.2},
+    {0.4, 0.1, 0.2, 0.3},
+    {0.3, 0.1, 0.1, 0.3, 0.2},
+    {0.35, 0.1, 0.1, 0.2, 0.2, 0.05},
+    {0.2, 0.1, 0.1, 0.2, 0.1, 0.1, 0.2},
+};
+
+TEST(PolicyScissorhandsOfficial, ThresholdStartRecentAndRenormalisedRows) {
+  // window 1: row i keeps k < i - recent iff row i-1 gave it more than tau_{i-1}; evicted at
+  // the end of step i - 1, for i = start .. 6.
+  std::map<std::string, std::string> params = {{"quantile", "0.5"}, {"window", "1"}, {"recent", "1"}, {"start", "2"}};
+  // i=2: row 1 has tau 0, so key 0's .05 counts: kept. i=3: row 2 (tau 0): keys 0, 1 kept.
+  // i=4: row 3, tau .1: key 1's .1 is not above it -> evicted at step 3; keys 0, 2 kept.
+  // i=5: row 4 renormalised over {0,2,3,4} (.9): key 2's .1 becomes .111 > tau_4 = .1, so it
+  //      stays only because the row the model used was renormalised.
+  // i=6: row 5 over {0,2,3,4,5} (.9): 0 .389, 2 .111, 3 .222, 4 .222 all above .1; key 5
+  //      (.056) is below it but is the most recent key (recent 1): kept.
+  // Step 6 is the last: no row 7 to mask, nothing evicted.
+  auto r = hand::replay1(kO, "scissorhands-official", 1, params);
+  hand::expect_eviction_steps(r, {-1, 3, -1, -1, -1, -1, -1});
+  hand::expect_occupancy(r, {1, 2, 3, 4, 4, 5, 6});
+  hand::expect_retention(r, 0, {1, 1, 1, 1, 0.9, 0.9, 0.9});
   // The budget is ignored.
-  const auto big = hand::replay1(kC, "scissorhands-official", 100, params);
-  EXPECT_EQ(big.eviction_step, r.eviction_step);
-  EXPECT_EQ(big.retention, r.retention);
+  EXPECT_EQ(hand::replay1(kO, "scissorhands-official", 100, params).eviction_step, r.eviction_step);
+  // recent 0: key 5 has no row above tau in row 5 and goes at step 5.
+  params["recent"] = "0";
+  r = hand::replay1(kO, "scissorhands-official", 1, params);
+  hand::expect_eviction_steps(r, {-1, 3, -1, -1, -1, 5, -1});
+  // start 5: rows 0..4 attend to everything. i=5: row 4 unrenormalised, tau .1: keys 1 and 2
+  // (.1 each) are not above it: both go at step 4. i=6: row 5 over {0,3,4,5} (.8): 0, 3, 4
+  // above .1, key 5 recent.
+  params = {{"quantile", "0.5"}, {"window", "1"}, {"recent", "1"}, {"start", "5"}};
+  r = hand::replay1(kO, "scissorhands-official", 1, params);
+  hand::expect_eviction_steps(r, {-1, 4, 4, -1, -1, -1, -1});
+  hand::expect_occupancy(r, {1, 2, 3, 4, 5, 4, 5});
 }
 
-TEST(PolicyScissorhandsOfficial, DefaultsKeepEverythingInEightTokens) {
-  // Defaults: the 10 most recent are always kept, so 8 tokens are never evicted, whatever B.
-  const auto r = hand::replay1(kC, "scissorhands-official", 2);
-  hand::expect_eviction_steps(r, {-1, -1, -1, -1, -1, -1, -1, -1});
-  hand::expect_retention(r, 0, {1, 1, 1, 1, 1, 1, 1, 1});
-  hand::expect_occupancy(r, {1, 2, 3, 4, 5, 6, 7, 8});
+TEST(PolicyScissorhandsOfficial, DefaultsEvictNothingBeforeStepNinetyNine) {
+  // start 100: rows 0..99 attend to everything, whatever the rows and the budget.
+  std::mt19937 random(5);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  hand::Rows rows;
+  for (int t = 0; t < 130; ++t) {
+    std::vector<double> row(static_cast<size_t>(t) + 1);
+    double sum = 0;
+    for (double& x : row) sum += x = std::pow(uniform(random), 6.0);
+    for (double& x : row) x /= sum;
+    rows.push_back(row);
+  }
+  const auto r = hand::replay1(rows, "scissorhands-official", 4);
+  int64_t first = 1 << 30;
+  for (int32_t step : r.eviction_step)
+    if (step >= 0) first = std::min<int64_t>(first, step);
+  EXPECT_EQ(first, 99);  // row 100's mask (tau_j > 0 from j = 12: 129 - j padding zeros, rank 117)
+  for (size_t i = 0; i < 100; ++i) EXPECT_EQ(r.occupancy[i], static_cast<int>(i) + 1);
+}
+
+// The authors' loop (hf_opt_dropkv.py lines 314-355) written as they wrote it, for one head
+// of full rows a[j][k] (zero beyond j): thresholds from the sorted rows, then for each row i
+// from start the count over the window's rows as modified so far, the recent window forced
+// to 1, the row renormalised over what it keeps. Returns each key's eviction step in kvsim's
+// terms (the first row that masks it, minus one), or -1.
+std::vector<int> authors_loop(const hand::Rows& rows, int window, int recent, int start, double quantile) {
+  const auto n = static_cast<int>(rows.size());
+  std::vector<std::vector<double>> attn(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(n), 0.0));
+  for (int j = 0; j < n; ++j)
+    for (int k = 0; k <= j; ++k) attn[j][k] = static_cast<float>(rows[j][k]);  // the rows kvsim reads are float
+  std::vector<double> mean_score(static_cast<size_t>(n));
+  for (int j = 0; j < n; ++j) {
+    std::vector<double> sorted = attn[j];
+    std::sort(sorted.begin(), sorted.end());
+    mean_score[j] = sorted[static_cast<size_t>(quantile * n)];
+  }
+  std::vector<int> evicted(static_cast<size_t>(n), -1);
+  for (int i = start; i < n; ++i) {
+    const int window_start = i - window > 0 ? i - window : 0;
+    std::vector<int> lru_score(static_cast<size_t>(i), 0);
+    for (int j = window_start; j < i; ++j)
+      for (int k = 0; k < i; ++k) lru_score[k] += attn[j][k] > mean_score[j];
+    const int position_window = i - recent > 0 ? i - recent : 0;
+    for (int k = position_window; k < i; ++k) lru_score[k] = 1;
+    double kept = 0;
+    for (int k = 0; k <= i; ++k) kept += k == i || lru_score[k] != 0 ? attn[i][k] : 0.0;
+    for (int k = 0; k < i; ++k) {
+      if (lru_score[k] == 0 && evicted[k] < 0) evicted[k] = i - 1;
+      attn[i][k] = lru_score[k] == 0 ? 0.0 : attn[i][k] / kept;
+    }
+    attn[i][i] /= kept;
+  }
+  return evicted;
+}
+
+TEST(PolicyScissorhandsOfficial, EqualsTheAuthorsLoopOnRandomRows) {
+  std::mt19937 random(11);
+  std::uniform_real_distribution<double> uniform(0.0, 1.0);
+  int evictions = 0;
+  for (const auto& [n, window, recent, start, quantile] :
+       std::vector<std::tuple<int, int, int, int, double>>{{40, 5, 2, 6, 0.9}, {60, 8, 3, 10, 0.5}, {50, 100, 10, 20, 0.7}}) {
+    hand::Rows rows;
+    for (int t = 0; t < n; ++t) {
+      std::vector<double> row(static_cast<size_t>(t) + 1);
+      double sum = 0;
+      for (double& x : row) sum += x = std::pow(uniform(random), 4.0);  // skewed, as attention is
+      for (double& x : row) x /= sum;
+      rows.push_back(row);
+    }
+    const std::map<std::string, std::string> params = {{"window", std::to_string(window)}, {"recent", std::to_string(recent)},
+                                                       {"start", std::to_string(start)}, {"quantile", std::to_string(quantile)}};
+    const auto r = hand::replay1(rows, "scissorhands-official", 1, params);
+    const std::vector<int> expected = authors_loop(rows, window, recent, start, quantile);
+    EXPECT_EQ(std::vector<int>(r.eviction_step.begin(), r.eviction_step.end()), expected) << "n " << n;
+    for (int step : expected) evictions += step >= 0;
+  }
+  EXPECT_GT(evictions, 20);
+}
+
+TEST(PolicyScissorhandsOfficial, GroupKeepsWhatAnyHeadKeeps) {
+  // Two query heads share a kv head; quantile .5, window 1, recent 0, start 3 on 4 tokens.
+  // Row 2 zero-padded to 4 and sorted: A [0,.1,.3,.6], B [0,.1,.3,.6]; rank 2: tau .3 in both.
+  // Above it: key 0 in A (.6), key 2 in B (.6); key 1 (.3) in neither. i=3 masks what no head
+  // keeps: key 1, at step 2. Alone, A would also evict key 2, and B key 0.
+  const hand::Rows a = {{1}, {.5, .5}, {.6, .3, .1}, {.25, .25, .25, .25}};
+  const hand::Rows b = {{1}, {.5, .5}, {.1, .3, .6}, {.25, .25, .25, .25}};
+  const std::map<std::string, std::string> params = {{"quantile", "0.5"}, {"window", "1"}, {"recent", "0"}, {"start", "3"}};
+  const auto both = hand::replay({a, b}, 1, "scissorhands-official", 1, params);
+  hand::expect_eviction_steps(both.at(0).result, {-1, 2, -1, -1});
+  hand::expect_eviction_steps(hand::replay1(a, "scissorhands-official", 1, params), {-1, 2, 2, -1});
+  hand::expect_eviction_steps(hand::replay1(b, "scissorhands-official", 1, params), {2, 2, -1, -1});
+}
+
+TEST(PolicyScissorhandsOfficial, LayersItAppliesTo) {
+  const std::map<std::string, std::string> params = {{"quantile", "0.5"}, {"window", "1"}, {"recent", "1"}, {"start", "2"}};
+  auto with_layers = [&](const std::string& layers) {
+    auto p = params;
+    p["layers"] = layers;
+    return hand::replay1(kO, "scissorhands-official", 1, p).eviction_step;  // layer 0
+  };
+  EXPECT_EQ(with_layers("all"), with_layers("0"));
+  EXPECT_EQ(with_layers("0-3,7"), with_layers("0"));
+  EXPECT_EQ(with_layers("1-35"), std::vector<int32_t>(7, -1));  // layer 0 is not compressed
+  for (const char* bad : {"", "5-3", "0,0", "1,", "a", "-1", "all,2"})
+    EXPECT_THROW(kvsim::choose_policy("scissorhands-official", {{"layers", bad}}), kvtrace::InputError) << bad;
 }
 
 // ---------------------------------------------------------------- snapkv

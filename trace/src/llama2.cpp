@@ -211,6 +211,7 @@ Llama2Session::Llama2Session(const Llama2Model& model) : model_(&model) {
   hb2_.resize(p.hidden_dim);
   q_.resize(p.dim);
   att_.resize(p.seq_len);
+  full_att_.resize(p.seq_len);
   logits_.resize(p.vocab_size);
   key_cache_.resize(cache);
   value_cache_.resize(cache);
@@ -258,23 +259,30 @@ std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
                            {v, static_cast<std::size_t>(kv_dim)});
 
     // Multi-head attention, each query head over its allowed positions.
+    const bool full_rows = hook && hook->wants_full_rows(l);
     for (int h = 0; h < p.n_heads; ++h) {
+      const float* qh = q_.data() + h * head_size;
+      const std::ptrdiff_t kv_off = loff + static_cast<std::ptrdiff_t>(h / kv_mul) * head_size;
+      auto attend = [&](std::span<const int> over, float* att) {  // softmax of the scaled scores
+        for (std::size_t j = 0; j < over.size(); ++j) {
+          const float* kt = key_cache_.data() + kv_off + static_cast<std::ptrdiff_t>(over[j]) * kv_dim;
+          float score = 0.0f;
+          for (int i = 0; i < head_size; ++i) score += qh[i] * kt[i];
+          att[j] = score / sqrt_head_size;
+        }
+        softmax(att, static_cast<int>(over.size()));
+      };
+      if (full_rows) {
+        attend(std::span<const int>(all_positions_).first(pos + 1), full_att_.data());
+        hook->on_full_row(l, h, pos, {full_att_.data(), static_cast<std::size_t>(pos) + 1});
+      }
       std::span<const int> positions;
       if (hook) positions = hook->allowed_positions(l, h, pos);
       if (positions.empty()) positions = std::span<const int>(all_positions_).first(pos + 1);
       else check_positions(positions, pos);
       const int n = static_cast<int>(positions.size());
-
-      const float* qh = q_.data() + h * head_size;
-      const std::ptrdiff_t kv_off = loff + static_cast<std::ptrdiff_t>(h / kv_mul) * head_size;
       float* att = att_.data();
-      for (int j = 0; j < n; ++j) {
-        const float* kt = key_cache_.data() + kv_off + static_cast<std::ptrdiff_t>(positions[j]) * kv_dim;
-        float score = 0.0f;
-        for (int i = 0; i < head_size; ++i) score += qh[i] * kt[i];
-        att[j] = score / sqrt_head_size;
-      }
-      softmax(att, n);
+      attend(positions, att);
       if (hook) hook->on_attention(l, h, pos, positions, {att, static_cast<std::size_t>(n)});
 
       // Weighted sum of the values into xb.

@@ -53,6 +53,9 @@ struct ClosedLoopOptions {
   int sequence = 0;            // seeds of seeded policies, as replay_trace's (sequence, layer, group)
   bool keep_logits = false;    // ClosedLoopRun::logits
   bool record_rows = false;    // ClosedLoopRun::rows
+  // With record_rows and a policy that needs full rows: record those instead (each head's
+  // softmax over every position, evicted ones included), which replay derives the rest from.
+  bool record_full_rows = false;
   bool record_values = false;  // ClosedLoopRun::values
   // Policies that need the future: the full-cache run's rows ([layer][head], packed).
   const std::vector<std::vector<std::vector<float>>>* future_rows = nullptr;

@@ -22,12 +22,23 @@ class FutureAttention {
   virtual double remaining(int64_t step, int32_t position) const = 0;
 };
 
+// The current step's full rows of a cache group's heads: a_t[0..t] over every position,
+// evicted ones included, before any renormalisation (what the model computes before its cache
+// masks the row). Only policies that declare needs_full_rows get it; valid inside observe().
+class FullRows {
+ public:
+  virtual ~FullRows() = default;
+  virtual int n_heads() const = 0;
+  virtual std::span<const float> row(int head) const = 0;  // head: 0..n_heads-1 of the group
+};
+
 struct GroupContext {
   int64_t n_tokens = 0;
   int64_t budget = 0;  // B: at most B positions stay cached between steps
   int n_heads = 1;     // query heads sharing this cache
   uint64_t seed = 0;   // deterministic per (sequence, layer, group)
   const FutureAttention* future = nullptr;
+  const FullRows* full_rows = nullptr;  // policies that declare needs_full_rows
   // Cross-layer policies only: this instance's layer, and the state its per-layer instances
   // of one sequence share (made by PolicyInfo::make_sequence_state). The engine steps
   // layers 0..L-1 in order at every step.
@@ -41,7 +52,8 @@ class Policy {
   // Before the first step of a cache group.
   virtual void reset(const GroupContext& group) = 0;
   // Step `step` has been appended: `cache` holds the cached positions in ascending order
-  // (the last one is `step`), `attention` the group's renormalised row â aligned with it.
+  // (the last one is `step`), `attention` the group's renormalised row â aligned with it
+  // (empty for a policy that declares needs_full_rows but not needs_attention).
   virtual void observe(int64_t /*step*/, std::span<const int32_t> /*cache*/, std::span<const float> /*attention*/) {}
   // After observe, at every step. `excess` = cache size - budget. Append the positions to
   // evict to `victims`: a budgeted policy must name at least `excess` when it is positive.
@@ -72,7 +84,9 @@ class BoundPolicy : public Policy {
 
 // ---- parameters ----
 
-enum class ParamType { integer, real, choice };
+// index_set: "all" or a list of indices and ranges such as 5-35 (kvsim/index_list.hpp).
+enum class ParamType { integer, real, choice, index_set };
+const char* param_type_name(ParamType type);  // "integer", "real", "choice", "index_set"
 
 struct ParamSpec {
   std::string name;
@@ -107,8 +121,10 @@ struct PolicyInfo {
   Grouping grouping = Grouping::kv_head;
   Engine engine = Engine::cache;
   bool budgeted = true;        // false: ignores the budget (full, scissorhands-official)
-  bool needs_attention = true;  // false: observe() is never needed (recent, streaming, ...)
+  bool needs_attention = true;  // false: no observed row (recent, streaming, ...): observe() is not called
+                                // unless needs_full_rows
   bool needs_future = false;   // lookahead
+  bool needs_full_rows = false;  // GroupContext::full_rows (scissorhands-official)
   std::function<std::unique_ptr<Policy>(const Params&)> make;
   std::function<std::shared_ptr<void>(const Params&, int n_layers, int64_t n_tokens)> make_sequence_state;  // cross_layer
 };

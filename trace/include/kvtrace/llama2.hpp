@@ -52,6 +52,11 @@ struct AttentionHook {
   // The softmax row actually used, aligned with the positions attended.
   virtual void on_attention(int /*layer*/, int /*head*/, int /*pos*/,
                             std::span<const int> /*positions*/, std::span<const float> /*probs*/) {}
+  // True when the hook wants, before allowed_positions, each head's full row: the softmax
+  // over every position 0..pos, evicted ones included (what the row is before a cache masks
+  // it). on_full_row then receives it; it is computed as the attended row is.
+  virtual bool wants_full_rows(int /*layer*/) { return false; }
+  virtual void on_full_row(int /*layer*/, int /*head*/, int /*pos*/, std::span<const float> /*probs*/) {}
 };
 
 class Llama2Model {
@@ -108,7 +113,7 @@ class Llama2Session {
   const Llama2Model* model_;
   int pos_ = 0;
   // Activations, as llama2.c's RunState.
-  std::vector<float> x_, xb_, xb2_, hb_, hb2_, q_, att_, logits_;
+  std::vector<float> x_, xb_, xb2_, hb_, hb2_, q_, att_, full_att_, logits_;
   std::vector<float> key_cache_, value_cache_;  // [n_layers, seq_len, kv_dim]
   std::vector<int> all_positions_;              // 0, 1, ..., seq_len - 1
 };
