@@ -67,6 +67,11 @@ double OverviewGrid::value(int layer, int head) const {
 }
 
 // Only recomputes when what it shows changes (the sequence, or the policy for retention).
+QString OverviewGrid::cellText(double value) {
+  const QString text = QString::number(value, 'f', 2);
+  return text.startsWith("0.") ? text.mid(1) : text;
+}
+
 void OverviewGrid::schedule() {
   if (!session_->isOpen()) return;
   QString key = session_->path() + "|" + QString::number(session_->sequence()) + "|" + QString::number(metric_->currentIndex());
@@ -193,7 +198,7 @@ void OverviewGrid::paintEvent(QPaintEvent*) {
       painter.fillRect(cell.adjusted(0, 0, -1, -1), colour);
       if (side >= 20 && std::isfinite(v)) {
         painter.setPen(colors::text_on(colour));
-        painter.drawText(cell, Qt::AlignCenter, QString::number(v, 'f', 2).mid(v < 1 ? 1 : 0));
+        painter.drawText(cell, Qt::AlignCenter, cellText(v));
       }
     }
   const QRect shown = cellRect(session_->layer(), session_->head());

@@ -25,6 +25,8 @@ class OverviewGrid : public QWidget {
   Metric metric() const;
   // The value shown for (layer, head); NaN while computing or undefined.
   double value(int layer, int head) const;
+  // A cell's label: two decimals, a leading "0" dropped to fit (".97", "1.00").
+  static QString cellText(double value);
   bool busy() const;
   void waitIdle();
   QSize sizeHint() const override { return {300, 240}; }

@@ -287,6 +287,14 @@ class GuiTest : public QObject {
     shot(window, "04-persistence");
   }
 
+  void overviewCellTextKeepsItsLeadingDigit() {
+    // A mean retention that rounds to 1 is "1.00", not ".00" (the leading 0 alone is dropped).
+    QCOMPARE(kvgui::OverviewGrid::cellText(0.996), QString("1.00"));
+    QCOMPARE(kvgui::OverviewGrid::cellText(1.0), QString("1.00"));
+    QCOMPARE(kvgui::OverviewGrid::cellText(0.5), QString(".50"));
+    QCOMPARE(kvgui::OverviewGrid::cellText(0.004), QString(".00"));
+  }
+
   void exportsPngAndCsv() {
     MainWindow window;
     window.resize(1400, 900);

@@ -242,6 +242,27 @@ class ModuleTest(unittest.TestCase):
         np.testing.assert_allclose(with_values["output_error"][4], r["groups"][(seq, layer, 4)]["output_error"][0],
                                    atol=1e-5)
 
+    def test_scissorhands_official_is_the_authors_loop(self):
+        """From Python, on the trace and on rows given as an array, with the layers parameter."""
+        from tests.python.authors_scissorhands import authors_masks, eviction_steps
+
+        rng = np.random.default_rng(3)
+        heads, n = 3, 90
+        logits = (rng.normal(size=(heads, n, n)) * 2.5).astype(np.float32)
+        logits[np.broadcast_to(np.triu(np.ones((n, n), dtype=bool), 1), logits.shape)] = np.finfo(np.float32).min
+        masked, rows, _ = authors_masks(logits, window=12, recent=4, start=20)
+        got = kvsim.replay_rows(rows, "scissorhands-official", 1, window=12, recent=4, start=20)
+        expected = eviction_steps(masked)
+        self.assertGreater(int((expected >= 0).sum()), 100)
+        for h in range(heads):
+            np.testing.assert_array_equal(got["groups"][h]["eviction_step"], expected[h])
+        # The layers parameter: layer 3 compressed, layer 4 left whole.
+        r = kvsim.replay(self.trace, "scissorhands-official", 1, seqs=[0], layers=[3, 4], params={"layers": "0-3"})
+        self.assertGreater(r["groups"][(0, 3, 0)]["evictions"], 0)
+        self.assertEqual(r["groups"][(0, 4, 0)]["evictions"], 0)
+        with self.assertRaises(kvsim.InputError):
+            kvsim.replay(self.trace, "scissorhands-official", 1, seqs=[0], params={"layers": "3-1"})
+
     def test_replay_rows_equals_a_written_trace(self):
         """Rows given as an array replay exactly as the same rows stored as a trace's attn."""
         from kvsim import tracefile
