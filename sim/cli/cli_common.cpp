@@ -58,7 +58,28 @@ void check_plot_path(const std::string& option, const std::string& path) {
   std::string extension = std::filesystem::path(path).extension().string();
   for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   if (extension != ".png" && extension != ".svg") bad_option(option, "'" + path + "' must end in .png or .svg");
-  kvtrace::check_output_path(path);
+  kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
+}
+
+void prepare_outputs(const std::vector<std::string>& inputs, const std::vector<std::string>& text_outputs,
+                     const std::vector<std::string>& file_outputs) {
+  std::vector<std::string> outputs = text_outputs;
+  outputs.insert(outputs.end(), file_outputs.begin(), file_outputs.end());
+  int to_stdout = 0;
+  for (const std::string& path : text_outputs)
+    if (!path.empty()) {
+      kvtrace::check_output_path(path, kvtrace::OutputKind::text);
+      to_stdout += path == "-";
+    }
+  for (const std::string& path : file_outputs)
+    if (!path.empty()) kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
+  if (to_stdout > 1) bad_option("csv/json", "only one output can go to standard output (-)");
+  kvtrace::check_distinct_paths(inputs, outputs);
+  if (to_stdout == 1) {
+    std::fflush(stdout);
+    kvtrace::send_standard_output_to(::dup(STDOUT_FILENO));
+    ::dup2(STDERR_FILENO, STDOUT_FILENO);
+  }
 }
 
 std::vector<std::string> split_names(const std::string& option, const std::string& text) {

@@ -43,6 +43,12 @@ std::vector<int> parse_indices(const std::string& option, const std::string& tex
 // A --plot file: refused up front unless this kvsim renders plots (Qt6), the name ends in
 // .png or .svg (the format it writes), and the path is writable. Empty: nothing to check.
 void check_plot_path(const std::string& option, const std::string& path);
+// Checks a verb's outputs before any work starts: each can be written (text outputs may be
+// "-", a device or a FIFO; file outputs such as plots need a regular file), none is an input
+// of the run or another output. When a text output is "-", standard output carries that
+// data alone: the verb's tables and messages go to stderr from here on.
+void prepare_outputs(const std::vector<std::string>& inputs, const std::vector<std::string>& text_outputs,
+                     const std::vector<std::string>& file_outputs = {});
 // A comma list of names; an empty name ("h2o,,tova", "h2o,") is an error of `option`.
 std::vector<std::string> split_names(const std::string& option, const std::string& text);
 

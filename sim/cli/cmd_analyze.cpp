@@ -174,15 +174,14 @@ int cmd_analyze(const std::vector<std::string>& args) {
   if (threads < 0) bad_option("threads", "must be >= 0");
   config.threads = threads;
   check_options(config.options);
-  for (const std::string* path : {&csv, &json})
-    if (!path->empty()) kvtrace::check_output_path(*path);
+  prepare_outputs({trace}, {csv, json});
   if (!plot.empty()) {
 #ifdef KVSIM_HAVE_PLOT
     std::error_code error;
     std::filesystem::create_directories(plot, error);
     if (error || !std::filesystem::is_directory(plot))
       throw kvtrace::InputError(plot, "", "cannot create the plot directory");
-    for (const char* name : kPlots) kvtrace::check_output_path(join(plot, name));
+    for (const char* name : kPlots) kvtrace::check_output_path(join(plot, name), kvtrace::OutputKind::seekable);
 #else
     bad_option("plot", "this kvsim was built without Qt6, so it cannot render plots");
 #endif
@@ -200,15 +199,16 @@ int cmd_analyze(const std::vector<std::string>& args) {
     text[static_cast<size_t>(s)] = reader.token_text(s);
     break;  // the table shows token text of the first sequence only
   }
-  std::cout << reader.meta().model << " (" << reader.path() << "): " << analysis.sequences.size() << " sequences x "
-            << analysis.layers.size() << " layers x " << analysis.n_heads
-            << " heads; full (unevicted) attention rows\n\n"
-            << analysis_table(analysis, text);
+  // Outputs first: a failed write is then the only line printed.
   if (!csv.empty()) kvtrace::write_file_atomically(csv, analysis_csv(analysis));
   if (!json.empty()) kvtrace::write_file_atomically(json, analysis_json(analysis, reader.path(), reader.meta().model));
 #ifdef KVSIM_HAVE_PLOT
   if (!plot.empty()) write_plots(analysis, plot, reader.meta().model);
 #endif
+  std::cout << reader.meta().model << " (" << reader.path() << "): " << analysis.sequences.size() << " sequences x "
+            << analysis.layers.size() << " layers x " << analysis.n_heads
+            << " heads; full (unevicted) attention rows\n\n"
+            << analysis_table(analysis, text);
   return 0;
 }
 

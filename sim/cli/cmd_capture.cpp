@@ -88,6 +88,7 @@ int cmd_capture(const std::vector<std::string>& args) {
     tokenizer_path = (vm.count("model") ? fs::path(model_path).parent_path() / "tokenizer.bin" : dir / "tokenizer.bin").string();
   require_model_file(model_path, "model checkpoint", "pass --model and --tokenizer");
   require_model_file(tokenizer_path, "tokenizer", "pass --model and --tokenizer");
+  prepare_outputs({model_path, tokenizer_path, prompts_file}, {}, {out});
   const kvtrace::Llama2Model model = kvtrace::Llama2Model::load(model_path);
   const kvtrace::Tokenizer tokenizer = kvtrace::Tokenizer::load(tokenizer_path, model.config().vocab_size);
   if (o.n_tokens < 1 || o.n_tokens > model.config().seq_len)

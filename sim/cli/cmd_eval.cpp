@@ -125,10 +125,9 @@ int cmd_eval(const std::vector<std::string>& args) {
   config.aggregate = parse_aggregate(aggregate);
   config.threads = threads;
   const std::vector<int> chosen = parse_indices("seqs", seqs);
-  for (const std::string* path : {&csv, &json})
-    if (!path->empty()) kvtrace::check_output_path(*path);
   check_plot_path("plot", plot);
   check_plot_path("proxy-plot", proxy_plot);
+  prepare_outputs({trace_path, text_path, model_path, tokenizer_path}, {csv, json}, {plot, proxy_plot});
 
   const fs::path dir = default_model_dir();
   if (model_path.empty()) model_path = (dir / "stories15M.bin").string();
@@ -184,13 +183,14 @@ int cmd_eval(const std::vector<std::string>& args) {
     Progress progress("eval");
     results = evaluate(model, sequences, config, progress.callback());
   }
-  std::cout << model_name << " on " << source << "\n" << eval_table(results);
+  // Outputs first: a failed write is then the only line printed.
   if (!csv.empty()) kvtrace::write_file_atomically(csv, eval_csv(results));
   if (!json.empty()) kvtrace::write_file_atomically(json, eval_json(results, source, model_path));
 #ifdef KVSIM_HAVE_PLOT
   if (!plot.empty()) write_plot(results, model_name, plot);
   if (!proxy_plot.empty()) write_proxy_plot(results, model_name, proxy_plot);
 #endif
+  std::cout << model_name << " on " << source << "\n" << eval_table(results);
   return 0;
 }
 

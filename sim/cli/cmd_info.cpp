@@ -40,7 +40,7 @@ int cmd_info(const std::vector<std::string>& args) {
 
   const kvtrace::TraceReader reader(vm["trace"].as<std::string>());
   // Checked before the table is printed, so a bad path is one line and nothing else.
-  if (vm.count("json")) kvtrace::check_output_path(vm["json"].as<std::string>());
+  if (vm.count("json")) prepare_outputs({vm["trace"].as<std::string>()}, {vm["json"].as<std::string>()});
   const kvtrace::TraceMeta& meta = reader.meta();
   int64_t total_tokens = 0;
   std::set<std::string> forms;

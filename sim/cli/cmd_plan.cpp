@@ -240,15 +240,16 @@ int cmd_plan(const std::vector<std::string>& args) {
     return 0;
   }
   check_plan_request(o);
-  if (!json.empty()) kvtrace::check_output_path(json);
   check_plot_path("plot", plot);
+  prepare_outputs({o.sweep, o.context, o.model, o.gpu}, {json}, {plot});
 
   const Plan plan = make_plan(o);
-  std::cout << plan_table(plan);
+  // Outputs first: a failed write is then the only line printed.
   if (!json.empty()) kvtrace::write_file_atomically(json, plan_json(plan));
 #ifdef KVSIM_HAVE_PLOT
   if (!plot.empty()) write_plot(plan, plot);
 #endif
+  std::cout << plan_table(plan);
   return 0;
 }
 

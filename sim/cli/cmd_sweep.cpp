@@ -42,8 +42,8 @@ int cmd_sweep(const std::vector<std::string>& args) {
     results = resumable_sweep(reader, config, values);
     ReplayCliOptions rest = values;
     rest.csv.clear();  // written already, row by row
-    std::cout << reader.meta().model << " (" << reader.path() << ")\n\n" << sweep_table(results);
     write_outputs(rest, reader, results, true);
+    std::cout << reader.meta().model << " (" << reader.path() << ")\n\n" << sweep_table(results);
     return 0;
   }
   {
@@ -51,8 +51,8 @@ int cmd_sweep(const std::vector<std::string>& args) {
     results = replay_trace(reader, config, progress.callback());
   }
   if (!results.gathered) return 0;  // another MPI rank: rank 0 prints and writes
+  write_outputs(values, reader, results, true);  // first: a failed write is then the only line
   std::cout << reader.meta().model << " (" << reader.path() << ")\n\n" << sweep_table(results);
-  write_outputs(values, reader, results, true);
   return 0;
 }
 

@@ -3,6 +3,7 @@
 #include <malloc.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <new>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "cli_common.hpp"
 #include "kvsim/version.hpp"
+#include "kvtrace/atomic_file.hpp"
 #include "mpi_split.hpp"
 
 namespace kvsim::cli {
@@ -50,17 +52,8 @@ void print_usage() {
   for (const auto& verb : kvsim::cli::verbs()) std::printf("  %-10s %s\n", verb.name, verb.summary);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  // A sweep allocates and frees many blocks of 0.1-10 MB (per-step results, aggregation
-  // buffers). glibc serves blocks that large with fresh mmaps by default, which the kernel
-  // must fault in and zero every time; from the heap they are reused instead.
-  mallopt(M_MMAP_THRESHOLD, 64 << 20);
-  mallopt(M_TRIM_THRESHOLD, 128 << 20);
-  const std::unique_ptr<kvsim::WorkSplit> split = kvsim::cli::start_mpi(argc, argv);
-  kvsim::cli::set_work_split(split.get());
-  std::vector<std::string> args(argv + 1, argv + argc);
+int run_verb(const std::vector<std::string>& all_args) {
+  std::vector<std::string> args = all_args;
   if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
     print_usage();
     return args.empty() ? 2 : 0;
@@ -94,4 +87,26 @@ int main(int argc, char** argv) {
   }
   std::cerr << "kvsim: unknown verb '" << name << "' (kvsim --help lists them)\n";
   return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // A sweep allocates and frees many blocks of 0.1-10 MB (per-step results, aggregation
+  // buffers). glibc serves blocks that large with fresh mmaps by default, which the kernel
+  // must fault in and zero every time; from the heap they are reused instead.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 128 << 20);
+  kvtrace::remove_temporaries_on_signals();  // no temporary output outlives Ctrl-C or kill
+  std::unique_ptr<kvsim::WorkSplit> split = kvsim::cli::start_mpi(argc, argv);
+  kvsim::cli::set_work_split(split.get());
+  const int code = run_verb(std::vector<std::string>(argv + 1, argv + argc));
+  kvsim::cli::set_work_split(nullptr);
+  split.reset();  // MPI_Finalize, when it ran under MPI
+  // Every output is complete (or removed) by now. Exit without running the libraries'
+  // teardown: after a failed write (a full disk) HDF5's own teardown would crash closing the
+  // file it could not close (kvtrace/writer.cpp).
+  std::cout.flush();
+  std::fflush(nullptr);
+  std::_Exit(code);
 }

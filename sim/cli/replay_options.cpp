@@ -53,9 +53,8 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   config.schedule = layer_schedule(v.layer_budget, reader, config.sequences, config.rows, config.threads);
   if (!v.quant.empty()) config.quant = parse_quant_list(v.quant);
   config.keep_records = !v.survival.empty();
-  for (const std::string* path : {&v.csv, &v.json, &v.survival})
-    if (!path->empty()) kvtrace::check_output_path(*path);
   check_plot_path("plot", v.plot);
+  prepare_outputs({v.trace}, {v.csv, v.json, v.survival}, {v.plot});
 }
 
 void write_outputs(const ReplayCliOptions& v, const kvtrace::TraceReader& reader, const ReplayResults& results,

@@ -1,23 +1,101 @@
 #include "kvtrace/atomic_file.hpp"
 
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
-#include <fstream>
+#include <mutex>
 
 #include "kvtrace/error.hpp"
 
 namespace kvtrace {
+namespace fs = std::filesystem;
+namespace {
 
-AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
-  namespace fs = std::filesystem;
+// Temporary files not yet committed or removed, in fixed slots a signal handler can read:
+// unlink() is async-signal-safe, a std::set behind a mutex is not.
+constexpr int kSlots = 64;
+constexpr size_t kSlotLength = 4096;
+char pending_path[kSlots][kSlotLength];
+std::atomic<bool> pending_used[kSlots];
+std::mutex pending_mutex;  // between threads registering; the handler only reads
+
+void add_pending(const std::string& path) {
+  if (path.size() >= kSlotLength) return;  // too long to clean up after a signal; still removed normally
+  std::lock_guard lock(pending_mutex);
+  for (int i = 0; i < kSlots; ++i)
+    if (!pending_used[i].load()) {
+      std::memcpy(pending_path[i], path.c_str(), path.size() + 1);
+      pending_used[i].store(true);
+      return;
+    }
+}
+
+void drop_pending(const std::string& path) {
+  std::lock_guard lock(pending_mutex);
+  for (int i = 0; i < kSlots; ++i)
+    if (pending_used[i].load() && path == pending_path[i]) pending_used[i].store(false);
+}
+
+extern "C" void remove_and_reraise(int signal) {
+  for (int i = 0; i < kSlots; ++i)
+    if (pending_used[i].load()) ::unlink(pending_path[i]);
+  ::signal(signal, SIG_DFL);
+  ::raise(signal);
+}
+
+// `path` with every symlink along it resolved, also when the last one dangles (the file it
+// names is then created). Bounded, so a loop of links is an error, not a hang.
+std::string resolve_links(const std::string& path) {
+  fs::path current(path);
+  for (int hop = 0; hop < 40; ++hop) {
+    std::error_code ec;
+    if (!fs::is_symlink(current, ec)) {
+      const fs::path parent = current.has_parent_path() ? current.parent_path() : fs::path(".");
+      const fs::path real_parent = fs::weakly_canonical(parent, ec);
+      return ((ec ? parent : real_parent) / current.filename()).string();
+    }
+    const fs::path link = fs::read_symlink(current, ec);
+    if (ec) throw InputError(path, "", "cannot read the symbolic link");
+    current = link.is_absolute() ? link : (current.has_parent_path() ? current.parent_path() : fs::path(".")) / link;
+  }
+  throw InputError(path, "", "too many levels of symbolic links");
+}
+
+}  // namespace
+
+AtomicFile::AtomicFile(std::string path, OutputKind kind) : path_(std::move(path)) {
   static std::atomic<unsigned> counter{0};
-  const fs::path target(path_);
   if (path_.empty()) throw InputError("", "", "empty output path");
+  if (path_ == "-") {
+    if (kind == OutputKind::seekable) throw InputError("-", "", "cannot write this output to standard output: it needs a file");
+    temp_path_ = target_ = path_;
+    direct_ = true;
+    return;
+  }
+  target_ = resolve_links(path_);
+  struct stat info {};
+  if (::stat(target_.c_str(), &info) == 0) {
+    if (S_ISDIR(info.st_mode)) throw InputError(path_, "", "is a directory; expected a file path");
+    if (!S_ISREG(info.st_mode)) {
+      const bool stream = S_ISCHR(info.st_mode) || S_ISFIFO(info.st_mode);
+      if (!stream) throw InputError(path_, "", "is not a regular file, a character device or a FIFO");
+      if (kind == OutputKind::seekable)
+        throw InputError(path_, "", "is a device or FIFO; this output needs a regular file (it seeks)");
+      if (::access(target_.c_str(), W_OK) != 0) throw InputError(path_, "", "cannot write: permission denied");
+      temp_path_ = target_;
+      direct_ = true;
+      return;
+    }
+  }
+  const fs::path target(target_);
   std::error_code ec;
-  if (fs::is_directory(target, ec)) throw InputError(path_, "", "is a directory; expected a file path");
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec)) throw InputError(path_, "", "cannot write: directory does not exist");
   if (::access(dir.c_str(), W_OK) != 0) throw InputError(path_, "", "cannot write: directory is not writable");
@@ -25,29 +103,96 @@ AtomicFile::AtomicFile(std::string path) : path_(std::move(path)) {
   name.append(target.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
   name.append("-").append(std::to_string(counter++));
   temp_path_ = (dir / name).string();
+  add_pending(temp_path_);
 }
 
 AtomicFile::~AtomicFile() {
-  if (!committed_) std::remove(temp_path_.c_str());
+  if (committed_ || direct_) return;
+  std::remove(temp_path_.c_str());
+  drop_pending(temp_path_);
 }
 
 void AtomicFile::commit() {
-  if (std::rename(temp_path_.c_str(), path_.c_str()) != 0)
-    throw InputError(path_, "", "cannot write: rename of the finished temporary file failed");
+  if (direct_) {
+    committed_ = true;
+    return;
+  }
+  if (std::rename(temp_path_.c_str(), target_.c_str()) != 0)
+    throw InputError(path_, "", std::string("cannot write: rename of the finished temporary file failed: ") + std::strerror(errno));
   committed_ = true;
+  drop_pending(temp_path_);
 }
 
-void check_output_path(const std::string& path) { AtomicFile probe(path); }
+void check_output_path(const std::string& path, OutputKind kind) {
+  AtomicFile probe(path, kind);
+}
+
+void check_distinct_paths(const std::vector<std::string>& inputs, const std::vector<std::string>& outputs) {
+  struct Seen {
+    std::string path;
+    bool input;
+  };
+  // Identity: (device, inode) of what exists, else the resolved path.
+  std::vector<std::pair<std::string, Seen>> seen;
+  auto identity = [](const std::string& path, bool& stream) {
+    stream = false;
+    if (path == "-") return std::string("-");
+    const std::string resolved = resolve_links(path);
+    struct stat info {};
+    if (::stat(resolved.c_str(), &info) != 0) return "path:" + resolved;
+    stream = !S_ISREG(info.st_mode);
+    return std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino);
+  };
+  for (const std::string& input : inputs) {
+    if (input.empty() || input == "-") continue;
+    bool stream = false;
+    seen.push_back({identity(input, stream), {input, true}});
+  }
+  for (const std::string& output : outputs) {
+    if (output.empty()) continue;
+    bool stream = false;
+    const std::string id = identity(output, stream);
+    if (stream) continue;
+    for (const auto& [other_id, other] : seen)
+      if (other_id == id)
+        throw InputError(output, "", other.input ? "is an input of this run (" + other.path + "); refusing to overwrite it"
+                                                 : "is given twice as an output (also as " + other.path + ")");
+    seen.push_back({id, {output, false}});
+  }
+}
+
+namespace {
+int data_fd = STDOUT_FILENO;
+}
+
+void send_standard_output_to(int fd) { data_fd = fd; }
 
 void write_file_atomically(const std::string& path, const std::string& contents) {
-  AtomicFile file(path);
-  {
-    std::ofstream out(file.temp_path(), std::ios::binary | std::ios::trunc);
-    out << contents;
-    out.flush();
-    if (!out) throw InputError(path, "", "cannot write (disk full or permission denied)");
-  }
+  AtomicFile file(path, OutputKind::text);
+  const bool to_stdout = file.temp_path() == "-";
+  if (to_stdout) std::fflush(stdout);
+  std::FILE* out = to_stdout ? (data_fd == STDOUT_FILENO ? stdout : ::fdopen(::dup(data_fd), "wb"))
+                             : std::fopen(file.temp_path().c_str(), "wb");
+  if (!out) throw InputError(path, "", std::string("cannot write: ") + std::strerror(errno));
+  const bool written = std::fwrite(contents.data(), 1, contents.size(), out) == contents.size();
+  const int error = errno;
+  const bool flushed = std::fflush(out) == 0;
+  const int flush_error = errno;
+  const bool closed = out == stdout || std::fclose(out) == 0;
+  if (!written || !flushed || !closed)
+    throw InputError(path, "", std::string("cannot write: ") + std::strerror(!written ? error : flush_error));
   file.commit();
+}
+
+void remove_temporaries_on_signals() {
+  struct sigaction action {};
+  action.sa_handler = remove_and_reraise;
+  sigemptyset(&action.sa_mask);
+  for (int signal : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction current {};
+    sigaction(signal, nullptr, &current);
+    if (current.sa_handler != SIG_IGN) sigaction(signal, &action, nullptr);  // ignored (nohup, &): stays so
+  }
 }
 
 }  // namespace kvtrace

@@ -52,6 +52,15 @@ std::string error_detail() {
   H5Eclear2(H5E_DEFAULT);
   std::string detail = !innermost.empty() ? innermost : !outermost.empty() ? outermost : last_failure;
   last_failure.clear();
+  // A failed system call comes as "file write failed: time = ..., errno = 28, error message
+  // = 'No space left on device', ..." over two lines: the system's message is what matters.
+  const std::string marker = "error message = '";
+  if (const size_t at = detail.find(marker); at != std::string::npos) {
+    const size_t end = detail.find('\'', at + marker.size());
+    if (end != std::string::npos) detail = detail.substr(at + marker.size(), end - at - marker.size());
+  }
+  for (char& c : detail)
+    if (c == '\n' || c == '\r') c = ' ';
   return detail;
 }
 

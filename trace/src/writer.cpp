@@ -36,12 +36,36 @@ std::string now_iso8601() {
   return buffer;
 }
 
+// After a failed write (a full disk) HDF5's file state is broken: closing it a second time
+// crashes inside HDF5. So the file is closed once, at most, and when that fails its handle is
+// abandoned; the temporary file is removed all the same.
 struct TraceWriter::State {
   AtomicFile file;
-  std::optional<H5::H5File> h5;
+  std::unique_ptr<H5::H5File> h5;
   std::vector<int64_t> n_tokens;  // per sequence
   bool closed = false;
+  bool failed = false;  // a write failed: refuse everything after it
   explicit State(const std::string& path) : file(path) {}
+
+  // Closes the file once; false if HDF5 could not (its handle is then abandoned).
+  bool close_once() {
+    if (closed) return true;
+    closed = true;
+    try {
+      h5->close();
+      return true;
+    } catch (const H5::Exception&) {
+      static_cast<void>(h5.release());
+      return false;
+    }
+  }
+  [[noreturn]] void fail(const std::string& file_path, const std::string& where, const std::string& problem) {
+    failed = true;
+    throw InputError(file_path, where, problem);
+  }
+  void check(const std::string& file_path) const {
+    if (failed || closed) throw InputError(file_path, "", failed ? "an earlier write failed" : "already closed");
+  }
 };
 
 namespace {
@@ -79,7 +103,7 @@ TraceWriter::TraceWriter(const std::string& path, TraceMeta meta, WriterOptions 
   try {
     H5::FileAccPropList access;
     access.setLibverBounds(H5F_LIBVER_EARLIEST, H5F_LIBVER_V18);  // readable by h5py and HDF5 1.8+
-    state_->h5.emplace(state_->file.temp_path(), H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, access);
+    state_->h5 = std::make_unique<H5::H5File>(state_->file.temp_path(), H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, access);
     H5::Group root = state_->h5->openGroup("/");
     h5::write_attr(root, "format", std::string(kFormatName));
     h5::write_attr(root, "version", int64_t{kSchemaVersion});
@@ -99,18 +123,14 @@ TraceWriter::TraceWriter(const std::string& path, TraceMeta meta, WriterOptions 
 }
 
 TraceWriter::~TraceWriter() {
-  if (state_ && !state_->closed) {
-    try {
-      state_->h5->close();
-    } catch (const H5::Exception&) {
-    }
-  }
+  if (state_ && state_->h5) state_->close_once();
 }
 
 int TraceWriter::n_sequences() const { return static_cast<int>(state_->n_tokens.size()); }
 
 int TraceWriter::add_sequence(int64_t prompt_len, std::span<const int32_t> tokens,
                               std::span<const std::string> token_text) {
+  state_->check(path_);
   const int seq = n_sequences();
   const auto n = static_cast<int64_t>(tokens.size());
   if (n < 1) throw InputError(path_, seq_path(seq), "a sequence needs at least one token");
@@ -126,6 +146,7 @@ int TraceWriter::add_sequence(int64_t prompt_len, std::span<const int32_t> token
     H5::DataSpace space(1, &length);
     H5::DataSet ids = group.createDataSet("tokens", H5::PredType::STD_I32LE, space, untimed_dataset_plist());
     ids.write(tokens.data(), H5::PredType::NATIVE_INT32);
+    ids.close();
     if (!token_text.empty()) {
       H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
       type.setCset(H5T_CSET_UTF8);
@@ -133,16 +154,18 @@ int TraceWriter::add_sequence(int64_t prompt_len, std::span<const int32_t> token
       for (size_t i = 0; i < raw.size(); ++i) raw[i] = token_text[i].c_str();
       H5::DataSet text = group.createDataSet("token_text", type, space, untimed_dataset_plist());
       text.write(raw.data(), type);
+      text.close();
     }
     create_group(group, "layers");
   } catch (const H5::Exception&) {
-    throw InputError(path_, seq_path(seq), "cannot write (" + h5::error_detail() + ")");
+    state_->fail(path_, seq_path(seq), "cannot write (" + h5::error_detail() + ")");
   }
   state_->n_tokens.push_back(n);
   return seq;
 }
 
 void TraceWriter::add_layer(int seq, int layer, const LayerContents& contents) {
+  state_->check(path_);
   if (seq < 0 || seq >= n_sequences()) throw InputError(path_, seq_path(seq), "no such sequence");
   if (layer < 0 || layer >= meta_.n_layers) throw InputError(path_, layer_path(seq, layer), "no such layer");
   const auto n = static_cast<hsize_t>(state_->n_tokens[static_cast<size_t>(seq)]);
@@ -166,7 +189,7 @@ void TraceWriter::add_layer(int seq, int layer, const LayerContents& contents) {
         plist.setShuffle();
         plist.setDeflate(options_.compression);
       }
-      group.createDataSet(name, file_type, space, plist);
+      group.createDataSet(name, file_type, space, plist).close();
     };
     const auto heads = static_cast<hsize_t>(meta_.n_heads);
     const auto kv_heads = static_cast<hsize_t>(meta_.n_kv_heads);
@@ -175,11 +198,12 @@ void TraceWriter::add_layer(int seq, int layer, const LayerContents& contents) {
     if (contents.v) create("v", {kv_heads, n, d});
     if (contents.attn) create("attn", {heads, static_cast<hsize_t>(packed_length(static_cast<int64_t>(n)))});
   } catch (const H5::Exception&) {
-    throw InputError(path_, layer_path(seq, layer), "cannot write (" + h5::error_detail() + ")");
+    state_->fail(path_, layer_path(seq, layer), "cannot write (" + h5::error_detail() + ")");
   }
 }
 
 void TraceWriter::write_head(int seq, int layer, Tensor tensor, int head, std::span<const float> data) {
+  state_->check(path_);
   const std::string path = tensor_path(seq, layer, tensor);
   if (seq < 0 || seq >= n_sequences()) throw InputError(path_, path, "no such sequence");
   const auto n = static_cast<hsize_t>(state_->n_tokens[static_cast<size_t>(seq)]);
@@ -198,19 +222,16 @@ void TraceWriter::write_head(int seq, int layer, Tensor tensor, int head, std::s
       const hsize_t count[3] = {1, n, d};
       h5::write_floats(dataset, options_.dtype, start, count, data);
     }
+    dataset.close();  // flushes the chunk cache: a full disk shows here
   } catch (const H5::Exception&) {
-    throw InputError(path_, path, "cannot write head " + std::to_string(head) + " (" + h5::error_detail() + ")");
+    state_->fail(path_, path, "cannot write head " + std::to_string(head) + " (" + h5::error_detail() + ")");
   }
 }
 
 void TraceWriter::close() {
-  if (state_->closed) return;
-  try {
-    state_->h5->close();
-  } catch (const H5::Exception&) {
-    throw InputError(path_, "", "cannot finish writing (" + h5::error_detail() + ")");
-  }
-  state_->closed = true;
+  if (state_->closed && !state_->failed) return;
+  state_->check(path_);
+  if (!state_->close_once()) state_->fail(path_, "", "cannot finish writing (" + h5::error_detail() + ")");
   state_->file.commit();
 }
 

@@ -1,33 +1,58 @@
 #pragma once
-// Output files are written under a temporary name in the same directory and renamed into
-// place once complete, so a reader never sees a half-written file.
+// Where an output goes: the one owner of output paths. A regular file (or a new path) is
+// written under a temporary name in its directory and renamed into place once complete, so a
+// reader never sees a half-written file and a failed run leaves whatever was there. A
+// symlink is followed to its target (the link stays a link). A character device or a FIFO
+// is written directly (/dev/null, a pipe to another program), never replaced. "-" means
+// standard output for text outputs.
 #include <string>
+#include <vector>
 
 namespace kvtrace {
 
+enum class OutputKind {
+  text,     // CSV, JSON: "-", devices and FIFOs allowed
+  seekable  // HDF5, images: a regular file (or a new one) only
+};
+
 class AtomicFile {
  public:
-  // Checks that the directory of `path` is writable; throws InputError naming `path` if not.
-  explicit AtomicFile(std::string path);
+  // Checks the path up front; throws InputError naming `path` if it cannot be written.
+  explicit AtomicFile(std::string path, OutputKind kind = OutputKind::seekable);
   ~AtomicFile();  // removes the temporary file unless commit() succeeded
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
 
+  // The path to write to: the temporary file, or the device, FIFO or "-" itself.
   const std::string& temp_path() const { return temp_path_; }
   const std::string& final_path() const { return path_; }
+  bool direct() const { return direct_; }  // written in place: nothing to rename
   void commit();  // rename the temporary file over the final path
 
  private:
-  std::string path_;
+  std::string path_;       // as given
+  std::string target_;     // symlinks resolved
   std::string temp_path_;
+  bool direct_ = false;
   bool committed_ = false;
 };
 
-// Throws InputError naming `path` unless a file can be created there (checked up front, so
-// a long run does not fail at its end).
-void check_output_path(const std::string& path);
+// Throws InputError naming `path` unless it can be written (checked up front, so a long run
+// does not fail at its end). Creates nothing.
+void check_output_path(const std::string& path, OutputKind kind = OutputKind::text);
 
-// Writes `contents` to `path` atomically.
+// Throws InputError when an output would overwrite an input of the run, or two outputs are
+// the same file (symlinks and hard links seen through; "-" twice is standard output twice).
+// Devices and FIFOs may repeat. Empty paths are skipped.
+void check_distinct_paths(const std::vector<std::string>& inputs, const std::vector<std::string>& outputs);
+
+// Writes `contents` to `path` as AtomicFile(path, text) does; "-" writes to standard output
+// (the descriptor given to send_standard_output_to, 1 by default).
 void write_file_atomically(const std::string& path, const std::string& contents);
+void send_standard_output_to(int fd);
+
+// Installs handlers for SIGINT, SIGTERM and SIGHUP that remove every temporary file not yet
+// committed, then end the process as the signal would have. For programs, not libraries.
+void remove_temporaries_on_signals();
 
 }  // namespace kvtrace

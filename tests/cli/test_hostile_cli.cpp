@@ -1,0 +1,133 @@
+// Hostile input and a new user's first hour (issue 18): every reproduced item as a test that
+// builds what it needs, runs the CLI and checks the exit code and the one line.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <thread>
+
+#include "../support/run_cli.hpp"
+#include "../support/temp_dir.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+class Hostile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    trace_ = dir_.file("t.h5");
+    const auto made = kvtest::run_kvsim("synth " + trace_ + " --layers 2 --heads 4 --kv-heads 2 --head-dim 8 --tokens 24 --seqs 2");
+    ASSERT_EQ(made.code, 0) << made.output;
+  }
+  std::string replay(const std::string& extra) const { return "replay " + trace_ + " --policy h2o --budget 8 " + extra; }
+  // Exit 2 with one line holding `fragment`.
+  static void expect_refused(const kvtest::CliResult& result, const std::string& fragment) {
+    EXPECT_EQ(result.code, 2) << result.output;
+    EXPECT_EQ(kvtest::count_lines(result.output), 1) << result.output;
+    EXPECT_NE(result.output.find(fragment), std::string::npos) << result.output;
+  }
+  // Only the files named, nothing left behind (no temporary files).
+  void expect_only(std::vector<std::string> names) const {
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(dir_.path())) found.push_back(entry.path().filename().string());
+    std::sort(found.begin(), found.end());
+    std::sort(names.begin(), names.end());
+    EXPECT_EQ(found, names);
+  }
+  kvtest::TempDir dir_;
+  std::string trace_;
+};
+
+// 1. Outputs: devices written in place, symlinks followed, inputs and duplicates refused.
+TEST_F(Hostile, DevicesAreWrittenNotReplaced) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mknod needs root";
+  const std::string null = dir_.file("null"), full = dir_.file("full");
+  ASSERT_EQ(::mknod(null.c_str(), S_IFCHR | 0666, makedev(1, 3)), 0);
+  ASSERT_EQ(::mknod(full.c_str(), S_IFCHR | 0666, makedev(1, 7)), 0);
+  EXPECT_EQ(kvtest::run_kvsim(replay("--csv " + null)).code, 0);
+  EXPECT_TRUE(fs::is_character_file(null));
+  expect_refused(kvtest::run_kvsim(replay("--json " + full)), "No space left on device");
+  EXPECT_TRUE(fs::is_character_file(full));
+  expect_refused(kvtest::run_kvsim("synth " + null + " --tokens 8"), "needs a regular file");
+  EXPECT_TRUE(fs::is_character_file(null));
+  expect_only({"t.h5", "null", "full"});
+}
+
+TEST_F(Hostile, SymlinksAreFollowedAndInputsNeverOverwritten) {
+  const std::string target = dir_.file("target.csv"), link = dir_.file("link.csv");
+  std::ofstream(target) << "old\n";
+  fs::create_symlink("target.csv", link);
+  EXPECT_EQ(kvtest::run_kvsim(replay("--csv " + link)).code, 0);
+  EXPECT_TRUE(fs::is_symlink(link));
+  EXPECT_EQ(kvtest::slurp(target).rfind("policy,", 0), 0u);
+  const auto size = fs::file_size(trace_);
+  expect_refused(kvtest::run_kvsim(replay("--csv " + trace_)), "is an input of this run");
+  fs::create_symlink("t.h5", dir_.file("alias.h5"));
+  expect_refused(kvtest::run_kvsim(replay("--json " + dir_.file("alias.h5"))), "is an input of this run");
+  EXPECT_EQ(fs::file_size(trace_), size);
+  expect_refused(kvtest::run_kvsim(replay("--csv " + dir_.file("a") + " --json " + dir_.file("a"))), "given twice");
+  expect_refused(kvtest::run_kvsim("analyze " + trace_ + " --csv " + trace_), "is an input of this run");
+  expect_only({"t.h5", "target.csv", "link.csv", "alias.h5"});
+}
+
+// 2. A full disk while writing a trace: one line, exit 2, no temporary file (RLIMIT_FSIZE
+// stands for the full disk: writes past it fail as ENOSPC does).
+TEST_F(Hostile, FullDiskWhileWritingATrace) {
+  for (const char* limit : {"20", "300", "2000"}) {
+    const auto result = kvtest::run_kvsim("synth " + dir_.file("big.h5") + " --layers 4 --heads 8 --tokens 1024 --compress 1",
+                                          std::string("trap '' XFSZ; ulimit -f ") + limit + ";");
+    expect_refused(result, "File too large");
+  }
+  expect_only({"t.h5"});
+}
+
+// 13. "-" is standard output; the table then goes to stderr.
+TEST_F(Hostile, DashIsStandardOutput) {
+  const auto csv = kvtest::run_kvsim(replay("--csv - 2>/dev/null | cat"));
+  EXPECT_EQ(csv.code, 0);
+  EXPECT_EQ(csv.output.rfind("policy,params,budget", 0), 0u) << csv.output;
+  const auto json = kvtest::run_kvsim(replay("--json - 2>/dev/null | cat"));
+  EXPECT_EQ(json.output.rfind("{", 0), 0u) << json.output;
+  expect_refused(kvtest::run_kvsim(replay("--csv - --json -")), "only one output");
+  expect_refused(kvtest::run_kvsim("synth - --tokens 8"), "standard output");
+  expect_only({"t.h5"});
+}
+
+// 16. SIGINT or SIGTERM during synth or capture leaves no temporary file.
+TEST_F(Hostile, SignalsLeaveNoTemporaryFile) {
+  for (int signal : {SIGINT, SIGTERM}) {
+    const std::string out = dir_.file("big.h5");
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::signal(SIGINT, SIG_DFL);  // as at a terminal (a shell's background job ignores SIGINT)
+      std::freopen("/dev/null", "w", stdout);
+      std::freopen("/dev/null", "w", stderr);
+      ::execl(KVSIM_EXE, KVSIM_EXE, "synth", out.c_str(), "--layers", "8", "--heads", "16", "--tokens", "2048", "--seqs",
+              "8", static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    // Until the temporary file exists, so the signal comes while it writes.
+    bool writing = false;
+    for (int wait = 0; wait < 1000 && !writing; ++wait) {
+      for (const auto& entry : fs::directory_iterator(dir_.path()))
+        writing = writing || entry.path().filename().string().rfind(".big.h5.tmp-", 0) == 0;
+      if (!writing) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    EXPECT_TRUE(writing);
+    ::kill(pid, signal);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal) << status;
+    expect_only({"t.h5"});
+  }
+}
+
+}  // namespace
