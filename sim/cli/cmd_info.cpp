@@ -5,6 +5,7 @@
 #include <set>
 
 #include "cli_common.hpp"
+#include "kvsim/json_text.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/reader.hpp"
 
@@ -89,7 +90,7 @@ int cmd_info(const std::vector<std::string>& args) {
                           {"head_dim", meta.head_dim},
                           {"attn_scale", meta.attn_scale},
                           {"sequences", sequences}};
-    kvtrace::write_file_atomically(vm["json"].as<std::string>(), out.dump(1) + "\n");
+    kvtrace::write_file_atomically(vm["json"].as<std::string>(), json_text(std::move(out), 1));
   }
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kvsim/json_text.hpp"
 #include "kvsim/analysis.hpp"
 #include "text_util.hpp"
 
@@ -233,7 +234,7 @@ std::string analysis_json(const TraceAnalysis& a, const std::string& trace, cons
                         {"per_head", per_head},
                         {"per_sequence", per_sequence},
                         {"cross_layer", cross}};
-  return out.dump(1) + "\n";
+  return json_text(std::move(out), 1);
 }
 
 }  // namespace kvsim

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "kvsim/json_text.hpp"
 #include "kvsim/eval.hpp"
 #include "text_util.hpp"
 
@@ -145,7 +146,7 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
                         {"per_sequence", sequences},
                         {"cells", cells},
                         {"correlations", correlations}};
-  return out.dump(1) + "\n";
+  return json_text(std::move(out), 1);
 }
 
 }  // namespace kvsim

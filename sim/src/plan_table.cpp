@@ -1,3 +1,4 @@
+#include "kvsim/json_text.hpp"
 #include "kvsim/plan_table.hpp"
 
 #include <algorithm>
@@ -253,7 +254,7 @@ std::string plan_json(const Plan& plan) {
     doc["sweep"] = plan.sweep_name;
     doc["target"] = {{"metric", target.column}, {"op", target.at_least ? ">=" : "<="}, {"value", target.value}};
   }
-  return doc.dump(2) + "\n";
+  return json_text(std::move(doc), 2);
 }
 
 std::vector<PlanSeries> plan_series(const Plan& plan) {

@@ -1,3 +1,4 @@
+#include "kvsim/json_text.hpp"
 #include "kvsim/report.hpp"
 
 #include <cstdio>
@@ -213,7 +214,7 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
                         {"heads", results.heads},
                         {"note", kTeacherForcedNote},
                         {"cells", cells}};
-  return out.dump(1) + "\n";
+  return json_text(std::move(out), 1);
 }
 
 std::string survival_csv(const ReplayResults& results, const std::vector<std::vector<std::string>>& token_text) {

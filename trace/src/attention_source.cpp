@@ -5,6 +5,7 @@
 #include <cstring>
 #include <cstdint>
 #include <cmath>
+#include <cstdio>
 
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
@@ -201,6 +202,39 @@ class StoredAttentionSource final : public AttentionSource {
 
 }  // namespace
 
+void check_scores_finite(const TraceReader& reader, int seq, int layer, int head, std::span<const float> q,
+                         std::span<const float> k) {
+  constexpr double kOverflow = 1e38;
+  const int d = reader.meta().head_dim;
+  const double scale = reader.meta().attn_scale;
+  const size_t n = q.size() / static_cast<size_t>(d);
+  auto norm = [d](const float* x) {
+    double sum = 0;
+    for (int c = 0; c < d; ++c) sum += static_cast<double>(x[c]) * x[c];
+    return std::sqrt(sum);
+  };
+  double q_max = 0, k_max = 0;
+  for (size_t t = 0; t < n; ++t) {
+    q_max = std::max(q_max, norm(q.data() + t * d));
+    k_max = std::max(k_max, norm(k.data() + t * d));
+  }
+  if (q_max * k_max * scale < kOverflow) return;
+  for (size_t t = 0; t < n; ++t)
+    for (size_t s = 0; s <= t; ++s) {
+      double score = 0;
+      for (int c = 0; c < d; ++c) score += static_cast<double>(q[t * d + c]) * k[s * d + c];
+      score *= scale;
+      if (!(std::abs(score) < kOverflow)) {
+        char value[32];
+        std::snprintf(value, sizeof value, "%.3g", score);
+        reader.fail(layer_path(seq, layer), "head " + std::to_string(head) + ": the score of step " + std::to_string(t) +
+                                                " at position " + std::to_string(s) +
+                                                " overflows float32 (attn_scale * q.k = " + value +
+                                                "); its attention row would be NaN");
+      }
+    }
+}
+
 std::unique_ptr<AttentionSource> open_attention_source(const TraceReader& reader, int seq, int layer,
                                                        std::span<const int> heads, RowsFrom from) {
   const LayerForm& form = reader.layer(seq, layer);
@@ -228,6 +262,7 @@ std::unique_ptr<AttentionSource> open_attention_source(const TraceReader& reader
       found = kv_heads.end() - 1;
     }
     key_of.push_back(static_cast<int>(found - kv_heads.begin()));
+    check_scores_finite(reader, seq, layer, head, queries.back(), keys[static_cast<size_t>(key_of.back())]);
   }
   SoftmaxOptions options{meta.attn_scale, form.sliding_window, form.logit_softcap};
   return std::make_unique<QKAttentionSource>(reader.sequence(seq).n_tokens, meta.head_dim, std::move(queries),

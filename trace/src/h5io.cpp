@@ -36,6 +36,8 @@ herr_t remember_failure(hid_t stack, void*) {
 }
 }  // namespace
 
+void remember(const std::string& why) { last_failure = why; }
+
 void quiet() {
   thread_local bool done = false;
   if (!done) {
@@ -50,7 +52,11 @@ std::string error_detail() {
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_innermost, &innermost);
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, keep_outermost_nonempty, &outermost);
   H5Eclear2(H5E_DEFAULT);
-  std::string detail = !innermost.empty() ? innermost : !outermost.empty() ? outermost : last_failure;
+  // A filter's own reason (last_failure) beats HDF5's "filter returned failure".
+  std::string detail = last_failure.rfind("deflate:", 0) == 0 ? last_failure
+                       : !innermost.empty()                   ? innermost
+                       : !outermost.empty()                   ? outermost
+                                                              : last_failure;
   last_failure.clear();
   // A failed system call comes as "file write failed: time = ..., errno = 28, error message
   // = 'No space left on device', ..." over two lines: the system's message is what matters.
@@ -245,8 +251,11 @@ bool read_one_chunk(const H5::DataSet& dataset, DType dtype, std::span<const hsi
   if (deflate) {
     bytes.resize(expected);
     uLongf inflated = expected;
-    if (uncompress(bytes.data(), &inflated, raw.data(), static_cast<uLong>(raw.size())) != Z_OK || inflated != expected) {
-      last_failure = "deflate: chunk does not inflate to its size";
+    const int status = uncompress(bytes.data(), &inflated, raw.data(), static_cast<uLong>(raw.size()));
+    if (status != Z_OK || inflated != expected) {
+      last_failure = status == Z_BUF_ERROR && inflated == expected
+                         ? "deflate: a chunk inflates past its declared size of " + std::to_string(expected) + " bytes"
+                         : "deflate: chunk does not inflate to its size";
       throw H5::DataSetIException("read_floats", "inflate failed");
     }
   } else {
@@ -277,7 +286,9 @@ bool read_one_chunk(const H5::DataSet& dataset, DType dtype, std::span<const hsi
 
 void read_floats(const H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start,
                  std::span<const hsize_t> count, std::span<float> out) {
+  quiet();  // worker threads too: HDF5's error printing and handler are per thread
   if (read_one_chunk(dataset, dtype, start, count, out)) return;
+  check_chunks_inflate(dataset, start, count);
   H5::DataSpace file_space = select(dataset, start, count);
   // A memory space of the selection's own shape lets HDF5 copy whole runs instead of
   // walking the selection element by element.
@@ -345,15 +356,74 @@ bool chunks_within_shape(const H5::DataSet& dataset) {
   return true;
 }
 
+std::string unsupported_filter(const H5::DataSet& dataset) {
+  const hid_t plist = H5Dget_create_plist(dataset.getId());
+  if (plist < 0) throw H5::DataSetIException("unsupported_filter", "H5Dget_create_plist failed");
+  std::string found;
+  const int filters = H5Pget_nfilters(plist);
+  for (int f = 0; f < filters && found.empty(); ++f) {
+    unsigned flags = 0, config = 0;
+    size_t values = 0;
+    char name[64] = {};
+    const H5Z_filter_t filter = H5Pget_filter2(plist, static_cast<unsigned>(f), &flags, &values, nullptr, sizeof name, name, &config);
+    if (filter == H5Z_FILTER_DEFLATE || filter == H5Z_FILTER_SHUFFLE || filter == H5Z_FILTER_FLETCHER32) continue;
+    static const std::pair<H5Z_filter_t, const char*> kKnown[] = {
+        {H5Z_FILTER_SZIP, "szip"}, {H5Z_FILTER_NBIT, "nbit"}, {H5Z_FILTER_SCALEOFFSET, "scaleoffset"},
+        {32000, "lzf"}, {32001, "blosc"}, {32004, "lz4"}, {32008, "bitshuffle"}, {32015, "zstd"}};
+    std::string label = filter < 0 ? "an unreadable filter" : "filter " + std::to_string(filter);
+    for (const auto& [id, known] : kKnown)
+      if (id == filter) label = std::string(known) + " (filter " + std::to_string(filter) + ")";
+    found = label;
+  }
+  H5Pclose(plist);
+  return found;
+}
+
+bool fully_written(const H5::DataSet& dataset) {
+  if (dataset.getSpace().getSimpleExtentNpoints() == 0) return true;
+  const hid_t id = dataset.getId();
+  H5::DSetCreatPropList create = dataset.getCreatePlist();
+  if (create.getLayout() == H5D_CHUNKED) {  // every chunk allocated (compressed ones are smaller)
+    const std::vector<hsize_t> shape = dims(dataset);
+    std::vector<hsize_t> chunk(shape.size(), 1);
+    create.getChunk(static_cast<int>(chunk.size()), chunk.data());
+    hsize_t expected = 1, allocated = 0;
+    for (size_t i = 0; i < shape.size(); ++i) expected *= (shape[i] + chunk[i] - 1) / chunk[i];
+    const H5::DataSpace space = dataset.getSpace();
+    if (H5Dget_num_chunks(id, space.getId(), &allocated) < 0) throw H5::DataSetIException("fully_written", "H5Dget_num_chunks failed");
+    return allocated == expected;
+  }
+  H5D_space_status_t status{};
+  if (H5Dget_space_status(id, &status) < 0) throw H5::DataSetIException("fully_written", "H5Dget_space_status failed");
+  return status == H5D_SPACE_STATUS_ALLOCATED;
+}
+
+namespace {
+herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->emplace_back(name);
+  return 0;
+}
+}  // namespace
+
+std::vector<std::string> member_names(const H5::Group& group) {
+  std::vector<std::string> names;
+  hsize_t index = 0;
+  if (H5Literate(group.getId(), H5_INDEX_NAME, H5_ITER_NATIVE, &index, collect_name, &names) < 0)
+    throw H5::GroupIException("member_names", "H5Literate failed");
+  return names;
+}
+
 std::optional<int> count_indexed_members(const H5::Group& group, int64_t max_members, std::string& bad) {
   const hsize_t n = group.getNumObjs();
   if (n > static_cast<hsize_t>(max_members)) {
     bad = "";
     return std::nullopt;
   }
+  const std::vector<std::string> names = member_names(group);
+  if (names.size() != n) throw H5::GroupIException("count_indexed_members", "members changed while listed");
   std::vector<bool> seen(n, false);
   for (hsize_t i = 0; i < n; ++i) {
-    const std::string name = group.getObjnameByIdx(i);
+    const std::string& name = names[i];
     const bool decimal = !name.empty() && name.size() <= 9 &&
                          std::all_of(name.begin(), name.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
                          (name == "0" || name[0] != '0');

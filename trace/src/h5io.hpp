@@ -17,6 +17,14 @@ namespace kvtrace::h5 {
 void quiet();
 // The innermost message of this thread's HDF5 error stack ("truncated file: eof = ...").
 std::string error_detail();
+// Keeps `why` as this thread's failure detail (for filters: HDF5 reports them vaguely).
+void remember(const std::string& why);
+
+// Before HDF5 decodes the chunks of a deflated dataset that [start, start + count) touches:
+// throws H5::Exception (detail: "deflate: a chunk inflates past its declared size ...") if
+// one would inflate past one chunk's size (h5_deflate.cpp). Empty spans: the whole dataset.
+void check_chunks_inflate(const H5::DataSet& dataset, std::span<const hsize_t> start, std::span<const hsize_t> count);
+void check_chunks_inflate(const H5::DataSet& dataset);
 
 H5::FloatType half_type();
 // The dtype of a float dataset, or nullopt for anything else.
@@ -62,5 +70,15 @@ bool is_hard_link(const H5::Group& group, const std::string& name);
 // False when a chunked dataset's chunks are larger than its shape (HDF5 allocates a whole
 // chunk per read, so an absurd chunk in a small file would allocate gigabytes).
 bool chunks_within_shape(const H5::DataSet& dataset);
+// The first filter of the dataset's pipeline that kvsim does not read, e.g. "szip (filter 4)";
+// empty when there is none. kvsim reads deflate (gzip), shuffle and fletcher32 only:
+// anything else is refused before HDF5 decodes a chunk with it.
+std::string unsupported_filter(const H5::DataSet& dataset);
+// False when the dataset's storage was never (or only partly) written: HDF5 would read the
+// missing chunks as fill values.
+bool fully_written(const H5::DataSet& dataset);
+// The names of a group's members, in one pass (by index, each lookup is linear in the
+// group's size for the newer link storage).
+std::vector<std::string> member_names(const H5::Group& group);
 
 }  // namespace kvtrace::h5

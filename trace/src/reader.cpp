@@ -46,6 +46,16 @@ H5::Group child_group(const TraceReader& reader, const H5::Group& parent, const 
   return parent.openGroup(name);
 }
 
+// What HDF5 would do with the dataset's storage when a value of it is read: decode with a
+// filter kvsim does not know, make up fill values for what was never written. (Checked after
+// the dataset's type and shape, whose messages say more.)
+void check_storage(const TraceReader& reader, const H5::DataSet& dataset, const std::string& path) {
+  if (const std::string filter = h5::unsupported_filter(dataset); !filter.empty())
+    reader.fail(path, "is compressed with " + filter + ", which kvsim does not read (it reads gzip, shuffle, fletcher32)");
+  if (!h5::fully_written(dataset))
+    reader.fail(path, "was never written in full: its missing chunks would read as fill values");
+}
+
 H5::DataSet child_dataset(const TraceReader& reader, const H5::Group& parent, const std::string& name,
                           const std::string& path) {
   check_member(reader, parent, name, H5O_TYPE_DATASET, path);
@@ -61,6 +71,8 @@ TraceReader::TraceReader(const std::string& path) : path_(path), handle_(std::ma
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) fail("", "no such file");
   if (std::filesystem::is_directory(path, ec)) fail("", "is a directory, not a trace file");
+  // A FIFO or device would block or never end: HDF5 reads a trace by seeking.
+  if (!std::filesystem::is_regular_file(path, ec)) fail("", "is not a regular file (a FIFO, device or socket); a trace is an HDF5 file");
   {
     std::ifstream probe(path, std::ios::binary);
     if (!probe) fail("", "cannot open for reading (permission denied?)");
@@ -267,6 +279,8 @@ void TraceReader::load_sequence(int seq) {
                           std::to_string(meta_.n_layers));
   meta.layers.resize(static_cast<size_t>(*n));
   for (int l = 0; l < *n; ++l) meta.layers[static_cast<size_t>(l)] = load_layer(layers, seq, l, meta.n_tokens);
+  check_storage(*this, group.openDataSet("tokens"), tokens_path);
+  if (meta.has_token_text) check_storage(*this, group.openDataSet("token_text"), path + "/token_text");
 }
 
 LayerForm TraceReader::load_layer(const H5::Group& layers, int seq, int layer, int64_t n_tokens) {
@@ -285,6 +299,7 @@ LayerForm TraceReader::load_layer(const H5::Group& layers, int seq, int layer, i
     if (shape != expected)
       fail(dataset_path, "shape " + shape_string(shape) + ", expected " + shape_string(expected));
     if (!h5::chunks_within_shape(dataset)) fail(dataset_path, "chunks larger than the dataset's shape");
+    check_storage(*this, dataset, dataset_path);
     present = true;
     dtype = *type;
   };
@@ -302,18 +317,25 @@ LayerForm TraceReader::load_layer(const H5::Group& layers, int seq, int layer, i
   if (form.has_q != form.has_k && !form.has_attn)
     fail(path, std::string("has ") + (form.has_q ? "q but no k" : "k but no q") + " and no attn");
   if (!form.has_qk() && !form.has_attn) fail(path, "missing datasets: a layer needs q and k, or attn");
+  std::optional<int64_t> window;
+  std::optional<double> cap;
   try {
-    if (auto window = h5::int_attr(group, "sliding_window")) {
-      if (*window < 0 || *window > Limits::max_tokens) fail(path, "attribute 'sliding_window' out of range");
-      form.sliding_window = static_cast<int>(*window);
-    }
-    if (auto cap = h5::float_attr(group, "logit_softcap")) {
-      if (!std::isfinite(*cap) || *cap < 0) fail(path, "attribute 'logit_softcap' must be >= 0");
-      form.logit_softcap = *cap;
-    }
+    window = h5::int_attr(group, "sliding_window");
   } catch (const std::runtime_error& e) {
-    if (dynamic_cast<const InputError*>(&e)) throw;
-    fail(path, std::string("attribute ") + e.what());
+    fail(path, std::string("attribute 'sliding_window' ") + e.what());
+  }
+  try {
+    cap = h5::float_attr(group, "logit_softcap");
+  } catch (const std::runtime_error& e) {
+    fail(path, std::string("attribute 'logit_softcap' ") + e.what());
+  }
+  if (window) {
+    if (*window < 0 || *window > Limits::max_tokens) fail(path, "attribute 'sliding_window' out of range");
+    form.sliding_window = static_cast<int>(*window);
+  }
+  if (cap) {
+    if (!std::isfinite(*cap) || *cap < 0) fail(path, "attribute 'logit_softcap' must be >= 0");
+    form.logit_softcap = *cap;
   }
   return form;
 }
@@ -340,12 +362,21 @@ const LayerForm& TraceReader::layer(int seq, int layer) const {
 std::vector<int32_t> TraceReader::tokens(int seq) const {
   const SequenceMeta& meta = sequence(seq);
   const std::string path = seq_path(seq) + "/tokens";
-  std::vector<int32_t> out(static_cast<size_t>(meta.n_tokens));
+  // Read as int64, so that an id outside int32 is refused instead of clamped by HDF5.
+  std::vector<int64_t> wide(static_cast<size_t>(meta.n_tokens));
   try {
     H5::DataSet dataset = handle_->file.openDataSet(path);
-    dataset.read(out.data(), H5::PredType::NATIVE_INT32);
+    h5::check_chunks_inflate(dataset);
+    dataset.read(wide.data(), H5::PredType::NATIVE_INT64);
   } catch (const H5::Exception&) {
     fail(path, "cannot read, file truncated or corrupt (" + h5::error_detail() + ")");
+  }
+  std::vector<int32_t> out(wide.size());
+  for (size_t i = 0; i < wide.size(); ++i) {
+    if (wide[i] < 0 || wide[i] > INT32_MAX)
+      fail(path, "token id " + std::to_string(wide[i]) + " at position " + std::to_string(i) + " is outside 0.." +
+                     std::to_string(INT32_MAX));
+    out[i] = static_cast<int32_t>(wide[i]);
   }
   return out;
 }
@@ -357,6 +388,7 @@ std::vector<std::string> TraceReader::token_text(int seq) const {
   std::vector<std::string> out(static_cast<size_t>(meta.n_tokens));
   try {
     H5::DataSet dataset = handle_->file.openDataSet(path);
+    h5::check_chunks_inflate(dataset);
     H5::StrType file_type = dataset.getStrType();
     if (file_type.isVariableStr()) {
       H5::StrType mem(H5::PredType::C_S1, H5T_VARIABLE);

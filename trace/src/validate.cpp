@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kvtrace/attention_source.hpp"
 #include "kvtrace/reader.hpp"
 
 namespace kvtrace {
@@ -25,12 +26,17 @@ ValidationSummary validate_trace(const TraceReader& reader, const std::function<
     reader.token_text(seq);
     for (int layer = 0; layer < meta.n_layers; ++layer) {
       const LayerForm& form = reader.layer(seq, layer);
-      for (Tensor tensor : {Tensor::q, Tensor::k, Tensor::v}) {
+      std::vector<std::vector<float>> keys;
+      for (Tensor tensor : {Tensor::k, Tensor::q, Tensor::v}) {
         if (!form.has(tensor)) continue;
         const int heads = tensor == Tensor::q ? meta.n_heads : meta.n_kv_heads;
         for (int head = 0; head < heads; ++head) {
-          summary.values_checked += static_cast<int64_t>(reader.read_head(seq, layer, tensor, head).size());
+          std::vector<float> values = reader.read_head(seq, layer, tensor, head);
+          summary.values_checked += static_cast<int64_t>(values.size());
           ++summary.heads_checked;
+          if (tensor == Tensor::k) keys.push_back(std::move(values));
+          else if (tensor == Tensor::q && form.has_k)  // rows recomputed from q and k must be finite
+            check_scores_finite(reader, seq, layer, head, values, keys[static_cast<size_t>(meta.kv_head_of(head))]);
         }
       }
       if (form.has_attn) {

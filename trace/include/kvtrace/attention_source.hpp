@@ -84,6 +84,14 @@ class QKAttentionSource final : public AttentionSource {
 // sliding window become 0).
 void causal_softmax_row(float* row, int64_t t, const SoftmaxOptions& options);
 
+class TraceReader;
+// Throws InputError naming the layer, head and step when a score attn_scale * q_t.k_s
+// (s <= t) of query head `head` reaches 1e38, where float32 overflows and the softmax row
+// would be NaN. q: [n, head_dim] of the head, k: of its kv head. Cheap when no score can
+// be that large (the bound max|q| max|k| attn_scale is checked first).
+void check_scores_finite(const TraceReader& reader, int seq, int layer, int head, std::span<const float> q,
+                         std::span<const float> k);
+
 // out[r * stride + i] = scale * q_{first+r} . k_i for r < count and i < first + count:
 // the logits of rows [first, first + count) (queries and keys [n_tokens * head_dim]).
 void qk_logits(const float* queries, const float* keys, int head_dim, int64_t first, int64_t count, double scale,
