@@ -2,6 +2,9 @@
 // Tests named Stories15M* need the real model from scripts/fetch-model.sh and are skipped
 // when it is absent; the tiny hand-made checkpoint tests always run.
 #include <gtest/gtest.h>
+
+#include <map>
+#include <random>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,6 +71,53 @@ TEST_F(Stories15M, EncodeMatchesLlama2c) {
   EXPECT_EQ(tok_->encode("Hello, world!"), (std::vector<int>{1, 15043, 29892, 3186, 29991}));
   // A codepoint missing from the vocabulary falls back to its UTF-8 bytes + 3.
   EXPECT_EQ(tok_->encode("🦙", false), (std::vector<int>{29871, 0xF0 + 3, 0x9F + 3, 0xA6 + 3, 0x99 + 3}));
+}
+
+// llama2.c's merge loop as it is written (every adjacent pair rescanned after each merge),
+// from the tokenizer's public pieces and scores: encode() must make the same merges.
+std::vector<int> quadratic_encode(const kvtrace::Tokenizer& tok, const std::string& text) {
+  std::map<std::string, int> index;  // ordinary pieces, the first id of a piece winning
+  for (int id = 3; id < tok.vocab_size(); ++id)
+    if (!tok.is_byte_token(id)) index.emplace(tok.piece(id), id);
+  auto lookup = [&](const std::string& piece) { auto it = index.find(piece); return it == index.end() ? -1 : it->second; };
+  std::vector<int> tokens = {1, lookup(" ")};
+  std::string cp;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c & 0xC0) != 0x80) cp.clear();
+    cp.push_back(static_cast<char>(c));
+    if (i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80 && cp.size() < 4) continue;
+    if (const int id = lookup(cp); id != -1) tokens.push_back(id);
+    else for (char b : cp) tokens.push_back(static_cast<unsigned char>(b) + 3);
+    cp.clear();
+  }
+  while (true) {
+    float best_score = -1e10f;
+    int best_id = -1;
+    size_t best = 0;
+    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+      const int a = tokens[i], b = tokens[i + 1];
+      if (a <= 2 || b <= 2 || tok.is_byte_token(a) || tok.is_byte_token(b)) continue;
+      const int id = lookup(tok.piece(a) + tok.piece(b));
+      if (id != -1 && tok.score(id) > best_score) best_score = tok.score(id), best_id = id, best = i;
+    }
+    if (best_id == -1) break;
+    tokens[best] = best_id;
+    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best) + 1);
+  }
+  return tokens;
+}
+
+TEST_F(Stories15M, EncodeMakesLlama2cMergesInLinearithmicTime) {
+  std::mt19937 random(4);
+  const std::vector<std::string> words = {"Once", " upon", " a", " time", ",", " Lily", " café", " 日本", "🦙", "aaaa",
+                                          "  ", "\n", "!!", " the", "ing", "ed", "x", "zz", "th", "e"};
+  for (int trial = 0; trial < 60; ++trial) {
+    std::string text;
+    const int length = 1 + static_cast<int>(random() % 80);
+    for (int w = 0; w < length; ++w) text += words[random() % words.size()];
+    EXPECT_EQ(tok_->encode(text), quadratic_encode(*tok_, text)) << text;
+  }
 }
 
 TEST_F(Stories15M, TokenizerRoundTrip) {

@@ -3,6 +3,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <queue>
 #include <fstream>
 #include <stdexcept>
 
@@ -137,28 +138,60 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool bos, bool eos) co
     cp.clear();
   }
 
-  // Merge the best-scoring adjacent pair until no pair forms a piece.
+  // Merge the best-scoring adjacent pair until no pair forms a piece, the leftmost pair among
+  // equal scores first (llama2.c's rule, whose rescan of every pair per merge is quadratic).
+  // Here: the symbols as a linked list and the candidate pairs in a heap, stale entries
+  // skipped when they surface; n log n, the same merges in the same order.
   // Byte and control tokens never merge (see the header).
-  std::string pair;
-  while (true) {
-    float best_score = -1e10f;
-    int best_id = -1;
-    std::size_t best_idx = 0;
-    for (std::size_t i = 0; i + 1 < tokens.size(); ++i) {
-      const int a = tokens[i], b = tokens[i + 1];
-      if (a <= kEos || b <= kEos || is_byte_token(a) || is_byte_token(b)) continue;
-      pair.assign(pieces_[a]).append(pieces_[b]);
-      const int id = lookup(pair);
-      if (id != -1 && scores_[id] > best_score) {
-        best_score = scores_[id];
-        best_id = id;
-        best_idx = i;
-      }
+  struct Symbol {
+    int id, prev, next;
+    unsigned version = 0;  // bumped when the symbol changes, to spot stale pairs
+  };
+  struct Pair {
+    float score;
+    int left, right, id;
+    unsigned left_version, right_version;
+    bool operator<(const Pair& other) const {  // the heap's top: highest score, then leftmost
+      return score != other.score ? score < other.score : left > other.left;
     }
-    if (best_id == -1) break;
-    tokens[best_idx] = best_id;
-    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_idx) + 1);
+  };
+  std::vector<Symbol> symbols(tokens.size());
+  for (std::size_t i = 0; i < tokens.size(); ++i)
+    symbols[i] = {tokens[i], static_cast<int>(i) - 1, i + 1 < tokens.size() ? static_cast<int>(i) + 1 : -1};
+  std::priority_queue<Pair> candidates;
+  std::string pair;
+  auto consider = [&](int left) {
+    if (left < 0 || symbols[left].next < 0) return;
+    const int right = symbols[left].next;
+    const int a = symbols[left].id, b = symbols[right].id;
+    if (a <= kEos || b <= kEos || is_byte_token(a) || is_byte_token(b)) return;
+    pair.assign(pieces_[a]).append(pieces_[b]);
+    const int id = lookup(pair);
+    if (id != -1 && scores_[id] > -1e10f)
+      candidates.push({scores_[id], left, right, id, symbols[left].version, symbols[right].version});
+  };
+  for (std::size_t i = 0; i + 1 < symbols.size(); ++i) consider(static_cast<int>(i));
+  while (!candidates.empty()) {
+    const Pair best = candidates.top();
+    candidates.pop();
+    Symbol& left = symbols[best.left];
+    if (left.next != best.right || left.version != best.left_version ||
+        symbols[best.right].version != best.right_version)
+      continue;  // one of its symbols merged since
+    Symbol& right = symbols[best.right];
+    left.id = best.id;
+    ++left.version;
+    ++right.version;
+    left.next = right.next;
+    if (right.next >= 0) symbols[right.next].prev = best.left;
+    right.next = right.prev = -1;
+    consider(left.prev);
+    consider(best.left);
   }
+  std::vector<int> merged;
+  merged.reserve(symbols.size());
+  for (int i = symbols.empty() ? -1 : 0; i >= 0; i = symbols[i].next) merged.push_back(symbols[i].id);
+  tokens.swap(merged);
 
   if (eos) tokens.push_back(kEos);
   return tokens;
