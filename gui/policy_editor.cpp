@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "kvsim/index_list.hpp"
+#include "kvsim/lists.hpp"
 #include "kvsim/policy.hpp"
 
 namespace kvgui {

@@ -1,5 +1,6 @@
 #include "cli_common.hpp"
 
+#include "kvsim/lists.hpp"
 #include "kvtrace/atomic_file.hpp"
 
 #include <unistd.h>
@@ -37,17 +38,7 @@ kvtrace::DType parse_dtype(const std::string& option, const std::string& text) {
 }
 
 std::vector<int> parse_indices(const std::string& option, const std::string& text) {
-  std::vector<int> out;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    if (item.empty()) continue;
-    char* end = nullptr;
-    const long value = std::strtol(item.c_str(), &end, 10);
-    if (*end != '\0' || value < 0 || value > (1L << 30)) bad_option(option, "'" + item + "' is not an index");
-    out.push_back(static_cast<int>(value));
-  }
-  return out;
+  return text.empty() ? std::vector<int>{} : parse_index_list("--" + option, text);
 }
 
 void check_plot_path(const std::string& option, const std::string& path) {
@@ -83,15 +74,7 @@ void prepare_outputs(const std::vector<std::string>& inputs, const std::vector<s
 }
 
 std::vector<std::string> split_names(const std::string& option, const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
-    if (item.empty()) bad_option(option, "empty name in '" + text + "'");
-    out.push_back(item);
-  }
-  if (out.empty() || text.back() == ',') bad_option(option, "empty name in '" + text + "'");
-  return out;
+  return parse_name_list("--" + option, text);
 }
 
 std::string default_model_dir() {

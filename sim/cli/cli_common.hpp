@@ -37,7 +37,8 @@ struct Interrupted : std::runtime_error {
 [[noreturn]] void bad_option(const std::string& option, const std::string& problem);
 
 kvtrace::DType parse_dtype(const std::string& option, const std::string& text);
-// "0,2,5" -> {0, 2, 5}; "" -> {}. Throws InputError naming the option.
+// "0,2,5-7" -> {0, 2, 5, 6, 7}; "" -> {} (all). Throws InputError naming the option
+// (kvsim/lists.hpp: empty items and repeats are refused).
 std::vector<int> parse_indices(const std::string& option, const std::string& text);
 
 // A --plot file: refused up front unless this kvsim renders plots (Qt6), the name ends in
@@ -49,7 +50,8 @@ void check_plot_path(const std::string& option, const std::string& path);
 // data alone: the verb's tables and messages go to stderr from here on.
 void prepare_outputs(const std::vector<std::string>& inputs, const std::vector<std::string>& text_outputs,
                      const std::vector<std::string>& file_outputs = {});
-// A comma list of names; an empty name ("h2o,,tova", "h2o,") is an error of `option`.
+// A comma list of names; an empty or repeated name ("h2o,,tova", "h2o,", "h2o,h2o") is an
+// error of `option`.
 std::vector<std::string> split_names(const std::string& option, const std::string& text);
 
 // Where scripts/fetch-model.sh puts stories15M and its tokenizer: $KVSIM_MODEL_DIR, else

@@ -9,6 +9,7 @@
 #include "cli_common.hpp"
 #include "kvsim/analysis.hpp"
 #include "kvsim/replay.hpp"
+#include "kvsim/lists.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/reader.hpp"
 #include "replay_options.hpp"
@@ -19,23 +20,9 @@
 namespace kvsim::cli {
 namespace {
 
-std::vector<int64_t> parse_counts(const std::string& option, const std::string& text, int64_t minimum) {
+std::vector<int64_t> parse_lags(const std::string& text) {
   std::vector<int64_t> out;
-  for (const auto& item : split(text, ',')) {
-    char* end = nullptr;
-    const long long value = std::strtoll(item.c_str(), &end, 10);
-    if (*end != '\0' || value < minimum || value > (int64_t{1} << 30))
-      bad_option(option, "'" + item + "' is not an integer >= " + std::to_string(minimum));
-    out.push_back(value);
-  }
-  if (out.empty()) bad_option(option, "nothing given");
-  return out;
-}
-
-std::vector<int> parse_list(const std::string& option, const std::string& text) {
-  std::vector<int> out;
-  if (text.empty()) return out;
-  for (int64_t v : parse_counts(option, text, 0)) out.push_back(static_cast<int>(v));
+  for (int lag : parse_index_list("--lags", text, 1 << 30, 1)) out.push_back(lag);
   return out;
 }
 
@@ -158,9 +145,9 @@ int cmd_analyze(const std::vector<std::string>& args) {
 
   AnalysisConfig config;
   config.rows = parse_rows(rows);
-  config.sequences = parse_list("seqs", sequences);
-  config.layers = parse_list("layers", layers);
-  config.options.lags = parse_counts("lags", lags, 1);
+  config.sequences = parse_indices("seqs", sequences);
+  config.layers = parse_indices("layers", layers);
+  config.options.lags = parse_lags(lags);
   std::sort(config.options.lags.begin(), config.options.lags.end());
   config.options.lags.erase(std::unique(config.options.lags.begin(), config.options.lags.end()), config.options.lags.end());
   try {

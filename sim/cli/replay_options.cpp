@@ -14,14 +14,6 @@
 
 namespace kvsim::cli {
 
-std::vector<std::string> split(const std::string& text, char separator) {
-  std::vector<std::string> out;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, separator))
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
 
 void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
   options.add_options()

@@ -25,7 +25,6 @@ struct ReplayCliOptions {
 void add_replay_options(po::options_description& options, ReplayCliOptions& values);
 // Fills everything in config but the policies and budgets.
 void apply_replay_options(const ReplayCliOptions& values, const kvtrace::TraceReader& reader, ReplayConfig& config);
-std::vector<std::string> split(const std::string& text, char separator);
 // Writes the --csv/--json/--survival/--plot files asked for.
 void write_outputs(const ReplayCliOptions& values, const kvtrace::TraceReader& reader, const ReplayResults& results,
                    bool sweep);

@@ -14,7 +14,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kvsim/index_list.hpp"
+#include "kvsim/lists.hpp"
 #include "kvsim/policy.hpp"
 
 namespace kvsim {

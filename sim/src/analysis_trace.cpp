@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "kvsim/analysis.hpp"
+#include "kvsim/lists.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "parallel_for.hpp"
@@ -14,25 +15,11 @@
 namespace kvsim {
 namespace {
 
-std::vector<int> all_or(const std::vector<int>& chosen, int count, const kvtrace::TraceReader& reader,
-                        const char* what) {
-  if (chosen.empty()) {
-    std::vector<int> all(static_cast<size_t>(count));
-    for (int i = 0; i < count; ++i) all[static_cast<size_t>(i)] = i;
-    return all;
-  }
-  for (size_t i = 0; i < chosen.size(); ++i) {
-    if (chosen[i] < 0 || chosen[i] >= count)
-      reader.fail("", std::string(what) + " " + std::to_string(chosen[i]) + " out of range (the trace has " +
-                          std::to_string(count) + ")");
-    if (std::find(chosen.begin(), chosen.begin() + static_cast<std::ptrdiff_t>(i), chosen[i]) !=
-        chosen.begin() + static_cast<std::ptrdiff_t>(i))
-      reader.fail("", std::string(what) + " " + std::to_string(chosen[i]) + " given twice");
-  }
-  std::vector<int> sorted = chosen;
-  std::sort(sorted.begin(), sorted.end());
-  return sorted;
+std::vector<int> sorted_indices(std::vector<int> indices) {
+  std::sort(indices.begin(), indices.end());
+  return indices;
 }
+
 
 // Accumulates per-(sequence, layer, head) values into a StatRow; NaN values are left out.
 struct StatSums {
@@ -88,8 +75,8 @@ TraceAnalysis analyze_trace(const kvtrace::TraceReader& reader, const AnalysisCo
   const kvtrace::TraceMeta& meta = reader.meta();
   TraceAnalysis analysis;
   analysis.options = config.options;
-  analysis.sequences = all_or(config.sequences, reader.n_sequences(), reader, "sequence");
-  analysis.layers = all_or(config.layers, meta.n_layers, reader, "layer");
+  analysis.sequences = sorted_indices(chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path()));
+  analysis.layers = sorted_indices(chosen_or_all(config.layers, meta.n_layers, "layer", reader.path()));
   analysis.n_heads = meta.n_heads;
   std::vector<int> heads(static_cast<size_t>(meta.n_heads));
   for (int h = 0; h < meta.n_heads; ++h) heads[static_cast<size_t>(h)] = h;

@@ -1,5 +1,7 @@
 #include "kvsim/budget.hpp"
+#include "kvsim/lists.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <sstream>
@@ -62,15 +64,17 @@ double Budget::share(int64_t n_tokens) const {
 
 std::vector<Budget> parse_budgets(const std::string& comma_separated) {
   std::vector<Budget> out;
-  std::stringstream stream(comma_separated);
-  std::string item;
-  while (std::getline(stream, item, ',')) out.push_back(Budget::parse(item));
-  if (out.empty()) bad(comma_separated, "no budget given");
+  for (const std::string& item : parse_name_list("--budgets", comma_separated)) out.push_back(Budget::parse(item));
   return out;
 }
 
 LayerSchedule LayerSchedule::from_weights(std::string name, std::vector<double> weights) {
-  const double mean = std::accumulate(weights.begin(), weights.end(), 0.0) / static_cast<double>(weights.size());
+  double mean = std::accumulate(weights.begin(), weights.end(), 0.0) / static_cast<double>(weights.size());
+  if (!std::isfinite(mean)) {  // weights near the largest double: their sum overflows, their ratios do not
+    const double largest = *std::max_element(weights.begin(), weights.end());
+    for (double& w : weights) w /= largest;
+    mean = std::accumulate(weights.begin(), weights.end(), 0.0) / static_cast<double>(weights.size());
+  }
   for (double& w : weights) w /= mean;
   LayerSchedule schedule;
   schedule.name = std::move(name);
@@ -81,9 +85,7 @@ LayerSchedule LayerSchedule::from_weights(std::string name, std::vector<double> 
 LayerSchedule LayerSchedule::parse(const std::string& text, int n_layers) {
   if (text.empty() || text == "uniform") return {};
   std::vector<double> weights;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
+  for (const std::string& item : split_list("--layer-budget", text)) {
     char* end = nullptr;
     const double w = std::strtod(item.c_str(), &end);
     if (item.empty() || *end != '\0' || !std::isfinite(w) || w <= 0)

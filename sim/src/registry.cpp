@@ -3,7 +3,7 @@
 #include <cstdlib>
 
 #include "../policies/list.hpp"
-#include "kvsim/index_list.hpp"
+#include "kvsim/lists.hpp"
 #include "kvsim/policy.hpp"
 #include "kvtrace/error.hpp"
 

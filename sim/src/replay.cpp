@@ -5,6 +5,7 @@
 #include <exception>
 #include <thread>
 
+#include "kvsim/lists.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "quantized_layer.hpp"
@@ -84,19 +85,6 @@ struct WorkItem {
   std::vector<size_t> cell_of_record;
 };
 
-std::vector<int> all_or(const std::vector<int>& chosen, int count, const kvtrace::TraceReader& reader,
-                        const char* what) {
-  if (chosen.empty()) {
-    std::vector<int> all(static_cast<size_t>(count));
-    for (int i = 0; i < count; ++i) all[static_cast<size_t>(i)] = i;
-    return all;
-  }
-  for (int index : chosen)
-    if (index < 0 || index >= count)
-      reader.fail("", std::string(what) + " " + std::to_string(index) + " out of range (the trace has " +
-                          std::to_string(count) + ")");
-  return chosen;
-}
 
 // Groups 0..n_kv-1 are the kv heads with their query heads; group n_kv is the whole layer.
 std::vector<CacheGroup> build_groups(int n_heads, int n_kv_heads, int seq, int layer,
@@ -293,8 +281,8 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
   if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
   const kvtrace::TraceMeta& meta = reader.meta();
-  const std::vector<int> sequences = all_or(config.sequences, reader.n_sequences(), reader, "sequence");
-  const std::vector<int> layers = all_or(config.layers, meta.n_layers, reader, "layer");
+  const std::vector<int> sequences = chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path());
+  const std::vector<int> layers = chosen_or_all(config.layers, meta.n_layers, "layer", reader.path());
   if (!config.schedule.weights.empty() && static_cast<int>(config.schedule.weights.size()) != meta.n_layers)
     reader.fail("", "the layer budget schedule has " + std::to_string(config.schedule.weights.size()) +
                         " weights for " + std::to_string(meta.n_layers) + " layers");

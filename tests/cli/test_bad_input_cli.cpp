@@ -80,7 +80,7 @@ TEST_F(BadInput, Sweep) {
       {"sweep " + trace_ + " --budgets 50%,-5" + csv, "budget '-5': must be positive"},
       {"sweep " + trace_ + " --budgets 150%" + csv, "budget '150%': must be at most 100%"},
       {"sweep " + trace_ + " --policies h2o,nope" + csv, "unknown policy 'nope'"},
-      {"sweep " + trace_ + " --policies h2o," + csv, "--policies: empty name in 'h2o,'"},
+      {"sweep " + trace_ + " --policies h2o," + csv, "--policies: empty item in 'h2o,'"},
       {"sweep " + trace_ + " --plot " + out("plot.pdf"), "must end in .png or .svg"},
       {"sweep " + trace_ + " --param nope=1" + csv, "no chosen policy takes 'nope'"},
       {"sweep " + trace_ + " --param h2o.nope=1 --policies h2o" + csv, "policy h2o has no parameter 'nope'"},

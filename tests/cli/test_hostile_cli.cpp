@@ -89,6 +89,32 @@ TEST_F(Hostile, FullDiskWhileWritingATrace) {
   expect_only({"t.h5"});
 }
 
+// 9. One parser for every list: repeats, empty items and overflowing weights are refused.
+TEST_F(Hostile, ListsRefuseRepeatsEmptyItemsAndOverflow) {
+  const std::string csv = " --csv " + dir_.file("s.csv");
+  for (const auto& [args, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {replay("--seqs 0,0"), "--seqs: index 0 is given twice"},
+           {replay("--layers 1,1"), "--layers: index 1 is given twice"},
+           {replay("--seqs 0,"), "--seqs: empty item"},
+           {replay("--layers ,1"), "--layers: empty item"},
+           {"sweep " + trace_ + " --policies h2o,tova,h2o" + csv, "--policies: 'h2o' is given twice"},
+           {"sweep " + trace_ + " --budgets 10%,10%" + csv, "--budgets: '10%' is given twice"},
+           {"sweep " + trace_ + " --budgets 10%,,20%" + csv, "--budgets: empty item"},
+           {"analyze " + trace_ + " --seqs 0,0", "--seqs: index 0 is given twice"},
+           {"analyze " + trace_ + " --lags 1,4,", "--lags: empty item"},
+           {"analyze " + trace_ + " --lags 0", "--lags: '0' is below 1"},
+           {"eval --trace " + trace_ + " --seqs 1,1 --policies h2o", "--seqs: index 1 is given twice"},
+           {replay("--layer-budget 1,2,"), "--layer-budget: empty item"},
+       })
+    expect_refused(kvtest::run_kvsim(args), fragment);
+  // Weights near the largest double: their ratio, not an overflowed mean, makes the budgets.
+  const auto huge = kvtest::run_kvsim(replay("--layer-budget 1e308,1e308"));
+  const auto even = kvtest::run_kvsim(replay(""));
+  ASSERT_EQ(huge.code, 0) << huge.output;
+  auto all_line = [](const std::string& out) { return out.substr(out.find("\nall "), 60); };
+  EXPECT_EQ(all_line(huge.output), all_line(even.output));
+}
+
 // 13. "-" is standard output; the table then goes to stderr.
 TEST_F(Hostile, DashIsStandardOutput) {
   const auto csv = kvtest::run_kvsim(replay("--csv - 2>/dev/null | cat"));

@@ -84,7 +84,7 @@ class BoundPolicy : public Policy {
 
 // ---- parameters ----
 
-// index_set: "all" or a list of indices and ranges such as 5-35 (kvsim/index_list.hpp).
+// index_set: "all" or a list of indices and ranges such as 5-35 (kvsim/lists.hpp).
 enum class ParamType { integer, real, choice, index_set };
 const char* param_type_name(ParamType type);  // "integer", "real", "choice", "index_set"
 
