@@ -18,7 +18,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
       ("policies", po::value(&policies)->default_value(policies), "comma-separated policies")
       ("budgets", po::value(&budgets)->default_value(budgets), "comma-separated budgets: tokens (64) or % (20%)")
       ("plot", po::value(&values.plot), "write retention vs budget as PNG or SVG (rendered off screen)")
-      ("resume", "write --csv row by row as each policy finishes, and continue an interrupted sweep from the rows already in it");
+      ("resume", "write --csv row by row as each policy finishes, and continue an interrupted sweep from the rows already in it; the settings and the trace's identity go to CSV.settings, and a resume with other settings or another trace is refused");
   add_replay_options(options, values);
   po::positional_options_description positional;
   positional.add("trace", 1);

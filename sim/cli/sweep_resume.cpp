@@ -1,6 +1,7 @@
 #include "sweep_resume.hpp"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -54,6 +55,74 @@ bool same_cell(const std::string& row, const CellResult& expected) {
          fields[2] == expected.budget.text && fields[3] == expected.quant.name;
 }
 
+// What identifies the trace without reading it whole: its size, modification time, and a
+// hash of its first and last 64 KiB (FNV-1a).
+std::string trace_identity(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) throw kvtrace::InputError(path, "", "cannot stat the trace");
+  std::ifstream in(path, std::ios::binary);
+  uint64_t hash = 1469598103934665603ull;
+  auto mix = [&](std::streamoff from) {
+    in.clear();
+    in.seekg(from);
+    std::vector<char> bytes(65536);
+    in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    for (std::streamsize i = 0; i < in.gcount(); ++i) hash = (hash ^ static_cast<unsigned char>(bytes[i])) * 1099511628211ull;
+  };
+  mix(0);
+  mix(std::max<std::streamoff>(0, static_cast<std::streamoff>(info.st_size) - 65536));
+  char text[96];
+  std::snprintf(text, sizeof text, "%lld bytes, modified %lld.%09ld, hash %016llx", static_cast<long long>(info.st_size),
+                static_cast<long long>(info.st_mtim.tv_sec), info.st_mtim.tv_nsec, static_cast<unsigned long long>(hash));
+  return text;
+}
+
+// Every setting that changes a row, one "name: value" line each, with the trace's identity.
+// (Policies, parameters, budgets and quantization are also in each row.)
+std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& config, const ReplayCliOptions& values) {
+  std::string policies, budgets;
+  for (const auto& policy : config.policies) policies += (policies.empty() ? "" : ",") + policy.label;
+  for (const auto& budget : config.budgets) budgets += (budgets.empty() ? "" : ",") + budget.text;
+  auto indices = [](const std::vector<int>& list) {
+    std::string out;
+    for (int i : list) out += (out.empty() ? "" : ",") + std::to_string(i);
+    return out.empty() ? std::string("all") : out;
+  };
+  std::string out;
+  out += "trace: " + trace_identity(reader.path()) + "\n";
+  out += "policies: " + policies + "\n";
+  out += "budgets: " + budgets + "\n";
+  out += "quant: " + (values.quant.empty() ? std::string("none") : values.quant) + "\n";
+  out += "seqs: " + indices(config.sequences) + "\n";
+  out += "layers: " + indices(config.layers) + "\n";
+  out += "mode: " + std::string(mode_name(config.mode)) + "\n";
+  out += "aggregate: " + values.aggregate + "\n";
+  out += "rows: " + values.rows + "\n";
+  out += "output-error: " + values.output_error + "\n";
+  out += "layer-budget: " + values.layer_budget + "\n";
+  return out;
+}
+
+// A resume continues only the sweep that wrote the rows: same trace, same settings.
+void check_settings(const std::string& path, const std::string& settings, bool has_rows) {
+  const std::string sidecar = path + ".settings";
+  std::ifstream in(sidecar, std::ios::binary);
+  if (!in) {
+    if (has_rows)
+      throw kvtrace::InputError(path, "", "--resume: " + sidecar + " is missing, so these rows cannot be checked against "
+                                           "this sweep; start it again without --resume");
+    return;
+  }
+  const std::string recorded((std::istreambuf_iterator<char>(in)), {});
+  std::istringstream a(recorded), b(settings);
+  for (std::string was, now; std::getline(b, now);) {
+    if (!std::getline(a, was)) was.clear();
+    if (was != now)
+      throw kvtrace::InputError(path, "", "--resume: the rows were made with " + (was.empty() ? "other settings" : "'" + was + "'") +
+                                           ", this sweep has '" + now + "'; start it again without --resume");
+  }
+}
+
 }  // namespace
 
 ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayConfig& config,
@@ -75,6 +144,8 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
     expected[c].quant = config.quant.empty() ? none : config.quant[c / config.budgets.size() % quants];
   }
   std::vector<std::string> rows = complete_rows(path, header);
+  const std::string settings = settings_of(reader, config, values);
+  check_settings(path, settings, !rows.empty());
   size_t done = 0;
   while (done < rows.size() && done < total && same_cell(rows[done], expected[done])) ++done;
   if (done < rows.size())
@@ -86,6 +157,7 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   {
     std::string kept = header;
     for (const auto& row : rows) kept += row;
+    kvtrace::write_file_atomically(path + ".settings", settings);
     kvtrace::write_file_atomically(path, kept);
   }
   const int fd = ::open(path.c_str(), O_WRONLY | O_APPEND);

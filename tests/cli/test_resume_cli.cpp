@@ -10,6 +10,8 @@
 #include <chrono>
 #include <fstream>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
@@ -103,6 +105,8 @@ TEST_F(Resume, AfterKill) { interrupt_and_resume(SIGKILL); }
 
 TEST_F(Resume, TruncatedLastLineIsDropped) {
   const std::string csv = dir_.file("cut.csv");
+  ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + grid_args() + " --csv " + csv + " --resume").code, 0);
+  ASSERT_EQ(kvtest::slurp(csv), whole_);
   {
     std::ofstream out(csv, std::ios::binary);
     out << whole_.substr(0, whole_.size() / 2);  // cut in the middle of a row
@@ -115,6 +119,33 @@ TEST_F(Resume, TruncatedLastLineIsDropped) {
 TEST_F(Resume, RowsOfAnotherSweepAreRefused) {
   const std::string csv = dir_.file("other.csv");
   ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + " --policies h2o --budgets 10% --csv " + csv).code, 0);
-  const auto result = kvtest::expect_one_line_error("sweep " + trace_ + grid_args() + " --csv " + csv + " --resume");
-  EXPECT_NE(result.output.find("is not this sweep's"), std::string::npos) << result.output;
+  auto result = kvtest::expect_one_line_error("sweep " + trace_ + grid_args() + " --csv " + csv + " --resume");
+  EXPECT_NE(result.output.find("other.csv.settings is missing"), std::string::npos) << result.output;
+  const std::string resumable = dir_.file("resumable.csv");
+  ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + " --policies h2o --budgets 10% --csv " + resumable + " --resume").code, 0);
+  result = kvtest::expect_one_line_error("sweep " + trace_ + grid_args() + " --csv " + resumable + " --resume");
+  EXPECT_NE(result.output.find("'policies: h2o'"), std::string::npos) << result.output;
+}
+
+// Every setting that changes a row, and the trace itself, must match (issue 18 item 6).
+TEST_F(Resume, OtherSettingsOrAnotherTraceAreRefused) {
+  const std::string csv = dir_.file("settings.csv");
+  const std::string grid = " --policies h2o,tova --budgets 10%,30% --csv " + csv + " --resume";
+  ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + grid).code, 0);
+  for (const auto& [extra, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {" --seqs 0", "'seqs: 0'"},
+           {" --layers 1", "'layers: 1'"},
+           {" --mode prefill", "'mode: prefill'"},
+           {" --aggregate max", "'aggregate: max'"},
+           {" --output-error off", "'output-error: off'"},
+           {" --layer-budget 1,2", "'layer-budget: 1,2'"},
+           {" --rows qk", "'rows: qk'"}}) {
+    const auto result = kvtest::expect_one_line_error("sweep " + trace_ + grid + extra);
+    EXPECT_NE(result.output.find(fragment), std::string::npos) << extra << ": " << result.output;
+  }
+  const std::string other = dir_.file("other.h5");
+  ASSERT_EQ(kvtest::run_kvsim("synth " + other + " --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --tokens 64 --seqs 2").code, 0);
+  const auto result = kvtest::expect_one_line_error("sweep " + other + grid);
+  EXPECT_NE(result.output.find("'trace: "), std::string::npos) << result.output;
+  EXPECT_EQ(kvtest::run_kvsim("sweep " + trace_ + grid).code, 0);  // the same sweep still resumes
 }
