@@ -115,6 +115,24 @@ TEST_F(Hostile, ListsRefuseRepeatsEmptyItemsAndOverflow) {
   EXPECT_EQ(all_line(huge.output), all_line(even.output));
 }
 
+// 8. A trace truncated while a sweep reads it: one line, exit 2, whichever thread notices.
+TEST_F(Hostile, TraceTruncatedDuringASweep) {
+  const std::string big = dir_.file("big.h5");
+  ASSERT_EQ(kvtest::run_kvsim("synth " + big + " --layers 12 --heads 8 --kv-heads 2 --head-dim 64 --tokens 1536 --seqs 2").code, 0);
+  const std::string command = std::string(KVSIM_EXE) + " sweep " + big +
+                              " --policies h2o,tova,snapkv,scissorhands,recent --budgets 10%,50% --threads 2 2>&1 & pid=$!; "
+                              "sleep 0.7; truncate -s " + std::to_string(fs::file_size(big) * 6 / 10) + " " + big +
+                              "; wait $pid; echo \"exit $?\"";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
+  ::pclose(pipe);
+  EXPECT_NE(output.find("exit 2"), std::string::npos) << output;
+  EXPECT_EQ(kvtest::count_lines(output), 2) << output;  // the one line, and "exit 2"
+  EXPECT_NE(output.find("big.h5"), std::string::npos) << output;
+}
+
 // 13. "-" is standard output; the table then goes to stderr.
 TEST_F(Hostile, DashIsStandardOutput) {
   const auto csv = kvtest::run_kvsim(replay("--csv - 2>/dev/null | cat"));

@@ -1,6 +1,7 @@
 #include "kvtrace/reader.hpp"
 
 #include <H5Cpp.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <atomic>
@@ -78,6 +79,8 @@ TraceReader::TraceReader(const std::string& path) : path_(path), handle_(std::ma
     if (!probe) fail("", "cannot open for reading (permission denied?)");
   }
   file_size_ = std::filesystem::file_size(path, ec);
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0) modified_ns_ = info.st_mtim.tv_sec * int64_t{1000000000} + info.st_mtim.tv_nsec;
   bool is_hdf5 = false;
   try {
     is_hdf5 = H5::H5File::isHdf5(path);
@@ -142,6 +145,17 @@ TraceReader& TraceReader::operator=(TraceReader&&) noexcept = default;
 
 void TraceReader::fail(const std::string& dataset, const std::string& problem) const {
   throw InputError(path_, dataset, problem);
+}
+
+void TraceReader::check_unchanged() const {
+  if (modified_ns_ < 0) return;
+  struct stat info {};
+  const bool gone = ::stat(path_.c_str(), &info) != 0;
+  const int64_t modified = gone ? -1 : info.st_mtim.tv_sec * int64_t{1000000000} + info.st_mtim.tv_nsec;
+  if (gone || static_cast<uint64_t>(info.st_size) != file_size_ || modified != modified_ns_)
+    fail("", gone ? "was removed while being read"
+                  : "changed while being read (now " + std::to_string(info.st_size) + " bytes, was " +
+                        std::to_string(file_size_) + "): the results would mix two files");
 }
 
 void TraceReader::load_root() {
@@ -434,6 +448,7 @@ std::vector<float> TraceReader::read_head(int seq, int layer, Tensor tensor, int
   try {
     H5::DataSet dataset = handle_->file.openDataSet(path);
     h5::read_floats(dataset, form.dtype(tensor), start, count, out);
+    check_unchanged();
   } catch (const H5::Exception&) {
     fail(path, "cannot read head " + std::to_string(head) + ", file truncated or corrupt (" +
                    h5::error_detail() + ")");
@@ -465,6 +480,7 @@ std::vector<float> TraceReader::read_attn_rows(int seq, int layer, int head, int
   try {
     H5::DataSet dataset = handle_->file.openDataSet(path);
     h5::read_floats(dataset, form.attn_dtype, start, count, out);
+    check_unchanged();
   } catch (const H5::Exception&) {
     fail(path, "cannot read head " + std::to_string(head) + ", file truncated or corrupt (" +
                    h5::error_detail() + ")");

@@ -65,10 +65,14 @@ class TraceReader {
   void load_sequence(int seq);
   LayerForm load_layer(const H5::Group& layers, int seq, int layer, int64_t n_tokens);
   void check_index(int seq, int layer) const;
+  // After every read: HDF5 reads bytes past the end of a file shrunk since it was opened as
+  // zeros, silently. A file whose size or modification time changed is refused.
+  void check_unchanged() const;
 
   struct Handle;
   std::string path_;
   uint64_t file_size_ = 0;
+  int64_t modified_ns_ = -1;  // -1: an image in memory, which cannot change
   std::unique_ptr<Handle> handle_;
   TraceMeta meta_;
   std::vector<SequenceMeta> sequences_;
