@@ -143,7 +143,7 @@ std::string plan_table(const Plan& plan) {
   }
   out << "\n";
   if (target && plan.unmeasured)
-    out << "+ " << metric_name << " measured without quantization (the sweep has no quant column): the loss the "
+    out << "+ " << metric_name << " measured without quantization (the sweep quantized nothing): the loss the "
         << "quantization adds is not in it; kvsim sweep --quant measures it\n";
   if (plan.any_bound) out << "* an upper bound, not a policy\n";
   bool not_met = false;

@@ -250,7 +250,6 @@ SweepTable parse_sweep_csv(const std::string& text, const std::string& file, con
   const auto params = column("params", false), tokens = column("budget_tokens_mean", false);
   const auto mode = column("mode", false), quant = column("quant", false);
   SweepTable table;
-  table.has_quant = quant.has_value();
   for (size_t r = 1; r < records.size(); ++r) {
     const auto& record = records[r];
     const size_t line = r + 1;
@@ -272,6 +271,9 @@ SweepTable parse_sweep_csv(const std::string& text, const std::string& file, con
     table.rows.push_back(std::move(row));
   }
   if (table.rows.empty()) throw kvtrace::InputError(file, "", "no rows after the header");
+  // `sweep --csv` always writes the column: a sweep that quantized nothing is unquantized.
+  table.has_quant = std::any_of(table.rows.begin(), table.rows.end(),
+                                [](const SweepRow& row) { return !row.quant.empty() && row.quant != "none"; });
   return table;
 }
 

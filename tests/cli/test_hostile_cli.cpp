@@ -133,6 +133,17 @@ TEST_F(Hostile, TraceTruncatedDuringASweep) {
   EXPECT_NE(output.find("big.h5"), std::string::npos) << output;
 }
 
+// 11. A sweep whose quant column is only "none" is unquantized: --kv-quant applies to it.
+TEST_F(Hostile, PlanKvQuantOnAnUnquantizedSweep) {
+  const std::string csv = dir_.file("sweep.csv");
+  ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + " --policies h2o,tova --budgets 25%,50% --csv " + csv).code, 0);
+  ASSERT_NE(kvtest::slurp(csv).find(",quant,"), std::string::npos);
+  const auto plan = kvtest::run_kvsim("plan --model llama-3.1-8b --gpu h100-80gb --sweep " + csv +
+                                      " --target 'retention>=0.5' --kv-quant flexgen4");
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_NE(plan.output.find("flexgen4"), std::string::npos) << plan.output;
+}
+
 // 13. "-" is standard output; the table then goes to stderr.
 TEST_F(Hostile, DashIsStandardOutput) {
   const auto csv = kvtest::run_kvsim(replay("--csv - 2>/dev/null | cat"));

@@ -1,9 +1,12 @@
 """Every command the docs show with its output is run, and must print that output.
 
-In README.md and docs/*.md, a fenced ```sh block holding one command (lines may continue
-with a trailing backslash), followed by a paragraph with the word "prints" that ends in a
-colon, and then a block indented by four spaces, is a claim: run from the repository root (build/kvsim meaning the
-kvsim under test, KVSIM_EXE), the command prints every line of that block, in that order.
+In README.md and docs/*.md a claim is a fenced ```sh block of kvsim commands (a line may go
+on after a trailing backslash; `#` starts a comment) followed by its output, either
+- a plain ``` block right after it, or
+- a paragraph with the word "prints" ending in a colon, then a block indented by 4 spaces.
+The commands run in order from the repository root (build/kvsim meaning the kvsim under
+test, KVSIM_EXE; out/ is created), and every line of the output, in order, must be a line
+of what they print together. A line starting with "..." marks an elision and is skipped.
 """
 
 import glob
@@ -18,8 +21,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 EXE = os.environ.get("KVSIM_EXE", os.path.join(ROOT, "build", "kvsim"))
 
 
+def commands_of(body):
+    joined, current = [], ""
+    for line in body:
+        text = re.sub(r"\s+#.*$", "", line.rstrip())
+        if not text.strip():
+            continue
+        if text.endswith("\\"):
+            current += text[:-1] + " "
+            continue
+        joined.append((current + text).strip())
+        current = ""
+    return joined
+
+
 def claims(path):
-    """(line number, command, expected lines) for each command shown with its output."""
+    """(line number, commands, expected lines) for each command block shown with its output."""
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     out = []
@@ -29,61 +46,65 @@ def claims(path):
             i += 1
             continue
         start = i
-        body = []
         i += 1
+        body = []
         while i < len(lines) and lines[i].strip() != "```":
             body.append(lines[i])
             i += 1
         i += 1
         j = i
-        while j < len(lines) and lines[j].strip() == "":
+        while j < len(lines) and not lines[j].strip():
             j += 1
-        prose = []
-        while j < len(lines) and lines[j].strip() and not lines[j].startswith("    "):
-            prose.append(lines[j])
+        expected = None
+        if j < len(lines) and lines[j].strip() == "```":  # a plain block: the output
             j += 1
-        logical = [line for line in body if line.strip() and not line.rstrip().endswith("\\")]
-        if not prose or not re.search(r"\bprints\b", " ".join(prose)) or not prose[-1].rstrip().endswith(":") \
-                or len(logical) != 1:
+            expected = []
+            while j < len(lines) and lines[j].strip() != "```":
+                expected.append(lines[j])
+                j += 1
+        else:
+            prose = []
+            while j < len(lines) and lines[j].strip() and not lines[j].startswith("    "):
+                prose.append(lines[j])
+                j += 1
+            if prose and re.search(r"\bprints\b", " ".join(prose)) and prose[-1].rstrip().endswith(":"):
+                while j < len(lines) and not lines[j].strip():
+                    j += 1
+                expected = []
+                while j < len(lines) and (lines[j].startswith("    ") or not lines[j].strip()):
+                    expected.append(lines[j][4:])
+                    j += 1
+        if expected is None:
             continue
-        while j < len(lines) and lines[j].strip() == "":
-            j += 1
-        expected = []
-        while j < len(lines) and (lines[j].startswith("    ") or lines[j].strip() == ""):
-            expected.append(lines[j][4:])
-            j += 1
-        while expected and not expected[-1].strip():
-            expected.pop()
-        if not expected:
-            continue
-        command = " ".join(line.rstrip("\\").strip() for line in body if line.strip())
-        command = re.sub(r"\s+#.*$", "", command)
-        out.append((start + 1, command, expected))
+        expected = [line for line in expected if line.strip() and not line.lstrip().startswith("...")]
+        if expected:
+            out.append((start + 1, commands_of(body), expected))
     return out
 
 
 class DocsOutputs(unittest.TestCase):
     def test_every_shown_output(self):
         files = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
+        os.makedirs(os.path.join(ROOT, "out"), exist_ok=True)
         checked = 0
         for path in files:
-            for line, command, expected in claims(path):
-                where = f"{os.path.relpath(path, ROOT)}:{line}: {command}"
-                args = shlex.split(command)
-                self.assertEqual(args[0], "build/kvsim", where + " (only kvsim commands are checked)")
-                result = subprocess.run([EXE] + args[1:], cwd=ROOT, capture_output=True, text=True)
-                self.assertEqual(result.returncode, 0, where + "\n" + result.stderr)
-                printed = result.stdout.split("\n")
+            for line, commands, expected in claims(path):
+                where = f"{os.path.relpath(path, ROOT)}:{line}"
+                printed = []
+                for command in commands:
+                    args = shlex.split(command)
+                    self.assertEqual(args[0], "build/kvsim", f"{where}: only kvsim commands are checked: {command}")
+                    result = subprocess.run([EXE] + args[1:], cwd=ROOT, capture_output=True, text=True)
+                    self.assertEqual(result.returncode, 0, f"{where}: {command}\n{result.stderr}")
+                    printed += [p.rstrip() for p in result.stdout.split("\n")]
                 at = 0
                 for want in expected:
-                    if not want.strip():
-                        continue
-                    while at < len(printed) and printed[at].rstrip() != want.rstrip():
+                    while at < len(printed) and printed[at] != want.rstrip():
                         at += 1
-                    self.assertLess(at, len(printed), f"{where}\nexpected the line\n{want}\nin\n{result.stdout}")
+                    self.assertLess(at, len(printed), f"{where}: expected the line\n{want}\nin\n" + "\n".join(printed))
                     at += 1
                 checked += 1
-                print(f"ok {where}")
+                print(f"ok {where}: {len(commands)} command(s), {len(expected)} lines")
         self.assertGreater(checked, 0)
 
 
