@@ -10,6 +10,7 @@
 #include "kvsim/analysis.hpp"
 #include "kvsim/replay.hpp"
 #include "kvsim/lists.hpp"
+#include "kvsim/report.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/reader.hpp"
 #include "replay_options.hpp"
@@ -192,9 +193,9 @@ int cmd_analyze(const std::vector<std::string>& args) {
 #ifdef KVSIM_HAVE_PLOT
   if (!plot.empty()) write_plots(analysis, plot, reader.meta().model);
 #endif
-  std::cout << reader.meta().model << " (" << reader.path() << "): " << analysis.sequences.size() << " sequences x "
-            << analysis.layers.size() << " layers x " << analysis.n_heads
-            << " heads; full (unevicted) attention rows\n\n"
+  std::cout << wrap_text(reader.meta().model + " (" + reader.path() + "): " + std::to_string(analysis.sequences.size()) +
+                         " sequences x " + std::to_string(analysis.layers.size()) + " layers x " +
+                         std::to_string(analysis.n_heads) + " heads; full (unevicted) attention rows\n\n")
             << analysis_table(analysis, text);
   return 0;
 }

@@ -119,8 +119,8 @@ std::string plan_table(const Plan& plan) {
   const bool mix = setup.contexts.size() != 1;
   out << pad("policy", policy_width + 2) << pad("budget", budget_width + 2) << pad("quant", quant_width + 2);
   if (target) out << pad(metric_name, std::max<size_t>(metric_name.size(), 9) + 1, true);
-  out << pad("KV B/token", 12, true) << pad("KV/sequence", 13, true) << pad("blocks/seq", 12, true)
-      << pad("max seqs", 10, true) << pad("gain", 8, true) << "\n";
+  out << pad("KV B/tok", 10, true) << pad("KV/seq", 10, true) << pad("blocks", 8, true) << pad("max seqs", 9, true)
+      << pad("gain", 7, true) << "\n";
   for (const auto& row : plan.rows) {
     std::string policy = row.policy + (row.bound ? "*" : "") + (row.mode.empty() ? "" : " [" + row.mode + "]");
     out << pad(policy, policy_width + 2) << pad(budget_cell(row, setup), budget_width + 2)
@@ -131,13 +131,13 @@ std::string plan_table(const Plan& plan) {
       else metric += " ";
       out << pad(metric, std::max<size_t>(metric_name.size(), 9) + 1, true);
     }
-    out << pad(bytes_text(row.layout.bytes_per_token()), 12, true)
-        << pad(human_bytes(static_cast<uint64_t>(std::llround(row.footprint.bytes))), 13, true)
-        << pad(mix ? fixed(row.footprint.blocks, 1) : fixed(row.footprint.blocks, 0), 12, true);
+    out << pad(bytes_text(row.layout.bytes_per_token()), 10, true)
+        << pad(human_bytes(static_cast<uint64_t>(std::llround(row.footprint.bytes))), 10, true)
+        << pad(mix ? fixed(row.footprint.blocks, 1) : fixed(row.footprint.blocks, 0), 8, true);
     if (row.met) {
-      out << pad(std::to_string(row.max_sequences), 10, true) << pad(fixed(row.gain, 2) + "x", 8, true);
+      out << pad(std::to_string(row.max_sequences), 9, true) << pad(fixed(row.gain, 2) + "x", 7, true);
     } else {
-      out << pad("not met", 10, true) << pad("-", 8, true);
+      out << pad("not met", 9, true) << pad("-", 7, true);
     }
     out << "\n";
   }
@@ -166,7 +166,7 @@ std::string plan_table(const Plan& plan) {
   for (const auto& row : plan.rows) residual |= row.layout.residual > 0;
   if (residual) out << "; a residual window of R tokens is stored at " << setup.kv_dtype;
   out << "\n";
-  return out.str();
+  return wrap_text(out.str());
 }
 
 #ifdef KVSIM_HAVE_PLOT

@@ -7,6 +7,7 @@
 
 #include "kvsim/json_text.hpp"
 #include "kvsim/analysis.hpp"
+#include "kvsim/report.hpp"
 #include "text_util.hpp"
 
 namespace kvsim {
@@ -58,8 +59,9 @@ std::string analysis_table(const TraceAnalysis& a, const std::vector<std::vector
   const AnalysisOptions& o = a.options;
   out << "Persistence of importance across steps (the paper's hypothesis; it reports > 95%)\n"
          "  S_t = positions with a_t above 1/(t+1); t* = floor(n/2); persistence = share of the positions\n"
-         "  pivotal after t* (among 0..t*) that were already pivotal by t*; ever-pivotal = |S_0->t*| / (t*+1), which\n"
-         "  is also the persistence a random choice of late-pivotal positions would get (the chance level);\n"
+         "  pivotal after t* (among 0..t*) that were already pivotal by t*; ever-pivotal = |S_0->t*| / (t*+1),\n"
+         "  which is also the persistence a random choice of late-pivotal positions would get (the chance\n"
+         "  level);\n"
          "  repeat = the same share between consecutive sampled later steps. Mean over sequences and heads.\n\n";
   out << "layer  persistence  defined  ever-pivotal  repeat\n";
   auto summary_row = [&](const std::string& label, const StatRow& row) {
@@ -154,7 +156,7 @@ std::string analysis_table(const TraceAnalysis& a, const std::vector<std::vector
       out << "\n";
     }
   }
-  return out.str();
+  return wrap_text(out.str());
 }
 
 std::string analysis_csv(const TraceAnalysis& a) {

@@ -6,6 +6,7 @@
 
 #include "kvsim/json_text.hpp"
 #include "kvsim/eval.hpp"
+#include "kvsim/report.hpp"
 #include "text_util.hpp"
 
 namespace kvsim {
@@ -44,20 +45,23 @@ std::string eval_table(const EvalResults& results) {
   }
   policy_width += 2;
   budget_width += 2;
-  out << left("", policy_width) << left("", budget_width) << right("closed loop", 11) << std::string(36, ' ') << " | "
-      << "teacher-forced replay\n";
+  out << "closed loop: the model attends only to each policy's cache\n";
   out << left("policy", policy_width) << left("budget", budget_width) << right("occupancy", 10) << right("perplexity", 12)
-      << right("increase", 10) << right("(rel)", 9) << right("top-1", 8) << " | " << right("retention", 9)
-      << right("p5", 8) << right("out.err", 9) << right("occupancy", 10) << "\n";
-  for (const EvalCell& cell : results.cells) {
+      << right("increase", 10) << right("(rel)", 9) << right("top-1", 8) << "\n";
+  for (const EvalCell& cell : results.cells)
     out << left(cell.policy, policy_width) << left(budget_text(cell), budget_width)
         << right(format("%.1f", cell.occupancy_mean), 10) << right(format("%.4f", cell.perplexity), 12)
         << right(format("%+.4f", cell.perplexity_increase), 10)
         << right(format("%+.1f%%", 100 * cell.perplexity_increase_relative), 9)
-        << right(format("%.4f", cell.top1_agreement), 8) << " | " << right(format("%.4f", cell.replay_retention.mean), 9)
-        << right(format("%.4f", cell.replay_retention.p5), 8) << right(format("%.4f", cell.replay_output_error.mean), 9)
-        << right(format("%.1f", cell.replay_occupancy_mean), 10) << "\n";
-  }
+        << right(format("%.4f", cell.top1_agreement), 8) << "\n";
+  out << "\nteacher-forced replay of the same tokens (the full-cache run's rows)\n";
+  out << left("policy", policy_width) << left("budget", budget_width) << right("retention", 10) << right("p5", 8)
+      << right("out.err", 9) << right("occupancy", 10) << "\n";
+  for (const EvalCell& cell : results.cells)
+    out << left(cell.policy, policy_width) << left(budget_text(cell), budget_width)
+        << right(format("%.4f", cell.replay_retention.mean), 10) << right(format("%.4f", cell.replay_retention.p5), 8)
+        << right(format("%.4f", cell.replay_output_error.mean), 9) << right(format("%.1f", cell.replay_occupancy_mean), 10)
+        << "\n";
   out << "\nhow far replay predicts the closed loop: Spearman correlation with the perplexity increase\n"
       << "(a perfect proxy: -1 for retention, +1 for output error)\n";
   size_t over_width = 6;
@@ -69,7 +73,7 @@ std::string eval_table(const EvalResults& results) {
         << right(format("%+.3f", c.output_error), 14) << "\n";
   out << "\ntop-1: share of predictions whose argmax equals the full cache's; occupancy: positions attended per step\n"
       << kClosedLoopNote << "\n";
-  return out.str();
+  return wrap_text(out.str());
 }
 
 std::string eval_csv(const EvalResults& results) {

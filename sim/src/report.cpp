@@ -41,23 +41,61 @@ std::string base_name(const CellResult& cell) { return cell.info ? cell.info->na
 
 }  // namespace
 
+std::string wrap_text(const std::string& text, size_t width) {
+  std::string out;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    const bool newline = end != std::string::npos;
+    if (!newline) end = text.size();
+    std::string line = text.substr(begin, end - begin);
+    const std::string indent = line.substr(0, line.find_first_not_of(' ') == std::string::npos ? 0 : line.find_first_not_of(' '));
+    while (line.size() > width) {
+      size_t cut = line.rfind(' ', width);
+      if (cut == std::string::npos || cut <= indent.size()) cut = line.find(' ', width);
+      if (cut == std::string::npos) break;
+      out += line.substr(0, cut) + "\n";
+      line = indent + line.substr(line.find_first_not_of(' ', cut) == std::string::npos ? line.size() : line.find_first_not_of(' ', cut));
+    }
+    out += line;
+    if (newline) out += "\n";
+    begin = end + 1;
+  }
+  return out;
+}
+
 std::string sweep_table(const ReplayResults& results) {
   const std::vector<std::string> labels = policy_labels(results);
   const size_t budgets = labels.empty() ? 0 : results.cells.size() / labels.size();
-  size_t width = 10;
-  for (const auto& label : labels) width = std::max(width, label.size() + 2);
+  // Columns as wide as their labels, in blocks of at most 100 characters a line: a wide grid
+  // is printed as several tables of the same rows, one under the other.
+  constexpr size_t kLine = 100, kFirst = 10;
+  std::vector<size_t> width(labels.size());
+  std::vector<std::pair<size_t, size_t>> blocks;  // [first, last) policies
+  for (size_t p = 0, used = kFirst; p < labels.size(); ++p) {
+    width[p] = std::max<size_t>(9, labels[p].size() + 2);
+    if (blocks.empty() || used + width[p] > kLine) {
+      blocks.push_back({p, p});
+      used = kFirst;
+    }
+    used += width[p];
+    blocks.back().second = p + 1;
+  }
   std::ostringstream out;
   auto table = [&](const std::string& title, auto value, int decimals) {
-    out << title << "\n" << left("budget", 10);
-    for (const auto& label : labels) out << std::string(width - std::min(width, label.size()), ' ') << label;
-    out << "\n";
-    for (size_t b = 0; b < budgets; ++b) {
-      out << left(results.cells[b].budget.text, 10);
-      for (size_t p = 0; p < labels.size(); ++p)
-        out << fixed(value(results.cells[p * budgets + b]), static_cast<int>(width), decimals);
+    out << title << "\n";
+    for (const auto& [first, last] : blocks) {
+      out << left("budget", kFirst);
+      for (size_t p = first; p < last; ++p) out << std::string(width[p] - labels[p].size(), ' ') << labels[p];
+      out << "\n";
+      for (size_t b = 0; b < budgets; ++b) {
+        out << left(results.cells[b].budget.text, kFirst);
+        for (size_t p = first; p < last; ++p)
+          out << fixed(value(results.cells[p * budgets + b]), static_cast<int>(width[p]), decimals);
+        out << "\n";
+      }
       out << "\n";
     }
-    out << "\n";
   };
   table("mean attention-mass retention", [](const CellResult& c) { return c.retention.mean; }, 4);
   table("p5 retention", [](const CellResult& c) { return c.retention.p5; }, 4);
@@ -71,7 +109,7 @@ std::string sweep_table(const ReplayResults& results) {
     out << " " << results.cells[b].budget.text << "=" << number(results.cells[b].budget_tokens_mean, "%.1f");
   out << "\nmode " << mode_name(results.mode) << "; " << results.sequences << " sequences x " << results.layers
       << " layers x " << results.heads << " heads; " << kTeacherForcedNote << "\n";
-  return out.str();
+  return wrap_text(out.str());
 }
 
 std::string replay_table(const CellResult& cell, bool output_error) {

@@ -144,6 +144,23 @@ TEST_F(Hostile, PlanKvQuantOnAnUnquantizedSweep) {
   EXPECT_NE(plan.output.find("flexgen4"), std::string::npos) << plan.output;
 }
 
+// 14. Human tables and notes fit 100 columns, a quantized sweep of every policy included.
+TEST_F(Hostile, HumanOutputFitsOneHundredColumns) {
+  const std::string csv = dir_.file("q.csv");
+  for (const std::string& args : std::vector<std::string>{
+           "sweep " + trace_ + " --policies full,scissorhands,scissorhands-official,h2o,tova,snapkv,recent,random,oracle,"
+                              "lookahead,scissorhands-xlayer --budgets 25%,50% --quant flexgen4,kivi2 --csv " + csv,
+           replay(""), "analyze " + trace_, "plan --model llama-3.1-8b --gpu h100-80gb --sweep " + csv,
+           "eval --trace " + std::string(KVSIM_SOURCE_DIR) + "/data/traces/stories15M-8x256.h5 --seqs 0 --tokens 24 --policies h2o,tova --budgets 50%"}) {
+    const auto result = kvtest::run_kvsim(args);
+    ASSERT_EQ(result.code, 0) << args << "\n" << result.output;
+    size_t begin = 0, longest = 0;
+    for (size_t end; (end = result.output.find('\n', begin)) != std::string::npos; begin = end + 1)
+      longest = std::max(longest, end - begin);
+    EXPECT_LE(longest, 100u) << args << "\n" << result.output;
+  }
+}
+
 // 13. "-" is standard output; the table then goes to stderr.
 TEST_F(Hostile, DashIsStandardOutput) {
   const auto csv = kvtest::run_kvsim(replay("--csv - 2>/dev/null | cat"));

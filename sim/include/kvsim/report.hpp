@@ -13,6 +13,10 @@ inline constexpr const char* kTeacherForcedNote =
     "teacher-forced replay: rows come from the full-cache run, so the drift a compressed model "
     "would accumulate is not modelled (kvsim eval measures it)";
 
+// Human text fits 100 columns: every line longer than `width` is broken at spaces, its
+// continuation lines indented as it was. (Tables are laid out to fit; this wraps the prose.)
+std::string wrap_text(const std::string& text, size_t width = 100);
+
 // Retention vs budget, one column per policy (the miss-ratio curve of this field), then p5
 // retention and mean occupancy tables.
 std::string sweep_table(const ReplayResults& results);
