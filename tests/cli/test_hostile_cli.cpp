@@ -161,6 +161,14 @@ TEST_F(Hostile, HumanOutputFitsOneHundredColumns) {
   }
 }
 
+// 16. synth refuses what a trace may not hold, and what the disk cannot, before it writes.
+TEST_F(Hostile, SynthRefusesImpossibleSizesUpFront) {
+  expect_refused(kvtest::run_kvsim("synth " + dir_.file("s.h5") + " --seqs 1048577 --tokens 2"), "sequences must be in 1..1048576");
+  expect_refused(kvtest::run_kvsim("synth " + dir_.file("s.h5") + " --seqs 100000 --tokens 100000 --layers 64 --heads 32"),
+                 "GB free");
+  expect_only({"t.h5"});
+}
+
 // 13. "-" is standard output; the table then goes to stderr.
 TEST_F(Hostile, DashIsStandardOutput) {
   const auto csv = kvtest::run_kvsim(replay("--csv - 2>/dev/null | cat"));

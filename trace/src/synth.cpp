@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <numeric>
 #include <vector>
 
@@ -184,7 +185,22 @@ void check_options(const std::string& path, const SynthOptions& o) {
   if (o.n_tokens < 1 || o.n_tokens > Limits::max_tokens) bad("tokens must be in 1.." + std::to_string(Limits::max_tokens));
   if (o.n_tokens * o.head_dim > Limits::max_head_elements) bad("tokens * head_dim too large");
   if (o.write_attn && o.n_tokens > Limits::max_attn_tokens) bad("too many tokens for the attn form");
-  if (o.n_sequences < 1) bad("sequences must be >= 1");
+  if (o.n_sequences < 1 || o.n_sequences > Limits::max_sequences)
+    bad("sequences must be in 1.." + std::to_string(Limits::max_sequences) + " (what a trace may hold)");
+  // Refused up front rather than after filling the disk: an estimate of the file, uncompressed
+  // (about 8 KiB of HDF5 structure per sequence and layer besides the values).
+  const double element = o.dtype == DType::f16 ? 2 : o.dtype == DType::f32 ? 4 : 8;
+  const double per_layer = static_cast<double>(o.n_tokens) * o.head_dim * element *
+                               ((o.write_qk ? o.n_heads + o.n_kv_heads : 0) + (o.write_v ? o.n_kv_heads : 0)) +
+                           (o.write_attn ? static_cast<double>(packed_length(o.n_tokens)) * o.n_heads * element : 0) + 8192;
+  const double estimate = static_cast<double>(o.n_sequences) * (o.n_layers * per_layer + 8.0 * o.n_tokens + 8192);
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
+  const auto space = std::filesystem::space(dir, ec);
+  if (!ec && o.compression == 0 && estimate > static_cast<double>(space.available))
+    bad("the trace would need about " + std::to_string(static_cast<long long>(estimate / 1e9)) + " GB; " +
+        dir.string() + " has " + std::to_string(static_cast<long long>(static_cast<double>(space.available) / 1e9)) +
+        " GB free");
   if (o.prompt_len > o.n_tokens) bad("prompt length exceeds tokens");
   if (!o.write_qk && !o.write_attn) bad("the form must include q/k or attn");
 }
