@@ -165,10 +165,24 @@ void render_line_plot(const LinePlot& plot, const std::string& path) {
   save(path, width, height, [&](QPainter& painter) { view.render(&painter, QRectF(0, 0, width, height)); });
 }
 
+// matplotlib's viridis (perceptually uniform, readable in grey and by most colour-blind
+// readers) at nine stops, interpolated linearly.
+QColor viridis(double t) {
+  static constexpr int kStops[9][3] = {{68, 1, 84},    {72, 40, 120},  {62, 74, 137},  {49, 104, 142}, {38, 130, 142},
+                                       {31, 158, 137}, {53, 183, 121}, {109, 205, 89}, {253, 231, 37}};
+  const double x = t * 8;
+  const int i = std::min(7, static_cast<int>(x));
+  const double f = x - i;
+  auto mix = [&](int c) { return static_cast<int>(std::lround(kStops[i][c] + f * (kStops[i + 1][c] - kStops[i][c]))); };
+  return QColor(mix(0), mix(1), mix(2));
+}
+
 void render_heatmap(const Heatmap& map, const std::string& path) {
   ensure_application();
+  // Cells sized to the data: as large as 640 pixels allow for the longer side, within 14..60.
   const int cell = std::clamp(640 / std::max(1, std::max(map.rows, map.columns)), 14, 60);
   const int top = 70, right = 130, bottom = 70;
+  const int bar_h = std::max(cell * map.rows, 120);  // the colour bar, below which its label goes
   // Wide enough for the title and subtitle; the grid is centred when they are wider.
   QFont title_font = QApplication::font(), subtitle_font = QApplication::font();
   title_font.setPointSize(11);
@@ -178,11 +192,10 @@ void render_heatmap(const Heatmap& map, const std::string& path) {
                                   QFontMetrics(subtitle_font).horizontalAdvance(QString::fromStdString(map.subtitle))) + 40;
   const int grid_width = 90 + cell * map.columns + right;
   const int left = 90 + std::max(0, text_width - grid_width) / 2;
-  const int width = std::max(grid_width, text_width), height = top + cell * map.rows + bottom;
+  const int width = std::max(grid_width, text_width), height = top + std::max(cell * map.rows, bar_h + 30) + bottom;
   auto colour = [&](double value) {
     if (std::isnan(value)) return QColor(220, 220, 220);
-    const double t = std::clamp((value - map.min) / (map.max - map.min), 0.0, 1.0);
-    return QColor::fromHsvF(0.66 * (1.0 - t), 0.85, 0.95);  // blue (low) to red (high)
+    return viridis(std::clamp((value - map.min) / (map.max - map.min), 0.0, 1.0));
   };
   save(path, width, height, [&](QPainter& painter) {
     painter.fillRect(0, 0, width, height, Qt::white);
@@ -216,13 +229,14 @@ void render_heatmap(const Heatmap& map, const std::string& path) {
       painter.drawText(QRect(0, top + r * cell, left - 6, cell), Qt::AlignRight | Qt::AlignVCenter, label(map.row_labels, r));
     for (int c = 0; c < map.columns; ++c)
       painter.drawText(QRect(left + c * cell, top + map.rows * cell + 2, cell, 18), Qt::AlignCenter, label(map.column_labels, c));
-    painter.drawText(QRect(left, height - 40, cell * map.columns, 20), Qt::AlignCenter, QString::fromStdString(map.x_label));
+    painter.drawText(QRect(left, top + map.rows * cell + 24, cell * map.columns, 20), Qt::AlignCenter,
+                     QString::fromStdString(map.x_label));
     painter.save();
     painter.translate(left - 72, top + map.rows * cell / 2);
     painter.rotate(-90);
     painter.drawText(QRect(-100, -10, 200, 20), Qt::AlignCenter, QString::fromStdString(map.y_label));
     painter.restore();
-    const int bar_x = left + cell * map.columns + 30, bar_h = std::max(cell * map.rows, 120);
+    const int bar_x = left + cell * map.columns + 30;
     for (int y = 0; y < bar_h; ++y)
       painter.fillRect(bar_x, top + y, 18, 1, colour(map.max - (map.max - map.min) * y / bar_h));
     painter.drawText(bar_x + 22, top + 10, QString::number(map.max, 'g', 3));

@@ -22,6 +22,7 @@
 #include <sstream>
 
 #include "charts_panel.hpp"
+#include "kvsim/plot.hpp"
 #include "controls_panel.hpp"
 #include "heatmap_view.hpp"
 #include "kvsim/analysis.hpp"
@@ -285,6 +286,30 @@ class GuiTest : public QObject {
     shot(window, "03-layer5-budget-chart");
     window.charts()->setCurrentIndex(3);
     shot(window, "04-persistence");
+  }
+
+  void heatmapOfManyHeadsKeepsItsColourBarInside() {
+    // 2 layers x 32 heads (issue 18 item 15): the colour bar and its label fit the image, and
+    // the map is viridis: its lowest colour (68, 1, 84) is at the bar's bottom.
+    kvsim::Heatmap map;
+    map.title = "t";
+    map.rows = 2;
+    map.columns = 32;
+    map.values.assign(64, 0.75);
+    map.min = 0;
+    map.max = 1;
+    map.value_label = "persistence";
+    kvtest::TempDir dir;
+    const std::string path = dir.file("map.png");
+    kvsim::render_heatmap(map, path);
+    const QImage image(QString::fromStdString(path));
+    QVERIFY(!image.isNull());
+    bool lowest = false;
+    for (int y = 0; y < image.height() && !lowest; ++y)
+      for (int x = 0; x < image.width() && !lowest; ++x)
+        lowest = std::abs(qRed(image.pixel(x, y)) - 68) <= 6 && qGreen(image.pixel(x, y)) <= 7 &&
+                 std::abs(qBlue(image.pixel(x, y)) - 84) <= 6;
+    QVERIFY2(lowest, "the colour bar's bottom (viridis 0) is not in the image");
   }
 
   void overviewCellTextKeepsItsLeadingDigit() {
