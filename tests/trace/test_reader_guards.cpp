@@ -313,3 +313,17 @@ TEST_F(ReaderGuards, ChunkThatDoesNotInflateIsOneLine) {
     EXPECT_NE(message.find("deflate"), std::string::npos) << message;
   }
 }
+
+// Issue 18 item 16: an attribute of the wrong type is named in the message.
+TEST_F(ReaderGuards, LayerAttributeErrorsNameTheAttribute) {
+  for (const char* name : {"sliding_window", "logit_softcap"}) {
+    mutate([name](H5::H5File& f) {
+      H5::Group layer = f.openGroup("/seqs/0/layers/0");
+      for (const char* other : {"sliding_window", "logit_softcap"})
+        if (layer.attrExists(other)) layer.removeAttr(other);
+      const H5::StrType type(H5::PredType::C_S1, 4);
+      layer.createAttribute(name, type, H5::DataSpace(H5S_SCALAR)).write(type, std::string("four"));
+    });
+    expect_error({"/seqs/0/layers/0: ", std::string("attribute '") + name + "'"});
+  }
+}
