@@ -34,7 +34,7 @@ if [[ $status -ne 0 ]] && ! grep -q 'DONE' "$work/fuzz.log"; then
   tail -n 20 "$work/fuzz.log"
 fi
 
-runtime='__interceptor_|__asan|__lsan|__ubsan|__sanitizer|interceptor_|in malloc|in calloc|in realloc|in free|operator new|operator delete|libc\.so|libstdc\+\+|libgcc|fuzzer::|LLVMFuzzer|__libc_start|_start '
+runtime='__interceptor_|sysdeps/|__asan|__lsan|__ubsan|__sanitizer|interceptor_|in malloc|in calloc|in realloc|in free|operator new|operator delete|libc\.so|libstdc\+\+|libgcc|fuzzer::|LLVMFuzzer|__libc_start|_start '
 kvsim_found=0 hdf5_found=0 gone=0
 for artifact in "$work/artifacts/"*; do
   [[ -e $artifact ]] || continue
