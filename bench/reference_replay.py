@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Reference replay in NumPy, written from DESIGN.md ("Replay semantics", "Policies",
+"""Reference replay in NumPy, written from docs/semantics.md (sections 2-4,
 "Metrics") and the decisions listed in README.md ("Replaying"), independently of kvsim's C++.
 
 It is what a researcher would write instead of kvsim: read a schema-v1 trace with h5py,
@@ -7,7 +7,7 @@ recompute each layer's attention from q and k (softmax of attn_scale * q.k, floa
 for every policy and budget run a per-step Python loop over each cache group's rows with
 NumPy vector operations inside a step. Stream mode only.
 
-Semantics (DESIGN.md, with README.md's decisions):
+Semantics (docs/semantics.md):
 - A cache group is one kv head with its query heads (tova: the whole layer).
 - At step t, token t is appended; each query head's retention is the sum of its full row a_t
   over the cached positions (the new token included), before the step's eviction.

@@ -1,6 +1,6 @@
 #pragma once
 // Victim selection shared by the policies: the k candidates with the lowest score, ties
-// broken by evicting the lower position first (DESIGN.md: deterministic bit for bit).
+// broken by evicting the lower position first (docs/semantics.md, section 2: deterministic bit for bit).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

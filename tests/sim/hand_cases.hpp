@@ -1,7 +1,7 @@
 #pragma once
 // Hand-written attention traces and small helpers for the hand-worked policy and engine tests
 // (test_policies.cpp, test_engine.cpp). Every expected value in those tests was derived by hand
-// from DESIGN.md ("Replay semantics", "Policies", "Metrics"), not from kvsim's sources.
+// from docs/semantics.md (sections 2-4), not from kvsim's sources.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -121,7 +121,7 @@ inline void expect_eviction_steps(const kvsim::SimulationResult& r, const std::v
   for (size_t i = 0; i < expected.size(); ++i) EXPECT_EQ(r.eviction_step[i], expected[i]) << "position " << i;
 }
 
-// Direct computation of the relative output error of DESIGN.md "Metrics" for one head at step
+// Direct computation of the relative output error of docs/semantics.md, section 3 for one head at step
 // t, given the cache attended at t (before eviction): o = sum_i a_t[i] v_i over 0..t,
 // õ = sum over cached i of (a_t[i] / r_t) v_i.
 inline double direct_error(const Rows& rows, const std::vector<std::vector<double>>& v, int64_t t,

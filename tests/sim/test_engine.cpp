@@ -1,4 +1,4 @@
-// Hand-worked engine semantics (DESIGN.md "Replay semantics", "Metrics"): GQA grouping, prefill
+// Hand-worked engine semantics (docs/semantics.md, sections 2-3): GQA grouping, prefill
 // against stream, budgets at or above the length, the oracle bound, output error, errors.
 #include <gtest/gtest.h>
 
@@ -418,7 +418,7 @@ TEST(EngineOracle, BoundsEveryBudgetedPolicy) {
 TEST(EngineRecords, RetentionOccupancyAndOutputErrorFollowTheCache) {
   // For every policy, stream mode, 2 heads on 1 kv head: r_t = sum of a_t over the attended
   // cache (what stayed after t-1, plus t), occupancy = its size, and the output error equals
-  // the direct computation of DESIGN.md "Metrics" on that cache.
+  // the direct computation of docs/semantics.md, section 3 on that cache.
   const auto heads = random_ish(2, 8);
   const std::vector<std::vector<double>> values = {{1, 0},  {0, 1},   {1, 1},     {2, -1},
                                                    {-1, 2}, {.5, .5}, {1, -1}, {0, 2}};
@@ -478,7 +478,7 @@ TEST(EngineErrors, UnknownPolicyAndParameters) {
   EXPECT_THROW(kvsim::choose_policy("streaming", {{"sinks", "many"}}), kvtrace::InputError);
   EXPECT_THROW(kvsim::choose_policy("snapkv", {{"window", "-1"}}), kvtrace::InputError);
   EXPECT_NO_THROW(kvsim::choose_policy("snapkv", {{"window", "2"}, {"kernel", "3"}}));
-  // Every name of DESIGN.md's table that kvsim implements is known.
+  // Every name of docs/semantics.md's table that kvsim implements is known.
   for (const char* name : {"full", "scissorhands", "scissorhands-official", "h2o", "streaming", "tova", "snapkv",
                            "recent", "random", "oracle", "lookahead"})
     EXPECT_NO_THROW(kvsim::choose_policy(name)) << name;

@@ -1,6 +1,6 @@
-// DESIGN.md's golden case (shared/golden/replay-small.json, copied to tests/data): 1 layer,
+// The golden case (tests/data/replay-small.json): 1 layer,
 // 2 heads, 10 tokens, stream mode; retention and cache after every step for several
-// policies, computed by an implementation of DESIGN.md independent of kvsim.
+// policies, computed by an implementation of docs/semantics.md independent of kvsim.
 #include <gtest/gtest.h>
 
 #include <fstream>

@@ -1,4 +1,4 @@
-// Hand-worked cases for every policy of DESIGN.md's table, stream mode, one head unless said.
+// Hand-worked cases for every policy of docs/semantics.md's table, stream mode, one head unless said.
 // Notation: C = the cache attended at step t (what stayed after t-1, plus t), r_t = sum of a_t
 // over C (the retention), â = a_t / r_t over C. Rows of the traces are in hand_cases.hpp.
 #include <gtest/gtest.h>
@@ -118,7 +118,7 @@ TEST(PolicyStreaming, NoSinksIsRecent) {
 }
 
 TEST(PolicyStreaming, BudgetMustExceedSinks) {
-  // DESIGN.md: "B must exceed 4" (the sinks).
+  // docs/semantics.md: a budget of at most the sinks is refused (the sinks).
   EXPECT_THROW(hand::replay1(kC, "streaming", 4), kvtrace::InputError);
   EXPECT_THROW(hand::replay1(kC, "streaming", 2, {{"sinks", "2"}}), kvtrace::InputError);
   EXPECT_THROW(hand::replay1(kC, "streaming", 1, {{"sinks", "3"}}), kvtrace::InputError);

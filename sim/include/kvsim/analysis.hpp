@@ -1,5 +1,5 @@
 #pragma once
-// Trace analysis (DESIGN.md "Metrics", cross-step importance correlation): how persistent the
+// Trace analysis (docs/semantics.md, section 5): how persistent the
 // importance of a token is across decoding steps within one head (the paper's hypothesis) and
 // across layers (the blog's), measured on the full, unevicted attention rows.
 //

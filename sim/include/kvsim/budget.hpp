@@ -1,5 +1,5 @@
 #pragma once
-// Budgets (DESIGN.md): an absolute token count ("64") or a fraction of each sequence's
+// Budgets (docs/semantics.md, section 2): an absolute token count ("64") or a fraction of each sequence's
 // length ("20%": B = max(1, floor(0.20 * n_tokens)), computed exactly in integers), and an
 // optional per-layer schedule that scales the budget of each layer.
 #include <cstdint>

@@ -1,5 +1,5 @@
 #pragma once
-// The replay engine (DESIGN.md "Replay semantics"). It consumes the attention rows of one
+// The replay engine (docs/semantics.md, section 2). It consumes the attention rows of one
 // layer of one sequence from an AttentionSource, one block of steps at a time, and advances
 // every simulation (a policy, a budget, a cache group) in lockstep, so the rows are computed
 // once for all of them. It knows nothing of files.

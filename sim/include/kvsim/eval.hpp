@@ -1,6 +1,6 @@
 #pragma once
 // Closed-loop evaluation (`kvsim eval`): what eviction really does to a model, and how far the
-// teacher-forced replay's retention predicts it (DESIGN.md "two engines").
+// teacher-forced replay's retention predicts it (docs/semantics.md, section 6).
 //
 // The closed-loop engine runs the built-in llama2.c model over fixed tokens (teacher forcing
 // of the tokens, but every hidden state is the compressed model's own) and lets every query

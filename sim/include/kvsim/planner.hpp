@@ -1,5 +1,5 @@
 #pragma once
-// The capacity planner (DESIGN.md, "Capacity planner"): how many sequences fit on a GPU when
+// The capacity planner (docs/semantics.md, section 7): how many sequences fit on a GPU when
 // the KV cache is held to a budget and/or quantized. Pure functions over card structs
 // (planner.cpp) and the readers of cards, sweeps and contexts (planner_inputs.cpp);
 // kvsim/plan_table.hpp puts them together into the rows kvsim plan prints.

@@ -1,5 +1,5 @@
 #pragma once
-// KV quantization (DESIGN.md, "Metrics: Quantized KV"): fake-quantize keys and values with b
+// KV quantization (docs/semantics.md, section 3): fake-quantize keys and values with b
 // bits per element in groups of G elements that share one scale and one zero point
 // (asymmetric min-max), along the token (per-token) or along the channel (per-channel, as
 // KIVI does for keys), with an optional full-precision residual window of the most recent

@@ -1,5 +1,5 @@
 #pragma once
-// Trace schema v1 (DESIGN.md "Trace schema v1"): the in-memory description of a trace file.
+// Trace schema v1 (docs/semantics.md, section 1): the in-memory description of a trace file.
 #include <cstdint>
 #include <string>
 #include <vector>

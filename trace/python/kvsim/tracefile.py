@@ -1,6 +1,6 @@
 """Write and read kvsim trace files (schema v1, HDF5), with numpy and h5py only.
 
-The layout is the one in DESIGN.md, "Trace schema v1 (HDF5)":
+The layout is the one in docs/semantics.md, section 1:
 
     /                 attrs format="kvtrace", version=1, model, source, n_layers, n_heads,
                       n_kv_heads, head_dim, attn_scale, created, tool
