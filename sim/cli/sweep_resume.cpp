@@ -85,7 +85,7 @@ std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& 
   for (const auto& budget : config.budgets) budgets += (budgets.empty() ? "" : ",") + budget.text;
   auto indices = [](const std::vector<int>& list) {
     std::string out;
-    for (int i : list) out += (out.empty() ? "" : ",") + std::to_string(i);
+    for (int i : list) out.append(out.empty() ? "" : ",").append(std::to_string(i));
     return out.empty() ? std::string("all") : out;
   };
   std::string out;

@@ -62,7 +62,7 @@ std::vector<int> parse_index_list(const std::string& what, const std::string& te
     }
   }
   for (int index : out)
-    if (index < minimum) refuse(what, "'" + std::to_string(index) + "' is below " + std::to_string(minimum));
+    if (index < minimum) refuse(what, std::string("'").append(std::to_string(index)).append("' is below ").append(std::to_string(minimum)));
   std::vector<int> sorted = out;
   std::sort(sorted.begin(), sorted.end());
   if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())

@@ -169,7 +169,7 @@ std::vector<unsigned char> build_trace(Recipe& in, Choices& choices) {
 
   H5::Group seqs = file.createGroup("seqs");
   for (int s = 0; s < n_seqs; ++s) {
-    const std::string seq_name = in.one_in(64) ? "0" + std::to_string(s) : std::to_string(s);
+    const std::string seq_name = in.one_in(64) ? std::string("0").append(std::to_string(s)) : std::to_string(s);
     H5::Group seq = seqs.createGroup(seq_name);
     const int n = in.range(1, 24);
     int_attr(in, seq, "n_tokens", n);
