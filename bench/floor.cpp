@@ -33,7 +33,8 @@ std::vector<int> parse_list(const std::string& text) {
 }
 
 int usage() {
-  std::cerr << "usage: kvsim_floor TRACE [--threads N (0: all cores)] [--seqs 0,1] [--layers 0,1] [--rows auto|attn|qk]\n";
+  std::cerr
+      << "usage: kvsim_floor TRACE [--threads N (0: all cores)] [--seqs 0,1] [--layers 0,1] [--rows auto|attn|qk]\n";
   return 2;
 }
 
@@ -51,15 +52,23 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     try {
-      if (arg == "--threads") threads = std::stoi(value());
-      else if (arg == "--seqs") seqs = parse_list(value());
-      else if (arg == "--layers") layers = parse_list(value());
+      if (arg == "--threads")
+        threads = std::stoi(value());
+      else if (arg == "--seqs")
+        seqs = parse_list(value());
+      else if (arg == "--layers")
+        layers = parse_list(value());
       else if (arg == "--rows") {
         const std::string rows = value();
-        from = rows == "qk" ? kvtrace::RowsFrom::qk : rows == "attn" ? kvtrace::RowsFrom::attn : kvtrace::RowsFrom::automatic;
-      } else if (arg == "-h" || arg == "--help") return usage(), 0;
-      else if (!arg.empty() && arg[0] == '-') return usage();
-      else path = arg;
+        from = rows == "qk"     ? kvtrace::RowsFrom::qk
+               : rows == "attn" ? kvtrace::RowsFrom::attn
+                                : kvtrace::RowsFrom::automatic;
+      } else if (arg == "-h" || arg == "--help")
+        return usage(), 0;
+      else if (!arg.empty() && arg[0] == '-')
+        return usage();
+      else
+        path = arg;
     } catch (const std::exception& e) {
       std::cerr << "kvsim_floor: " << e.what() << "\n";
       return 2;
@@ -117,8 +126,9 @@ int main(int argc, char** argv) {
         }
       }
     };
-    const int count = std::max(1, std::min<int>(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()),
-                                                static_cast<int>(items.size())));
+    const int count =
+        std::max(1, std::min<int>(threads > 0 ? threads : static_cast<int>(std::thread::hardware_concurrency()),
+                                  static_cast<int>(items.size())));
     std::vector<std::thread> pool;
     for (int t = 1; t < count; ++t) pool.emplace_back(worker);
     worker();

@@ -81,9 +81,13 @@ void BudgetChart::compute() {
   const QString key = computed_for_;
   const kvtrace::TraceMeta& meta = reader->meta();
   const QString scope = tr("every sequence (%1), layer (%2) and head (%3) of the trace")
-                            .arg(reader->n_sequences()).arg(meta.n_layers).arg(meta.n_heads);
+                            .arg(reader->n_sequences())
+                            .arg(meta.n_layers)
+                            .arg(meta.n_heads);
   status_->setText(tr("Replaying %1 policies at %2 budgets over %3\u2026")
-                       .arg(config.policies.size()).arg(config.budgets.size()).arg(scope));
+                       .arg(config.policies.size())
+                       .arg(config.budgets.size())
+                       .arg(scope));
   runner_->submit([this, reader, config, key, scope]() -> JobRunner::Finish {
     QElapsedTimer timer;
     timer.start();
@@ -121,14 +125,16 @@ void BudgetChart::compute() {
       }
       marker_ = charts::add_marker(chart, x_, y_, QColor(255, 80, 0));
       moveMarker();
-      status_->setText(tr("Computed in %1 s. The orange line marks the budget chosen in the controls.").arg(seconds, 0, 'f', 1));
+      status_->setText(
+          tr("Computed in %1 s. The orange line marks the budget chosen in the controls.").arg(seconds, 0, 'f', 1));
     };
   });
 }
 
 void BudgetChart::moveMarker() {
   if (!marker_ || !session_->isOpen()) return;
-  const double share = 100.0 * static_cast<double>(session_->budgetTokens()) / static_cast<double>(std::max<int64_t>(1, session_->nTokens()));
+  const double share = 100.0 * static_cast<double>(session_->budgetTokens()) /
+                       static_cast<double>(std::max<int64_t>(1, session_->nTokens()));
   charts::move_marker(marker_, share, 0, 1);
 }
 

@@ -30,7 +30,8 @@ void set_title(QChart* chart, const QString& title, const QString& subtitle) {
   chart->setTitle(html);
 }
 
-QValueAxis* add_axis(QChart* chart, Qt::Alignment side, const QString& title, double lo, double hi, const QString& format) {
+QValueAxis* add_axis(QChart* chart, Qt::Alignment side, const QString& title, double lo, double hi,
+                     const QString& format) {
   auto* axis = new QValueAxis;
   axis->setTitleText(title);
   axis->setRange(lo, hi);

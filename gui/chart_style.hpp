@@ -16,8 +16,8 @@ QChartView* new_view(QWidget* parent = nullptr);
 void set_title(QChart* chart, const QString& title, const QString& subtitle);
 QValueAxis* add_axis(QChart* chart, Qt::Alignment side, const QString& title, double lo, double hi,
                      const QString& format = "%g");
-QLineSeries* add_line(QChart* chart, const QString& name, QColor colour, double width, bool dashed,
-                      QValueAxis* x, QValueAxis* y);
+QLineSeries* add_line(QChart* chart, const QString& name, QColor colour, double width, bool dashed, QValueAxis* x,
+                      QValueAxis* y);
 // Ticks at round values (1, 2 or 5 times a power of ten), about `target` of them.
 void nice_ticks(QValueAxis* axis, int target = 6);
 // The lower end of a [lo, 1] axis for values whose minimum is `minimum`: a tenth below it.

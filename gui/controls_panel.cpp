@@ -60,8 +60,9 @@ ControlsPanel::ControlsPanel(Session* session, QWidget* parent) : QWidget(parent
   mode_ = new QComboBox;
   mode_->addItem(tr("stream: every step decodes"), "stream");
   mode_->addItem(tr("prefill: prompt at once, then decode"), "prefill");
-  mode_->setToolTip(tr("stream: token t is appended at step t and the policy may evict at every step.\n"
-                       "prefill: the prompt is processed with the full cache, compressed to B, then decoding streams."));
+  mode_->setToolTip(
+      tr("stream: token t is appended at step t and the policy may evict at every step.\n"
+         "prefill: the prompt is processed with the full cache, compressed to B, then decoding streams."));
   policy_layout->addWidget(mode_);
   layout->addWidget(policy);
 
@@ -99,13 +100,14 @@ ControlsPanel::ControlsPanel(Session* session, QWidget* parent) : QWidget(parent
   connect(sequence_, qOverload<int>(&QComboBox::activated), session_, &Session::setSequence);
   connect(layer_, qOverload<int>(&QComboBox::activated), session_, &Session::setLayer);
   connect(head_, qOverload<int>(&QComboBox::activated), session_, &Session::setHead);
-  connect(policy_, &PolicyEditor::changed, this, [this](const QString& name, const std::map<std::string, std::string>& overrides) {
-    QString error;
-    if (!session_->setPolicy(name.toStdString(), overrides, &error)) status_->setText("<font color=#c82828>" + error.toHtmlEscaped() + "</font>");
-  });
-  connect(mode_, qOverload<int>(&QComboBox::activated), this, [this]() {
-    session_->setMode(kvsim::parse_mode(mode_->currentData().toString().toStdString()));
-  });
+  connect(policy_, &PolicyEditor::changed, this,
+          [this](const QString& name, const std::map<std::string, std::string>& overrides) {
+            QString error;
+            if (!session_->setPolicy(name.toStdString(), overrides, &error))
+              status_->setText("<font color=#c82828>" + error.toHtmlEscaped() + "</font>");
+          });
+  connect(mode_, qOverload<int>(&QComboBox::activated), this,
+          [this]() { session_->setMode(kvsim::parse_mode(mode_->currentData().toString().toStdString())); });
   connect(units_, &QButtonGroup::buttonToggled, this, [this](QAbstractButton*, bool checked) {
     if (checked) unitChanged();
   });
@@ -141,7 +143,9 @@ void ControlsPanel::traceChanged() {
   name_->setToolTip(session_->path());
   file_->setText(tr("%1: %2 layers \u00d7 %3 heads (%4 kv heads)")
                      .arg(QString::fromStdString(meta.model).toHtmlEscaped())
-                     .arg(meta.n_layers).arg(meta.n_heads).arg(meta.n_kv_heads));
+                     .arg(meta.n_layers)
+                     .arg(meta.n_heads)
+                     .arg(meta.n_kv_heads));
   for (int s = 0; s < reader.n_sequences(); ++s) {
     QString text;
     const std::vector<std::string> tokens = reader.token_text(s);
@@ -153,7 +157,8 @@ void ControlsPanel::traceChanged() {
   }
   for (int l = 0; l < meta.n_layers; ++l) layer_->addItem(tr("layer %1").arg(l));
   for (int h = 0; h < meta.n_heads; ++h)
-    head_->addItem(meta.n_kv_heads == meta.n_heads ? tr("head %1").arg(h) : tr("head %1 (kv %2)").arg(h).arg(meta.kv_head_of(h)));
+    head_->addItem(meta.n_kv_heads == meta.n_heads ? tr("head %1").arg(h)
+                                                   : tr("head %1 (kv %2)").arg(h).arg(meta.kv_head_of(h)));
   showBudget();
 }
 
@@ -172,8 +177,10 @@ void ControlsPanel::unitChanged() {
   const std::string text = percent_->isChecked()
                                ? std::to_string(std::clamp<int64_t>((tokens * 100 + n - 1) / n, 1, 100)) + "%"
                                : std::to_string(std::min(tokens, n));
-  if (text != session_->budget().text) session_->setBudget(kvsim::Budget::parse(text));
-  else syncBudget();
+  if (text != session_->budget().text)
+    session_->setBudget(kvsim::Budget::parse(text));
+  else
+    syncBudget();
 }
 
 // Puts the session's budget on the unit buttons, the slider and the spin box.
@@ -212,7 +219,8 @@ void ControlsPanel::showBudget() {
     return;
   }
   budget_->setText(tr("B = <b>%1</b> of %2 tokens (%3%)")
-                       .arg(session_->budgetTokens()).arg(n)
+                       .arg(session_->budgetTokens())
+                       .arg(n)
                        .arg(100.0 * static_cast<double>(session_->budgetTokens()) / static_cast<double>(n), 0, 'f', 1));
   const int mode = session_->mode() == kvsim::Mode::stream ? 0 : 1;
   if (mode_->currentIndex() != mode) mode_->setCurrentIndex(mode);
@@ -240,10 +248,14 @@ void ControlsPanel::replayed() {
     int64_t kept = 0;
     for (int32_t step : result.eviction_step) kept += step < 0 ? 1 : 0;
     text = tr("Head %1: %2 evictions, %3 of %4 tokens kept to the end.")
-               .arg(session_->head()).arg(result.evictions).arg(kept).arg(result.eviction_step.size());
+               .arg(session_->head())
+               .arg(result.evictions)
+               .arg(kept)
+               .arg(result.eviction_step.size());
   }
   text += tr("<br><small>Teacher-forced replay of layer %1: %2 ms%3</small>")
-              .arg(replay.layer).arg(replay.replay_ms, 0, 'f', 1)
+              .arg(replay.layer)
+              .arg(replay.replay_ms, 0, 'f', 1)
               .arg(session_->busy() ? tr(", updating\u2026") : QString());
   status_->setText(text);
 }

@@ -189,10 +189,14 @@ void HeatmapView::renderImage() {
 QString HeatmapView::title() const {
   if (!session_->isOpen()) return {};
   QString text = tr("Attention of layer %1, head %2 (sequence %3)")
-                     .arg(session_->layer()).arg(session_->head()).arg(session_->sequence());
+                     .arg(session_->layer())
+                     .arg(session_->head())
+                     .arg(session_->sequence());
   const LayerReplay& replay = session_->replay();
   if (replay.valid())
-    text += tr("  \u2014  dimmed: evicted by %1 at B = %2").arg(QString::fromStdString(replay.policy.label)).arg(replay.budget);
+    text += tr("  \u2014  dimmed: evicted by %1 at B = %2")
+                .arg(QString::fromStdString(replay.policy.label))
+                .arg(replay.budget);
   return text;
 }
 
@@ -226,8 +230,11 @@ void HeatmapView::paintEvent(QPaintEvent*) {
   painter.setFont(font());
   const LayerReplay& replay = session_->replay();
   QString note = tr("Teacher-forced replay: rows from the full-cache run.");
-  if (!replay.error.isEmpty()) note = tr("This setting cannot run: %1").arg(replay.error);
-  else if (replay.bound()) note = tr("%1 is an upper bound: it keeps no cache, so nothing is dimmed.").arg(QString::fromStdString(replay.policy.label));
+  if (!replay.error.isEmpty())
+    note = tr("This setting cannot run: %1").arg(replay.error);
+  else if (replay.bound())
+    note = tr("%1 is an upper bound: it keeps no cache, so nothing is dimmed.")
+               .arg(QString::fromStdString(replay.policy.label));
   painter.setPen(replay.error.isEmpty() ? palette().color(QPalette::PlaceholderText) : QColor(200, 40, 40));
   painter.drawText(QRect(plot.left(), 22, width() - plot.left() - 4, 18), Qt::AlignLeft | Qt::AlignVCenter, note);
 
@@ -266,7 +273,8 @@ void HeatmapView::drawAxes(QPainter& painter, const QRect& plot) const {
     const double y = toPixel(QPointF(0, v + 0.5)).y();
     if (std::abs(y - toPixel(QPointF(0, static_cast<double>(step) + 0.5)).y()) < metrics.height()) continue;
     painter.drawLine(QPointF(plot.left() - 5, y), QPointF(plot.left() - 1, y));
-    painter.drawText(QRectF(0, y - metrics.height() / 2.0, plot.left() - 8, metrics.height()), Qt::AlignRight, QString::number(v));
+    painter.drawText(QRectF(0, y - metrics.height() / 2.0, plot.left() - 8, metrics.height()), Qt::AlignRight,
+                     QString::number(v));
   }
   painter.drawText(QRect(plot.left(), plot.bottom() + 6 + metrics.height(), plot.width(), metrics.height()),
                    Qt::AlignHCenter, tr("key position i (token) \u2192"));
@@ -343,12 +351,25 @@ void HeatmapView::mouseDoubleClickEvent(QMouseEvent*) { resetView(); }
 void HeatmapView::keyPressEvent(QKeyEvent* event) {
   const QPointF centre = view_.center();
   switch (event->key()) {
-    case Qt::Key_Plus: case Qt::Key_Equal: zoom(1.5, centre); break;
-    case Qt::Key_Minus: zoom(1 / 1.5, centre); break;
-    case Qt::Key_0: case Qt::Key_Home: resetView(); break;
-    case Qt::Key_Up: session_->setStep(session_->step() - 1); break;
-    case Qt::Key_Down: session_->setStep(session_->step() + 1); break;
-    default: QWidget::keyPressEvent(event);
+    case Qt::Key_Plus:
+    case Qt::Key_Equal:
+      zoom(1.5, centre);
+      break;
+    case Qt::Key_Minus:
+      zoom(1 / 1.5, centre);
+      break;
+    case Qt::Key_0:
+    case Qt::Key_Home:
+      resetView();
+      break;
+    case Qt::Key_Up:
+      session_->setStep(session_->step() - 1);
+      break;
+    case Qt::Key_Down:
+      session_->setStep(session_->step() + 1);
+      break;
+    default:
+      QWidget::keyPressEvent(event);
   }
 }
 
@@ -365,14 +386,21 @@ void HeatmapView::showHover(QPoint pixel, QPoint global) {
   }
   const int64_t evicted = session_->evictionStep(i);
   QString fate;
-  if (!session_->replay().valid()) fate = tr("no replay");
-  else if (session_->replay().bound()) fate = tr("upper bound: no cache");
-  else if (evicted < 0) fate = tr("never evicted (kept to the end)");
-  else fate = tr("evicted at step %1%2").arg(evicted).arg(isDimmed(t, i) ? tr(": not cached at this step") : QString());
+  if (!session_->replay().valid())
+    fate = tr("no replay");
+  else if (session_->replay().bound())
+    fate = tr("upper bound: no cache");
+  else if (evicted < 0)
+    fate = tr("never evicted (kept to the end)");
+  else
+    fate = tr("evicted at step %1%2").arg(evicted).arg(isDimmed(t, i) ? tr(": not cached at this step") : QString());
   QString text = tr("<b>%1</b> at position %2<br>query step %3 (%4)<br>attention a<sub>t</sub>[i] = %5<br>%6")
-                     .arg(session_->tokenLabel(i).toHtmlEscaped()).arg(i).arg(t)
+                     .arg(session_->tokenLabel(i).toHtmlEscaped())
+                     .arg(i)
+                     .arg(t)
                      .arg(session_->tokenLabel(t).toHtmlEscaped())
-                     .arg(static_cast<double>(rows_->at(head_, t, i)), 0, 'g', 4).arg(fate);
+                     .arg(static_cast<double>(rows_->at(head_, t, i)), 0, 'g', 4)
+                     .arg(fate);
   QToolTip::showText(global, text, this);
 }
 

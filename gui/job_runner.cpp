@@ -40,7 +40,8 @@ void JobRunner::start(Job job) {
       finish = [this, message]() { emit failed(message); };
     }
     // Queued to this object: dropped if it is destroyed first.
-    QMetaObject::invokeMethod(this, [this, generation, finish]() { finished(generation, finish); }, Qt::QueuedConnection);
+    QMetaObject::invokeMethod(
+        this, [this, generation, finish]() { finished(generation, finish); }, Qt::QueuedConnection);
   });
 }
 

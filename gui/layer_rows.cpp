@@ -62,7 +62,8 @@ const float* LayerRows::row(int head, int64_t t) const {
   return packed_[static_cast<size_t>(head)].data() + kvtrace::packed_row_offset(t);
 }
 
-std::unique_ptr<kvtrace::AttentionSource> LayerRows::source(std::shared_ptr<const LayerRows> rows, std::vector<int> heads) {
+std::unique_ptr<kvtrace::AttentionSource> LayerRows::source(std::shared_ptr<const LayerRows> rows,
+                                                            std::vector<int> heads) {
   return std::make_unique<SharedRowsSource>(std::move(rows), std::move(heads));
 }
 

@@ -32,7 +32,8 @@ class LayerRows {
 
   // A source over `heads` (query heads, in that order) that shares these rows; it keeps
   // them alive, so it may outlive the caller's pointer and be used on another thread.
-  static std::unique_ptr<kvtrace::AttentionSource> source(std::shared_ptr<const LayerRows> rows, std::vector<int> heads);
+  static std::unique_ptr<kvtrace::AttentionSource> source(std::shared_ptr<const LayerRows> rows,
+                                                          std::vector<int> heads);
 
  private:
   int seq_, layer_;

@@ -23,7 +23,8 @@ bool has_display() {
 
 int main(int argc, char** argv) {
   QCommandLineParser parser;
-  parser.setApplicationDescription("Explore one attention trace: which tokens an eviction policy keeps at a KV budget.");
+  parser.setApplicationDescription(
+      "Explore one attention trace: which tokens an eviction policy keeps at a KV budget.");
   const QCommandLineOption help({"h", "help"}, "Displays help on commandline options."),
       version("version", "Displays version information.");
   parser.addOption(help);
@@ -51,8 +52,9 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!has_display()) {
-    std::fprintf(stderr, "kvsim-gui: no display (DISPLAY is not set); run it in a desktop session, under xvfb-run, "
-                         "or with QT_QPA_PLATFORM=offscreen\n");
+    std::fprintf(stderr,
+                 "kvsim-gui: no display (DISPLAY is not set); run it in a desktop session, under xvfb-run, "
+                 "or with QT_QPA_PLATFORM=offscreen\n");
     return 2;
   }
   QApplication app(argc, argv);

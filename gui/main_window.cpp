@@ -92,7 +92,8 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), session_(new Sess
 void MainWindow::buildMenus() {
   QMenu* file = menuBar()->addMenu(tr("&File"));
   file->addAction(tr("&Open trace\u2026"), QKeySequence::Open, this, &MainWindow::openDialog);
-  QAction* example = file->addAction(tr("Open the &bundled example trace"), this, [this]() { openWithMessage(exampleTrace()); });
+  QAction* example =
+      file->addAction(tr("Open the &bundled example trace"), this, [this]() { openWithMessage(exampleTrace()); });
   example->setEnabled(QFileInfo::exists(exampleTrace()));
   recent_ = file->addMenu(tr("Open &recent"));
   connect(recent_, &QMenu::aboutToShow, this, &MainWindow::fillRecentMenu);
@@ -112,14 +113,17 @@ void MainWindow::buildMenus() {
   view->addAction(tr("Show the whole heatmap"), QKeySequence(tr("Ctrl+0")), this, [this]() { heatmap_->resetView(); });
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("How to read the views"), this, [this]() {
-    QMessageBox::information(this, tr("How to read the views"),
+    QMessageBox::information(
+        this, tr("How to read the views"),
         tr("<p><b>Heatmap</b>: row t is the attention of query step t over the key positions 0..t (log colour). "
            "Cells of a token after the step the policy evicted it are washed out, so the columns that stay bright are "
            "the tokens that survive. Wheel: zoom; drag: pan; click: move the step cursor; double-click: everything.</p>"
-           "<p><b>Token strip</b>: the cache at the step cursor. Blue tokens are cached (darker: more attention at that "
+           "<p><b>Token strip</b>: the cache at the step cursor. Blue tokens are cached (darker: more attention at "
+           "that "
            "step), grey struck-through tokens were evicted. Click tokens to chart their attention.</p>"
            "<p><b>Budget</b>: at most B tokens stay cached between steps. Drag the slider and every view follows.</p>"
-           "<p>All results are a <i>teacher-forced replay</i>: %1.</p>").arg(QString::fromUtf8(kvsim::kTeacherForcedNote)));
+           "<p>All results are a <i>teacher-forced replay</i>: %1.</p>")
+            .arg(QString::fromUtf8(kvsim::kTeacherForcedNote)));
   });
 }
 
@@ -166,7 +170,8 @@ void MainWindow::fillRecentMenu() {
 }
 
 void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
-  if (event->mimeData()->hasUrls() && !event->mimeData()->urls().isEmpty() && event->mimeData()->urls().front().isLocalFile())
+  if (event->mimeData()->hasUrls() && !event->mimeData()->urls().isEmpty() &&
+      event->mimeData()->urls().front().isLocalFile())
     event->acceptProposedAction();
 }
 
@@ -183,8 +188,10 @@ void MainWindow::saveDialog(const QString& title, const QString& filter, const Q
   if (path.isEmpty()) return;
   if (QFileInfo(path).suffix().isEmpty()) path += "." + suffix;
   QString error;
-  if ((this->*write)(path, &error)) statusBar()->showMessage(tr("Wrote %1").arg(path), 5000);
-  else QMessageBox::warning(this, title, error);
+  if ((this->*write)(path, &error))
+    statusBar()->showMessage(tr("Wrote %1").arg(path), 5000);
+  else
+    QMessageBox::warning(this, title, error);
 }
 
 namespace {
@@ -232,8 +239,8 @@ bool MainWindow::exportSurvival(const QString& path, QString* error) {
   text[static_cast<size_t>(replay.seq)] = session_->reader()->token_text(replay.seq);
   const std::string csv = kvsim::survival_csv(results, text);
   QSaveFile file(path);
-  if (file.open(QIODevice::WriteOnly) && file.write(csv.data(), static_cast<qint64>(csv.size())) == static_cast<qint64>(csv.size()) &&
-      file.commit())
+  if (file.open(QIODevice::WriteOnly) &&
+      file.write(csv.data(), static_cast<qint64>(csv.size())) == static_cast<qint64>(csv.size()) && file.commit())
     return true;
   if (error) *error = tr("%1: cannot write the table (%2)").arg(path, file.errorString());
   return false;
@@ -253,8 +260,11 @@ void MainWindow::showStatus() {
   if (!replay.valid()) return;
   statusBar()->showMessage(tr("%1 at B = %2: replay of layer %3 took %4 ms, %5 ms from the change to the views. "
                               "Teacher-forced replay.")
-                               .arg(QString::fromStdString(replay.policy.label)).arg(replay.budget).arg(replay.layer)
-                               .arg(replay.replay_ms, 0, 'f', 1).arg(replay.latency_ms, 0, 'f', 1));
+                               .arg(QString::fromStdString(replay.policy.label))
+                               .arg(replay.budget)
+                               .arg(replay.layer)
+                               .arg(replay.replay_ms, 0, 'f', 1)
+                               .arg(replay.latency_ms, 0, 'f', 1));
 }
 
 }  // namespace kvgui

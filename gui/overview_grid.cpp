@@ -29,8 +29,9 @@ OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
   metric_->addItem(tr("Colour: mean retention (policy at B)"));
   metric_->addItem(tr("Colour: worst-step retention (policy at B)"));
   metric_->addItem(tr("Colour: persistence ratio (trace, no policy)"));
-  metric_->setToolTip(tr("Retention: share of the attention the policy's cache keeps, per head over all steps of this sequence.\n"
-                         "Persistence: share of the tokens pivotal in the second half that were already pivotal in the first."));
+  metric_->setToolTip(
+      tr("Retention: share of the attention the policy's cache keeps, per head over all steps of this sequence.\n"
+         "Persistence: share of the tokens pivotal in the second half that were already pivotal in the first."));
   caption_ = new QLabel;
   caption_->setWordWrap(true);
   caption_->setStyleSheet("color: palette(placeholder-text);");
@@ -74,7 +75,8 @@ QString OverviewGrid::cellText(double value) {
 
 void OverviewGrid::schedule() {
   if (!session_->isOpen()) return;
-  QString key = session_->path() + "|" + QString::number(session_->sequence()) + "|" + QString::number(metric_->currentIndex());
+  QString key =
+      session_->path() + "|" + QString::number(session_->sequence()) + "|" + QString::number(metric_->currentIndex());
   if (metric() != Metric::persistence)
     key += "|" + QString::fromStdString(session_->policy().label + "|" + session_->budget().text) +
            (session_->mode() == kvsim::Mode::stream ? "|s" : "|p");
@@ -119,7 +121,8 @@ void OverviewGrid::compute() {
       for (const auto& item : result.items)
         for (const auto& head : item.heads)
           values[static_cast<size_t>(item.layer * m.n_heads + head.head)] = head.persistence;
-      caption = tr("Persistence ratio of each head, sequence %1 (full rows, no policy). Click a cell to show it.").arg(seq);
+      caption =
+          tr("Persistence ratio of each head, sequence %1 (full rows, no policy). Click a cell to show it.").arg(seq);
     } else {
       const kvsim::ReplayResults results = kvsim::replay_trace(*reader, config);
       for (const auto& record : results.cells.front().records) {
@@ -131,9 +134,12 @@ void OverviewGrid::compute() {
               metric == Metric::mean_retention ? summary.mean : summary.min;
         }
       }
-      caption = tr("%1 retention of each head over sequence %2 with %3 at B = %4 (teacher-forced replay). Click a cell to show it.")
+      caption = tr("%1 retention of each head over sequence %2 with %3 at B = %4 (teacher-forced replay). Click a cell "
+                   "to show it.")
                     .arg(metric == Metric::mean_retention ? tr("Mean") : tr("Worst-step"))
-                    .arg(seq).arg(label).arg(budget);
+                    .arg(seq)
+                    .arg(label)
+                    .arg(budget);
     }
     return [this, values, caption, key]() {
       if (key != computed_for_) return;
@@ -187,9 +193,11 @@ void OverviewGrid::paintEvent(QPaintEvent*) {
   QFont small = font();
   small.setPointSizeF(font().pointSizeF() * (side >= 30 ? 0.9 : 0.75));
   painter.setFont(small);
-  painter.drawText(QRect(first.left(), first.top() - 18, side * heads_, 16), Qt::AlignLeft, tr("heads \u2192   (rows: layers)"));
+  painter.drawText(QRect(first.left(), first.top() - 18, side * heads_, 16), Qt::AlignLeft,
+                   tr("heads \u2192   (rows: layers)"));
   for (int l = 0; l < layers_; ++l)
-    painter.drawText(QRect(0, cellRect(l, 0).top(), first.left() - 3, side), Qt::AlignRight | Qt::AlignVCenter, QString::number(l));
+    painter.drawText(QRect(0, cellRect(l, 0).top(), first.left() - 3, side), Qt::AlignRight | Qt::AlignVCenter,
+                     QString::number(l));
   for (int l = 0; l < layers_; ++l)
     for (int h = 0; h < heads_; ++h) {
       const QRect cell = cellRect(l, h);
@@ -233,7 +241,10 @@ bool OverviewGrid::event(QEvent* event) {
   }
   const double v = value(layer, head);
   QToolTip::showText(help->globalPos(),
-                     tr("layer %1, head %2: %3").arg(layer).arg(head).arg(std::isfinite(v) ? QString::number(v, 'f', 3) : tr("undefined")),
+                     tr("layer %1, head %2: %3")
+                         .arg(layer)
+                         .arg(head)
+                         .arg(std::isfinite(v) ? QString::number(v, 'f', 3) : tr("undefined")),
                      this);
   return true;
 }

@@ -85,10 +85,11 @@ void PersistencePanel::show() {
   if (h >= static_cast<int>(a->heads.size())) return;
   const kvsim::HeadAnalysis& head = a->heads[static_cast<size_t>(h)];
   const int64_t half = a->n_tokens / 2;
-  QString html = tr("<h3>Persistence of importance: layer %1, head %2 (sequence %3)</h3>")
-                     .arg(a->layer).arg(h).arg(a->seq);
-  html += tr("<p style='color:gray'>Measured on the full, unevicted attention rows of the trace: no policy and no "
-             "budget. A token is <i>pivotal</i> at step t when a<sub>t</sub>[i] &gt; 1/(t+1).</p>");
+  QString html =
+      tr("<h3>Persistence of importance: layer %1, head %2 (sequence %3)</h3>").arg(a->layer).arg(h).arg(a->seq);
+  html +=
+      tr("<p style='color:gray'>Measured on the full, unevicted attention rows of the trace: no policy and no "
+         "budget. A token is <i>pivotal</i> at step t when a<sub>t</sub>[i] &gt; 1/(t+1).</p>");
   html += "<table cellspacing=0 cellpadding=3 border=1>";
   html += tr("<tr><th align=left></th><th>this head</th><th>layer mean</th></tr>");
   auto row = [&](const QString& name, const QString& tip, double value, double mean) {
@@ -105,22 +106,33 @@ void PersistencePanel::show() {
   html += "</table>";
   html += tr("<p>Steps 0\u2013%1 are the first half. Pivotal in the first half: <b>%2</b> tokens; of the first-half "
              "tokens pivotal in the second half (<b>%3</b>), <b>%4</b> were already pivotal before.</p>")
-              .arg(half).arg(head.early).arg(head.late).arg(head.persistent);
+              .arg(half)
+              .arg(head.early)
+              .arg(head.late)
+              .arg(head.persistent);
   if (!head.lags.empty()) {
     html += tr("<p><b>Between steps t and t + lag</b> (mean over start steps):</p>");
-    html += tr("<table cellspacing=0 cellpadding=3 border=1><tr><th>lag</th><th>Spearman</th><th>top-10% recall</th>"
-               "<th>layer Spearman</th><th>start steps</th></tr>");
+    html +=
+        tr("<table cellspacing=0 cellpadding=3 border=1><tr><th>lag</th><th>Spearman</th><th>top-10% recall</th>"
+           "<th>layer Spearman</th><th>start steps</th></tr>");
     for (size_t k = 0; k < head.lags.size(); ++k) {
       const kvsim::LagStat& lag = head.lags[k];
-      const double mean = layer_mean(*a, [k](const kvsim::HeadAnalysis& x) { return k < x.lags.size() ? x.lags[k].spearman : NAN; });
-      html += QStringLiteral("<tr><td align=right>%1</td><td align=right>%2</td><td align=right>%3</td>"
-                             "<td align=right>%4</td><td align=right>%5</td></tr>")
-                  .arg(lag.lag).arg(number(lag.spearman)).arg(number(lag.topk_recall)).arg(number(mean)).arg(lag.pairs);
+      const double mean =
+          layer_mean(*a, [k](const kvsim::HeadAnalysis& x) { return k < x.lags.size() ? x.lags[k].spearman : NAN; });
+      html += QStringLiteral(
+                  "<tr><td align=right>%1</td><td align=right>%2</td><td align=right>%3</td>"
+                  "<td align=right>%4</td><td align=right>%5</td></tr>")
+                  .arg(lag.lag)
+                  .arg(number(lag.spearman))
+                  .arg(number(lag.topk_recall))
+                  .arg(number(mean))
+                  .arg(lag.pairs);
     }
     html += "</table>";
   }
-  html += tr("<p style='color:gray'>High persistence is what Scissorhands relies on: tokens that mattered keep "
-             "mattering, so a token's past attention predicts its future attention.</p>");
+  html +=
+      tr("<p style='color:gray'>High persistence is what Scissorhands relies on: tokens that mattered keep "
+         "mattering, so a token's past attention predicts its future attention.</p>");
   text_->setHtml(html);
 }
 

@@ -36,8 +36,9 @@ void SelectionChart::redraw() {
   const QList<qint64>& selection = session_->selection();
   const auto rows = session_->rows();
   if (selection.isEmpty() || !rows) {
-    hint_->setText(tr("Click tokens in the token strip (Ctrl/Shift+click for several) to see the attention they receive "
-                      "at every step, and how much of it the cache still holds."));
+    hint_->setText(
+        tr("Click tokens in the token strip (Ctrl/Shift+click for several) to see the attention they receive "
+           "at every step, and how much of it the cache still holds."));
     chart->setTitle(QString());
     for (QAbstractSeries* series : chart->series()) series->hide();
     for (QAbstractAxis* axis : chart->axes()) axis->hide();

@@ -29,8 +29,7 @@ const kvsim::GroupRecord* LayerReplay::record_of(int head, int* index) const {
   return nullptr;
 }
 
-Session::Session(QObject* parent)
-    : QObject(parent), loader_(new JobRunner(this)), replayer_(new JobRunner(this)) {
+Session::Session(QObject* parent) : QObject(parent), loader_(new JobRunner(this)), replayer_(new JobRunner(this)) {
   policy_ = kvsim::choose_policy("scissorhands");
   budget_ = kvsim::Budget::parse("20%");
   for (JobRunner* runner : {loader_, replayer_}) {
@@ -122,8 +121,10 @@ void Session::setLocation(int seq, int layer, int head) {
     emit stepChanged(step_);
     emit selectionChanged();
   }
-  if (new_rows) loadRows();
-  else if (replay_.valid() && !replay_.record_of(head_)) requestReplay();  // another cache group of the layer
+  if (new_rows)
+    loadRows();
+  else if (replay_.valid() && !replay_.record_of(head_))
+    requestReplay();  // another cache group of the layer
 }
 
 void Session::loadRows() {
@@ -232,7 +233,8 @@ void Session::requestReplay() {
     result.replay_ms = static_cast<double>(timer.nsecsElapsed()) / 1e6;
     return [this, result]() mutable {
       if (result.seq != seq_ || result.layer != layer_) return;
-      if (result.error.isEmpty() && !result.record_of(head_)) return requestReplay();  // the head moved to another group
+      if (result.error.isEmpty() && !result.record_of(head_))
+        return requestReplay();  // the head moved to another group
       result.latency_ms = static_cast<double>(now_ns() - requested_at_ns_) / 1e6;
       replay_ = std::move(result);
       emit replayed();
@@ -240,9 +242,9 @@ void Session::requestReplay() {
   });
 }
 
-std::vector<kvsim::GroupRecord> replayLayer(const std::shared_ptr<const LayerRows>& rows, const kvtrace::TraceMeta& meta,
-                                            const kvsim::PolicyChoice& policy, int64_t budget,
-                                            const kvsim::EngineOptions& options, int head) {
+std::vector<kvsim::GroupRecord> replayLayer(const std::shared_ptr<const LayerRows>& rows,
+                                            const kvtrace::TraceMeta& meta, const kvsim::PolicyChoice& policy,
+                                            int64_t budget, const kvsim::EngineOptions& options, int head) {
   const bool per_group = policy.info->grouping == kvsim::Grouping::kv_head;
   if (head < 0 && per_group) {
     // Group by group, exactly as the views replay them (seeded policies see the same seeds).
@@ -266,7 +268,8 @@ std::vector<kvsim::GroupRecord> replayLayer(const std::shared_ptr<const LayerRow
   }
   const auto source = LayerRows::source(rows, heads);
   const kvsim::RowsOrigin origin{rows->seq(), rows->layer(), group};
-  std::vector<kvsim::GroupRecord> records = kvsim::replay_rows(*source, kv_heads, policy, budget, options, {}, 0, origin);
+  std::vector<kvsim::GroupRecord> records =
+      kvsim::replay_rows(*source, kv_heads, policy, budget, options, {}, 0, origin);
   for (auto& record : records) {
     record.seq = rows->seq();
     record.layer = rows->layer();

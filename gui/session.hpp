@@ -30,15 +30,15 @@ class JobRunner;
 // One replay of the shown layer and the settings it ran with.
 struct LayerReplay {
   int seq = -1, layer = -1;
-  int head = -1;         // the shown head; per-kv-head policies replay only its cache group
+  int head = -1;  // the shown head; per-kv-head policies replay only its cache group
   kvsim::PolicyChoice policy;
-  QString budget_text;   // as chosen ("64" or "20%")
-  int64_t budget = 0;    // B it resolved to
+  QString budget_text;  // as chosen ("64" or "20%")
+  int64_t budget = 0;   // B it resolved to
   kvsim::Mode mode = kvsim::Mode::stream;
   std::vector<kvsim::GroupRecord> records;  // the shown head's cache group (or the whole layer's)
-  QString error;         // the policy refused this setting (records empty)
-  double replay_ms = 0;  // time replay_rows took
-  double latency_ms = 0; // from the setting change to the result reaching the UI thread
+  QString error;                            // the policy refused this setting (records empty)
+  double replay_ms = 0;                     // time replay_rows took
+  double latency_ms = 0;                    // from the setting change to the result reaching the UI thread
 
   bool valid() const { return !records.empty(); }
   bool bound() const { return policy.info && policy.info->engine == kvsim::Engine::bound; }
@@ -50,9 +50,9 @@ struct LayerReplay {
 // (so a budget change replays as little as it must), or, with head < 0, every group of the
 // layer, one at a time the same way; a layer-wide policy always replays the whole layer.
 // Records carry the real sequence, layer, group and heads.
-std::vector<kvsim::GroupRecord> replayLayer(const std::shared_ptr<const LayerRows>& rows, const kvtrace::TraceMeta& meta,
-                                            const kvsim::PolicyChoice& policy, int64_t budget,
-                                            const kvsim::EngineOptions& options, int head = -1);
+std::vector<kvsim::GroupRecord> replayLayer(const std::shared_ptr<const LayerRows>& rows,
+                                            const kvtrace::TraceMeta& meta, const kvsim::PolicyChoice& policy,
+                                            int64_t budget, const kvsim::EngineOptions& options, int head = -1);
 
 class Session : public QObject {
   Q_OBJECT

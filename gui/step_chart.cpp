@@ -103,7 +103,8 @@ void StepChart::compute() {
   std::vector<kvsim::PolicyChoice> choices{shown.policy};
   for (const QString& name : compared())
     if (name.toStdString() != shown.policy.label) choices.push_back(kvsim::choose_policy(name.toStdString()));
-  const QString title = tr("Retention over steps: layer %1, head %2, B = %3 tokens").arg(shown.layer).arg(head).arg(budget);
+  const QString title =
+      tr("Retention over steps: layer %1, head %2, B = %3 tokens").arg(shown.layer).arg(head).arg(budget);
   status_->setText(tr("replaying %1 policies\u2026").arg(choices.size()));
   runner_->submit([this, rows, reader, head, budget, options, choices, title]() -> JobRunner::Finish {
     std::vector<Line> lines;
@@ -119,7 +120,8 @@ void StepChart::compute() {
         if (const kvsim::GroupRecord* record = replay.record_of(head, &index)) {
           const kvsim::SimulationResult& r = record->result;
           const float* values = r.retention.data() + static_cast<size_t>(index) * static_cast<size_t>(r.n_steps);
-          for (int64_t s = 0; s < r.n_steps; ++s) line.points.emplace_back(static_cast<double>(r.first_step + s), values[s]);
+          for (int64_t s = 0; s < r.n_steps; ++s)
+            line.points.emplace_back(static_cast<double>(r.first_step + s), values[s]);
           line.mean = kvsim::summarize(std::span<const float>(values, static_cast<size_t>(r.n_steps))).mean;
         }
       } catch (const kvtrace::InputError& e) {

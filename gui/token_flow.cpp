@@ -145,8 +145,10 @@ void TokenFlow::mousePressEvent(QMouseEvent* event) {
   if (event->modifiers() & Qt::ShiftModifier && anchor_ >= 0) {
     for (int64_t p = std::min(anchor_, position); p <= std::max(anchor_, position); ++p) selection << p;
   } else if (event->modifiers() & Qt::ControlModifier) {
-    if (selection.contains(position)) selection.removeAll(position);
-    else selection << position;
+    if (selection.contains(position))
+      selection.removeAll(position);
+    else
+      selection << position;
     anchor_ = position;
   } else {
     selection = {position};
@@ -171,21 +173,28 @@ bool TokenFlow::event(QEvent* event) {
   const int64_t step = session_->step();
   QString fate;
   switch (state(position)) {
-    case State::future: fate = tr("not generated yet at step %1").arg(step); break;
+    case State::future:
+      fate = tr("not generated yet at step %1").arg(step);
+      break;
     case State::cached: {
       const auto rows = session_->rows();
       const double value = rows ? rows->at(session_->head(), step, position) : 0.0;
       fate = tr("cached at step %1, attention there %2").arg(step).arg(value, 0, 'g', 3);
       break;
     }
-    case State::evicted: fate = tr("evicted at step %1").arg(session_->evictionStep(position)); break;
+    case State::evicted:
+      fate = tr("evicted at step %1").arg(session_->evictionStep(position));
+      break;
   }
   const int64_t evicted = session_->evictionStep(position);
   QString end = evicted < 0 ? tr("never evicted") : tr("evicted at step %1").arg(evicted);
   QToolTip::showText(help->globalPos(),
                      tr("<b>%1</b> position %2%3<br>%4<br>over the whole run: %5")
-                         .arg(session_->tokenLabel(position).toHtmlEscaped()).arg(position)
-                         .arg(position < session_->promptLen() ? tr(" (prompt)") : QString()).arg(fate).arg(end),
+                         .arg(session_->tokenLabel(position).toHtmlEscaped())
+                         .arg(position)
+                         .arg(position < session_->promptLen() ? tr(" (prompt)") : QString())
+                         .arg(fate)
+                         .arg(end),
                      this);
   return true;
 }

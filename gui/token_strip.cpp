@@ -32,7 +32,8 @@ TokenStrip::TokenStrip(Session* session, QWidget* parent) : QWidget(parent), ses
 
   auto* steps = new QHBoxLayout;
   auto* title = new QLabel(tr("<b>Step cursor</b>"));
-  title->setToolTip(tr("The decoding step whose cache the tokens below show. Drag it to watch tokens leave the cache."));
+  title->setToolTip(
+      tr("The decoding step whose cache the tokens below show. Drag it to watch tokens leave the cache."));
   slider_ = new QSlider(Qt::Horizontal);
   slider_->setObjectName("stepSlider");
   slider_->setToolTip(title->toolTip());
@@ -77,7 +78,8 @@ TokenStrip::TokenStrip(Session* session, QWidget* parent) : QWidget(parent), ses
   connect(session_, &Session::locationChanged, this, &TokenStrip::locationChanged);
   connect(session_, &Session::stepChanged, this, &TokenStrip::stepChanged);
   connect(session_, &Session::replayed, this, &TokenStrip::updateSummary);
-  connect(session_, &Session::selectionChanged, this, [this]() { clear_->setEnabled(!session_->selection().isEmpty()); });
+  connect(session_, &Session::selectionChanged, this,
+          [this]() { clear_->setEnabled(!session_->selection().isEmpty()); });
   locationChanged();
 }
 
@@ -126,7 +128,9 @@ void TokenStrip::updateSummary() {
   const auto at = static_cast<size_t>(step - result.first_step);
   const float kept = result.retention[static_cast<size_t>(index) * static_cast<size_t>(result.n_steps) + at];
   QString text = tr("attends to <b>%1</b> of %2 tokens, keeping <b>%3%</b> of this head's attention")
-                     .arg(result.occupancy[at]).arg(step + 1).arg(100.0 * kept, 0, 'f', 1);
+                     .arg(result.occupancy[at])
+                     .arg(step + 1)
+                     .arg(100.0 * kept, 0, 'f', 1);
   if (replay.bound()) text += tr(" (upper bound: its best cache for this step)");
   summary_->setText(text);
 }

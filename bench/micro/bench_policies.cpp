@@ -39,7 +39,8 @@ const std::vector<std::vector<float>>& packed_rows(int64_t n) {
   auto heavy = [&](int64_t i) { return i == 0 || i % 97 == 13; };
   for (int64_t i = 0; i < n; ++i)
     if (heavy(i))
-      for (int c = 0; c < kHeadDim; ++c) keys[static_cast<size_t>(i) * kHeadDim + c] += 2.0f * direction[static_cast<size_t>(c)];
+      for (int c = 0; c < kHeadDim; ++c)
+        keys[static_cast<size_t>(i) * kHeadDim + c] += 2.0f * direction[static_cast<size_t>(c)];
   std::vector<std::vector<float>> queries(kHeads, std::vector<float>(size));
   for (auto& q : queries)
     for (int64_t t = 0; t < n; ++t)
@@ -73,8 +74,8 @@ void BM_PolicyStep(benchmark::State& state, const std::string& policy_name) {
     auto records = kvsim::replay_rows(source, 1, policy, budget, options);
     benchmark::DoNotOptimize(records.data());
   }
-  state.counters["time/step"] =
-      benchmark::Counter(static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["time/step"] = benchmark::Counter(
+      static_cast<double>(n), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
   state.SetLabel(policy_name + ", B=" + std::to_string(budget));
 }
 

@@ -38,13 +38,21 @@ void BM_QKRowsBlock(benchmark::State& state) {
   }
   // Entries produced per block: rows first..width-1 hold t + 1 entries each.
   const int64_t entries = count * first + count * (count + 1) / 2;
-  state.counters["rows/s"] = benchmark::Counter(static_cast<double>(count), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["entries/s"] = benchmark::Counter(static_cast<double>(entries), benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["time/row"] =
-      benchmark::Counter(static_cast<double>(count), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
+  state.counters["rows/s"] =
+      benchmark::Counter(static_cast<double>(count), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["entries/s"] =
+      benchmark::Counter(static_cast<double>(entries), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["time/row"] = benchmark::Counter(
+      static_cast<double>(count), benchmark::Counter::kIsIterationInvariantRate | benchmark::Counter::kInvert);
 }
-BENCHMARK(BM_QKRowsBlock)->ArgNames({"width", "head_dim"})
-    ->Args({256, 48})->Args({256, 128})->Args({1024, 64})->Args({1024, 128})->Args({4096, 64})->Args({4096, 128})
+BENCHMARK(BM_QKRowsBlock)
+    ->ArgNames({"width", "head_dim"})
+    ->Args({256, 48})
+    ->Args({256, 128})
+    ->Args({1024, 64})
+    ->Args({1024, 128})
+    ->Args({4096, 64})
+    ->Args({4096, 128})
     ->Unit(benchmark::kMicrosecond);
 
 // causal_softmax_row over t + 1 entries, in place: from the second call on it is the softmax
@@ -58,7 +66,8 @@ void BM_CausalSoftmaxRow(benchmark::State& state) {
     benchmark::DoNotOptimize(row.data());
     benchmark::ClobberMemory();
   }
-  state.counters["entries/s"] = benchmark::Counter(static_cast<double>(t + 1), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["entries/s"] =
+      benchmark::Counter(static_cast<double>(t + 1), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_CausalSoftmaxRow)->ArgName("width")->Arg(256)->Arg(1024)->Arg(4096);
 

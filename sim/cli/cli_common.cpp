@@ -80,15 +80,16 @@ std::vector<std::string> split_names(const std::string& option, const std::strin
 std::string default_model_dir() {
   namespace fs = std::filesystem;
   if (const char* dir = std::getenv("KVSIM_MODEL_DIR"); dir && *dir) return dir;
-  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache) return (fs::path(cache) / "kvsim/models").string();
+  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache)
+    return (fs::path(cache) / "kvsim/models").string();
   const char* home = std::getenv("HOME");
   return (fs::path(home ? home : "") / ".cache/kvsim/models").string();
 }
 
 void require_model_file(const std::string& path, const std::string& what, const std::string& instead) {
   if (!std::filesystem::is_regular_file(path))
-    throw kvtrace::InputError(path, "", what + " not found; run scripts/fetch-model.sh to download stories15M (or " +
-                                            instead + ")");
+    throw kvtrace::InputError(
+        path, "", what + " not found; run scripts/fetch-model.sh to download stories15M (or " + instead + ")");
 }
 
 std::string human_bytes(uint64_t bytes) {
@@ -117,8 +118,8 @@ void Progress::update(int64_t done, int64_t total) {
   last_percent_ = percent;
   constexpr int kWidth = 30;
   const int filled = percent * kWidth / 100;
-  std::fprintf(stderr, "\r%s [%.*s%*s] %3d%%", label_.c_str(), filled, "==============================",
-               kWidth - filled, "", percent);
+  std::fprintf(stderr, "\r%s [%.*s%*s] %3d%%", label_.c_str(), filled,
+               "==============================", kWidth - filled, "", percent);
   std::fflush(stderr);
   drawn_ = true;
 }

@@ -48,7 +48,8 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
     Heatmap map;
     map.title = title;
     char chance[160];
-    std::snprintf(chance, sizeof chance, "; mean over sequences; chance level (ever-pivotal share) %.3f; grey: undefined",
+    std::snprintf(chance, sizeof chance,
+                  "; mean over sequences; chance level (ever-pivotal share) %.3f; grey: undefined",
                   a.overall.ever_pivotal);
     map.subtitle = who + (persistence ? chance : "; mean over sequences; the chance level of the persistence ratio");
     map.x_label = "head";
@@ -71,7 +72,8 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
     plot.title = recall ? "Top-" + a.options.top_k.text + " recall of attention between steps t and t+lag"
                         : "Rank correlation of attention between steps t and t+lag";
     plot.subtitle = who + "; Spearman over positions 0..t, mean over start steps t, sequences and heads";
-    if (recall) plot.subtitle = who + "; k = " + a.options.top_k.text + " of the t+1 positions; mean over t, sequences, heads";
+    if (recall)
+      plot.subtitle = who + "; k = " + a.options.top_k.text + " of the t+1 positions; mean over t, sequences, heads";
     plot.x_label = "lag (steps, log scale)";
     plot.y_label = recall ? "top-k recall" : "Spearman rank correlation";
     plot.x_log = true;
@@ -96,7 +98,9 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
 
   LinePlot cross;
   cross.title = "Cross-layer Spearman of head-averaged importance, layers l and l+1";
-  cross.subtitle = who + "; the blog's table (its L1-L2 .. L4-L5, at l = 0..3 where this trace has them) is a claim, not a measurement";
+  cross.subtitle =
+      who +
+      "; the blog's table (its L1-L2 .. L4-L5, at l = 0..3 where this trace has them) is a claim, not a measurement";
   cross.x_label = "l (pair of layers l and l+1, counted from 0)";
   cross.y_label = "Spearman rank correlation";
   cross.x_integer = true;
@@ -129,20 +133,27 @@ int cmd_analyze(const std::vector<std::string>& args) {
   int threads = 0, samples = 4;
   int64_t min_positions = 8, max_steps = 256;
   po::options_description options("analyze options");
-  options.add_options()
-      ("trace", po::value(&trace)->required(), "trace file (HDF5, schema v1)")
-      ("seqs", po::value(&sequences), "sequences to analyse, e.g. 0,2,5 (default: all)")
-      ("layers", po::value(&layers), "layers to analyse, e.g. 0,1 (default: all; cross-layer pairs need adjacent layers)")
-      ("lags", po::value(&lags)->default_value(lags), "lags (steps) of the rank correlation and top-k recall")
-      ("topk", po::value(&top_k)->default_value(top_k), "k of the top-k recall: % of the t+1 positions (10%) or tokens (8)")
-      ("min-positions", po::value(&min_positions)->default_value(min_positions), "start steps t of the lagged statistics have t+1 >= this many positions")
-      ("max-steps", po::value(&max_steps)->default_value(max_steps), "at most this many start steps per head (every stride-th beyond)")
-      ("samples", po::value(&samples)->default_value(samples), "sampled later steps of the repetitive-attention pattern")
-      ("rows", po::value(&rows)->default_value(rows), "attention rows from: auto (stored attn if present, else q/k), attn or qk")
-      ("threads", po::value(&threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")
-      ("csv", po::value(&csv), "write per layer and head, per-layer and overall means as CSV")
-      ("json", po::value(&json), "write everything, per sequence too, as JSON")
-      ("plot", po::value(&plot), "write PNG plots into this directory (made if missing): persistence and ever-pivotal heatmaps, Spearman and top-k recall vs lag, cross-layer");
+  options.add_options()("trace", po::value(&trace)->required(), "trace file (HDF5, schema v1)")(
+      "seqs", po::value(&sequences), "sequences to analyse, e.g. 0,2,5 (default: all)")(
+      "layers", po::value(&layers),
+      "layers to analyse, e.g. 0,1 (default: all; cross-layer pairs need adjacent layers)")(
+      "lags", po::value(&lags)->default_value(lags), "lags (steps) of the rank correlation and top-k recall")(
+      "topk", po::value(&top_k)->default_value(top_k),
+      "k of the top-k recall: % of the t+1 positions (10%) or tokens (8)")(
+      "min-positions", po::value(&min_positions)->default_value(min_positions),
+      "start steps t of the lagged statistics have t+1 >= this many positions")(
+      "max-steps", po::value(&max_steps)->default_value(max_steps),
+      "at most this many start steps per head (every stride-th beyond)")(
+      "samples", po::value(&samples)->default_value(samples),
+      "sampled later steps of the repetitive-attention pattern")(
+      "rows", po::value(&rows)->default_value(rows),
+      "attention rows from: auto (stored attn if present, else q/k), attn or qk")(
+      "threads", po::value(&threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
+      "csv", po::value(&csv), "write per layer and head, per-layer and overall means as CSV")(
+      "json", po::value(&json), "write everything, per sequence too, as JSON")(
+      "plot", po::value(&plot),
+      "write PNG plots into this directory (made if missing): persistence and ever-pivotal heatmaps, Spearman and "
+      "top-k recall vs lag, cross-layer");
   po::positional_options_description positional;
   positional.add("trace", 1);
   po::variables_map vm;
@@ -156,7 +167,8 @@ int cmd_analyze(const std::vector<std::string>& args) {
   config.layers = parse_indices("layers", layers);
   config.options.lags = parse_lags(lags);
   std::sort(config.options.lags.begin(), config.options.lags.end());
-  config.options.lags.erase(std::unique(config.options.lags.begin(), config.options.lags.end()), config.options.lags.end());
+  config.options.lags.erase(std::unique(config.options.lags.begin(), config.options.lags.end()),
+                            config.options.lags.end());
   try {
     config.options.top_k = Budget::parse(top_k);
   } catch (const kvtrace::InputError& e) {
@@ -199,9 +211,10 @@ int cmd_analyze(const std::vector<std::string>& args) {
 #ifdef KVSIM_HAVE_PLOT
   if (!plot.empty()) write_plots(analysis, plot, reader.meta().model);
 #endif
-  std::cout << wrap_text(reader.meta().model + " (" + reader.path() + "): " + std::to_string(analysis.sequences.size()) +
-                         " sequences x " + std::to_string(analysis.layers.size()) + " layers x " +
-                         std::to_string(analysis.n_heads) + " heads; full (unevicted) attention rows\n\n")
+  std::cout << wrap_text(reader.meta().model + " (" + reader.path() +
+                         "): " + std::to_string(analysis.sequences.size()) + " sequences x " +
+                         std::to_string(analysis.layers.size()) + " layers x " + std::to_string(analysis.n_heads) +
+                         " heads; full (unevicted) attention rows\n\n")
             << analysis_table(analysis, text);
   return 0;
 }

@@ -14,8 +14,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
-
 // A prompts file: one prompt per line, taken literally (blank lines and lines starting with
 // '#' are skipped). A file named *.jsonl holds one JSON object per line instead, whose string
 // member "prompt" may contain newlines and any character.
@@ -54,26 +52,29 @@ int cmd_capture(const std::vector<std::string>& args) {
   std::string model_path, tokenizer_path, prompts_file, out, dtype = "float16";
   std::vector<std::string> prompts;
   po::options_description options("capture options");
-  options.add_options()
-      ("model", po::value(&model_path), "llama2.c checkpoint (default: stories15M.bin in $KVSIM_MODEL_DIR or ~/.cache/kvsim/models)")
-      ("tokenizer", po::value(&tokenizer_path), "llama2.c tokenizer.bin (default: tokenizer.bin next to the model)")
-      ("prompt,p", po::value(&prompts)->composing(), "a prompt (repeat for several sequences)")
-      ("prompts", po::value(&prompts_file), "file with one prompt per line ('#' lines skipped), or *.jsonl with {\"prompt\": ...} per line")
-      ("tokens,n", po::value(&o.n_tokens)->default_value(o.n_tokens), "tokens per sequence, prompt and BOS included (at most the model's seq_len)")
-      ("out,o", po::value(&out)->required(), "output trace file")
-      ("attn", "also store the softmax rows the model used (packed attn)")
-      ("no-v", "do not store values (v)")
-      ("dtype", po::value(&dtype)->default_value(dtype), "float16 or float32")
-      ("compress", po::value(&o.writer.compression)->default_value(0), "gzip level 0-9 (with shuffle)")
-      ("continue-after-eos", "when the model ends its story (predicts BOS), feed the BOS and go on with a new "
-                             "story until --tokens; without it a sequence ends there")
-      ("model-name", po::value(&o.model_name), "model name stored in the trace (default: the checkpoint's file stem)");
+  options.add_options()("model", po::value(&model_path),
+                        "llama2.c checkpoint (default: stories15M.bin in $KVSIM_MODEL_DIR or ~/.cache/kvsim/models)")(
+      "tokenizer", po::value(&tokenizer_path), "llama2.c tokenizer.bin (default: tokenizer.bin next to the model)")(
+      "prompt,p", po::value(&prompts)->composing(), "a prompt (repeat for several sequences)")(
+      "prompts", po::value(&prompts_file),
+      "file with one prompt per line ('#' lines skipped), or *.jsonl with {\"prompt\": ...} per line")(
+      "tokens,n", po::value(&o.n_tokens)->default_value(o.n_tokens),
+      "tokens per sequence, prompt and BOS included (at most the model's seq_len)")(
+      "out,o", po::value(&out)->required(), "output trace file")(
+      "attn", "also store the softmax rows the model used (packed attn)")("no-v", "do not store values (v)")(
+      "dtype", po::value(&dtype)->default_value(dtype), "float16 or float32")(
+      "compress", po::value(&o.writer.compression)->default_value(0), "gzip level 0-9 (with shuffle)")(
+      "continue-after-eos",
+      "when the model ends its story (predicts BOS), feed the BOS and go on with a new "
+      "story until --tokens; without it a sequence ends there")(
+      "model-name", po::value(&o.model_name), "model name stored in the trace (default: the checkpoint's file stem)");
   po::positional_options_description positional;
   po::variables_map vm;
   const std::string usage = "(--prompt TEXT ... | --prompts FILE) --out FILE.h5 [options]";
   if (!parse_options("capture", usage, args, options, positional, vm)) return 0;
 
-  if (prompts.empty() && prompts_file.empty()) bad_option("prompt", "no prompt: give --prompt TEXT (repeatable) or --prompts FILE");
+  if (prompts.empty() && prompts_file.empty())
+    bad_option("prompt", "no prompt: give --prompt TEXT (repeatable) or --prompts FILE");
   if (!prompts.empty() && !prompts_file.empty()) bad_option("prompts", "cannot be combined with --prompt");
   o.writer.dtype = parse_dtype("dtype", dtype);
   if (o.writer.compression < 0 || o.writer.compression > 9) bad_option("compress", "must be 0..9");
@@ -85,7 +86,8 @@ int cmd_capture(const std::vector<std::string>& args) {
   const fs::path dir = default_model_dir();
   if (model_path.empty()) model_path = (dir / "stories15M.bin").string();
   if (tokenizer_path.empty())
-    tokenizer_path = (vm.count("model") ? fs::path(model_path).parent_path() / "tokenizer.bin" : dir / "tokenizer.bin").string();
+    tokenizer_path =
+        (vm.count("model") ? fs::path(model_path).parent_path() / "tokenizer.bin" : dir / "tokenizer.bin").string();
   require_model_file(model_path, "model checkpoint", "pass --model and --tokenizer");
   require_model_file(tokenizer_path, "tokenizer", "pass --model and --tokenizer");
   prepare_outputs({model_path, tokenizer_path, prompts_file}, {}, {out});

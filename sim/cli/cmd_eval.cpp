@@ -27,17 +27,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
-
-
 // Keeps the chosen sequences (all when none is chosen), in the order given.
-std::vector<EvalSequence> choose(std::vector<EvalSequence> all, const std::vector<int>& chosen, const std::string& source) {
+std::vector<EvalSequence> choose(std::vector<EvalSequence> all, const std::vector<int>& chosen,
+                                 const std::string& source) {
   if (chosen.empty()) return all;
   std::vector<EvalSequence> out;
   for (int index : chosen) {
     if (index >= static_cast<int>(all.size()))
-      throw kvtrace::InputError(source, "", "--seqs: sequence " + std::to_string(index) + " out of range (there are " +
-                                                std::to_string(all.size()) + ")");
+      throw kvtrace::InputError(
+          source, "",
+          "--seqs: sequence " + std::to_string(index) + " out of range (there are " + std::to_string(all.size()) + ")");
     out.push_back(all[static_cast<size_t>(index)]);
   }
   return out;
@@ -49,8 +48,8 @@ void write_plot(const EvalResults& results, const std::string& model, const std:
   plot.title = "Perplexity increase vs KV budget, closed loop: " + model;
   plot.subtitle = "the model attends only to each policy's cache; " + std::to_string(results.sequences) +
                   " sequences; full-cache perplexity " + std::to_string(results.full_perplexity).substr(0, 6);
-  const bool all_fractions = std::all_of(results.cells.begin(), results.cells.end(),
-                                         [](const EvalCell& c) { return c.budget.fraction; });
+  const bool all_fractions =
+      std::all_of(results.cells.begin(), results.cells.end(), [](const EvalCell& c) { return c.budget.fraction; });
   plot.x_label = all_fractions ? "KV budget (% of sequence length)" : "KV budget (mean tokens)";
   plot.y_label = "perplexity increase over the full cache";
   plot.y_min = plot.y_max = 0;  // fit the data
@@ -91,27 +90,33 @@ int cmd_eval(const std::vector<std::string>& args) {
   std::vector<std::string> params;
   int tokens = 0, threads = 0;
   po::options_description options("eval options");
-  options.add_options()
-      ("model", po::value(&model_path), "llama2.c checkpoint (default: stories15M.bin in $KVSIM_MODEL_DIR or ~/.cache/kvsim/models)")
-      ("trace", po::value(&trace_path), "evaluate on the token sequences of this trace")
-      ("text", po::value(&text_path), "evaluate on this text file, encoded with BOS and cut into sequences of --tokens")
-      ("tokenizer", po::value(&tokenizer_path), "llama2.c tokenizer.bin for --text (default: tokenizer.bin next to the model)")
-      ("policies", po::value(&policies)->default_value(policies), "comma-separated policies (bounds such as oracle cannot run a model)")
-      ("budgets", po::value(&budgets)->default_value(budgets), "comma-separated budgets: tokens (64) or % of each sequence (20%)")
-      ("param", po::value(&params)->composing(), "policy parameter policy.key=value, or key=value for every policy that takes it; repeatable")
-      ("seqs", po::value(&seqs), "sequences to evaluate, e.g. 0,2,5 (default: all)")
-      ("tokens", po::value(&tokens)->default_value(0), "--trace: evaluate the first N tokens of each sequence (0: all); --text: tokens per sequence (0: the model's seq_len)")
-      ("aggregate", po::value(&aggregate)->default_value(aggregate), "how a group's heads combine into the observed row: mean, max or sum")
-      ("threads", po::value(&threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")
-      ("csv", po::value(&csv), "write one row per (policy, budget) as CSV")
-      ("json", po::value(&json), "write results, per-sequence values and correlations as JSON")
-      ("plot", po::value(&plot), "write perplexity increase vs budget as PNG or SVG, one line per policy")
-      ("proxy-plot", po::value(&proxy_plot), "write closed-loop perplexity increase vs replay retention as PNG or SVG");
+  options.add_options()("model", po::value(&model_path),
+                        "llama2.c checkpoint (default: stories15M.bin in $KVSIM_MODEL_DIR or ~/.cache/kvsim/models)")(
+      "trace", po::value(&trace_path), "evaluate on the token sequences of this trace")(
+      "text", po::value(&text_path), "evaluate on this text file, encoded with BOS and cut into sequences of --tokens")(
+      "tokenizer", po::value(&tokenizer_path),
+      "llama2.c tokenizer.bin for --text (default: tokenizer.bin next to the model)")(
+      "policies", po::value(&policies)->default_value(policies),
+      "comma-separated policies (bounds such as oracle cannot run a model)")(
+      "budgets", po::value(&budgets)->default_value(budgets),
+      "comma-separated budgets: tokens (64) or % of each sequence (20%)")(
+      "param", po::value(&params)->composing(),
+      "policy parameter policy.key=value, or key=value for every policy that takes it; repeatable")(
+      "seqs", po::value(&seqs), "sequences to evaluate, e.g. 0,2,5 (default: all)")(
+      "tokens", po::value(&tokens)->default_value(0),
+      "--trace: evaluate the first N tokens of each sequence (0: all); --text: tokens per sequence (0: the model's "
+      "seq_len)")("aggregate", po::value(&aggregate)->default_value(aggregate),
+                  "how a group's heads combine into the observed row: mean, max or sum")(
+      "threads", po::value(&threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
+      "csv", po::value(&csv), "write one row per (policy, budget) as CSV")(
+      "json", po::value(&json), "write results, per-sequence values and correlations as JSON")(
+      "plot", po::value(&plot), "write perplexity increase vs budget as PNG or SVG, one line per policy")(
+      "proxy-plot", po::value(&proxy_plot), "write closed-loop perplexity increase vs replay retention as PNG or SVG");
   po::positional_options_description positional;
   positional.add("model", 1);
   po::variables_map vm;
-  if (!parse_options("eval", "[MODEL] (--trace TRACE | --text FILE) [--policies a,b] [--budgets 20%,30%] [options]", args,
-                     options, positional, vm))
+  if (!parse_options("eval", "[MODEL] (--trace TRACE | --text FILE) [--policies a,b] [--budgets 20%,30%] [options]",
+                     args, options, positional, vm))
     return 0;
 
   if (trace_path.empty() == text_path.empty()) bad_option("trace", "give exactly one of --trace TRACE and --text FILE");
@@ -146,7 +151,8 @@ int cmd_eval(const std::vector<std::string>& args) {
       EvalSequence sequence;
       sequence.index = s;
       for (int32_t token : reader.tokens(s)) sequence.tokens.push_back(token);
-      if (tokens > 0 && static_cast<int>(sequence.tokens.size()) > tokens) sequence.tokens.resize(static_cast<size_t>(tokens));
+      if (tokens > 0 && static_cast<int>(sequence.tokens.size()) > tokens)
+        sequence.tokens.resize(static_cast<size_t>(tokens));
       sequences.push_back(std::move(sequence));
     }
     sequences = choose(std::move(sequences), chosen, trace_path);
@@ -166,7 +172,8 @@ int cmd_eval(const std::vector<std::string>& args) {
   } else {
     source = text_path;
     if (tokenizer_path.empty())
-      tokenizer_path = (vm.count("model") ? fs::path(model_path).parent_path() / "tokenizer.bin" : dir / "tokenizer.bin").string();
+      tokenizer_path =
+          (vm.count("model") ? fs::path(model_path).parent_path() / "tokenizer.bin" : dir / "tokenizer.bin").string();
     require_model_file(tokenizer_path, "tokenizer", "pass MODEL and --tokenizer");
     const kvtrace::Tokenizer tokenizer = kvtrace::Tokenizer::load(tokenizer_path, model.config().vocab_size);
     std::ifstream in(text_path, std::ios::binary);

@@ -49,10 +49,10 @@ int cmd_info(const std::vector<std::string>& args) {
     total_tokens += reader.sequence(s).n_tokens;
     for (const auto& layer : reader.sequence(s).layers) forms.insert(layer.describe());
   }
-  const std::string attention = meta.n_kv_heads == meta.n_heads
-                                    ? "MHA"
-                                    : (meta.n_kv_heads == 1 ? "MQA" : "GQA, " + std::to_string(meta.group_size()) +
-                                                                          " query heads per kv head");
+  const std::string attention =
+      meta.n_kv_heads == meta.n_heads
+          ? "MHA"
+          : (meta.n_kv_heads == 1 ? "MQA" : "GQA, " + std::to_string(meta.group_size()) + " query heads per kv head");
   std::printf("file       %s (%s)\n", reader.path().c_str(), human_bytes(reader.file_size()).c_str());
   std::printf("model      %s\n", meta.model.c_str());
   std::printf("source     %s   created %s   by %s\n", meta.source.c_str(), meta.created.c_str(), meta.tool.c_str());
@@ -77,19 +77,12 @@ int cmd_info(const std::vector<std::string>& args) {
                          {"layers", layers}});
   }
   if (vm.count("json")) {
-    nlohmann::json out = {{"file", reader.path()},
-                          {"file_size", reader.file_size()},
-                          {"model", meta.model},
-                          {"source", meta.source},
-                          {"created", meta.created},
-                          {"tool", meta.tool},
-                          {"version", meta.version},
-                          {"n_layers", meta.n_layers},
-                          {"n_heads", meta.n_heads},
-                          {"n_kv_heads", meta.n_kv_heads},
-                          {"head_dim", meta.head_dim},
-                          {"attn_scale", meta.attn_scale},
-                          {"sequences", sequences}};
+    nlohmann::json out = {
+        {"file", reader.path()},         {"file_size", reader.file_size()}, {"model", meta.model},
+        {"source", meta.source},         {"created", meta.created},         {"tool", meta.tool},
+        {"version", meta.version},       {"n_layers", meta.n_layers},       {"n_heads", meta.n_heads},
+        {"n_kv_heads", meta.n_kv_heads}, {"head_dim", meta.head_dim},       {"attn_scale", meta.attn_scale},
+        {"sequences", sequences}};
     kvtrace::write_file_atomically(vm["json"].as<std::string>(), json_text(std::move(out), 1));
   }
   return 0;

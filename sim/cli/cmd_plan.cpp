@@ -64,7 +64,8 @@ std::string budget_cell(const PlanRow& row, const PlanSetup& setup) {
   if (setup.contexts.size() != 1) return row.budget->text;
   const int64_t context = setup.contexts[0];
   const int64_t tokens = row.budget->resolve(context);
-  const std::string share = row.budget->fraction ? row.budget->text : fixed(100.0 * row.budget->share(context), 1) + "%";
+  const std::string share =
+      row.budget->fraction ? row.budget->text : fixed(100.0 * row.budget->share(context), 1) + "%";
   return std::to_string(tokens) + " (" + share + ")";
 }
 
@@ -94,15 +95,17 @@ std::string plan_table(const Plan& plan) {
     out << "a mix of " << setup.contexts.size() << " contexts from " << plan.context_file << " (mean " << fixed(mean, 1)
         << ", longest " << longest << " tokens)\n";
   }
-  out << "memory per GPU: " << gb(static_cast<double>(memory.gpu_bytes)) << " x " << fixed(setup.utilization, 2) << " = "
-      << gb(static_cast<double>(memory.usable_bytes)) << " - " << setup.weight_dtype << " weights "
+  out << "memory per GPU: " << gb(static_cast<double>(memory.gpu_bytes)) << " x " << fixed(setup.utilization, 2)
+      << " = " << gb(static_cast<double>(memory.usable_bytes)) << " - " << setup.weight_dtype << " weights "
       << gb(static_cast<double>(memory.weight_bytes)) << " - reserve " << gb(static_cast<double>(memory.reserve_bytes))
       << " = " << gb(static_cast<double>(memory.kv_bytes)) << " for the KV cache\n";
   out << "KV cache per GPU: " << model.n_layers << " layers x " << memory.kv_heads_per_gpu << " kv head"
       << (memory.kv_heads_per_gpu == 1 ? "" : "s")
-      << (model.n_kv_heads < setup.gpus ? " (each replicated on " + std::to_string(setup.gpus / model.n_kv_heads) + " GPUs)" : "")
-      << " x head_dim " << model.head_dim << " x (k, v), " << setup.kv_dtype
-      << " = " << bytes_text(reference.layout.bytes_per_token()) << " bytes per token; blocks of " << setup.block_size
+      << (model.n_kv_heads < setup.gpus
+              ? " (each replicated on " + std::to_string(setup.gpus / model.n_kv_heads) + " GPUs)"
+              : "")
+      << " x head_dim " << model.head_dim << " x (k, v), " << setup.kv_dtype << " = "
+      << bytes_text(reference.layout.bytes_per_token()) << " bytes per token; blocks of " << setup.block_size
       << " tokens (" << reference.layout.block_bytes << " bytes), " << memory.kv_bytes / reference.layout.block_bytes
       << " blocks\n";
   if (target)
@@ -112,7 +115,8 @@ std::string plan_table(const Plan& plan) {
   const std::string metric_name = target ? metric_header(*target) : "";
   size_t policy_width = 6, budget_width = 6, quant_width = 5;
   for (const auto& row : plan.rows) {
-    policy_width = std::max(policy_width, row.policy.size() + (row.bound ? 1 : 0) + (row.mode.empty() ? 0 : row.mode.size() + 3));
+    policy_width =
+        std::max(policy_width, row.policy.size() + (row.bound ? 1 : 0) + (row.mode.empty() ? 0 : row.mode.size() + 3));
     budget_width = std::max(budget_width, budget_cell(row, setup).size());
     quant_width = std::max(quant_width, (row.quant.enabled() ? row.quant.name : setup.kv_dtype).size());
   }
@@ -127,8 +131,10 @@ std::string plan_table(const Plan& plan) {
         << pad(row.quant.enabled() ? row.quant.name : setup.kv_dtype, quant_width + 2);
     if (target) {
       std::string metric = row.metric ? fixed(*row.metric, 4) : "-";
-      if (row.quant.enabled() && !row.quant_measured) metric += "+";
-      else metric += " ";
+      if (row.quant.enabled() && !row.quant_measured)
+        metric += "+";
+      else
+        metric += " ";
       out << pad(metric, std::max<size_t>(metric_name.size(), 9) + 1, true);
     }
     out << pad(bytes_text(row.layout.bytes_per_token()), 10, true)
@@ -161,7 +167,8 @@ std::string plan_table(const Plan& plan) {
     out << kTeacherForcedNote << "\n";
   }
   out << "a sequence under budget B holds min(L, B + 1) tokens in ceil(min(L, B + 1) / " << setup.block_size
-      << ") blocks; max seqs = KV memory / bytes of its blocks; gain is against the full " << setup.kv_dtype << " cache";
+      << ") blocks; max seqs = KV memory / bytes of its blocks; gain is against the full " << setup.kv_dtype
+      << " cache";
   bool residual = false;
   for (const auto& row : plan.rows) residual |= row.layout.residual > 0;
   if (residual) out << "; a residual window of R tokens is stored at " << setup.kv_dtype;
@@ -210,24 +217,37 @@ int cmd_plan(const std::vector<std::string>& args) {
   std::string json, plot;
   bool list = false;
   po::options_description options("plan options");
-  options.add_options()
-      ("model", po::value(&o.model), "model card: a name in CARDS/models (e.g. llama-3.1-8b), its display name or Hugging Face id, or a card file (.json)")
-      ("gpu", po::value(&o.gpu), "GPU card: a name in CARDS/gpus (e.g. h100-80gb) or a card file, or a memory size per GPU (80GB, 80GiB)")
-      ("gpus", po::value(&o.gpus)->default_value(o.gpus), "tensor-parallel GPUs: weights and kv heads split across them")
-      ("weight-dtype", po::value(&o.weight_dtype)->default_value(o.weight_dtype), "weights: fp32, bf16, fp16, fp8, int8, int4")
-      ("kv-dtype", po::value(&o.kv_dtype)->default_value(o.kv_dtype), "full-precision KV elements: fp16, bf16, fp32, fp8")
-      ("kv-quant", po::value(&o.kv_quant), "KV quantization for rows the sweep did not quantize: presets none, flexgen4, kivi2 or a spec (int8, k4v2:g64, ...); comma-separated for several. With a sweep that has a quant column: which of its quantizations to show")
-      ("utilization", po::value(&o.utilization)->default_value(o.utilization, "0.90"), "fraction of GPU memory the server may use (vLLM's gpu_memory_utilization)")
-      ("reserve", po::value(&o.reserve)->default_value(o.reserve), "memory per GPU kept for activations, CUDA graphs and the allocator (e.g. 2GiB, 1.5GB)")
-      ("block-size", po::value(&o.block_size)->default_value(o.block_size), "tokens per paged KV block")
-      ("context", po::value(&o.context), "tokens per sequence, prompt + generation: 4096, 3072+1024, or a CSV file of lengths (a mix); default: the model's maximum context")
-      ("budget", po::value(&o.budget), "KV budgets to plan, any policy: tokens (512) or a share of the context (20%); comma-separated")
-      ("sweep", po::value(&o.sweep), "a kvsim sweep --csv result: per policy, the smallest budget meeting --target")
-      ("target", po::value(&o.target), "quality target for --sweep (default retention>=0.95): retention, retention_p5, retention_min >= X; output_error, output_error_p95, output_error_max <= X (quote it for the shell)")
-      ("json", po::value(&json), "also write the plan as JSON")
-      ("plot", po::value(&plot), "write maximum concurrent sequences vs budget as PNG or SVG")
-      ("cards", po::value(&o.cards)->default_value(o.cards), "folder holding models/*.json and gpus/*.json")
-      ("list", po::bool_switch(&list), "list the model cards, GPU cards and quantization presets");
+  options.add_options()("model", po::value(&o.model),
+                        "model card: a name in CARDS/models (e.g. llama-3.1-8b), its display name or Hugging Face id, "
+                        "or a card file (.json)")(
+      "gpu", po::value(&o.gpu),
+      "GPU card: a name in CARDS/gpus (e.g. h100-80gb) or a card file, or a memory size per GPU (80GB, 80GiB)")(
+      "gpus", po::value(&o.gpus)->default_value(o.gpus),
+      "tensor-parallel GPUs: weights and kv heads split across them")(
+      "weight-dtype", po::value(&o.weight_dtype)->default_value(o.weight_dtype),
+      "weights: fp32, bf16, fp16, fp8, int8, int4")("kv-dtype", po::value(&o.kv_dtype)->default_value(o.kv_dtype),
+                                                    "full-precision KV elements: fp16, bf16, fp32, fp8")(
+      "kv-quant", po::value(&o.kv_quant),
+      "KV quantization for rows the sweep did not quantize: presets none, flexgen4, kivi2 or a spec (int8, k4v2:g64, "
+      "...); comma-separated for several. With a sweep that has a quant column: which of its quantizations to show")(
+      "utilization", po::value(&o.utilization)->default_value(o.utilization, "0.90"),
+      "fraction of GPU memory the server may use (vLLM's gpu_memory_utilization)")(
+      "reserve", po::value(&o.reserve)->default_value(o.reserve),
+      "memory per GPU kept for activations, CUDA graphs and the allocator (e.g. 2GiB, 1.5GB)")(
+      "block-size", po::value(&o.block_size)->default_value(o.block_size), "tokens per paged KV block")(
+      "context", po::value(&o.context),
+      "tokens per sequence, prompt + generation: 4096, 3072+1024, or a CSV file of lengths (a mix); default: the "
+      "model's maximum context")(
+      "budget", po::value(&o.budget),
+      "KV budgets to plan, any policy: tokens (512) or a share of the context (20%); comma-separated")(
+      "sweep", po::value(&o.sweep), "a kvsim sweep --csv result: per policy, the smallest budget meeting --target")(
+      "target", po::value(&o.target),
+      "quality target for --sweep (default retention>=0.95): retention, retention_p5, retention_min >= X; "
+      "output_error, output_error_p95, output_error_max <= X (quote it for the shell)")("json", po::value(&json),
+                                                                                        "also write the plan as JSON")(
+      "plot", po::value(&plot), "write maximum concurrent sequences vs budget as PNG or SVG")(
+      "cards", po::value(&o.cards)->default_value(o.cards), "folder holding models/*.json and gpus/*.json")(
+      "list", po::bool_switch(&list), "list the model cards, GPU cards and quantization presets");
   po::positional_options_description positional;
   po::variables_map vm;
   if (!parse_options("plan",

@@ -12,15 +12,15 @@ int cmd_replay(const std::vector<std::string>& args) {
   ReplayCliOptions values;
   std::string policy = "scissorhands", budget = "20%";
   po::options_description options("replay options");
-  options.add_options()
-      ("policy", po::value(&policy)->default_value(policy), "eviction policy (kvsim policies lists them)")
-      ("budget", po::value(&budget)->default_value(budget), "KV budget: tokens (64) or % of each sequence (20%)");
+  options.add_options()("policy", po::value(&policy)->default_value(policy),
+                        "eviction policy (kvsim policies lists them)")(
+      "budget", po::value(&budget)->default_value(budget), "KV budget: tokens (64) or % of each sequence (20%)");
   add_replay_options(options, values);
   po::positional_options_description positional;
   positional.add("trace", 1);
   po::variables_map vm;
-  if (!parse_options("replay", "TRACE --policy NAME --budget B [--param k=v ...] [options]", args, options,
-                     positional, vm))
+  if (!parse_options("replay", "TRACE --policy NAME --budget B [--param k=v ...] [options]", args, options, positional,
+                     vm))
     return 0;
   const kvtrace::TraceReader reader(values.trace);
   ReplayConfig config;
@@ -34,10 +34,11 @@ int cmd_replay(const std::vector<std::string>& args) {
     Progress progress("replay");
     results = replay_trace(reader, config, progress.callback());
   }
-  if (!results.gathered) return 0;  // another MPI rank: rank 0 prints and writes
+  if (!results.gathered) return 0;                // another MPI rank: rank 0 prints and writes
   write_outputs(values, reader, results, false);  // first: a failed write is then the only line
   std::cout << reader.meta().model << ": " << results.sequences << " sequences, mode " << mode_name(results.mode)
-            << "\n" << replay_table(results.cells.front(), results.output_error) << wrap_text(kTeacherForcedNote) << "\n";
+            << "\n"
+            << replay_table(results.cells.front(), results.output_error) << wrap_text(kTeacherForcedNote) << "\n";
   return 0;
 }
 

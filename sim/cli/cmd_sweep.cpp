@@ -14,11 +14,13 @@ int cmd_sweep(const std::vector<std::string>& args) {
   std::string policies = "scissorhands,h2o,streaming,tova,recent,oracle";
   std::string budgets = "10%,20%,30%,40%,50%,60%,70%,80%,90%";
   po::options_description options("sweep options");
-  options.add_options()
-      ("policies", po::value(&policies)->default_value(policies), "comma-separated policies")
-      ("budgets", po::value(&budgets)->default_value(budgets), "comma-separated budgets: tokens (64) or % (20%)")
-      ("plot", po::value(&values.plot), "write retention vs budget as PNG or SVG (rendered off screen)")
-      ("resume", "write --csv row by row as each policy finishes, and continue an interrupted sweep from the rows already in it; the settings and the trace's identity go to CSV.settings, and a resume with other settings or another trace is refused");
+  options.add_options()("policies", po::value(&policies)->default_value(policies), "comma-separated policies")(
+      "budgets", po::value(&budgets)->default_value(budgets), "comma-separated budgets: tokens (64) or % (20%)")(
+      "plot", po::value(&values.plot), "write retention vs budget as PNG or SVG (rendered off screen)")(
+      "resume",
+      "write --csv row by row as each policy finishes, and continue an interrupted sweep from the rows already in it; "
+      "the settings and the trace's identity go to CSV.settings, and a resume with other settings or another trace is "
+      "refused");
   add_replay_options(options, values);
   po::positional_options_description positional;
   positional.add("trace", 1);
@@ -50,7 +52,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
     Progress progress("sweep");
     results = replay_trace(reader, config, progress.callback());
   }
-  if (!results.gathered) return 0;  // another MPI rank: rank 0 prints and writes
+  if (!results.gathered) return 0;               // another MPI rank: rank 0 prints and writes
   write_outputs(values, reader, results, true);  // first: a failed write is then the only line
   std::cout << reader.meta().model << " (" << reader.path() << ")\n\n" << sweep_table(results);
   return 0;

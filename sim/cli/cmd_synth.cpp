@@ -10,21 +10,20 @@ int cmd_synth(const std::vector<std::string>& args) {
   kvtrace::SynthOptions o;
   std::string out, form = "qk", dtype = "float16";
   po::options_description options("synth options");
-  options.add_options()
-      ("out,o", po::value(&out)->required(), "output trace file")
-      ("layers", po::value(&o.n_layers)->default_value(o.n_layers), "layers")
-      ("heads", po::value(&o.n_heads)->default_value(o.n_heads), "query heads per layer")
-      ("kv-heads", po::value(&o.n_kv_heads)->default_value(o.n_kv_heads), "kv heads per layer (GQA when fewer than heads)")
-      ("head-dim", po::value(&o.head_dim)->default_value(o.head_dim), "head dimension")
-      ("tokens", po::value(&o.n_tokens)->default_value(o.n_tokens), "tokens per sequence")
-      ("seqs", po::value(&o.n_sequences)->default_value(o.n_sequences), "sequences")
-      ("prompt-len", po::value(&o.prompt_len)->default_value(-1), "prompt length (-1: half the tokens)")
-      ("form", po::value(&form)->default_value(form), "qk (q, k), attn (packed rows) or both")
-      ("no-v", "do not write values (v)")
-      ("dtype", po::value(&dtype)->default_value(dtype), "float16 or float32")
-      ("seed", po::value(&o.seed)->default_value(o.seed), "random seed")
-      ("model", po::value(&o.model)->default_value(o.model), "model name stored in the trace")
-      ("compress", po::value(&o.compression)->default_value(0), "gzip level 0-9");
+  options.add_options()("out,o", po::value(&out)->required(), "output trace file")(
+      "layers", po::value(&o.n_layers)->default_value(o.n_layers), "layers")(
+      "heads", po::value(&o.n_heads)->default_value(o.n_heads), "query heads per layer")(
+      "kv-heads", po::value(&o.n_kv_heads)->default_value(o.n_kv_heads),
+      "kv heads per layer (GQA when fewer than heads)")("head-dim", po::value(&o.head_dim)->default_value(o.head_dim),
+                                                        "head dimension")(
+      "tokens", po::value(&o.n_tokens)->default_value(o.n_tokens), "tokens per sequence")(
+      "seqs", po::value(&o.n_sequences)->default_value(o.n_sequences), "sequences")(
+      "prompt-len", po::value(&o.prompt_len)->default_value(-1), "prompt length (-1: half the tokens)")(
+      "form", po::value(&form)->default_value(form), "qk (q, k), attn (packed rows) or both")(
+      "no-v", "do not write values (v)")("dtype", po::value(&dtype)->default_value(dtype), "float16 or float32")(
+      "seed", po::value(&o.seed)->default_value(o.seed), "random seed")(
+      "model", po::value(&o.model)->default_value(o.model), "model name stored in the trace")(
+      "compress", po::value(&o.compression)->default_value(0), "gzip level 0-9");
   po::positional_options_description positional;
   positional.add("out", 1);
   po::variables_map vm;

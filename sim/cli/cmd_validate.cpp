@@ -20,8 +20,8 @@ int cmd_validate(const std::vector<std::string>& args) {
     summary = kvtrace::validate_trace(path, progress.callback());
   }
   std::printf("ok: %s: %d sequences, %lld tokens, %lld head slices, %lld values checked\n", path.c_str(),
-              summary.sequences, static_cast<long long>(summary.tokens),
-              static_cast<long long>(summary.heads_checked), static_cast<long long>(summary.values_checked));
+              summary.sequences, static_cast<long long>(summary.tokens), static_cast<long long>(summary.heads_checked),
+              static_cast<long long>(summary.values_checked));
   return 0;
 }
 

@@ -67,19 +67,22 @@ std::string trace_identity(const std::string& path) {
     in.seekg(from);
     std::vector<char> bytes(65536);
     in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    for (std::streamsize i = 0; i < in.gcount(); ++i) hash = (hash ^ static_cast<unsigned char>(bytes[i])) * 1099511628211ull;
+    for (std::streamsize i = 0; i < in.gcount(); ++i)
+      hash = (hash ^ static_cast<unsigned char>(bytes[i])) * 1099511628211ull;
   };
   mix(0);
   mix(std::max<std::streamoff>(0, static_cast<std::streamoff>(info.st_size) - 65536));
   char text[96];
-  std::snprintf(text, sizeof text, "%lld bytes, modified %lld.%09ld, hash %016llx", static_cast<long long>(info.st_size),
-                static_cast<long long>(info.st_mtim.tv_sec), info.st_mtim.tv_nsec, static_cast<unsigned long long>(hash));
+  std::snprintf(text, sizeof text, "%lld bytes, modified %lld.%09ld, hash %016llx",
+                static_cast<long long>(info.st_size), static_cast<long long>(info.st_mtim.tv_sec), info.st_mtim.tv_nsec,
+                static_cast<unsigned long long>(hash));
   return text;
 }
 
 // Every setting that changes a row, one "name: value" line each, with the trace's identity.
 // (Policies, parameters, budgets and quantization are also in each row.)
-std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& config, const ReplayCliOptions& values) {
+std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& config,
+                        const ReplayCliOptions& values) {
   std::string policies, budgets;
   for (const auto& policy : config.policies) policies += (policies.empty() ? "" : ",") + policy.label;
   for (const auto& budget : config.budgets) budgets += (budgets.empty() ? "" : ",") + budget.text;
@@ -109,8 +112,10 @@ void check_settings(const std::string& path, const std::string& settings, bool h
   std::ifstream in(sidecar, std::ios::binary);
   if (!in) {
     if (has_rows)
-      throw kvtrace::InputError(path, "", "--resume: " + sidecar + " is missing, so these rows cannot be checked against "
-                                           "this sweep; start it again without --resume");
+      throw kvtrace::InputError(path, "",
+                                "--resume: " + sidecar +
+                                    " is missing, so these rows cannot be checked against "
+                                    "this sweep; start it again without --resume");
     return;
   }
   const std::string recorded((std::istreambuf_iterator<char>(in)), {});
@@ -118,8 +123,10 @@ void check_settings(const std::string& path, const std::string& settings, bool h
   for (std::string was, now; std::getline(b, now);) {
     if (!std::getline(a, was)) was.clear();
     if (was != now)
-      throw kvtrace::InputError(path, "", "--resume: the rows were made with " + (was.empty() ? "other settings" : "'" + was + "'") +
-                                           ", this sweep has '" + now + "'; start it again without --resume");
+      throw kvtrace::InputError(path, "",
+                                "--resume: the rows were made with " +
+                                    (was.empty() ? "other settings" : "'" + was + "'") + ", this sweep has '" + now +
+                                    "'; start it again without --resume");
   }
 }
 
@@ -149,8 +156,9 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   size_t done = 0;
   while (done < rows.size() && done < total && same_cell(rows[done], expected[done])) ++done;
   if (done < rows.size())
-    throw kvtrace::InputError(path, "", "--resume: row " + std::to_string(done + 1) +
-                                            " is not this sweep's (other policies, budgets or quantization?)");
+    throw kvtrace::InputError(path, "",
+                              "--resume: row " + std::to_string(done + 1) +
+                                  " is not this sweep's (other policies, budgets or quantization?)");
   rows.resize(done);
 
   // Rewrite the file to exactly the header and the complete rows, then append as we go.
@@ -165,7 +173,8 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   if (done > 0 && done < total)
     std::cerr << "kvsim sweep: resuming " << path << ": " << done << " of " << total << " rows already done\n";
 
-  struct sigaction action {}, previous_int{}, previous_term{};
+  struct sigaction action {
+  }, previous_int{}, previous_term{};
   action.sa_handler = on_interrupt;
   sigemptyset(&action.sa_mask);
   sigaction(SIGINT, &action, &previous_int);

@@ -41,7 +41,8 @@ void ensure_application() {
 }
 
 bool is_svg(const std::string& path) {
-  return path.size() >= 4 && (path.compare(path.size() - 4, 4, ".svg") == 0 || path.compare(path.size() - 4, 4, ".SVG") == 0);
+  return path.size() >= 4 &&
+         (path.compare(path.size() - 4, 4, ".svg") == 0 || path.compare(path.size() - 4, 4, ".SVG") == 0);
 }
 
 // Renders `draw` (which paints into a width x height rectangle) to PNG or SVG atomically.
@@ -94,10 +95,9 @@ void render_line_plot(const LinePlot& plot, const std::string& path) {
       x_lo = std::min(x_lo, x), x_hi = std::max(x_hi, x), y_lo = std::min(y_lo, y), y_hi = std::max(y_hi, y);
     }
     chart->addSeries(line);
-    static const QColor palette[] = {QColor(31, 119, 180), QColor(255, 127, 14), QColor(44, 160, 44),
-                                     QColor(214, 39, 40),  QColor(148, 103, 189), QColor(140, 86, 75),
-                                     QColor(227, 119, 194), QColor(127, 127, 127), QColor(188, 189, 34),
-                                     QColor(23, 190, 207)};
+    static const QColor palette[] = {
+        QColor(31, 119, 180), QColor(255, 127, 14),  QColor(44, 160, 44),   QColor(214, 39, 40),  QColor(148, 103, 189),
+        QColor(140, 86, 75),  QColor(227, 119, 194), QColor(127, 127, 127), QColor(188, 189, 34), QColor(23, 190, 207)};
     QPen pen(palette[(chart->series().size() - 1) % 10]);
     line->setColor(pen.color());
     pen.setWidthF(2.0);
@@ -189,7 +189,8 @@ void render_heatmap(const Heatmap& map, const std::string& path) {
   title_font.setBold(true);
   subtitle_font.setPointSize(9);
   const int text_width = std::max(QFontMetrics(title_font).horizontalAdvance(QString::fromStdString(map.title)),
-                                  QFontMetrics(subtitle_font).horizontalAdvance(QString::fromStdString(map.subtitle))) + 40;
+                                  QFontMetrics(subtitle_font).horizontalAdvance(QString::fromStdString(map.subtitle))) +
+                         40;
   const int grid_width = 90 + cell * map.columns + right;
   const int left = 90 + std::max(0, text_width - grid_width) / 2;
   const int width = std::max(grid_width, text_width), height = top + std::max(cell * map.rows, bar_h + 30) + bottom;
@@ -226,9 +227,11 @@ void render_heatmap(const Heatmap& map, const std::string& path) {
                                                     : QString::number(i);
     };
     for (int r = 0; r < map.rows; ++r)
-      painter.drawText(QRect(0, top + r * cell, left - 6, cell), Qt::AlignRight | Qt::AlignVCenter, label(map.row_labels, r));
+      painter.drawText(QRect(0, top + r * cell, left - 6, cell), Qt::AlignRight | Qt::AlignVCenter,
+                       label(map.row_labels, r));
     for (int c = 0; c < map.columns; ++c)
-      painter.drawText(QRect(left + c * cell, top + map.rows * cell + 2, cell, 18), Qt::AlignCenter, label(map.column_labels, c));
+      painter.drawText(QRect(left + c * cell, top + map.rows * cell + 2, cell, 18), Qt::AlignCenter,
+                       label(map.column_labels, c));
     painter.drawText(QRect(left, top + map.rows * cell + 24, cell * map.columns, 20), Qt::AlignCenter,
                      QString::fromStdString(map.x_label));
     painter.save();
@@ -241,7 +244,8 @@ void render_heatmap(const Heatmap& map, const std::string& path) {
       painter.fillRect(bar_x, top + y, 18, 1, colour(map.max - (map.max - map.min) * y / bar_h));
     painter.drawText(bar_x + 22, top + 10, QString::number(map.max, 'g', 3));
     painter.drawText(bar_x + 22, top + bar_h, QString::number(map.min, 'g', 3));
-    painter.drawText(QRect(bar_x - 20, top + bar_h + 8, 120, 18), Qt::AlignLeft, QString::fromStdString(map.value_label));
+    painter.drawText(QRect(bar_x - 20, top + bar_h + 8, 120, 18), Qt::AlignLeft,
+                     QString::fromStdString(map.value_label));
   });
 }
 
@@ -250,7 +254,7 @@ void render_heatmap(const Heatmap& map, const std::string& path) {
 // The module's entry points: kvsim finds them with dlsym (sim/plot/plot_loader.cpp), so Qt is
 // loaded only by a run that draws.
 extern "C" __attribute__((visibility("default"))) void kvsim_render_line_plot(const kvsim::LinePlot& plot,
-                                                                               const std::string& path) {
+                                                                              const std::string& path) {
   kvsim::render_line_plot(plot, path);
 }
 extern "C" __attribute__((visibility("default"))) void kvsim_render_heatmap(const kvsim::Heatmap& map,

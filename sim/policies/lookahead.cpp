@@ -10,7 +10,8 @@ class Lookahead final : public Policy {
  public:
   void reset(const GroupContext& group) override { future_ = group.future; }
   bool adopt(const Policy&) override { return true; }  // its future is the group's
-  void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
+  void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool,
+             std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
     scores_.resize(cache.size());
     for (size_t j = 0; j < cache.size(); ++j) scores_[j] = future_->remaining(step, cache[j]);

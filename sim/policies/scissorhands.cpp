@@ -35,8 +35,9 @@ class Scissorhands final : public Policy {
   void reset(const GroupContext& group) override {
     drop_now_ = drop_ > 0 ? drop_ : std::max<int64_t>(1, group.budget / 2);
     if (drop_now_ > group.budget)
-      throw kvtrace::InputError("", "", "policy scissorhands: m = " + std::to_string(drop_now_) +
-                                            " exceeds the budget B = " + std::to_string(group.budget));
+      throw kvtrace::InputError("", "",
+                                "policy scissorhands: m = " + std::to_string(drop_now_) +
+                                    " exceeds the budget B = " + std::to_string(group.budget));
     capacity_ = static_cast<size_t>(group.n_tokens);
     size_ = 0;
     flags_.assign(static_cast<size_t>((window_ + 63) / 64) * capacity_, 0);
@@ -54,8 +55,8 @@ class Scissorhands final : public Policy {
   void observe(int64_t step, std::span<const int32_t> cache, std::span<const float> attention) override {
     for (size_t word = 0; word < flags_.size(); word += capacity_) flags_[word + size_] = 0;  // the new token
     count_[size_++] = 0;
-    const double threshold = paper_threshold_ ? 1.0 / static_cast<double>(step + 1)
-                                              : 1.0 / static_cast<double>(cache.size());
+    const double threshold =
+        paper_threshold_ ? 1.0 / static_cast<double>(step + 1) : 1.0 / static_cast<double>(cache.size());
     const float limit = float_limit(threshold);
     const auto slot = static_cast<size_t>(step % window_);
     uint64_t* __restrict word = flags_.data() + slot / 64 * capacity_;  // this step's word of every cached token

@@ -23,8 +23,11 @@ namespace {
 class ScissorhandsOfficial final : public Policy {
  public:
   explicit ScissorhandsOfficial(const Params& params)
-      : window_(params.integer("window")), recent_(params.integer("recent")), start_(params.integer("start")),
-        quantile_(params.real("quantile")), layers_(params.text("layers")) {}
+      : window_(params.integer("window")),
+        recent_(params.integer("recent")),
+        start_(params.integer("start")),
+        quantile_(params.real("quantile")),
+        layers_(params.text("layers")) {}
 
   void reset(const GroupContext& group) override {
     n_ = group.n_tokens;
@@ -94,15 +97,27 @@ class ScissorhandsOfficial final : public Policy {
 PolicyInfo scissorhands_official_policy() {
   PolicyInfo info;
   info.name = "scissorhands-official";
-  info.summary = "the authors' released simulation: a key stays while one of the last 100 rows gave it more than "
-                 "that row's 90% value over the sequence length, or while it is among the 10 most recent; no budget";
+  info.summary =
+      "the authors' released simulation: a key stays while one of the last 100 rows gave it more than "
+      "that row's 90% value over the sequence length, or while it is among the 10 most recent; no budget";
   info.params = {
       {"window", ParamType::integer, "100", "rows looked back (LRU_WINDOW)", 1, 1e9, {}},
       {"recent", ParamType::integer, "10", "most recent keys always kept (POSITION_WINDOW)", 0, 1e9, {}},
-      {"quantile", ParamType::real, "0.9", "rank of the threshold in the row zero-padded to n, as a fraction of n", 0, 1, {}},
+      {"quantile",
+       ParamType::real,
+       "0.9",
+       "rank of the threshold in the row zero-padded to n, as a fraction of n",
+       0,
+       1,
+       {}},
       {"start", ParamType::integer, "100", "first row that masks (start_compress_length)", 0, 1e9, {}},
-      {"layers", ParamType::index_set, "all",
-       "layers it compresses: all, or a list such as 5-35 (the authors': 5-35 of OPT-66B's 64)", 0, 1e9, {}},
+      {"layers",
+       ParamType::index_set,
+       "all",
+       "layers it compresses: all, or a list such as 5-35 (the authors': 5-35 of OPT-66B's 64)",
+       0,
+       1e9,
+       {}},
   };
   info.budgeted = false;
   info.needs_attention = false;

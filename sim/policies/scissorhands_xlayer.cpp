@@ -64,7 +64,8 @@ class ScissorhandsXLayer final : public Policy {
 PolicyInfo scissorhands_xlayer_policy() {
   PolicyInfo info;
   info.name = "scissorhands-xlayer";
-  info.summary = "the blog's cross-layer reading: per layer, evict the lowest alpha-fused score of this and earlier layers";
+  info.summary =
+      "the blog's cross-layer reading: per layer, evict the lowest alpha-fused score of this and earlier layers";
   info.params = {{"alpha", ParamType::real, "0.5", "weight of the layer below in the fused score", 0, 1, {}}};
   info.grouping = Grouping::layer;
   info.engine = Engine::cross_layer;

@@ -62,8 +62,8 @@ class SnapKV final : public Policy {
     const uint32_t* __restrict slot = slot_of_.data();
     const float* __restrict observed = attention.data();
     // Tokens in the leaving row: the cached positions up to written_at_[r], a prefix.
-    const size_t held = static_cast<size_t>(
-        std::upper_bound(cache.begin(), cache.end(), written_at_[r]) - cache.begin());
+    const size_t held =
+        static_cast<size_t>(std::upper_bound(cache.begin(), cache.end(), written_at_[r]) - cache.begin());
     size_t j = 0;
     for (; j < held; ++j) {
       sum[j] = (sum[j] - row[slot[j]]) + observed[j];
@@ -147,14 +147,14 @@ class SnapKV final : public Policy {
       __m256i index = _mm256_setr_epi64x(2, 3, 4, 5);
       const __m256i four = _mm256_set1_epi64x(4);
       for (; j + 4 + half <= open; j += 4) {
-        const __m256d value = _mm256_max_pd(
-            _mm256_max_pd(_mm256_max_pd(_mm256_loadu_pd(sum + j - 2), _mm256_loadu_pd(sum + j - 1)),
-                          _mm256_max_pd(_mm256_loadu_pd(sum + j + 1), _mm256_loadu_pd(sum + j + 2))),
-            _mm256_loadu_pd(sum + j));
+        const __m256d value =
+            _mm256_max_pd(_mm256_max_pd(_mm256_max_pd(_mm256_loadu_pd(sum + j - 2), _mm256_loadu_pd(sum + j - 1)),
+                                        _mm256_max_pd(_mm256_loadu_pd(sum + j + 1), _mm256_loadu_pd(sum + j + 2))),
+                          _mm256_loadu_pd(sum + j));
         const __m256d lower = _mm256_cmp_pd(value, lane_lowest, _CMP_LT_OQ);
         lane_lowest = _mm256_blendv_pd(lane_lowest, value, lower);
-        lane_best = _mm256_castpd_si256(
-            _mm256_blendv_pd(_mm256_castsi256_pd(lane_best), _mm256_castsi256_pd(index), lower));
+        lane_best =
+            _mm256_castpd_si256(_mm256_blendv_pd(_mm256_castsi256_pd(lane_best), _mm256_castsi256_pd(index), lower));
         index = _mm256_add_epi64(index, four);
       }
       double values[4];

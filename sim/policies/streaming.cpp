@@ -11,8 +11,9 @@ class Streaming final : public Policy {
   explicit Streaming(const Params& params) : sinks_(params.integer("sinks")) {}
   void reset(const GroupContext& group) override {
     if (group.budget <= sinks_)
-      throw kvtrace::InputError("", "", "policy streaming needs a budget above its " + std::to_string(sinks_) +
-                                            " sink tokens (got B = " + std::to_string(group.budget) + ")");
+      throw kvtrace::InputError("", "",
+                                "policy streaming needs a budget above its " + std::to_string(sinks_) +
+                                    " sink tokens (got B = " + std::to_string(group.budget) + ")");
   }
   bool adopt(const Policy&) override { return true; }  // no state
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {

@@ -109,8 +109,7 @@ py::dict item_columns(std::vector<LayerAnalysis>& items, const AnalysisOptions& 
         recall[l].push_back(l < h.lags.size() ? h.lags[l].topk_recall : NAN);
       }
       py::dict steps;
-      for (const RepeatStep& r : h.repeats)
-        steps[py::int_(r.step)] = to_numpy(std::vector<int32_t>(r.positions));
+      for (const RepeatStep& r : h.repeats) steps[py::int_(r.step)] = to_numpy(std::vector<int32_t>(r.positions));
       repeats.append(steps);
     }
   py::dict d;
@@ -129,8 +128,8 @@ py::dict item_columns(std::vector<LayerAnalysis>& items, const AnalysisOptions& 
   return d;
 }
 
-py::dict analyze(const Trace& trace, const AnalyzeOptions& o, const std::string& rows, const std::vector<int>& sequences,
-                 const std::vector<int>& layers, int threads) {
+py::dict analyze(const Trace& trace, const AnalyzeOptions& o, const std::string& rows,
+                 const std::vector<int>& sequences, const std::vector<int>& layers, int threads) {
   const auto held = trace.hold();
   const kvtrace::TraceReader& reader = *held;
   AnalysisConfig config;

@@ -45,8 +45,7 @@ ReplayResults interruptible_replay(const kvtrace::TraceReader& reader, ReplayCon
   if (interrupted) {
     try {
       result.get();
-    } catch (...) {
-    }
+    } catch (...) {}
     throw py::error_already_set();
   }
   return result.get();
@@ -55,7 +54,8 @@ ReplayResults interruptible_replay(const kvtrace::TraceReader& reader, ReplayCon
 // ---- replay and sweep ----
 
 struct ReplayOptions {
-  std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto", quant, layer_budget = "uniform";
+  std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto", quant,
+              layer_budget = "uniform";
   std::vector<int> sequences, layers;
   int threads = 0;
 };
@@ -124,8 +124,10 @@ py::dict group_dict(GroupRecord&& record, bool with_position) {
   d["steps"] = to_numpy(std::move(steps));
   const auto heads = static_cast<py::ssize_t>(r.n_heads), n_steps = static_cast<py::ssize_t>(r.n_steps);
   d["retention"] = to_numpy(std::move(r.retention), {heads, n_steps});
-  if (r.output_error.empty()) d["output_error"] = py::none();
-  else d["output_error"] = to_numpy(std::move(r.output_error), {heads, n_steps});
+  if (r.output_error.empty())
+    d["output_error"] = py::none();
+  else
+    d["output_error"] = to_numpy(std::move(r.output_error), {heads, n_steps});
   d["occupancy"] = to_numpy(std::move(r.occupancy));
   d["eviction_step"] = to_numpy(std::move(r.eviction_step));
   d["evictions"] = r.evictions;
@@ -187,8 +189,9 @@ py::dict replay(const Trace& trace, const std::string& policy, const std::string
   return out;
 }
 
-py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names, const std::vector<std::string>& budgets,
-               const std::vector<std::pair<std::string, std::string>>& params, const ReplayOptions& options) {
+py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
+               const std::vector<std::string>& budgets, const std::vector<std::pair<std::string, std::string>>& params,
+               const ReplayOptions& options) {
   const auto held = trace.hold();
   const kvtrace::TraceReader& reader = *held;
   ReplayConfig config;
@@ -265,7 +268,8 @@ py::dict replay_rows(const py::object& attention, const std::string& policy_name
   if (n_kv_heads == 0) n_kv_heads = rows.n_heads;
   if (options.mode == Mode::prefill) {
     if (prompt_len < 1 || prompt_len > rows.n_tokens)
-      bad_option("prompt-len", "prefill needs a prompt length from 1 to the " + std::to_string(rows.n_tokens) + " rows");
+      bad_option("prompt-len",
+                 "prefill needs a prompt length from 1 to the " + std::to_string(rows.n_tokens) + " rows");
     options.prompt_len = prompt_len;
   } else if (prompt_len < 0) {
     bad_option("prompt-len", "must be >= 0");
@@ -275,8 +279,9 @@ py::dict replay_rows(const py::object& attention, const std::string& policy_name
   if (!values_object.is_none()) {
     FloatArray v = FloatArray::ensure(values_object);
     if (!v || v.ndim() != 3 || v.shape(0) != n_kv_heads || v.shape(1) != rows.n_tokens)
-      throw InputError("", "values", "expected a float array [n_kv_heads = " + std::to_string(n_kv_heads) +
-                                         ", n = " + std::to_string(rows.n_tokens) + ", head_dim]");
+      throw InputError("", "values",
+                       "expected a float array [n_kv_heads = " + std::to_string(n_kv_heads) +
+                           ", n = " + std::to_string(rows.n_tokens) + ", head_dim]");
     head_dim = static_cast<int>(v.shape(2));
     if (head_dim < 1) throw InputError("", "values", "head_dim must be at least 1");
     const size_t size = static_cast<size_t>(rows.n_tokens) * static_cast<size_t>(head_dim);
@@ -284,8 +289,9 @@ py::dict replay_rows(const py::object& attention, const std::string& policy_name
       const float* begin = v.data() + static_cast<size_t>(g) * size;
       for (size_t i = 0; i < size; ++i)
         if (!std::isfinite(begin[i]))
-          throw InputError("", "values", std::string(std::isnan(begin[i]) ? "NaN" : "Inf") + " at kv head " +
-                                             std::to_string(g) + ", row " + std::to_string(i / static_cast<size_t>(head_dim)));
+          throw InputError("", "values",
+                           std::string(std::isnan(begin[i]) ? "NaN" : "Inf") + " at kv head " + std::to_string(g) +
+                               ", row " + std::to_string(i / static_cast<size_t>(head_dim)));
       values.emplace_back(begin, begin + size);
     }
   }

@@ -92,8 +92,7 @@ py::array_t<float> attention(const Trace& trace, int seq, int layer, const std::
       for (size_t h = 0; h < heads.size(); ++h)
         for (int64_t t = first; t < first + count; ++t) {
           const float* row = block.row(static_cast<int>(h), t);
-          float* dst = out.data() + h * per_head +
-                       static_cast<size_t>(packed ? kvtrace::packed_row_offset(t) : t * n);
+          float* dst = out.data() + h * per_head + static_cast<size_t>(packed ? kvtrace::packed_row_offset(t) : t * n);
           std::copy(row, row + t + 1, dst);
         }
     }
@@ -109,16 +108,19 @@ py::array_t<float> tensor(const Trace& trace, int seq, int layer, const std::str
   check_seq(reader, seq);
   check_layer(reader, layer);
   kvtrace::Tensor t;
-  if (name == "q") t = kvtrace::Tensor::q;
-  else if (name == "k") t = kvtrace::Tensor::k;
-  else if (name == "v") t = kvtrace::Tensor::v;
-  else throw InputError("", "", "tensor '" + name + "' is not q, k or v (attention() reads attn)");
-  if (!reader.layer(seq, layer).has(t))
-    reader.fail(kvtrace::tensor_path(seq, layer, t), "this layer has no " + name);
+  if (name == "q")
+    t = kvtrace::Tensor::q;
+  else if (name == "k")
+    t = kvtrace::Tensor::k;
+  else if (name == "v")
+    t = kvtrace::Tensor::v;
+  else
+    throw InputError("", "", "tensor '" + name + "' is not q, k or v (attention() reads attn)");
+  if (!reader.layer(seq, layer).has(t)) reader.fail(kvtrace::tensor_path(seq, layer, t), "this layer has no " + name);
   const int heads = t == kvtrace::Tensor::q ? reader.meta().n_heads : reader.meta().n_kv_heads;
   if (head < 0 || head >= heads)
-    reader.fail(kvtrace::tensor_path(seq, layer, t), "head " + std::to_string(head) + " out of range (" +
-                                                         std::to_string(heads) + " heads)");
+    reader.fail(kvtrace::tensor_path(seq, layer, t),
+                "head " + std::to_string(head) + " out of range (" + std::to_string(heads) + " heads)");
   std::vector<float> data;
   {
     py::gil_scoped_release release;
@@ -136,8 +138,8 @@ int64_t tokens_of_packed(int64_t length) {
   while (n * (n + 1) / 2 < length) ++n;
   while (n > 0 && n * (n + 1) / 2 > length) --n;
   if (n * (n + 1) / 2 != length)
-    throw InputError("", "attention", "a packed row set holds n(n+1)/2 values; " + std::to_string(length) +
-                                          " is not such a number");
+    throw InputError("", "attention",
+                     "a packed row set holds n(n+1)/2 values; " + std::to_string(length) + " is not such a number");
   return n;
 }
 
@@ -150,8 +152,9 @@ Rows rows_of(const py::handle& object) {
   const auto& a = r.array;
   if (a.ndim() == 3) {
     if (a.shape(1) != a.shape(2))
-      throw InputError("", "attention", "a [heads, n, n] array needs square matrices, got [" + std::to_string(a.shape(0)) +
-                                            ", " + std::to_string(a.shape(1)) + ", " + std::to_string(a.shape(2)) + "]");
+      throw InputError("", "attention",
+                       "a [heads, n, n] array needs square matrices, got [" + std::to_string(a.shape(0)) + ", " +
+                           std::to_string(a.shape(1)) + ", " + std::to_string(a.shape(2)) + "]");
     r.n_heads = static_cast<int>(a.shape(0));
     r.n_tokens = a.shape(1);
   } else if (a.ndim() == 2) {
@@ -163,12 +166,14 @@ Rows rows_of(const py::handle& object) {
     r.n_tokens = tokens_of_packed(a.shape(0));
     r.packed = true;
   } else {
-    throw InputError("", "attention", "expected [heads, n, n] (full) or [heads, n(n+1)/2] (packed), got " +
-                                          std::to_string(a.ndim()) + " dimensions");
+    throw InputError(
+        "", "attention",
+        "expected [heads, n, n] (full) or [heads, n(n+1)/2] (packed), got " + std::to_string(a.ndim()) + " dimensions");
   }
   if (r.n_heads < 1 || r.n_heads > kvtrace::Limits::max_heads)
-    throw InputError("", "attention", std::to_string(r.n_heads) + " heads (1 to " +
-                                          std::to_string(kvtrace::Limits::max_heads) + " supported)");
+    throw InputError(
+        "", "attention",
+        std::to_string(r.n_heads) + " heads (1 to " + std::to_string(kvtrace::Limits::max_heads) + " supported)");
   return r;
 }
 
@@ -184,15 +189,22 @@ void bind_trace(py::module_& m) {
       .def_property_readonly("meta", [](const Trace& t) { return meta_dict(t.get()); })
       .def_property_readonly("n_sequences", [](const Trace& t) { return t.get().n_sequences(); })
       .def_property_readonly("closed", [](const Trace& t) { return !t.reader; })
-      .def("sequence", [](const Trace& t, int seq) { return sequence_dict(t.get(), seq); }, py::arg("seq"))
-      .def("tokens", [](const Trace& t, int seq) {
-             check_seq(t.get(), seq);
-             return to_numpy(t.get().tokens(seq));
-           }, py::arg("seq"))
-      .def("token_text", [](const Trace& t, int seq) {
-             check_seq(t.get(), seq);
-             return t.get().token_text(seq);
-           }, py::arg("seq"))
+      .def(
+          "sequence", [](const Trace& t, int seq) { return sequence_dict(t.get(), seq); }, py::arg("seq"))
+      .def(
+          "tokens",
+          [](const Trace& t, int seq) {
+            check_seq(t.get(), seq);
+            return to_numpy(t.get().tokens(seq));
+          },
+          py::arg("seq"))
+      .def(
+          "token_text",
+          [](const Trace& t, int seq) {
+            check_seq(t.get(), seq);
+            return t.get().token_text(seq);
+          },
+          py::arg("seq"))
       .def("_attention", &attention)
       .def("_tensor", &tensor)
       .def("close", [](Trace& t) { t.reader.reset(); });

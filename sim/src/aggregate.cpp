@@ -7,7 +7,8 @@ namespace kvsim {
 
 void aggregate_cell(CellResult& cell, std::vector<const GroupRecord*>& records, int n_layers, bool output_error) {
   std::vector<float> retention, errors;
-  std::vector<std::vector<float>> layer_retention(static_cast<size_t>(n_layers)), layer_errors(static_cast<size_t>(n_layers));
+  std::vector<std::vector<float>> layer_retention(static_cast<size_t>(n_layers)),
+      layer_errors(static_cast<size_t>(n_layers));
   std::vector<double> layer_occupancy(static_cast<size_t>(n_layers), 0.0);
   std::vector<int64_t> layer_steps(static_cast<size_t>(n_layers), 0);
   double occupancy_sum = 0;
@@ -53,7 +54,8 @@ void aggregate_cell(CellResult& cell, std::vector<const GroupRecord*>& records, 
     summary.layer = l;
     summary.retention = summarize(layer_retention[static_cast<size_t>(l)]);
     summary.output_error = summarize(layer_errors[static_cast<size_t>(l)]);
-    summary.occupancy_mean = layer_occupancy[static_cast<size_t>(l)] / static_cast<double>(layer_steps[static_cast<size_t>(l)]);
+    summary.occupancy_mean =
+        layer_occupancy[static_cast<size_t>(l)] / static_cast<double>(layer_steps[static_cast<size_t>(l)]);
     cell.layers.push_back(summary);
   }
 }

@@ -188,7 +188,8 @@ LayerAnalysis analyze_rows(kvtrace::AttentionSource& source, const AnalysisOptio
           ++s.pairs;  // a constant row counts as a pair but stays out of the Spearman mean
           if (!std::isnan(rho)) ++s.defined, s.spearman += rho;
           int64_t hits = 0;
-          for (size_t r = m - static_cast<size_t>(p.k); r < m; ++r) hits += p.in_top_k[h][static_cast<size_t>(order[r])];
+          for (size_t r = m - static_cast<size_t>(p.k); r < m; ++r)
+            hits += p.in_top_k[h][static_cast<size_t>(order[r])];
           s.recall += static_cast<double>(hits) / static_cast<double>(p.k);
         }
       }

@@ -23,23 +23,26 @@ std::string token_label(const std::vector<std::string>& text, int32_t position) 
   if (static_cast<size_t>(position) >= text.size()) return "";
   std::string out;
   for (char c : text[static_cast<size_t>(position)]) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (static_cast<unsigned char>(c) < 0x20) out += "?";
-    else out += c;
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (static_cast<unsigned char>(c) < 0x20)
+      out += "?";
+    else
+      out += c;
   }
   if (out.size() > 14) out = out.substr(0, 13) + "~";
   return " '" + out + "'";
 }
 
-std::string top_k_text(const AnalysisOptions& options) {
-  return "top-" + options.top_k.text;
-}
+std::string top_k_text(const AnalysisOptions& options) { return "top-" + options.top_k.text; }
 
 nlohmann::json stat_json(const StatRow& row, const AnalysisOptions& options) {
   nlohmann::json lags = nlohmann::json::array();
   for (size_t l = 0; l < row.spearman.size(); ++l)
-    lags.push_back({{"lag", options.lags[l]}, {"spearman", or_null(row.spearman[l])},
+    lags.push_back({{"lag", options.lags[l]},
+                    {"spearman", or_null(row.spearman[l])},
                     {"topk_recall", or_null(row.topk_recall[l])}});
   nlohmann::json out = {{"count", row.count},
                         {"persistence", or_null(row.persistence)},
@@ -192,22 +195,35 @@ std::string analysis_json(const TraceAnalysis& a, const std::string& trace, cons
     for (const HeadAnalysis& head : item.heads) {
       nlohmann::json lags = nlohmann::json::array(), repeats = nlohmann::json::array();
       for (const LagStat& lag : head.lags)
-        lags.push_back({{"lag", lag.lag}, {"spearman", or_null(lag.spearman)}, {"topk_recall", or_null(lag.topk_recall)},
-                        {"pairs", lag.pairs}, {"undefined", lag.undefined}});
-      for (const RepeatStep& step : head.repeats) repeats.push_back({{"step", step.step}, {"positions", step.positions}});
-      per_sequence.push_back({{"seq", item.seq}, {"layer", item.layer}, {"head", head.head},
-                              {"n_tokens", item.n_tokens}, {"early", head.early}, {"late", head.late},
-                              {"persistent", head.persistent}, {"persistence", or_null(head.persistence)},
-                              {"ever_pivotal", or_null(head.ever_pivotal)}, {"repeat_share", or_null(head.repeat_share)},
-                              {"lags", lags}, {"repeats", repeats}});
+        lags.push_back({{"lag", lag.lag},
+                        {"spearman", or_null(lag.spearman)},
+                        {"topk_recall", or_null(lag.topk_recall)},
+                        {"pairs", lag.pairs},
+                        {"undefined", lag.undefined}});
+      for (const RepeatStep& step : head.repeats)
+        repeats.push_back({{"step", step.step}, {"positions", step.positions}});
+      per_sequence.push_back({{"seq", item.seq},
+                              {"layer", item.layer},
+                              {"head", head.head},
+                              {"n_tokens", item.n_tokens},
+                              {"early", head.early},
+                              {"late", head.late},
+                              {"persistent", head.persistent},
+                              {"persistence", or_null(head.persistence)},
+                              {"ever_pivotal", or_null(head.ever_pivotal)},
+                              {"repeat_share", or_null(head.repeat_share)},
+                              {"lags", lags},
+                              {"repeats", repeats}});
     }
   nlohmann::json cross = nlohmann::json::array();
   for (const CrossLayerPair& pair : a.cross_layer) {
     nlohmann::json seqs = nlohmann::json::array(), norm = nlohmann::json::array();
     for (double v : pair.per_sequence) seqs.push_back(or_null(v));
     for (double v : pair.per_sequence_normalised) norm.push_back(or_null(v));
-    cross.push_back({{"layers", {pair.layer_a, pair.layer_b}}, {"spearman", or_null(pair.spearman)},
-                     {"spearman_normalised", or_null(pair.spearman_normalised)}, {"per_sequence", seqs},
+    cross.push_back({{"layers", {pair.layer_a, pair.layer_b}},
+                     {"spearman", or_null(pair.spearman)},
+                     {"spearman_normalised", or_null(pair.spearman_normalised)},
+                     {"per_sequence", seqs},
                      {"per_sequence_normalised", norm}});
   }
   nlohmann::json options = {{"lags", o.lags},
@@ -221,8 +237,9 @@ std::string analysis_json(const TraceAnalysis& a, const std::string& trace, cons
       {"ever_pivotal", "|S_{0->t*}| / (t*+1)"},
       {"spearman", "Pearson on average ranks of a_t[0..t] and a_{t+lag}[0..t], mean over start steps t"},
       {"topk_recall", "|top-k(a_t[0..t]) & top-k(a_{t+lag}[0..t])| / k, k = top_k of t+1, mean over start steps t"},
-      {"cross_layer", "Spearman over positions of the head-averaged accumulated attention sum_t a_t[i] of layers l "
-                      "and l+1 (normalised: mean over t >= i of (t+1) a_t[i]), mean over sequences"},
+      {"cross_layer",
+       "Spearman over positions of the head-averaged accumulated attention sum_t a_t[i] of layers l "
+       "and l+1 (normalised: mean over t >= i of (t+1) a_t[i]), mean over sequences"},
       {"repeat_share", "mean over consecutive sampled steps of |S_s & S_prev| / |S_s & {0..prev}|"}};
   nlohmann::json out = {{"trace", trace},
                         {"model", model},

@@ -20,7 +20,6 @@ std::vector<int> sorted_indices(std::vector<int> indices) {
   return indices;
 }
 
-
 // Accumulates per-(sequence, layer, head) values into a StatRow; NaN values are left out.
 struct StatSums {
   int64_t count = 0, persistence_n = 0, ever_n = 0, repeat_n = 0;
@@ -137,7 +136,8 @@ TraceAnalysis analyze_trace(const kvtrace::TraceReader& reader, const AnalysisCo
     for (size_t s = 0; s < analysis.sequences.size(); ++s) {
       const LayerAnalysis& la = analysis.items[s * n_layers + a];
       const LayerAnalysis& lb = analysis.items[s * n_layers + a + 1];
-      pair.per_sequence.push_back(spearman(std::span<const double>(la.importance), std::span<const double>(lb.importance)));
+      pair.per_sequence.push_back(
+          spearman(std::span<const double>(la.importance), std::span<const double>(lb.importance)));
       pair.per_sequence_normalised.push_back(spearman(std::span<const double>(la.importance_normalised),
                                                       std::span<const double>(lb.importance_normalised)));
     }

@@ -15,9 +15,7 @@ namespace {
   throw kvtrace::InputError("", "", "budget '" + text + "': " + problem);
 }
 
-bool all_digits(const std::string& s) {
-  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
-}
+bool all_digits(const std::string& s) { return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos; }
 
 }  // namespace
 
@@ -30,7 +28,8 @@ Budget Budget::parse(const std::string& text) {
     const size_t dot = number.find('.');
     const std::string whole = number.substr(0, dot);
     const std::string decimals = dot == std::string::npos ? "" : number.substr(dot + 1);
-    if (!(all_digits(whole) || (whole.empty() && !decimals.empty())) || (dot != std::string::npos && !all_digits(decimals)))
+    if (!(all_digits(whole) || (whole.empty() && !decimals.empty())) ||
+        (dot != std::string::npos && !all_digits(decimals)))
       bad(text, "not a percentage (write e.g. 20% or 12.5%)");
     if (whole.size() > 6 || decimals.size() > 6) bad(text, "too many digits");
     budget.fraction = true;
@@ -93,8 +92,9 @@ LayerSchedule LayerSchedule::parse(const std::string& text, int n_layers) {
     weights.push_back(w);
   }
   if (static_cast<int>(weights.size()) != n_layers)
-    throw kvtrace::InputError("", "", "--layer-budget: " + std::to_string(weights.size()) + " weights for " +
-                                          std::to_string(n_layers) + " layers");
+    throw kvtrace::InputError(
+        "", "",
+        "--layer-budget: " + std::to_string(weights.size()) + " weights for " + std::to_string(n_layers) + " layers");
   return from_weights("list", std::move(weights));
 }
 

@@ -54,7 +54,8 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
   // All simulations of `group` (or of every group: -1) take step t.
   auto step = [&](const Lane& lane, LaneState& state, int64_t t, int group) {
     state.rows->start(state.block, t, group);
-    for (size_t v = 0; v < state.quantized_rows.size(); ++v) state.quantized_rows[v]->start(state.quantized_blocks[v], t);
+    for (size_t v = 0; v < state.quantized_rows.size(); ++v)
+      state.quantized_rows[v]->start(state.quantized_blocks[v], t);
     auto run = [&](size_t s) {
       const int view = lane.simulations[s].quant;
       state.running[s].step(*state.rows, view >= 0 ? *state.quantized_rows[static_cast<size_t>(view)] : *state.rows);
@@ -77,12 +78,13 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
     if (lane.source->n_tokens() != n) throw std::logic_error("lockstep lanes must have the same length");
     if (options.output_error)
       for (const auto& group : lane.groups)
-        if (group.values.size() != group.heads.size()) throw std::logic_error("output error needs the values of every head");
+        if (group.values.size() != group.heads.size())
+          throw std::logic_error("output error needs the values of every head");
     state.futures.resize(lane.groups.size());
     for (const auto& spec : lane.simulations)
       if (spec.policy->needs_future && !state.futures[static_cast<size_t>(spec.group)])
-        state.futures[static_cast<size_t>(spec.group)] =
-            std::make_unique<PackedFuture>(*lane.source, lane.groups[static_cast<size_t>(spec.group)], options.aggregate);
+        state.futures[static_cast<size_t>(spec.group)] = std::make_unique<PackedFuture>(
+            *lane.source, lane.groups[static_cast<size_t>(spec.group)], options.aggregate);
     state.running.reserve(lane.simulations.size());
     for (const auto& spec : lane.simulations) {
       if (spec.quant >= static_cast<int>(lane.quantized.size())) throw std::logic_error("no such quantized view");
@@ -90,10 +92,12 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
                                  state.futures[static_cast<size_t>(spec.group)].get(),
                                  spec.quant >= 0 ? &lane.quantized[static_cast<size_t>(spec.quant)] : nullptr);
     }
-    state.rows = std::make_unique<StepRows>(lane.source->n_heads(), lane.groups, options.output_error, options.interleave);
+    state.rows =
+        std::make_unique<StepRows>(lane.source->n_heads(), lane.groups, options.output_error, options.interleave);
     for (const auto& view : lane.quantized) {
       if (view.source->n_tokens() != n) throw std::logic_error("a quantized view must have the lane's length");
-      state.quantized_rows.push_back(std::make_unique<StepRows>(view.source->n_heads(), lane.groups, false, options.interleave));
+      state.quantized_rows.push_back(
+          std::make_unique<StepRows>(view.source->n_heads(), lane.groups, false, options.interleave));
     }
     state.quantized_blocks.resize(lane.quantized.size());
     state.by_group.resize(lane.groups.size());

@@ -36,9 +36,9 @@ struct LoopGroup {
   std::unique_ptr<Policy> policy;
   std::unique_ptr<PackedFuture> future;
   std::unique_ptr<LoopFullRows> full_rows;  // policies that need them
-  std::vector<int32_t> cache;      // ascending positions, the newest last
-  std::vector<uint8_t> in_cache;   // by position
-  std::vector<double> combined;    // the observed row being built over the group's heads
+  std::vector<int32_t> cache;               // ascending positions, the newest last
+  std::vector<uint8_t> in_cache;            // by position
+  std::vector<double> combined;             // the observed row being built over the group's heads
   std::vector<float> observed;
   std::vector<int32_t> victims;
   GroupRecord record;
@@ -48,15 +48,21 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
  public:
   ClosedLoopHook(const kvtrace::Llama2Config& config, const PolicyChoice* policy, int64_t budget, int64_t n,
                  const ClosedLoopOptions& options)
-      : config_(config), policy_(policy), budget_(budget), n_(n), options_(options),
+      : config_(config),
+        policy_(policy),
+        budget_(budget),
+        n_(n),
+        options_(options),
         allowed_(static_cast<size_t>(config.n_heads)) {
     const auto layers = static_cast<size_t>(config.n_layers);
     if (options.record_rows)
-      rows_.assign(layers, std::vector<std::vector<float>>(static_cast<size_t>(config.n_heads),
-                                                           std::vector<float>(static_cast<size_t>(kvtrace::packed_length(n)), 0.0f)));
+      rows_.assign(layers, std::vector<std::vector<float>>(
+                               static_cast<size_t>(config.n_heads),
+                               std::vector<float>(static_cast<size_t>(kvtrace::packed_length(n)), 0.0f)));
     if (options.record_values)
-      values_.assign(layers, std::vector<std::vector<float>>(static_cast<size_t>(config.n_kv_heads),
-                                                             std::vector<float>(static_cast<size_t>(n * config.head_dim()), 0.0f)));
+      values_.assign(layers, std::vector<std::vector<float>>(
+                                 static_cast<size_t>(config.n_kv_heads),
+                                 std::vector<float>(static_cast<size_t>(n * config.head_dim()), 0.0f)));
     if (policy) build_groups();
   }
 
@@ -64,8 +70,9 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
     if (!options_.record_values) return;
     const int d = config_.head_dim();
     for (int kv = 0; kv < config_.n_kv_heads; ++kv)
-      std::copy_n(v.data() + kv * d, d, values_[static_cast<size_t>(layer)][static_cast<size_t>(kv)].data() +
-                                            static_cast<std::ptrdiff_t>(pos) * d);
+      std::copy_n(
+          v.data() + kv * d, d,
+          values_[static_cast<size_t>(layer)][static_cast<size_t>(kv)].data() + static_cast<std::ptrdiff_t>(pos) * d);
   }
 
   std::span<const int> allowed_positions(int layer, int head, int pos) override {
@@ -85,15 +92,17 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
   bool wants_full_rows(int) override { return policy_ && policy_->info->needs_full_rows; }
   void on_full_row(int layer, int head, int pos, std::span<const float> probs) override {
     if (options_.record_rows && options_.record_full_rows)
-      std::copy(probs.begin(), probs.end(), rows_[static_cast<size_t>(layer)][static_cast<size_t>(head)].data() +
-                                                 kvtrace::packed_row_offset(pos));
+      std::copy(probs.begin(), probs.end(),
+                rows_[static_cast<size_t>(layer)][static_cast<size_t>(head)].data() + kvtrace::packed_row_offset(pos));
     LoopGroup& group = group_of(layer, head);
     group.full_rows->set(head - group.first_head, probs);
   }
 
-  void on_attention(int layer, int head, int pos, std::span<const int> positions, std::span<const float> probs) override {
+  void on_attention(int layer, int head, int pos, std::span<const int> positions,
+                    std::span<const float> probs) override {
     if (options_.record_rows && !(options_.record_full_rows && wants_full_rows(layer))) {
-      float* row = rows_[static_cast<size_t>(layer)][static_cast<size_t>(head)].data() + kvtrace::packed_row_offset(pos);
+      float* row =
+          rows_[static_cast<size_t>(layer)][static_cast<size_t>(head)].data() + kvtrace::packed_row_offset(pos);
       for (size_t j = 0; j < positions.size(); ++j) row[positions[j]] = probs[j];
     }
     if (!policy_) return;
@@ -122,7 +131,8 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
     for (int l = 0; l < config_.n_layers; ++l) {
       std::unique_ptr<kvtrace::PackedAttentionSource> future_source;
       if (info.needs_future)
-        future_source = std::make_unique<kvtrace::PackedAttentionSource>(n_, (*options_.future_rows)[static_cast<size_t>(l)]);
+        future_source =
+            std::make_unique<kvtrace::PackedAttentionSource>(n_, (*options_.future_rows)[static_cast<size_t>(l)]);
       // Group indices as the replay: kv heads 0..n_kv-1, the whole layer n_kv.
       for (int g = layer_wide ? n_kv : 0; g < (layer_wide ? n_kv + 1 : n_kv); ++g) {
         LoopGroup group;
@@ -161,13 +171,15 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
         groups_[static_cast<size_t>(l)].push_back(std::move(group));
       }
       for (auto& group : groups_[static_cast<size_t>(l)])
-        for (int h = group.first_head; h <= group.last_head; ++h) group_index_.push_back(&group - groups_[static_cast<size_t>(l)].data());
+        for (int h = group.first_head; h <= group.last_head; ++h)
+          group_index_.push_back(&group - groups_[static_cast<size_t>(l)].data());
     }
   }
 
   LoopGroup& group_of(int layer, int head) {
     const auto per_layer = static_cast<size_t>(config_.n_heads);
-    return groups_[static_cast<size_t>(layer)][static_cast<size_t>(group_index_[static_cast<size_t>(layer) * per_layer + static_cast<size_t>(head)])];
+    return groups_[static_cast<size_t>(layer)][static_cast<size_t>(
+        group_index_[static_cast<size_t>(layer) * per_layer + static_cast<size_t>(head)])];
   }
 
   // The head's row is a softmax over the cache, so it is already renormalised; it is still
@@ -239,23 +251,26 @@ double negative_log_likelihood(std::span<const float> logits, int target) {
 
 void check_closed_loop_policy(const PolicyInfo& info) {
   if (info.engine == Engine::bound)
-    throw kvtrace::InputError("", "", "policy " + info.name +
-                                          " is an upper bound (the best cache of each head at each step, chosen from "
-                                          "the full row), not a cache a model can run with; kvsim eval cannot run it");
+    throw kvtrace::InputError("", "",
+                              "policy " + info.name +
+                                  " is an upper bound (the best cache of each head at each step, chosen from "
+                                  "the full row), not a cache a model can run with; kvsim eval cannot run it");
 }
 
-ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const int> tokens, const PolicyChoice* policy,
-                              int64_t budget, const ClosedLoopOptions& options) {
+ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const int> tokens,
+                              const PolicyChoice* policy, int64_t budget, const ClosedLoopOptions& options) {
   const kvtrace::Llama2Config& config = model.config();
   const auto n = static_cast<int64_t>(tokens.size());
   if (n < 1) throw kvtrace::InputError("", "", "no tokens to evaluate");
   if (n > config.seq_len)
-    throw kvtrace::InputError("", "", "sequence of " + std::to_string(n) + " tokens is longer than the model's seq_len " +
-                                          std::to_string(config.seq_len));
+    throw kvtrace::InputError("", "",
+                              "sequence of " + std::to_string(n) + " tokens is longer than the model's seq_len " +
+                                  std::to_string(config.seq_len));
   for (int token : tokens)
     if (token < 0 || token >= config.vocab_size)
-      throw kvtrace::InputError("", "", "token id " + std::to_string(token) + " is outside the model's vocabulary [0, " +
-                                            std::to_string(config.vocab_size) + ")");
+      throw kvtrace::InputError("", "",
+                                "token id " + std::to_string(token) + " is outside the model's vocabulary [0, " +
+                                    std::to_string(config.vocab_size) + ")");
   if (policy) {
     check_closed_loop_policy(*policy->info);
     if (budget < 1) throw kvtrace::InputError("", "", "budget must be at least 1 token");
@@ -264,8 +279,9 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
       if (!future || static_cast<int>(future->size()) != config.n_layers ||
           (*future)[0].size() != static_cast<size_t>(config.n_heads) ||
           (*future)[0][0].size() != static_cast<size_t>(kvtrace::packed_length(n)))
-        throw kvtrace::InputError("", "", "policy " + policy->info->name +
-                                              " needs the full-cache run's rows of the same tokens (future_rows)");
+        throw kvtrace::InputError(
+            "", "",
+            "policy " + policy->info->name + " needs the full-cache run's rows of the same tokens (future_rows)");
     }
   }
 
@@ -281,7 +297,8 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
   for (int64_t i = 0; i < n; ++i) {
     const std::span<const float> logits = session.forward(tokens[static_cast<size_t>(i)], hook.get());
     run.argmax[static_cast<size_t>(i)] = kvtrace::argmax(logits);
-    if (i + 1 < n) run.nll[static_cast<size_t>(i)] = negative_log_likelihood(logits, tokens[static_cast<size_t>(i) + 1]);
+    if (i + 1 < n)
+      run.nll[static_cast<size_t>(i)] = negative_log_likelihood(logits, tokens[static_cast<size_t>(i) + 1]);
     if (options.keep_logits) run.logits.insert(run.logits.end(), logits.begin(), logits.end());
   }
   if (hook) {
@@ -301,7 +318,8 @@ std::vector<EvalSequence> text_sequences(const kvtrace::Tokenizer& tokenizer, st
     if (last - first < 2) break;
     EvalSequence sequence;
     sequence.index = static_cast<int>(out.size());
-    sequence.tokens.assign(ids.begin() + static_cast<std::ptrdiff_t>(first), ids.begin() + static_cast<std::ptrdiff_t>(last));
+    sequence.tokens.assign(ids.begin() + static_cast<std::ptrdiff_t>(first),
+                           ids.begin() + static_cast<std::ptrdiff_t>(last));
     out.push_back(std::move(sequence));
   }
   return out;

@@ -100,7 +100,8 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   for (size_t cell = 0; cell < cells; ++cell)
     for (const auto& [lane, spec] : where[cell]) {
       const SimulationResult& result = results[lane][spec];
-      reference.retention[cell].insert(reference.retention[cell].end(), result.retention.begin(), result.retention.end());
+      reference.retention[cell].insert(reference.retention[cell].end(), result.retention.begin(),
+                                       result.retention.end());
       reference.output_error[cell].insert(reference.output_error[cell].end(), result.output_error.begin(),
                                           result.output_error.end());
       for (int32_t occupancy : result.occupancy) reference.occupancy_sum[cell] += occupancy;
@@ -127,8 +128,8 @@ void correlate(EvalResults& results) {
       const size_t cell = p * results.budgets + b;
       r.push_back(retention[cell]), e.push_back(output_error[cell]), d.push_back(increase[cell]);
     }
-    results.correlations.push_back({"policies at budget " + results.cells[b].budget.text, static_cast<int64_t>(r.size()),
-                                    spearman_of(r, d), spearman_of(e, d)});
+    results.correlations.push_back({"policies at budget " + results.cells[b].budget.text,
+                                    static_cast<int64_t>(r.size()), spearman_of(r, d), spearman_of(e, d)});
   }
   if (results.sequences > 1) {
     std::vector<double> r, e, d;
@@ -138,15 +139,15 @@ void correlate(EvalResults& results) {
         e.push_back(cell.sequence_replay_output_error[s]);
         d.push_back(cell.sequence_perplexity[s] - results.full_sequence_perplexity[s]);
       }
-    results.correlations.push_back({"all (sequence, policy, budget)", static_cast<int64_t>(r.size()), spearman_of(r, d),
-                                    spearman_of(e, d)});
+    results.correlations.push_back(
+        {"all (sequence, policy, budget)", static_cast<int64_t>(r.size()), spearman_of(r, d), spearman_of(e, d)});
   }
 }
 
 }  // namespace
 
-EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequence> sequences, const EvalConfig& config,
-                     const std::function<void(int64_t, int64_t)>& progress) {
+EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequence> sequences,
+                     const EvalConfig& config, const std::function<void(int64_t, int64_t)>& progress) {
   if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
   if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
   if (sequences.empty()) throw kvtrace::InputError("", "", "no sequence to evaluate");
@@ -160,14 +161,17 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
     const std::string which = "sequence " + std::to_string(sequence.index);
     if (sequence.tokens.size() < 2) throw kvtrace::InputError("", which, "needs at least 2 tokens (one prediction)");
     if (static_cast<int64_t>(sequence.tokens.size()) > c.seq_len)
-      throw kvtrace::InputError("", which, "has " + std::to_string(sequence.tokens.size()) +
-                                               " tokens, more than the model's seq_len " + std::to_string(c.seq_len));
+      throw kvtrace::InputError("", which,
+                                "has " + std::to_string(sequence.tokens.size()) +
+                                    " tokens, more than the model's seq_len " + std::to_string(c.seq_len));
     for (int token : sequence.tokens)
       if (token < 0 || token >= c.vocab_size)
-        throw kvtrace::InputError("", which, "token id " + std::to_string(token) + " is outside the model's vocabulary [0, " +
-                                                 std::to_string(c.vocab_size) + ")");
+        throw kvtrace::InputError("", which,
+                                  "token id " + std::to_string(token) + " is outside the model's vocabulary [0, " +
+                                      std::to_string(c.vocab_size) + ")");
   }
-  const int threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   const size_t n_seqs = sequences.size(), budgets = config.budgets.size(), cells = config.policies.size() * budgets;
   std::atomic<int64_t> done{0};
   const auto total = static_cast<int64_t>(n_seqs * (cells + 1));
@@ -181,45 +185,52 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
 
   // The full cache: references for agreement and the rows the replay runs on.
   std::vector<Reference> references(n_seqs);
-  parallel_for(n_seqs, threads, [&](size_t s) {
-    ClosedLoopOptions options;
-    options.sequence = sequences[s].index;
-    options.record_rows = options.record_values = true;
-    ClosedLoopRun full = run_closed_loop(model, sequences[s].tokens, nullptr, 0, options);
-    Reference& reference = references[s];
-    replay_reference(model, sequences[s], config, full, reference);
-    reference.argmax = std::move(full.argmax);
-    reference.nll = std::move(full.nll);
-    if (needs_future) reference.rows = std::move(full.rows);
-  }, tick);
+  parallel_for(
+      n_seqs, threads,
+      [&](size_t s) {
+        ClosedLoopOptions options;
+        options.sequence = sequences[s].index;
+        options.record_rows = options.record_values = true;
+        ClosedLoopRun full = run_closed_loop(model, sequences[s].tokens, nullptr, 0, options);
+        Reference& reference = references[s];
+        replay_reference(model, sequences[s], config, full, reference);
+        reference.argmax = std::move(full.argmax);
+        reference.nll = std::move(full.nll);
+        if (needs_future) reference.rows = std::move(full.rows);
+      },
+      tick);
 
   // The closed loop: one run per (sequence, policy, budget).
   std::vector<RunResult> runs(n_seqs * cells);
-  parallel_for(runs.size(), threads, [&](size_t item) {
-    const size_t s = item / cells, cell = item % cells;
-    const EvalSequence& sequence = sequences[s];
-    const Reference& reference = references[s];
-    ClosedLoopOptions options;
-    options.aggregate = config.aggregate;
-    options.sequence = sequence.index;
-    if (needs_future) options.future_rows = &reference.rows;
-    const int64_t budget = config.budgets[cell % budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));
-    const ClosedLoopRun run = run_closed_loop(model, sequence.tokens, &config.policies[cell / budgets], budget, options);
-    RunResult& result = runs[item];
-    for (size_t i = 0; i < run.nll.size(); ++i) {
-      result.nll_sum += run.nll[i];
-      result.agreements += run.argmax[i] == reference.argmax[i];
-    }
-    result.predictions = static_cast<int64_t>(run.nll.size());
-    for (const GroupRecord& record : run.groups) {
-      for (int32_t occupancy : record.result.occupancy) {
-        result.occupancy_sum += occupancy;
-        result.occupancy_peak = std::max<int64_t>(result.occupancy_peak, occupancy);
-      }
-      result.occupancy_steps += record.result.n_steps;
-      result.evictions += record.result.evictions;
-    }
-  }, tick);
+  parallel_for(
+      runs.size(), threads,
+      [&](size_t item) {
+        const size_t s = item / cells, cell = item % cells;
+        const EvalSequence& sequence = sequences[s];
+        const Reference& reference = references[s];
+        ClosedLoopOptions options;
+        options.aggregate = config.aggregate;
+        options.sequence = sequence.index;
+        if (needs_future) options.future_rows = &reference.rows;
+        const int64_t budget = config.budgets[cell % budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));
+        const ClosedLoopRun run =
+            run_closed_loop(model, sequence.tokens, &config.policies[cell / budgets], budget, options);
+        RunResult& result = runs[item];
+        for (size_t i = 0; i < run.nll.size(); ++i) {
+          result.nll_sum += run.nll[i];
+          result.agreements += run.argmax[i] == reference.argmax[i];
+        }
+        result.predictions = static_cast<int64_t>(run.nll.size());
+        for (const GroupRecord& record : run.groups) {
+          for (int32_t occupancy : record.result.occupancy) {
+            result.occupancy_sum += occupancy;
+            result.occupancy_peak = std::max<int64_t>(result.occupancy_peak, occupancy);
+          }
+          result.occupancy_steps += record.result.n_steps;
+          result.evictions += record.result.evictions;
+        }
+      },
+      tick);
 
   EvalResults results;
   results.sequences = static_cast<int64_t>(n_seqs);

@@ -27,17 +27,19 @@ std::string format(const char* pattern, double value) {
 }
 
 std::string budget_text(const EvalCell& cell) {
-  return cell.budget.text + " (" + format(cell.budget_tokens_mean == std::floor(cell.budget_tokens_mean) ? "%.0f" : "%.1f",
-                                          cell.budget_tokens_mean) + ")";
+  return cell.budget.text + " (" +
+         format(cell.budget_tokens_mean == std::floor(cell.budget_tokens_mean) ? "%.0f" : "%.1f",
+                cell.budget_tokens_mean) +
+         ")";
 }
 
 }  // namespace
 
 std::string eval_table(const EvalResults& results) {
   std::ostringstream out;
-  out << results.sequences << " sequence" << (results.sequences == 1 ? "" : "s") << ", " << results.tokens << " tokens, "
-      << results.predictions << " predictions; full cache: perplexity " << format("%.4f", results.full_perplexity)
-      << "\n\n";
+  out << results.sequences << " sequence" << (results.sequences == 1 ? "" : "s") << ", " << results.tokens
+      << " tokens, " << results.predictions << " predictions; full cache: perplexity "
+      << format("%.4f", results.full_perplexity) << "\n\n";
   size_t policy_width = 8, budget_width = 6;
   for (const EvalCell& cell : results.cells) {
     policy_width = std::max(policy_width, cell.policy.size());
@@ -46,8 +48,8 @@ std::string eval_table(const EvalResults& results) {
   policy_width += 2;
   budget_width += 2;
   out << "closed loop: the model attends only to each policy's cache\n";
-  out << left("policy", policy_width) << left("budget", budget_width) << right("occupancy", 10) << right("perplexity", 12)
-      << right("increase", 10) << right("(rel)", 9) << right("top-1", 8) << "\n";
+  out << left("policy", policy_width) << left("budget", budget_width) << right("occupancy", 10)
+      << right("perplexity", 12) << right("increase", 10) << right("(rel)", 9) << right("top-1", 8) << "\n";
   for (const EvalCell& cell : results.cells)
     out << left(cell.policy, policy_width) << left(budget_text(cell), budget_width)
         << right(format("%.1f", cell.occupancy_mean), 10) << right(format("%.4f", cell.perplexity), 12)
@@ -60,8 +62,8 @@ std::string eval_table(const EvalResults& results) {
   for (const EvalCell& cell : results.cells)
     out << left(cell.policy, policy_width) << left(budget_text(cell), budget_width)
         << right(format("%.4f", cell.replay_retention.mean), 10) << right(format("%.4f", cell.replay_retention.p5), 8)
-        << right(format("%.4f", cell.replay_output_error.mean), 9) << right(format("%.1f", cell.replay_occupancy_mean), 10)
-        << "\n";
+        << right(format("%.4f", cell.replay_output_error.mean), 9)
+        << right(format("%.1f", cell.replay_occupancy_mean), 10) << "\n";
   out << "\nhow far replay predicts the closed loop: Spearman correlation with the perplexity increase\n"
       << "(a perfect proxy: -1 for retention, +1 for output error)\n";
   size_t over_width = 6;
@@ -83,10 +85,10 @@ std::string eval_csv(const EvalResults& results) {
          "replay_retention_mean,replay_retention_p5,replay_retention_min,replay_output_error_mean,"
          "replay_output_error_p95,replay_occupancy_mean,predictions\n";
   for (const EvalCell& cell : results.cells)
-    out << (cell.info ? cell.info->name : cell.policy) << "," << csv_field(cell.params) << "," << cell.budget.text << ","
-        << number(cell.budget_tokens_mean) << "," << number(cell.budget_share_mean) << "," << number(cell.perplexity)
-        << "," << number(results.full_perplexity) << "," << number(cell.perplexity_increase) << ","
-        << number(cell.perplexity_increase_relative) << "," << number(cell.nll_mean) << ","
+    out << (cell.info ? cell.info->name : cell.policy) << "," << csv_field(cell.params) << "," << cell.budget.text
+        << "," << number(cell.budget_tokens_mean) << "," << number(cell.budget_share_mean) << ","
+        << number(cell.perplexity) << "," << number(results.full_perplexity) << "," << number(cell.perplexity_increase)
+        << "," << number(cell.perplexity_increase_relative) << "," << number(cell.nll_mean) << ","
         << number(cell.top1_agreement) << "," << number(cell.occupancy_mean) << "," << cell.occupancy_peak << ","
         << cell.evictions << "," << number(cell.replay_retention.mean) << "," << number(cell.replay_retention.p5) << ","
         << number(cell.replay_retention.min) << "," << number(cell.replay_output_error.mean) << ","

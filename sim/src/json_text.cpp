@@ -16,7 +16,7 @@ size_t sequence_length(const std::string& text, size_t i) {
     if ((byte(i + k) & 0xC0) != 0x80) return 0;
   const unsigned char second = byte(i + 1);
   if ((lead == 0xE0 && second < 0xA0) || (lead == 0xED && second > 0x9F) ||  // overlong, surrogates
-      (lead == 0xF0 && second < 0x90) || (lead == 0xF4 && second > 0x8F))   // overlong, above U+10FFFF
+      (lead == 0xF0 && second < 0x90) || (lead == 0xF4 && second > 0x8F))    // overlong, above U+10FFFF
     return 0;
   return length;
 }

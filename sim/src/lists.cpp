@@ -18,7 +18,8 @@ int parse_index(const std::string& what, const std::string& item, const std::str
     refuse(what, "'" + item + "' in '" + text + "' is not an index (a whole number from 0)");
   errno = 0;
   const long long value = std::strtoll(item.c_str(), nullptr, 10);
-  if (errno == ERANGE || value > limit) refuse(what, "index " + item + " is above the largest allowed, " + std::to_string(limit));
+  if (errno == ERANGE || value > limit)
+    refuse(what, "index " + item + " is above the largest allowed, " + std::to_string(limit));
   return static_cast<int>(value);
 }
 
@@ -57,12 +58,15 @@ std::vector<int> parse_index_list(const std::string& what, const std::string& te
       const int first = parse_index(what, item.substr(0, dash), text, limit);
       const int last = parse_index(what, item.substr(dash + 1), text, limit);
       if (last < first) refuse(what, "range '" + item + "' runs backwards");
-      if (static_cast<long long>(out.size()) + (last - first) > (1 << 24)) refuse(what, "'" + text + "' is too long a list");
+      if (static_cast<long long>(out.size()) + (last - first) > (1 << 24))
+        refuse(what, "'" + text + "' is too long a list");
       for (int i = first; i <= last; ++i) out.push_back(i);
     }
   }
   for (int index : out)
-    if (index < minimum) refuse(what, std::string("'").append(std::to_string(index)).append("' is below ").append(std::to_string(minimum)));
+    if (index < minimum)
+      refuse(what,
+             std::string("'").append(std::to_string(index)).append("' is below ").append(std::to_string(minimum)));
   std::vector<int> sorted = out;
   std::sort(sorted.begin(), sorted.end());
   if (const auto twice = std::adjacent_find(sorted.begin(), sorted.end()); twice != sorted.end())
@@ -70,7 +74,8 @@ std::vector<int> parse_index_list(const std::string& what, const std::string& te
   return out;
 }
 
-std::vector<int> chosen_or_all(const std::vector<int>& chosen, int count, const std::string& what, const std::string& file) {
+std::vector<int> chosen_or_all(const std::vector<int>& chosen, int count, const std::string& what,
+                               const std::string& file) {
   if (chosen.empty()) {
     std::vector<int> all(static_cast<size_t>(count));
     for (int i = 0; i < count; ++i) all[static_cast<size_t>(i)] = i;
@@ -79,8 +84,10 @@ std::vector<int> chosen_or_all(const std::vector<int>& chosen, int count, const 
   std::vector<bool> seen(static_cast<size_t>(count), false);
   for (int index : chosen) {
     if (index < 0 || index >= count)
-      throw kvtrace::InputError(file, "", what + " " + std::to_string(index) + " out of range (the trace has " + std::to_string(count) + ")");
-    if (seen[static_cast<size_t>(index)]) throw kvtrace::InputError(file, "", what + " " + std::to_string(index) + " given twice");
+      throw kvtrace::InputError(
+          file, "", what + " " + std::to_string(index) + " out of range (the trace has " + std::to_string(count) + ")");
+    if (seen[static_cast<size_t>(index)])
+      throw kvtrace::InputError(file, "", what + " " + std::to_string(index) + " given twice");
     seen[static_cast<size_t>(index)] = true;
   }
   return chosen;

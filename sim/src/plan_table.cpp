@@ -98,8 +98,7 @@ class RowBuilder {
       const PolicyInfo* info = nullptr;
       try {
         info = &find_policy(choice.policy);
-      } catch (const kvtrace::InputError&) {
-      }
+      } catch (const kvtrace::InputError&) {}
       const bool is_full = choice.policy == "full";
       if (info && !info->budgeted && !is_full) {
         unbudgeted.push_back(choice.policy);
@@ -235,19 +234,30 @@ std::string plan_json(const Plan& plan) {
     j_rows.push_back(r);
   }
   json doc = {
-      {"model", {{"name", model.name}, {"display_name", model.display_name}, {"hf_id", model.hf_id},
-                 {"n_layers", model.n_layers}, {"n_heads", model.n_heads}, {"n_kv_heads", model.n_kv_heads},
-                 {"head_dim", model.head_dim}, {"parameters", model.parameters}, {"max_context", model.max_context}}},
-      {"gpu", {{"name", setup.gpu.name}, {"display_name", setup.gpu.display_name}, {"memory_bytes", setup.gpu.memory_bytes}}},
+      {"model",
+       {{"name", model.name},
+        {"display_name", model.display_name},
+        {"hf_id", model.hf_id},
+        {"n_layers", model.n_layers},
+        {"n_heads", model.n_heads},
+        {"n_kv_heads", model.n_kv_heads},
+        {"head_dim", model.head_dim},
+        {"parameters", model.parameters},
+        {"max_context", model.max_context}}},
+      {"gpu",
+       {{"name", setup.gpu.name}, {"display_name", setup.gpu.display_name}, {"memory_bytes", setup.gpu.memory_bytes}}},
       {"gpus", setup.gpus},
       {"weight_dtype", setup.weight_dtype},
       {"kv_dtype", setup.kv_dtype},
       {"utilization", setup.utilization},
       {"block_size", setup.block_size},
       {"contexts", setup.contexts},
-      {"memory_per_gpu", {{"usable_bytes", memory.usable_bytes}, {"weight_bytes", memory.weight_bytes},
-                          {"reserve_bytes", memory.reserve_bytes}, {"kv_bytes", memory.kv_bytes},
-                          {"kv_heads", memory.kv_heads_per_gpu}}},
+      {"memory_per_gpu",
+       {{"usable_bytes", memory.usable_bytes},
+        {"weight_bytes", memory.weight_bytes},
+        {"reserve_bytes", memory.reserve_bytes},
+        {"kv_bytes", memory.kv_bytes},
+        {"kv_heads", memory.kv_heads_per_gpu}}},
       {"rows", j_rows}};
   if (plan.target) {
     const Target& target = *plan.target;

@@ -30,7 +30,8 @@ uint64_t parse_memory(const std::string& original, const std::string& option) {
   };
   const std::string text = lower(trim(original));
   size_t digits = 0;
-  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.')) ++digits;
+  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.'))
+    ++digits;
   if (digits == 0) return fail("is not a size (write e.g. 80GB, 80GiB or 512MiB)");
   char* end = nullptr;
   const std::string number = text.substr(0, digits);
@@ -38,8 +39,9 @@ uint64_t parse_memory(const std::string& original, const std::string& option) {
   if (*end != '\0' || !std::isfinite(value) || value < 0) return fail("is not a size");
   const std::string unit = text.substr(digits);
   static const std::map<std::string, double> units = {
-      {"b", 1.0},      {"kb", 1e3},     {"mb", 1e6},     {"gb", 1e9},     {"tb", 1e12},
-      {"kib", 1024.0}, {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+      {"b", 1.0},         {"kb", 1e3},           {"mb", 1e6},
+      {"gb", 1e9},        {"tb", 1e12},          {"kib", 1024.0},
+      {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
   if (unit.empty()) {
     if (value == 0) return 0;
     return fail("needs a unit: GB (10^9 bytes) or GiB (2^30 bytes), e.g. 80GB");
@@ -57,7 +59,8 @@ double weight_bytes_per_param(const std::string& dtype) {
   if (d == "fp16" || d == "float16" || d == "f16" || d == "bf16" || d == "bfloat16") return 2;
   if (d == "fp8" || d == "int8" || d == "float8") return 1;
   if (d == "int4" || d == "fp4" || d == "nf4") return 0.5;
-  throw kvtrace::InputError("", "", "--weight-dtype: unknown dtype '" + dtype + "' (fp32, bf16, fp16, fp8, int8, int4)");
+  throw kvtrace::InputError("", "",
+                            "--weight-dtype: unknown dtype '" + dtype + "' (fp32, bf16, fp16, fp8, int8, int4)");
 }
 
 int kv_dtype_bits(const std::string& dtype) {
@@ -98,14 +101,15 @@ MemoryPlan plan_memory(const PlanSetup& setup) {
   for (int64_t context : setup.contexts) {
     if (context < 1) throw kvtrace::InputError("", "", "--context: lengths must be at least 1 token");
     if (context > model.max_context)
-      throw kvtrace::InputError("", "", "--context: " + std::to_string(context) + " tokens exceed " +
-                                            model.display_name + "'s maximum context of " +
-                                            std::to_string(model.max_context));
+      throw kvtrace::InputError("", "",
+                                "--context: " + std::to_string(context) + " tokens exceed " + model.display_name +
+                                    "'s maximum context of " + std::to_string(model.max_context));
   }
   MemoryPlan memory;
   memory.kv_heads_per_gpu = kv_heads_per_gpu(model, setup.gpus);
   memory.gpu_bytes = setup.gpu.memory_bytes;
-  memory.usable_bytes = static_cast<int64_t>(std::floor(static_cast<double>(setup.gpu.memory_bytes) * setup.utilization));
+  memory.usable_bytes =
+      static_cast<int64_t>(std::floor(static_cast<double>(setup.gpu.memory_bytes) * setup.utilization));
   const double weights = static_cast<double>(model.parameters) * weight_bytes_per_param(setup.weight_dtype);
   memory.weight_bytes = static_cast<int64_t>(std::ceil(weights / setup.gpus));
   memory.reserve_bytes = static_cast<int64_t>(setup.reserve_bytes);
@@ -130,8 +134,8 @@ KvLayout kv_layout(const PlanSetup& setup, const QuantSpec& quant) {
   const double elements = static_cast<double>(model.n_layers) * heads * model.head_dim;  // per token, k or v
   KvLayout layout;
   layout.full_bits_per_token = 2 * elements * full_bits;
-  layout.bits_per_token = quant.enabled() ? 2 * elements * bits_per_element(quant, model.head_dim, full_bits)
-                                          : layout.full_bits_per_token;
+  layout.bits_per_token =
+      quant.enabled() ? 2 * elements * bits_per_element(quant, model.head_dim, full_bits) : layout.full_bits_per_token;
   layout.block_bytes = static_cast<int64_t>(std::ceil(setup.block_size * layout.bits_per_token / 8 - 1e-9));
   layout.full_block_bytes = static_cast<int64_t>(std::ceil(setup.block_size * layout.full_bits_per_token / 8 - 1e-9));
   layout.residual = quant.enabled() ? quant.residual : 0;

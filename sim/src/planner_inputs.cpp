@@ -49,8 +49,7 @@ std::string text_field(const json& card, const std::string& key, const std::stri
 int64_t int_field(const json& card, const std::string& key, const std::string& file) {
   if (!card.contains(key)) bad_card(file, "missing \"" + key + "\"");
   const json& value = card[key];
-  if (!value.is_number_integer() && !value.is_number_unsigned())
-    bad_card(file, "\"" + key + "\" must be an integer");
+  if (!value.is_number_integer() && !value.is_number_unsigned()) bad_card(file, "\"" + key + "\" must be an integer");
   const int64_t out = value.get<int64_t>();
   if (out <= 0) bad_card(file, "\"" + key + "\" must be positive");
   return out;
@@ -109,7 +108,8 @@ double csv_number(const std::string& text, const std::string& file, size_t line,
   char* end = nullptr;
   const double out = std::strtod(value.c_str(), &end);
   if (*end != '\0')
-    throw kvtrace::InputError(file, "", "line " + std::to_string(line) + ": " + column + " '" + value + "' is not a number");
+    throw kvtrace::InputError(file, "",
+                              "line " + std::to_string(line) + ": " + column + " '" + value + "' is not a number");
   return out;
 }
 
@@ -117,7 +117,8 @@ double csv_number(const std::string& text, const std::string& file, size_t line,
 // Hugging Face id (case-insensitive).
 template <typename Card, typename Parse>
 Card find_card(const std::string& value, const std::string& dir, const std::string& option, Parse parse) {
-  if (value.size() > 5 && value.substr(value.size() - 5) == ".json") return parse(read_text_file(value, "the card"), value);
+  if (value.size() > 5 && value.substr(value.size() - 5) == ".json")
+    return parse(read_text_file(value, "the card"), value);
   const std::string wanted = lower(value);
   const fs::path direct = fs::path(dir) / (wanted + ".json");
   if (fs::exists(direct)) return parse(read_text_file(direct.string(), "the card"), direct.string());
@@ -132,7 +133,8 @@ Card find_card(const std::string& value, const std::string& dir, const std::stri
   }
   if (known.empty())
     throw kvtrace::InputError(dir, "", "no cards here (--cards names the folder holding models/ and gpus/)");
-  throw kvtrace::InputError("", "", "--" + option + ": no card '" + value + "' (known: " + known + "; or give a card file)");
+  throw kvtrace::InputError("", "",
+                            "--" + option + ": no card '" + value + "' (known: " + known + "; or give a card file)");
 }
 
 }  // namespace
@@ -166,9 +168,12 @@ GpuCard parse_gpu_card(const std::string& json_text, const std::string& file) {
   gpu.display_name = text_field(card, "display_name", file, false);
   if (gpu.display_name.empty()) gpu.display_name = gpu.name;
   gpu.source = text_field(card, "source", file);
-  if (card.contains("memory_mib")) gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_mib", file)) << 20;
-  else if (card.contains("memory_bytes")) gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_bytes", file));
-  else bad_card(file, "missing \"memory_mib\" (or \"memory_bytes\")");
+  if (card.contains("memory_mib"))
+    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_mib", file)) << 20;
+  else if (card.contains("memory_bytes"))
+    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_bytes", file));
+  else
+    bad_card(file, "missing \"memory_mib\" (or \"memory_bytes\")");
   return gpu;
 }
 
@@ -209,7 +214,8 @@ Target parse_target(const std::string& original) {
   target.at_least = op != std::string::npos;
   if (op == std::string::npos) op = text.find("<=");
   if (op == std::string::npos || op == 0)
-    throw kvtrace::InputError("", "", "--target '" + original + "': write METRIC>=VALUE or METRIC<=VALUE, e.g. retention>=0.95");
+    throw kvtrace::InputError(
+        "", "", "--target '" + original + "': write METRIC>=VALUE or METRIC<=VALUE, e.g. retention>=0.95");
   std::string metric = lower(text.substr(0, op));
   const std::string number = text.substr(op + 2);
   char* end = nullptr;
@@ -222,12 +228,14 @@ Target parse_target(const std::string& original) {
   const bool is_higher = std::find(higher.begin(), higher.end(), metric) != higher.end();
   const bool is_lower = std::find(lower_better.begin(), lower_better.end(), metric) != lower_better.end();
   if (!is_higher && !is_lower)
-    throw kvtrace::InputError("", "", "--target '" + original + "': unknown metric '" + metric +
-                                          "' (retention, retention_p5, retention_min with >=; output_error, "
-                                          "output_error_p95, output_error_max with <=)");
+    throw kvtrace::InputError("", "",
+                              "--target '" + original + "': unknown metric '" + metric +
+                                  "' (retention, retention_p5, retention_min with >=; output_error, "
+                                  "output_error_p95, output_error_max with <=)");
   if (is_higher != target.at_least)
-    throw kvtrace::InputError("", "", "--target '" + original + "': " + metric + " is " +
-                                          (is_higher ? "better higher: use >=" : "better lower: use <="));
+    throw kvtrace::InputError("", "",
+                              "--target '" + original + "': " + metric + " is " +
+                                  (is_higher ? "better higher: use >=" : "better lower: use <="));
   target.column = metric;
   return target;
 }
@@ -254,8 +262,9 @@ SweepTable parse_sweep_csv(const std::string& text, const std::string& file, con
     const auto& record = records[r];
     const size_t line = r + 1;
     if (record.size() < records[0].size())
-      throw kvtrace::InputError(file, "", "line " + std::to_string(line) + ": " + std::to_string(record.size()) +
-                                              " fields, the header has " + std::to_string(records[0].size()));
+      throw kvtrace::InputError(file, "",
+                                "line " + std::to_string(line) + ": " + std::to_string(record.size()) +
+                                    " fields, the header has " + std::to_string(records[0].size()));
     SweepRow row;
     row.policy = trim(record[policy]);
     if (row.policy.empty()) throw kvtrace::InputError(file, "", "line " + std::to_string(line) + ": empty policy");
@@ -277,7 +286,6 @@ SweepTable parse_sweep_csv(const std::string& text, const std::string& file, con
   return table;
 }
 
-
 // ---- contexts ----
 
 std::optional<int64_t> parse_context_number(const std::string& original) {
@@ -289,7 +297,8 @@ std::optional<int64_t> parse_context_number(const std::string& original) {
   while (std::getline(stream, part, '+')) {
     part = trim(part);
     if (part.empty() || part.size() > 12)
-      throw kvtrace::InputError("", "", "--context '" + original + "': write TOKENS or PROMPT+GENERATION, e.g. 4096 or 3072+1024");
+      throw kvtrace::InputError(
+          "", "", "--context '" + original + "': write TOKENS or PROMPT+GENERATION, e.g. 4096 or 3072+1024");
     total += std::stoll(part);
   }
   if (total < 1) throw kvtrace::InputError("", "", "--context '" + original + "': must be at least 1 token");
@@ -334,10 +343,12 @@ std::vector<int64_t> parse_context_csv(const std::string& text, const std::strin
       sum_columns = {*total};
     } else {
       const auto prompt = find({"prompt", "prompt_tokens", "prompt_len", "input_tokens", "input_len"});
-      const auto generation = find({"generation", "output_tokens", "completion_tokens", "max_tokens", "output_len", "generation_tokens"});
+      const auto generation =
+          find({"generation", "output_tokens", "completion_tokens", "max_tokens", "output_len", "generation_tokens"});
       if (!prompt || !generation)
-        throw kvtrace::InputError(file, "", "header names no length column (context, length, tokens, n_tokens, or "
-                                            "prompt_tokens + output_tokens)");
+        throw kvtrace::InputError(file, "",
+                                  "header names no length column (context, length, tokens, n_tokens, or "
+                                  "prompt_tokens + output_tokens)");
       sum_columns = {*prompt, *generation};
     }
     first_data = header + 1;
@@ -353,7 +364,8 @@ std::vector<int64_t> parse_context_csv(const std::string& text, const std::strin
         throw kvtrace::InputError(file, "", "line " + std::to_string(r + 1) + ": not a token count");
       total += std::stoll(records[r][column]);
     }
-    if (total < 1) throw kvtrace::InputError(file, "", "line " + std::to_string(r + 1) + ": a length must be at least 1");
+    if (total < 1)
+      throw kvtrace::InputError(file, "", "line " + std::to_string(r + 1) + ": a length must be at least 1");
     out.push_back(total);
   }
   if (out.empty()) throw kvtrace::InputError(file, "", "no context lengths");

@@ -51,16 +51,21 @@ inline void combine_quads(size_t size, std::span<const float* const> quads, cons
       for (size_t q = 0; q < count; ++q) {
         const float* quad = quads[q];
         auto pair = [&](size_t i) {
-          return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(quad + at[i])), _mm_loadu_ps(quad + at[i + 4]), 1);
+          return _mm256_insertf128_ps(_mm256_castps128_ps256(_mm_loadu_ps(quad + at[i])),
+                                      _mm_loadu_ps(quad + at[i + 4]), 1);
         };
         const __m256 e0 = pair(0), e1 = pair(1), e2 = pair(2), e3 = pair(3);
         const __m256 low01 = _mm256_unpacklo_ps(e0, e1), high01 = _mm256_unpackhi_ps(e0, e1);
         const __m256 low23 = _mm256_unpacklo_ps(e2, e3), high23 = _mm256_unpackhi_ps(e2, e3);
         const float* w = weights + 4 * q;
-        combined = _mm256_fmadd_ps(_mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_set1_ps(w[0]), combined);
-        combined = _mm256_fmadd_ps(_mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(3, 2, 3, 2)), _mm256_set1_ps(w[1]), combined);
-        combined = _mm256_fmadd_ps(_mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_set1_ps(w[2]), combined);
-        combined = _mm256_fmadd_ps(_mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(3, 2, 3, 2)), _mm256_set1_ps(w[3]), combined);
+        combined =
+            _mm256_fmadd_ps(_mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_set1_ps(w[0]), combined);
+        combined =
+            _mm256_fmadd_ps(_mm256_shuffle_ps(low01, low23, _MM_SHUFFLE(3, 2, 3, 2)), _mm256_set1_ps(w[1]), combined);
+        combined =
+            _mm256_fmadd_ps(_mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(1, 0, 1, 0)), _mm256_set1_ps(w[2]), combined);
+        combined =
+            _mm256_fmadd_ps(_mm256_shuffle_ps(high01, high23, _MM_SHUFFLE(3, 2, 3, 2)), _mm256_set1_ps(w[3]), combined);
       }
       _mm256_storeu_ps(observed + j, combined);
     }

@@ -97,8 +97,10 @@ std::string QuantSpec::canonical() const {
   if (!enabled()) return "none";
   std::ostringstream out;
   const int k = key.quantized() ? key.bits : 16, v = value.quantized() ? value.bits : 16;
-  if (k == v) out << "int" << k;
-  else out << "k" << k << "v" << v;
+  if (k == v)
+    out << "int" << k;
+  else
+    out << "k" << k << "v" << v;
   const int group = key.quantized() ? key.group : value.group;
   if (group != 64) out << ":g" << group;
   if (residual != 0) out << ":r" << residual;
@@ -113,8 +115,10 @@ std::string QuantSpec::describe() const {
   std::ostringstream out;
   auto tensor = [&](const char* what, const QuantTensorSpec& t) {
     out << what << " ";
-    if (!t.quantized()) out << "full precision";
-    else out << t.bits << "-bit " << axis_name(t.axis);
+    if (!t.quantized())
+      out << "full precision";
+    else
+      out << t.bits << "-bit " << axis_name(t.axis);
   };
   if (key == value) {
     out << key.bits << "-bit keys and values " << axis_name(key.axis);
@@ -123,8 +127,8 @@ std::string QuantSpec::describe() const {
     out << ", ";
     tensor("values", value);
   }
-  out << ", groups of " << (key.quantized() ? key.group : value.group) << ", "
-      << (scale_bits == 16 ? "fp16" : "fp32") << " scale and zero point";
+  out << ", groups of " << (key.quantized() ? key.group : value.group) << ", " << (scale_bits == 16 ? "fp16" : "fp32")
+      << " scale and zero point";
   if (residual > 0) out << ", the " << residual << " most recent tokens at full precision";
   return out.str();
 }
@@ -142,7 +146,8 @@ QuantSpec parse_quant(const std::string& original) {
     std::string part;
     while (std::getline(stream, part, ':')) parts.push_back(part);
   }
-  if (parts.empty() || parts[0].empty()) bad(original, "no bits given (write e.g. int8, k4v2 or a preset: none, flexgen4, kivi2)");
+  if (parts.empty() || parts[0].empty())
+    bad(original, "no bits given (write e.g. int8, k4v2 or a preset: none, flexgen4, kivi2)");
   QuantSpec spec;
   const std::string& head = parts[0];
   if (head.rfind("int", 0) == 0) {
@@ -152,13 +157,15 @@ QuantSpec parse_quant(const std::string& original) {
     spec.key.bits = parse_bits(original, head.substr(1, v - 1), "key");
     spec.value.bits = parse_bits(original, head.substr(v + 1), "value");
   } else {
-    bad(original, "unknown preset or spec (presets: none, flexgen4, kivi2; custom: int<b> or k<b>v<b>, then options "
-                  ":g<group> :r<residual> :kc|kt :vc|vt :s16|s32, e.g. k4v2:g64)");
+    bad(original,
+        "unknown preset or spec (presets: none, flexgen4, kivi2; custom: int<b> or k<b>v<b>, then options "
+        ":g<group> :r<residual> :kc|kt :vc|vt :s16|s32, e.g. k4v2:g64)");
   }
   int group = 64;
   for (size_t p = 1; p < parts.size(); ++p) {
     const std::string& option = parts[p];
-    if (option == "kc" || option == "kt") spec.key.axis = option == "kc" ? QuantAxis::per_channel : QuantAxis::per_token;
+    if (option == "kc" || option == "kt")
+      spec.key.axis = option == "kc" ? QuantAxis::per_channel : QuantAxis::per_token;
     else if (option == "vc" || option == "vt")
       spec.value.axis = option == "vc" ? QuantAxis::per_channel : QuantAxis::per_token;
     else if (option.size() > 1 && option[0] == 'g') {
@@ -166,7 +173,8 @@ QuantSpec parse_quant(const std::string& original) {
       if (group < 1 || group > 65536) bad(original, "group size '" + option.substr(1) + "' must be 1..65536");
     } else if (option.size() > 1 && option[0] == 'r') {
       spec.residual = small_number(option.substr(1));
-      if (spec.residual < 0 || spec.residual > 1000000) bad(original, "residual '" + option.substr(1) + "' must be 0..1000000 tokens");
+      if (spec.residual < 0 || spec.residual > 1000000)
+        bad(original, "residual '" + option.substr(1) + "' must be 0..1000000 tokens");
     } else if (option == "s16" || option == "s32") {
       spec.scale_bits = option == "s16" ? 16 : 32;
     } else {
@@ -221,7 +229,8 @@ double stored_bits_per_element(const QuantSpec& spec, int head_dim, int64_t n_to
   if (n_tokens <= 0) return 0;
   const double residual = spec.enabled() ? static_cast<double>(std::min<int64_t>(n_tokens, spec.residual)) : 0.0;
   const double quantized = static_cast<double>(n_tokens) - residual;
-  return (quantized * bits_per_element(spec, head_dim, full_bits) + residual * full_bits) / static_cast<double>(n_tokens);
+  return (quantized * bits_per_element(spec, head_dim, full_bits) + residual * full_bits) /
+         static_cast<double>(n_tokens);
 }
 
 bool full_precision(const QuantTensorSpec& tensor, int residual, int64_t position, int64_t step) {
@@ -287,11 +296,13 @@ std::span<const float> QuantizedHead::row(int64_t position, int64_t step) const 
 }
 
 std::span<const float> QuantizedHead::original_row(int64_t position) const {
-  return std::span<const float>(original_).subspan(static_cast<size_t>(position * head_dim_), static_cast<size_t>(head_dim_));
+  return std::span<const float>(original_).subspan(static_cast<size_t>(position * head_dim_),
+                                                   static_cast<size_t>(head_dim_));
 }
 
 std::span<const float> QuantizedHead::quantized_row(int64_t position) const {
-  return std::span<const float>(quantized_).subspan(static_cast<size_t>(position * head_dim_), static_cast<size_t>(head_dim_));
+  return std::span<const float>(quantized_)
+      .subspan(static_cast<size_t>(position * head_dim_), static_cast<size_t>(head_dim_));
 }
 
 }  // namespace kvsim

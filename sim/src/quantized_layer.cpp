@@ -13,8 +13,14 @@ class QuantizedKeySource final : public kvtrace::AttentionSource {
   QuantizedKeySource(int64_t n_tokens, int head_dim, const std::vector<std::vector<float>>& queries,
                      const std::vector<std::vector<float>>& keys, const QuantTensorSpec& key, int residual,
                      int scale_bits, int group_size, kvtrace::SoftmaxOptions softmax)
-      : n_tokens_(n_tokens), head_dim_(head_dim), queries_(queries), keys_(keys), key_(key), residual_(residual),
-        group_size_(group_size), softmax_(softmax) {
+      : n_tokens_(n_tokens),
+        head_dim_(head_dim),
+        queries_(queries),
+        keys_(keys),
+        key_(key),
+        residual_(residual),
+        group_size_(group_size),
+        softmax_(softmax) {
     for (const auto& k : keys) {
       quantized_keys_.push_back(k);
       fake_quantize(quantized_keys_.back(), n_tokens, head_dim, key, scale_bits);
@@ -46,8 +52,10 @@ class QuantizedKeySource final : public kvtrace::AttentionSource {
     int64_t lo = 0, hi = t;  // full_precision(t, t) always holds
     while (lo < hi) {
       const int64_t mid = (lo + hi) / 2;
-      if (full_precision(key_, residual_, mid, t)) hi = mid;
-      else lo = mid + 1;
+      if (full_precision(key_, residual_, mid, t))
+        hi = mid;
+      else
+        lo = mid + 1;
     }
     return lo;
   }
@@ -68,8 +76,8 @@ class QuantizedKeySource final : public kvtrace::AttentionSource {
 QuantizedLayer build_quantized_layer(const std::vector<QuantSpec>& specs, int64_t n_tokens, int head_dim,
                                      const std::vector<std::vector<float>>& queries,
                                      const std::vector<std::vector<float>>& keys,
-                                     const std::vector<std::vector<float>>& values, const std::vector<CacheGroup>& groups,
-                                     const kvtrace::SoftmaxOptions& softmax) {
+                                     const std::vector<std::vector<float>>& values,
+                                     const std::vector<CacheGroup>& groups, const kvtrace::SoftmaxOptions& softmax) {
   QuantizedLayer layer;
   const int group_size = static_cast<int>(queries.size() / keys.size());
   for (const QuantSpec& spec : specs) {

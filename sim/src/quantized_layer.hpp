@@ -21,7 +21,7 @@ struct QuantizedLayer {
 QuantizedLayer build_quantized_layer(const std::vector<QuantSpec>& specs, int64_t n_tokens, int head_dim,
                                      const std::vector<std::vector<float>>& queries,
                                      const std::vector<std::vector<float>>& keys,
-                                     const std::vector<std::vector<float>>& values, const std::vector<CacheGroup>& groups,
-                                     const kvtrace::SoftmaxOptions& softmax);
+                                     const std::vector<std::vector<float>>& values,
+                                     const std::vector<CacheGroup>& groups, const kvtrace::SoftmaxOptions& softmax);
 
 }  // namespace kvsim

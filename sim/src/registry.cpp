@@ -30,10 +30,14 @@ const PolicyInfo& find_policy(const std::string& name) {
 
 const char* param_type_name(ParamType type) {
   switch (type) {
-    case ParamType::integer: return "integer";
-    case ParamType::real: return "real";
-    case ParamType::choice: return "choice";
-    case ParamType::index_set: return "index_set";
+    case ParamType::integer:
+      return "integer";
+    case ParamType::real:
+      return "real";
+    case ParamType::choice:
+      return "choice";
+    case ParamType::index_set:
+      return "index_set";
   }
   return "";
 }
@@ -74,7 +78,8 @@ void check_value(const PolicyInfo& info, const ParamSpec& spec, const std::strin
       }
       return;
     case ParamType::index_set:
-      if (value != "all") parse_index_list("policy " + info.name + ": parameter " + spec.name + " (all, or e.g. 0,2,5-35)", value);
+      if (value != "all")
+        parse_index_list("policy " + info.name + ": parameter " + spec.name + " (all, or e.g. 0,2,5-35)", value);
       return;
   }
 }
@@ -89,12 +94,14 @@ Params resolve_params(const PolicyInfo& info, const std::map<std::string, std::s
     // Not a structured binding: clang before 16 cannot capture one in the lambda.
     const std::string& name = entry.first;
     const std::string& value = entry.second;
-    auto spec = std::find_if(info.params.begin(), info.params.end(), [&](const ParamSpec& s) { return s.name == name; });
+    auto spec =
+        std::find_if(info.params.begin(), info.params.end(), [&](const ParamSpec& s) { return s.name == name; });
     if (spec == info.params.end()) {
       std::string known;
       for (const auto& s : info.params) known += (known.empty() ? "" : ", ") + s.name;
-      throw kvtrace::InputError("", "", "policy " + info.name + " has no parameter '" + name + "'" +
-                                            (known.empty() ? " (it takes none)" : " (it takes: " + known + ")"));
+      throw kvtrace::InputError("", "",
+                                "policy " + info.name + " has no parameter '" + name + "'" +
+                                    (known.empty() ? " (it takes none)" : " (it takes: " + known + ")"));
     }
     check_value(info, *spec, value);
     params.set(name, value);

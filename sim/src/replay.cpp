@@ -85,10 +85,10 @@ struct WorkItem {
   std::vector<size_t> cell_of_record;
 };
 
-
 // Groups 0..n_kv-1 are the kv heads with their query heads; group n_kv is the whole layer.
 std::vector<CacheGroup> build_groups(int n_heads, int n_kv_heads, int seq, int layer,
-                                     const std::vector<std::vector<float>>& values, int head_dim, int first_kv_head = 0) {
+                                     const std::vector<std::vector<float>>& values, int head_dim,
+                                     int first_kv_head = 0) {
   const int group_size = n_heads / n_kv_heads;
   std::vector<CacheGroup> groups(static_cast<size_t>(n_kv_heads) + 1);
   for (int g = 0; g <= n_kv_heads; ++g) {
@@ -136,7 +136,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
   }
 
   struct LaneData {
-    std::vector<std::vector<float>> values;  // per kv head
+    std::vector<std::vector<float>> values;         // per kv head
     std::vector<std::vector<float>> queries, keys;  // for quantized views
     std::vector<CacheGroup> groups;
     std::vector<SimulationSpec> specs;
@@ -157,8 +157,10 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
     if (!form.has_qk())
       reader.fail(kvtrace::layer_path(item.seq, layer),
                   "KV quantization needs q and k (and v for output error): this layer has only attn");
-    for (int h = 0; h < meta.n_heads; ++h) lane.queries.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::q, h));
-    for (int kv = 0; kv < meta.n_kv_heads; ++kv) lane.keys.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::k, kv));
+    for (int h = 0; h < meta.n_heads; ++h)
+      lane.queries.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::q, h));
+    for (int kv = 0; kv < meta.n_kv_heads; ++kv)
+      lane.keys.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::k, kv));
     const kvtrace::SoftmaxOptions softmax{meta.attn_scale, form.sliding_window, form.logit_softcap};
     lane.quantized = build_quantized_layer(quantized_specs, n, meta.head_dim, lane.queries, lane.keys, lane.values,
                                            lane.groups, softmax);
@@ -195,7 +197,8 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
     }
   }
   std::vector<Lane> engine_lanes;
-  for (auto& lane : lanes) engine_lanes.push_back(Lane{lane.source.get(), lane.groups, lane.specs, lane.quantized.views});
+  for (auto& lane : lanes)
+    engine_lanes.push_back(Lane{lane.source.get(), lane.groups, lane.specs, lane.quantized.views});
   EngineOptions options;
   options.mode = config.mode;
   options.prompt_len = reader.sequence(item.seq).prompt_len;
@@ -250,8 +253,9 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
                                      const RowsOrigin& origin) {
   const int n_heads = source.n_heads();
   if (n_kv_heads < 1 || n_heads % n_kv_heads != 0)
-    throw kvtrace::InputError("", "", "the number of heads (" + std::to_string(n_heads) +
-                                          ") must be a multiple of the kv heads (" + std::to_string(n_kv_heads) + ")");
+    throw kvtrace::InputError("", "",
+                              "the number of heads (" + std::to_string(n_heads) +
+                                  ") must be a multiple of the kv heads (" + std::to_string(n_kv_heads) + ")");
   if (!values.empty() && static_cast<int>(values.size()) != n_kv_heads)
     throw kvtrace::InputError("", "", "values must be given for every kv head");
   EngineOptions engine_options = options;
@@ -317,19 +321,21 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
       items.push_back(std::move(item));
     }
   }
-  const int threads = config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Under a split, this process replays its share only.
   std::vector<size_t> own;
   for (size_t i = 0; i < items.size(); ++i)
     if (!config.split || config.split->mine(i)) own.push_back(i);
   std::vector<WorkItem*> mine;
   for (size_t i : own) mine.push_back(&items[i]);
-  run_items(mine, threads,
-            [&](WorkItem& item) {
-              if (config.cancel && config.cancel->load()) throw Cancelled();
-              run_item(reader, config, output_error, item);
-            },
-            progress);
+  run_items(
+      mine, threads,
+      [&](WorkItem& item) {
+        if (config.cancel && config.cancel->load()) throw Cancelled();
+        run_item(reader, config, output_error, item);
+      },
+      progress);
   if (config.split) {
     std::vector<std::pair<uint64_t, std::string>> bytes;
     for (size_t i : own) bytes.emplace_back(i, serialize_records(items[i].records, items[i].cell_of_record));
@@ -355,35 +361,38 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   results.heads = meta.n_heads;
   // The cells are aggregated independently (exact percentiles over every sample): in parallel.
   results.cells.resize(cells);
-  parallel_for(cells, threads, [&](size_t c) {
-    CellResult& cell = results.cells[c];
-    const CellKey key = decode(c, config);
-    cell.info = config.policies[key.policy].info;
-    cell.budget = config.budgets[key.budget];
-    cell.quant = quant_of(config, key.quant);
-    cell.policy = config.policies[key.policy].label + (cell.quant.enabled() ? "+" + cell.quant.name : "");
-    cell.params = config.policies[key.policy].changed;
-    cell.bits_per_element = bits_per_element(cell.quant, meta.head_dim);
-    std::vector<const GroupRecord*> records;
-    double budget_sum = 0, share_sum = 0;
-    int64_t budget_count = 0;
-    for (int seq : sequences)
-      for (int layer : layers) {
-        const int64_t n = reader.sequence(seq).n_tokens;
-        const int64_t budget = config.schedule.apply(cell.budget.resolve(n), layer);
-        budget_sum += static_cast<double>(budget);
-        share_sum += static_cast<double>(budget) / static_cast<double>(n);
-        ++budget_count;
-      }
-    for (const WorkItem& item : items)
-      for (size_t r = 0; r < item.records.size(); ++r)
-        if (item.cell_of_record[r] == c) records.push_back(&item.records[r]);
-    cell.budget_tokens_mean = budget_sum / static_cast<double>(budget_count);
-    cell.budget_share_mean = share_sum / static_cast<double>(budget_count);
-    aggregate_cell(cell, records, meta.n_layers, output_error);
-    if (config.keep_records)
-      for (const GroupRecord* record : records) cell.records.push_back(*record);
-  }, [] {});
+  parallel_for(
+      cells, threads,
+      [&](size_t c) {
+        CellResult& cell = results.cells[c];
+        const CellKey key = decode(c, config);
+        cell.info = config.policies[key.policy].info;
+        cell.budget = config.budgets[key.budget];
+        cell.quant = quant_of(config, key.quant);
+        cell.policy = config.policies[key.policy].label + (cell.quant.enabled() ? "+" + cell.quant.name : "");
+        cell.params = config.policies[key.policy].changed;
+        cell.bits_per_element = bits_per_element(cell.quant, meta.head_dim);
+        std::vector<const GroupRecord*> records;
+        double budget_sum = 0, share_sum = 0;
+        int64_t budget_count = 0;
+        for (int seq : sequences)
+          for (int layer : layers) {
+            const int64_t n = reader.sequence(seq).n_tokens;
+            const int64_t budget = config.schedule.apply(cell.budget.resolve(n), layer);
+            budget_sum += static_cast<double>(budget);
+            share_sum += static_cast<double>(budget) / static_cast<double>(n);
+            ++budget_count;
+          }
+        for (const WorkItem& item : items)
+          for (size_t r = 0; r < item.records.size(); ++r)
+            if (item.cell_of_record[r] == c) records.push_back(&item.records[r]);
+        cell.budget_tokens_mean = budget_sum / static_cast<double>(budget_count);
+        cell.budget_share_mean = share_sum / static_cast<double>(budget_count);
+        aggregate_cell(cell, records, meta.n_layers, output_error);
+        if (config.keep_records)
+          for (const GroupRecord* record : records) cell.records.push_back(*record);
+      },
+      [] {});
   return results;
 }
 

@@ -27,7 +27,8 @@ void route(const std::vector<std::string>& names, std::string key, const std::st
   bool used = false;
   for (size_t p = 0; p < names.size(); ++p) {
     const PolicyInfo& info = find_policy(names[p]);
-    const bool takes = std::any_of(info.params.begin(), info.params.end(), [&](const ParamSpec& s) { return s.name == key; });
+    const bool takes =
+        std::any_of(info.params.begin(), info.params.end(), [&](const ParamSpec& s) { return s.name == key; });
     // With one policy every plain key goes to it, so an unknown one is named with the
     // parameters it does take.
     if (target.empty() ? takes || names.size() == 1 : names[p] == target) {
@@ -36,7 +37,8 @@ void route(const std::vector<std::string>& names, std::string key, const std::st
     }
   }
   if (!used)
-    bad_option("param", target.empty() ? "no chosen policy takes '" + key + "'" : "policy '" + target + "' is not among those chosen");
+    bad_option("param", target.empty() ? "no chosen policy takes '" + key + "'"
+                                       : "policy '" + target + "' is not among those chosen");
 }
 
 std::vector<PolicyChoice> choose(const std::vector<std::string>& names, const Overrides& overrides) {

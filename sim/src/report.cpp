@@ -20,10 +20,14 @@ using text::number;
 std::string one_line(const std::string& text) {
   std::string out;
   for (char c : text) {
-    if (c == '\n') out += "\\n";
-    else if (c == '\t') out += "\\t";
-    else if (c == '\r') out += "\\r";
-    else out += c;
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else
+      out += c;
   }
   return out;
 }
@@ -49,13 +53,16 @@ std::string wrap_text(const std::string& text, size_t width) {
     const bool newline = end != std::string::npos;
     if (!newline) end = text.size();
     std::string line = text.substr(begin, end - begin);
-    const std::string indent = line.substr(0, line.find_first_not_of(' ') == std::string::npos ? 0 : line.find_first_not_of(' '));
+    const std::string indent =
+        line.substr(0, line.find_first_not_of(' ') == std::string::npos ? 0 : line.find_first_not_of(' '));
     while (line.size() > width) {
       size_t cut = line.rfind(' ', width);
       if (cut == std::string::npos || cut <= indent.size()) cut = line.find(' ', width);
       if (cut == std::string::npos) break;
       out += line.substr(0, cut) + "\n";
-      line = indent + line.substr(line.find_first_not_of(' ', cut) == std::string::npos ? line.size() : line.find_first_not_of(' ', cut));
+      line = indent + line.substr(line.find_first_not_of(' ', cut) == std::string::npos
+                                      ? line.size()
+                                      : line.find_first_not_of(' ', cut));
     }
     out += line;
     if (newline) out += "\n";
@@ -97,13 +104,18 @@ std::string sweep_table(const ReplayResults& results) {
       out << "\n";
     }
   };
-  table("mean attention-mass retention", [](const CellResult& c) { return c.retention.mean; }, 4);
-  table("p5 retention", [](const CellResult& c) { return c.retention.p5; }, 4);
-  table("min retention", [](const CellResult& c) { return c.retention.min; }, 4);
+  table(
+      "mean attention-mass retention", [](const CellResult& c) { return c.retention.mean; }, 4);
+  table(
+      "p5 retention", [](const CellResult& c) { return c.retention.p5; }, 4);
+  table(
+      "min retention", [](const CellResult& c) { return c.retention.min; }, 4);
   if (results.output_error)
-    table("mean relative output error |o - o~| / |o|", [](const CellResult& c) { return c.output_error.mean; }, 4);
-  table("mean occupancy (positions attended per step; memory must still hold the peak)",
-        [](const CellResult& c) { return c.occupancy_mean; }, 1);
+    table(
+        "mean relative output error |o - o~| / |o|", [](const CellResult& c) { return c.output_error.mean; }, 4);
+  table(
+      "mean occupancy (positions attended per step; memory must still hold the peak)",
+      [](const CellResult& c) { return c.occupancy_mean; }, 1);
   out << "budget B per sequence and layer, mean:";
   for (size_t b = 0; b < budgets; ++b)
     out << " " << results.cells[b].budget.text << "=" << number(results.cells[b].budget_tokens_mean, "%.1f");
@@ -114,8 +126,8 @@ std::string sweep_table(const ReplayResults& results) {
 
 std::string replay_table(const CellResult& cell, bool output_error) {
   std::ostringstream out;
-  out << "policy " << cell.policy << ", budget " << cell.budget.text << " (B = "
-      << number(cell.budget_tokens_mean, "%.1f") << " tokens on average)\n\n";
+  out << "policy " << cell.policy << ", budget " << cell.budget.text
+      << " (B = " << number(cell.budget_tokens_mean, "%.1f") << " tokens on average)\n\n";
   out << "layer   ret.mean  ret.p5  ret.min";
   if (output_error) out << "  err.mean  err.p95";
   out << "  occupancy\n";
@@ -142,10 +154,9 @@ std::string sweep_csv_row(const CellResult& cell, Mode mode) {
   out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << cell.quant.name
       << "," << number(cell.bits_per_element) << "," << number(cell.budget_tokens_mean) << ","
       << number(cell.budget_share_mean) << "," << mode_name(mode) << "," << number(cell.retention.mean) << ","
-      << number(cell.retention.p5) << "," << number(cell.retention.min) << "," << number(cell.output_error.mean)
-      << "," << number(cell.output_error.p95) << "," << number(cell.output_error.max) << ","
-      << number(cell.occupancy_mean) << "," << cell.occupancy_peak << "," << cell.evictions << ","
-      << cell.retention.count << "\n";
+      << number(cell.retention.p5) << "," << number(cell.retention.min) << "," << number(cell.output_error.mean) << ","
+      << number(cell.output_error.p95) << "," << number(cell.output_error.max) << "," << number(cell.occupancy_mean)
+      << "," << cell.occupancy_peak << "," << cell.evictions << "," << cell.retention.count << "\n";
   return out.str();
 }
 
@@ -161,9 +172,12 @@ std::vector<std::string> split_csv_line(const std::string& line) {
   for (size_t i = 0; i < line.size(); ++i) {
     const char c = line[i];
     if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') fields.back() += '"', ++i;
-      else if (c == '"') quoted = false;
-      else fields.back() += c;
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"')
+        fields.back() += '"', ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        fields.back() += c;
     } else if (c == '"') {
       quoted = true;
     } else if (c == ',') {
@@ -200,14 +214,15 @@ CellResult parse_sweep_csv_row(const std::string& line) {
 
 std::string layers_csv(const ReplayResults& results) {
   std::ostringstream out;
-  out << "policy,params,budget,quant,layer,retention_mean,retention_p5,retention_min,output_error_mean,output_error_p95,"
+  out << "policy,params,budget,quant,layer,retention_mean,retention_p5,retention_min,output_error_mean,output_error_"
+         "p95,"
          "occupancy_mean\n";
   for (const auto& cell : results.cells) {
     auto row = [&](const std::string& layer, const Summary& retention, const Summary& error, double occupancy) {
       out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << cell.quant.name
-          << "," << layer << ","
-          << number(retention.mean) << "," << number(retention.p5) << "," << number(retention.min) << ","
-          << number(error.mean) << "," << number(error.p95) << "," << number(occupancy) << "\n";
+          << "," << layer << "," << number(retention.mean) << "," << number(retention.p5) << ","
+          << number(retention.min) << "," << number(error.mean) << "," << number(error.p95) << "," << number(occupancy)
+          << "\n";
     };
     for (const auto& layer : cell.layers)
       row(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean);
@@ -265,11 +280,9 @@ std::string survival_csv(const ReplayResults& results, const std::vector<std::ve
       const std::string group = record.layer_wide ? "layer" : "kv" + std::to_string(record.group);
       for (size_t position = 0; position < record.result.eviction_step.size(); ++position)
         out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << ","
-            << cell.quant.name << "," << record.seq
-            << "," << record.layer << "," << group << "," << position << ","
+            << cell.quant.name << "," << record.seq << "," << record.layer << "," << group << "," << position << ","
             << csv_field(position < text.size() ? one_line(text[position]) : "") << ","
-            << record.result.eviction_step[position]
-            << "\n";
+            << record.result.eviction_step[position] << "\n";
     }
   }
   return out.str();

@@ -22,14 +22,16 @@ void RowRanking::build(const float* row, int64_t count) {
     sums[static_cast<size_t>(b)] += row[i];
   }
   start_[0] = 0;
-  for (int b = 0; b < kBuckets; ++b) start_[static_cast<size_t>(b) + 1] = start_[static_cast<size_t>(b)] + sizes[static_cast<size_t>(b)];
+  for (int b = 0; b < kBuckets; ++b)
+    start_[static_cast<size_t>(b) + 1] = start_[static_cast<size_t>(b)] + sizes[static_cast<size_t>(b)];
   sum_above_[kBuckets] = 0;
   for (int b = kBuckets - 1; b >= 0; --b)
     sum_above_[static_cast<size_t>(b)] = sum_above_[static_cast<size_t>(b) + 1] + sums[static_cast<size_t>(b)];
   order_.resize(static_cast<size_t>(count));
   std::array<int32_t, kBuckets> next{};
   std::copy(start_.begin(), start_.begin() + kBuckets, next.begin());
-  for (int64_t i = 0; i < count; ++i) order_[static_cast<size_t>(next[static_cast<size_t>(bucket(row[i]))]++)] = static_cast<int32_t>(i);
+  for (int64_t i = 0; i < count; ++i)
+    order_[static_cast<size_t>(next[static_cast<size_t>(bucket(row[i]))]++)] = static_cast<int32_t>(i);
 }
 
 double RowRanking::top_sum(int64_t k, std::vector<int32_t>* positions) {
@@ -40,8 +42,7 @@ double RowRanking::top_sum(int64_t k, std::vector<int32_t>* positions) {
   const auto found = std::upper_bound(start_.begin(), start_.end(), static_cast<int32_t>(boundary_rank));
   const auto b = static_cast<size_t>(found - start_.begin()) - 1;  // start_[b] <= rank < start_[b + 1]
   double total = sum_above_[b + 1];
-  if (positions)
-    positions->insert(positions->end(), order_.begin() + start_[b + 1], order_.end());
+  if (positions) positions->insert(positions->end(), order_.begin() + start_[b + 1], order_.end());
   // Within bucket b take the largest `take`, the higher position first among equals.
   const int64_t take = static_cast<int64_t>(start_[b + 1]) - boundary_rank;
   scratch_.assign(order_.begin() + start_[b], order_.begin() + start_[b + 1]);

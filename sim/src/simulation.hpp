@@ -39,8 +39,13 @@ class Simulation {
  public:
   Simulation(const SimulationSpec& spec, const CacheGroup& group, int64_t n_tokens, const EngineOptions& options,
              const FutureAttention* future, const QuantizedView* quantized)
-      : spec_(spec), group_(group), options_(options), policy_(spec.policy->make(spec.params)),
-        bound_(dynamic_cast<BoundPolicy*>(policy_.get())), quantized_(quantized), full_rows_(group.heads) {
+      : spec_(spec),
+        group_(group),
+        options_(options),
+        policy_(spec.policy->make(spec.params)),
+        bound_(dynamic_cast<BoundPolicy*>(policy_.get())),
+        quantized_(quantized),
+        full_rows_(group.heads) {
     if (spec.budget < 1) throw kvtrace::InputError("", "", "budget must be at least 1 token");
     GroupContext context;
     context.n_tokens = n_tokens;
@@ -259,9 +264,8 @@ class Simulation {
     if (!options_.output_error) return;
     const float* row = model.row(group_.heads[k]);
     const auto d = static_cast<size_t>(group_.head_dim);
-    const QuantizedHead* stored = quantized_ && !quantized_->values.empty()
-                                      ? quantized_->values[static_cast<size_t>(spec_.group)][k]
-                                      : nullptr;
+    const QuantizedHead* stored =
+        quantized_ && !quantized_->values.empty() ? quantized_->values[static_cast<size_t>(spec_.group)][k] : nullptr;
     partial_.assign(d, 0.0);
     if (stored) {
       for (int32_t position : positions) {
@@ -320,7 +324,9 @@ class Simulation {
     }
     constexpr int64_t kFirstRunLimit = 16;
     int64_t gap = 0;  // last index of the first run
-    while (gap + 1 < size && gap < kFirstRunLimit && cache_[static_cast<size_t>(gap) + 1] == cache_[static_cast<size_t>(gap)] + 1) ++gap;
+    while (gap + 1 < size && gap < kFirstRunLimit &&
+           cache_[static_cast<size_t>(gap) + 1] == cache_[static_cast<size_t>(gap)] + 1)
+      ++gap;
     const int64_t rest = size - gap - 1;
     if (gap >= kFirstRunLimit || cache_.back() - cache_[static_cast<size_t>(gap) + 1] + 1 != rest) return 0;
     run_begin_[0] = cache_.front(), run_end_[0] = cache_[static_cast<size_t>(gap)] + 1;
@@ -356,25 +362,25 @@ class Simulation {
   BoundPolicy* bound_;
   int64_t prefill_end_ = 0;
   SimulationResult result_;
-  std::vector<int32_t> cache_;     // ascending positions
-  std::vector<int32_t> evicted_;   // in the order they went
-  std::vector<uint8_t> in_cache_;  // by position
+  std::vector<int32_t> cache_;      // ascending positions
+  std::vector<int32_t> evicted_;    // in the order they went
+  std::vector<uint8_t> in_cache_;   // by position
   const QuantizedView* quantized_;  // null at full precision
   GroupFullRows full_rows_;
-  std::vector<double> mass_;       // per head of the group: the model's row summed over the cache
-  std::vector<double> retained_;   // per head: the retention recorded at this step
+  std::vector<double> mass_;                  // per head of the group: the model's row summed over the cache
+  std::vector<double> retained_;              // per head: the retention recorded at this step
   std::vector<std::vector<float>> gathered_;  // per head: the model row at the cached positions
   std::vector<float> observed_;
   std::vector<float> weights_;  // per head: its share of the observed row over its mass
   // Groups of 4k heads read four heads per load (quad_kernels.hpp) from interleaved rows
   // instead of gathering into gathered_; needs AVX2 and FMA, and the mean or sum aggregate.
   bool quads_ = false;
-  std::vector<const float*> quad_rows_;  // this step's interleaved rows, per quad
+  std::vector<const float*> quad_rows_;           // this step's interleaved rows, per quad
   std::vector<double> quad_sums_, evicted_sums_;  // per head: the sum of its cached, and evicted, entries
   int64_t run_begin_[2] = {0, 0}, run_end_[2] = {0, 0};
   std::vector<int32_t> victims_, bound_cache_;
   int64_t last_step_ = -1;
-  Simulation* leader_ = nullptr;          // while dormant (budget sharing)
+  Simulation* leader_ = nullptr;  // while dormant (budget sharing)
   std::vector<Simulation*> followers_;
   std::vector<double> partial_;
 };

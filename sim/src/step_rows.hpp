@@ -57,8 +57,8 @@ inline double gather_and_sum(const float* row, std::span<const int32_t> position
 
 // out[c] = sum over positions i of row[i] * v_i[first + c], for c < Width; returns Width.
 template <size_t Width>
-size_t weighted_sum(const float* row, std::span<const int32_t> positions, const float* values, size_t d,
-                    size_t first, double* out) {
+size_t weighted_sum(const float* row, std::span<const int32_t> positions, const float* values, size_t d, size_t first,
+                    double* out) {
 #if defined(__AVX2__) && defined(__FMA__)
   if constexpr (Width % 4 == 0) {  // Width / 4 accumulators of 4 doubles: registers
     __m256d sum[Width / 4];
@@ -66,7 +66,8 @@ size_t weighted_sum(const float* row, std::span<const int32_t> positions, const 
     for (int32_t position : positions) {
       const __m256d weight = _mm256_set1_pd(row[position]);
       const float* v = values + static_cast<size_t>(position) * d + first;
-      for (size_t c = 0; c < Width / 4; ++c) sum[c] = _mm256_fmadd_pd(weight, _mm256_cvtps_pd(_mm_loadu_ps(v + 4 * c)), sum[c]);
+      for (size_t c = 0; c < Width / 4; ++c)
+        sum[c] = _mm256_fmadd_pd(weight, _mm256_cvtps_pd(_mm_loadu_ps(v + 4 * c)), sum[c]);
     }
     for (size_t c = 0; c < Width / 4; ++c) _mm256_storeu_pd(out + 4 * c, sum[c]);
     return Width;
@@ -89,10 +90,14 @@ inline void weighted_value_sum(const float* row, std::span<const int32_t> positi
                                double* out) {
   for (size_t first = 0; first < d;) {
     const size_t left = d - first;
-    if (left >= 32) first += weighted_sum<32>(row, positions, values, d, first, out + first);
-    else if (left >= 16) first += weighted_sum<16>(row, positions, values, d, first, out + first);
-    else if (left >= 4) first += weighted_sum<4>(row, positions, values, d, first, out + first);
-    else first += weighted_sum<1>(row, positions, values, d, first, out + first);
+    if (left >= 32)
+      first += weighted_sum<32>(row, positions, values, d, first, out + first);
+    else if (left >= 16)
+      first += weighted_sum<16>(row, positions, values, d, first, out + first);
+    else if (left >= 4)
+      first += weighted_sum<4>(row, positions, values, d, first, out + first);
+    else
+      first += weighted_sum<1>(row, positions, values, d, first, out + first);
   }
 }
 
@@ -104,11 +109,17 @@ inline void weighted_value_sum(const float* row, std::span<const int32_t> positi
 class StepRows {
  public:
   StepRows(int n_heads, std::span<const CacheGroup> groups, bool output_error, bool interleave = true)
-      : groups_(groups), output_error_(output_error), totals_(static_cast<size_t>(n_heads)),
-        total_step_(static_cast<size_t>(n_heads), -1), rankings_(static_cast<size_t>(n_heads)),
-        ranked_step_(static_cast<size_t>(n_heads), -1), prefixes_(static_cast<size_t>(n_heads)),
-        prefix_step_(static_cast<size_t>(n_heads), -1), quad_of_head_(static_cast<size_t>(n_heads), {kNoQuad, 0}),
-        outputs_(groups.size()), quad_index_(groups.size()) {
+      : groups_(groups),
+        output_error_(output_error),
+        totals_(static_cast<size_t>(n_heads)),
+        total_step_(static_cast<size_t>(n_heads), -1),
+        rankings_(static_cast<size_t>(n_heads)),
+        ranked_step_(static_cast<size_t>(n_heads), -1),
+        prefixes_(static_cast<size_t>(n_heads)),
+        prefix_step_(static_cast<size_t>(n_heads), -1),
+        quad_of_head_(static_cast<size_t>(n_heads), {kNoQuad, 0}),
+        outputs_(groups.size()),
+        quad_index_(groups.size()) {
     for (size_t g = 0; g < groups.size(); ++g) {
       const std::vector<int>& heads = groups[g].heads;
       if (!interleave || heads.size() % 4 != 0) continue;
@@ -221,10 +232,14 @@ class StepRows {
       prefix = quad_prefixes_[quad].data();
     }
     double sums[4];
-    if (with_totals && prefix) interleave_pass<true, true>(rows, count, out.data(), sums, prefix);
-    else if (with_totals) interleave_pass<true, false>(rows, count, out.data(), sums, prefix);
-    else if (prefix) interleave_pass<false, true>(rows, count, out.data(), sums, prefix);
-    else interleave_pass<false, false>(rows, count, out.data(), sums, prefix);
+    if (with_totals && prefix)
+      interleave_pass<true, true>(rows, count, out.data(), sums, prefix);
+    else if (with_totals)
+      interleave_pass<true, false>(rows, count, out.data(), sums, prefix);
+    else if (prefix)
+      interleave_pass<false, true>(rows, count, out.data(), sums, prefix);
+    else
+      interleave_pass<false, false>(rows, count, out.data(), sums, prefix);
     if (with_totals) set_totals(quad, sums);
     if (prefix) quad_prefix_step_[quad] = t_;
 #else  // a plain transpose: totals and prefix sums are computed when asked for
@@ -312,7 +327,8 @@ class StepRows {
     const CacheGroup& group = groups_[g];
     const auto d = static_cast<size_t>(group.head_dim);
     outputs_[g].resize(group.heads.size());
-    while (static_cast<int64_t>(every_position_.size()) <= t_) every_position_.push_back(static_cast<int32_t>(every_position_.size()));
+    while (static_cast<int64_t>(every_position_.size()) <= t_)
+      every_position_.push_back(static_cast<int32_t>(every_position_.size()));
     const std::span<const int32_t> positions(every_position_.data(), static_cast<size_t>(t_) + 1);
     for (size_t k = 0; k < group.heads.size(); ++k) {
       std::vector<double>& o = outputs_[g][k];
@@ -331,9 +347,9 @@ class StepRows {
   std::vector<int64_t> ranked_step_;
   std::vector<std::vector<double>> prefixes_;  // heads outside any quad
   std::vector<int64_t> prefix_step_;
-  std::vector<std::pair<size_t, size_t>> quad_of_head_;  // per head: (quad, lane), or (kNoQuad, 0)
+  std::vector<std::pair<size_t, size_t>> quad_of_head_;    // per head: (quad, lane), or (kNoQuad, 0)
   std::vector<std::vector<std::vector<double>>> outputs_;  // [group][head]
-  std::vector<int32_t> every_position_;                     // 0, 1, 2, ...
+  std::vector<int32_t> every_position_;                    // 0, 1, 2, ...
   // Quads: their heads, interleaved rows and interleaved prefix sums, each with the step held.
   std::vector<std::vector<size_t>> quad_index_;  // [group][quad of the group] -> quad
   std::vector<std::array<int, 4>> quad_heads_;

@@ -24,7 +24,8 @@ double interpolate(size_t count, double q, double low, double high) {
 double percentile(std::vector<float>& values, double q, size_t from = 0) {
   const size_t lo = percentile_index(values.size(), q);
   if (lo < from) from = 0;
-  std::nth_element(values.begin() + static_cast<std::ptrdiff_t>(from), values.begin() + static_cast<std::ptrdiff_t>(lo), values.end());
+  std::nth_element(values.begin() + static_cast<std::ptrdiff_t>(from), values.begin() + static_cast<std::ptrdiff_t>(lo),
+                   values.end());
   const double low = values[lo];
   if (lo + 1 >= values.size()) return low;
   const double high = *std::min_element(values.begin() + static_cast<std::ptrdiff_t>(lo) + 1, values.end());
@@ -41,7 +42,7 @@ struct Bracket {
   double q = 0;
   size_t rank = 0;
   float low = -INFINITY, high = INFINITY;  // values in [low, high] are kept
-  size_t outside = 0;  // the 5th: values below `low`; the 95th: values above `high`
+  size_t outside = 0;                      // the 5th: values below `low`; the 95th: values above `high`
   std::vector<float> inside;
 };
 
@@ -115,10 +116,14 @@ Summary summarize(std::span<const float> values) {
     highest = std::max(highest, v);
     nan = nan || std::isnan(v);
     if (!bracketed || (v > p5.high && v < p95.low)) continue;
-    if (v < p5.low) ++p5.outside;
-    else if (v <= p5.high) p5.inside.push_back(v);
-    if (v > p95.high) ++p95.outside;
-    else if (v >= p95.low) p95.inside.push_back(v);
+    if (v < p5.low)
+      ++p5.outside;
+    else if (v <= p5.high)
+      p5.inside.push_back(v);
+    if (v > p95.high)
+      ++p95.outside;
+    else if (v >= p95.low)
+      p95.inside.push_back(v);
   }
   summary.mean = sum / static_cast<double>(values.size());
   summary.min = lowest;

@@ -37,7 +37,8 @@ TEST(CliAnalyze, WritesCsvJsonAndPlotsTheSameWhateverTheThreadCount) {
   // 36 (layer, head) rows, 6 layer means, 1 overall.
   EXPECT_EQ(kvtest::count_lines(csv), 1 + 36 + 6 + 1);
   EXPECT_EQ(csv.rfind("layer,head,count,persistence,persistence_defined,ever_pivotal,repeat_share,spearman_lag2,"
-                      "spearman_lag8,topk_recall_lag2,topk_recall_lag8\n", 0),
+                      "spearman_lag8,topk_recall_lag2,topk_recall_lag8\n",
+                      0),
             0u)
       << csv;
   EXPECT_TRUE(has(csv, "\nall,mean,72,")) << csv;
@@ -53,8 +54,8 @@ TEST(CliAnalyze, WritesPlots) {
   const auto result = kvtest::run_kvsim("analyze " + kTrace + " --seqs 2 --plot " + plots);
 #ifdef KVSIM_HAVE_PLOT
   ASSERT_EQ(result.code, 0) << result.output;
-  for (const char* name : {"persistence.png", "ever-pivotal.png", "spearman-vs-lag.png", "topk-recall-vs-lag.png",
-                           "cross-layer.png"})
+  for (const char* name :
+       {"persistence.png", "ever-pivotal.png", "spearman-vs-lag.png", "topk-recall-vs-lag.png", "cross-layer.png"})
     EXPECT_GT(std::filesystem::file_size(std::filesystem::path(plots) / name), 10000u) << name;
 #else
   EXPECT_EQ(result.code, 2);
@@ -64,7 +65,8 @@ TEST(CliAnalyze, WritesPlots) {
 TEST(CliAnalyze, HelpListsTheOptions) {
   const auto result = kvtest::run_kvsim("analyze --help");
   ASSERT_EQ(result.code, 0) << result.output;
-  for (const char* option : {"--lags", "--topk", "--csv", "--json", "--plot", "--seqs", "--layers", "--threads", "--rows"})
+  for (const char* option :
+       {"--lags", "--topk", "--csv", "--json", "--plot", "--seqs", "--layers", "--threads", "--rows"})
     EXPECT_TRUE(has(result.output, option)) << option;
 }
 
@@ -102,7 +104,8 @@ TEST(CliSweep, LayerBudgetByPersistence) {
   ASSERT_EQ(persistence.code, 0) << persistence.output;
   // The schedule moves budget between layers, so the results differ from a uniform budget.
   EXPECT_NE(kvtest::slurp(dir.file("uniform.json")), kvtest::slurp(dir.file("persistence.json")));
-  const auto replay = kvtest::run_kvsim("replay " + kTrace + " --policy tova --budget 30% --seqs 2 --layer-budget persistence");
+  const auto replay =
+      kvtest::run_kvsim("replay " + kTrace + " --policy tova --budget 30% --seqs 2 --layer-budget persistence");
   EXPECT_EQ(replay.code, 0) << replay.output;
   kvtest::expect_one_line_error("sweep " + kTrace + " --layer-budget persistance");
 }

@@ -22,8 +22,8 @@ class BadInput : public ::testing::Test {
  protected:
   void SetUp() override {
     trace_ = inputs_.file("t.h5");
-    const auto made = kvtest::run_kvsim("synth " + trace_ +
-                                        " --layers 2 --heads 4 --kv-heads 2 --head-dim 8 --tokens 24 --seqs 2");
+    const auto made =
+        kvtest::run_kvsim("synth " + trace_ + " --layers 2 --heads 4 --kv-heads 2 --head-dim 8 --tokens 24 --seqs 2");
     ASSERT_EQ(made.code, 0) << made.output;
     // A regular file: a path below it cannot be created, not even by root.
     std::ofstream(inputs_.file("file.txt")) << "not a directory\n";

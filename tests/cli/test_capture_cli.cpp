@@ -57,9 +57,9 @@ TEST(CliCapture, BadInputIsOneLineAndExitTwo) {
   std::ofstream(dir.file("worse.jsonl")) << "{\"prompt\": \n";
   std::ofstream(dir.file("ok.txt")) << "Once upon a time\n";
   for (const std::string& args : std::vector<std::string>{
-           "capture --out " + out,                                            // no prompt
+           "capture --out " + out,                                                  // no prompt
            "capture --prompt a --prompts " + dir.file("ok.txt") + " --out " + out,  // both
-           "capture --prompt a",                                              // no --out
+           "capture --prompt a",                                                    // no --out
            "capture --prompts " + dir.file("missing.txt") + " --out " + out,
            "capture --prompts " + dir.file("empty.txt") + " --out " + out,
            "capture --prompts " + dir.file("bad.jsonl") + " --out " + out,
@@ -80,7 +80,8 @@ TEST(CliCapture, BadInputIsOneLineAndExitTwo) {
 TEST(CliCapture, PromptsFilesCaptureAndValidate) {
   if (!have_model()) GTEST_SKIP() << "stories15M not found in " << model_dir() << " (run scripts/fetch-model.sh)";
   kvtest::TempDir dir;
-  std::ofstream(dir.file("prompts.txt")) << "# two stories\nOnce upon a time, there was a little girl named Lily who loved the sea.\n\nTom had a red ball.\n";
+  std::ofstream(dir.file("prompts.txt")) << "# two stories\nOnce upon a time, there was a little girl named Lily who "
+                                            "loved the sea.\n\nTom had a red ball.\n";
   Result result = run("capture --prompts " + dir.file("prompts.txt") + " --tokens 40 --out " + dir.file("t.h5"));
   ASSERT_EQ(result.code, 0) << result.output;
   EXPECT_NE(result.output.find("--- seq 0: 40 tokens (prompt 19, generated 21)\nOnce upon a time, there was a little "
@@ -97,7 +98,8 @@ TEST(CliCapture, PromptsFilesCaptureAndValidate) {
 
   // JSONL: a prompt with a newline and quotes; float32 with attention rows.
   std::ofstream(dir.file("p.jsonl")) << "{\"prompt\": \"\\\"Hi!\\\" said Sue.\\n\\\"Hello,\\\" said Max.\"}\n";
-  result = run("capture --prompts " + dir.file("p.jsonl") + " --tokens 24 --attn --dtype float32 --out " + dir.file("j.h5"));
+  result =
+      run("capture --prompts " + dir.file("p.jsonl") + " --tokens 24 --attn --dtype float32 --out " + dir.file("j.h5"));
   ASSERT_EQ(result.code, 0) << result.output;
   EXPECT_NE(result.output.find("\"Hi!\" said Sue.\n\"Hello,\" said Max."), std::string::npos) << result.output;
   result = run("info " + dir.file("j.h5"));
@@ -111,7 +113,8 @@ TEST(CliCapture, BundledTracesAreRealAndValid) {
   Result result = run("info " + trace);
   ASSERT_EQ(result.code, 0) << result.output;
   EXPECT_NE(result.output.find("model      stories15M"), std::string::npos) << result.output;
-  EXPECT_NE(result.output.find("source     capture   created 2025-01-01T00:00:00Z"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("source     capture   created 2025-01-01T00:00:00Z"), std::string::npos)
+      << result.output;
   EXPECT_NE(result.output.find("sequences  8, 2048 tokens"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("q:float16 k:float16 v:float16"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("The cat sat on the mat."), std::string::npos) << result.output;

@@ -50,9 +50,10 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
   kvtest::TempDir dir;
   const std::string text = dir.file("notes.txt");
   std::ofstream(text) << "hello\n";
-  for (const std::string& args : std::vector<std::string>{"validate " + text, "info " + dir.file("missing.h5"), "validate", "synth " + dir.file("x.h5") + " --form xyz",
-        "synth " + dir.file("x.h5") + " --heads 6 --kv-heads 4", "synth /nonexistent/x.h5", "frobnicate",
-        "info " + text + " --bogus"}) {
+  for (const std::string& args : std::vector<std::string>{
+           "validate " + text, "info " + dir.file("missing.h5"), "validate",
+           "synth " + dir.file("x.h5") + " --form xyz", "synth " + dir.file("x.h5") + " --heads 6 --kv-heads 4",
+           "synth /nonexistent/x.h5", "frobnicate", "info " + text + " --bogus"}) {
     kvtest::expect_one_line_error(args);
   }
   EXPECT_FALSE(std::ifstream(dir.file("x.h5")).good()) << "no output file after a failure";

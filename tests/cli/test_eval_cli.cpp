@@ -43,9 +43,9 @@ TEST(CliEval, BadInputIsOneLineAndExitTwo) {
   std::ofstream(dir.file("blank.txt")) << "  \n\n";
   const std::string csv = dir.file("out.csv");
   for (const std::string& args : std::vector<std::string>{
-           "eval",                                                           // neither --trace nor --text
-           "eval --trace " + kTrace + " --text " + dir.file("blank.txt"),    // both
-           "eval --trace " + kTrace + " --policies oracle",                  // a bound
+           "eval",                                                         // neither --trace nor --text
+           "eval --trace " + kTrace + " --text " + dir.file("blank.txt"),  // both
+           "eval --trace " + kTrace + " --policies oracle",                // a bound
            "eval --trace " + kTrace + " --policies nonesuch",
            "eval --trace " + kTrace + " --budgets 0",
            "eval --trace " + kTrace + " --budgets 120%",
@@ -72,15 +72,21 @@ TEST(CliEval, BadInputIsOneLineAndExitTwo) {
 TEST(CliEval, TraceTableSameBytesWhateverTheThreadCount) {
   NEED_MODEL();
   kvtest::TempDir dir;
-  const std::string common = "eval --trace " + kTrace + " --seqs 0,5 --tokens 32 --policies tova,recent --budgets 25%,100% ";
+  const std::string common =
+      "eval --trace " + kTrace + " --seqs 0,5 --tokens 32 --policies tova,recent --budgets 25%,100% ";
   const auto one = kvtest::expect_same_whatever_threads(common, dir, 3, {"csv", "json"});
   ASSERT_EQ(one.code, 0) << one.output;
-  EXPECT_NE(one.output.find("2 sequences, 64 tokens, 62 predictions; full cache: perplexity"), std::string::npos) << one.output;
+  EXPECT_NE(one.output.find("2 sequences, 64 tokens, 62 predictions; full cache: perplexity"), std::string::npos)
+      << one.output;
   EXPECT_NE(one.output.find("Spearman"), std::string::npos);
   EXPECT_NE(one.output.find("teacher-forced"), std::string::npos);
   const std::string csv = kvtest::slurp(dir.file("one.csv"));
   EXPECT_EQ(kvtest::count_lines(csv), 1 + 2 * 2);
-  EXPECT_EQ(csv.rfind("policy,params,budget,budget_tokens_mean,budget_share_mean,perplexity,perplexity_full,perplexity_increase,", 0), 0u);
+  EXPECT_EQ(
+      csv.rfind(
+          "policy,params,budget,budget_tokens_mean,budget_share_mean,perplexity,perplexity_full,perplexity_increase,",
+          0),
+      0u);
   // At 100% nothing is evicted: the full cache exactly.
   for (const char* row : {"\ntova,,100%,32,1,", "\nrecent,,100%,32,1,"}) {
     const size_t at = csv.find(row);
@@ -105,8 +111,10 @@ TEST(CliEval, TextFileAndPlot) {
       << "Once upon a time, there was a little girl named Lily. She loved to play in the park with her dog. "
          "One day, the dog ran away and Lily was sad. Her mom helped her look for the dog, and they found it "
          "under a big tree. Lily hugged her dog and they went home happy.";
-  const auto result = kvtest::run_kvsim("eval --text " + dir.file("story.txt") + " --tokens 30 --policies tova,streaming"
-                                        " --budgets 12,50% --plot " + dir.file("p.png") + " --proxy-plot " + dir.file("q.svg"));
+  const auto result = kvtest::run_kvsim("eval --text " + dir.file("story.txt") +
+                                        " --tokens 30 --policies tova,streaming"
+                                        " --budgets 12,50% --plot " +
+                                        dir.file("p.png") + " --proxy-plot " + dir.file("q.svg"));
 #ifdef KVSIM_HAVE_PLOT
   ASSERT_EQ(result.code, 0) << result.output;
   EXPECT_TRUE(fs::exists(dir.file("p.png")));

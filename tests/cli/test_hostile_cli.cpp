@@ -24,10 +24,13 @@ class Hostile : public ::testing::Test {
  protected:
   void SetUp() override {
     trace_ = dir_.file("t.h5");
-    const auto made = kvtest::run_kvsim("synth " + trace_ + " --layers 2 --heads 4 --kv-heads 2 --head-dim 8 --tokens 24 --seqs 2");
+    const auto made =
+        kvtest::run_kvsim("synth " + trace_ + " --layers 2 --heads 4 --kv-heads 2 --head-dim 8 --tokens 24 --seqs 2");
     ASSERT_EQ(made.code, 0) << made.output;
   }
-  std::string replay(const std::string& extra) const { return "replay " + trace_ + " --policy h2o --budget 8 " + extra; }
+  std::string replay(const std::string& extra) const {
+    return "replay " + trace_ + " --policy h2o --budget 8 " + extra;
+  }
   // Exit 2 with one line holding `fragment`.
   static void expect_refused(const kvtest::CliResult& result, const std::string& fragment) {
     EXPECT_EQ(result.code, 2) << result.output;
@@ -82,8 +85,9 @@ TEST_F(Hostile, SymlinksAreFollowedAndInputsNeverOverwritten) {
 // stands for the full disk: writes past it fail as ENOSPC does).
 TEST_F(Hostile, FullDiskWhileWritingATrace) {
   for (const char* limit : {"20", "300", "2000"}) {
-    const auto result = kvtest::run_kvsim("synth " + dir_.file("big.h5") + " --layers 4 --heads 8 --tokens 1024 --compress 1",
-                                          std::string("trap '' XFSZ; ulimit -f ") + limit + ";");
+    const auto result =
+        kvtest::run_kvsim("synth " + dir_.file("big.h5") + " --layers 4 --heads 8 --tokens 1024 --compress 1",
+                          std::string("trap '' XFSZ; ulimit -f ") + limit + ";");
     expect_refused(result, "File too large");
   }
   expect_only({"t.h5"});
@@ -118,11 +122,15 @@ TEST_F(Hostile, ListsRefuseRepeatsEmptyItemsAndOverflow) {
 // 8. A trace truncated while a sweep reads it: one line, exit 2, whichever thread notices.
 TEST_F(Hostile, TraceTruncatedDuringASweep) {
   const std::string big = dir_.file("big.h5");
-  ASSERT_EQ(kvtest::run_kvsim("synth " + big + " --layers 12 --heads 8 --kv-heads 2 --head-dim 64 --tokens 1536 --seqs 2").code, 0);
-  const std::string command = std::string(KVSIM_EXE) + " sweep " + big +
-                              " --policies h2o,tova,snapkv,scissorhands,recent --budgets 10%,50% --threads 2 2>&1 & pid=$!; "
-                              "sleep 0.7; truncate -s " + std::to_string(fs::file_size(big) * 6 / 10) + " " + big +
-                              "; wait $pid; echo \"exit $?\"";
+  ASSERT_EQ(
+      kvtest::run_kvsim("synth " + big + " --layers 12 --heads 8 --kv-heads 2 --head-dim 64 --tokens 1536 --seqs 2")
+          .code,
+      0);
+  const std::string command =
+      std::string(KVSIM_EXE) + " sweep " + big +
+      " --policies h2o,tova,snapkv,scissorhands,recent --budgets 10%,50% --threads 2 2>&1 & pid=$!; "
+      "sleep 0.7; truncate -s " +
+      std::to_string(fs::file_size(big) * 6 / 10) + " " + big + "; wait $pid; echo \"exit $?\"";
   FILE* pipe = ::popen(command.c_str(), "r");
   std::string output;
   char buffer[4096];
@@ -148,10 +156,13 @@ TEST_F(Hostile, PlanKvQuantOnAnUnquantizedSweep) {
 TEST_F(Hostile, HumanOutputFitsOneHundredColumns) {
   const std::string csv = dir_.file("q.csv");
   for (const std::string& args : std::vector<std::string>{
-           "sweep " + trace_ + " --policies full,scissorhands,scissorhands-official,h2o,tova,snapkv,recent,random,oracle,"
-                              "lookahead,scissorhands-xlayer --budgets 25%,50% --quant flexgen4,kivi2 --csv " + csv,
+           "sweep " + trace_ +
+               " --policies full,scissorhands,scissorhands-official,h2o,tova,snapkv,recent,random,oracle,"
+               "lookahead,scissorhands-xlayer --budgets 25%,50% --quant flexgen4,kivi2 --csv " +
+               csv,
            replay(""), "analyze " + trace_, "plan --model llama-3.1-8b --gpu h100-80gb --sweep " + csv,
-           "eval --trace " + std::string(KVSIM_SOURCE_DIR) + "/data/traces/stories15M-8x256.h5 --seqs 0 --tokens 24 --policies h2o,tova --budgets 50%"}) {
+           "eval --trace " + std::string(KVSIM_SOURCE_DIR) +
+               "/data/traces/stories15M-8x256.h5 --seqs 0 --tokens 24 --policies h2o,tova --budgets 50%"}) {
     const auto result = kvtest::run_kvsim(args);
     ASSERT_EQ(result.code, 0) << args << "\n" << result.output;
     size_t begin = 0, longest = 0;
@@ -163,9 +174,11 @@ TEST_F(Hostile, HumanOutputFitsOneHundredColumns) {
 
 // 16. synth refuses what a trace may not hold, and what the disk cannot, before it writes.
 TEST_F(Hostile, SynthRefusesImpossibleSizesUpFront) {
-  expect_refused(kvtest::run_kvsim("synth " + dir_.file("s.h5") + " --seqs 1048577 --tokens 2"), "sequences must be in 1..1048576");
-  expect_refused(kvtest::run_kvsim("synth " + dir_.file("s.h5") + " --seqs 100000 --tokens 100000 --layers 64 --heads 32"),
-                 "GB free");
+  expect_refused(kvtest::run_kvsim("synth " + dir_.file("s.h5") + " --seqs 1048577 --tokens 2"),
+                 "sequences must be in 1..1048576");
+  expect_refused(
+      kvtest::run_kvsim("synth " + dir_.file("s.h5") + " --seqs 100000 --tokens 100000 --layers 64 --heads 32"),
+      "GB free");
   expect_only({"t.h5"});
 }
 
@@ -190,8 +203,8 @@ TEST_F(Hostile, SignalsLeaveNoTemporaryFile) {
       ::signal(SIGINT, SIG_DFL);  // as at a terminal (a shell's background job ignores SIGINT)
       std::freopen("/dev/null", "w", stdout);
       std::freopen("/dev/null", "w", stderr);
-      ::execl(KVSIM_EXE, KVSIM_EXE, "synth", out.c_str(), "--layers", "8", "--heads", "16", "--tokens", "2048", "--seqs",
-              "8", static_cast<char*>(nullptr));
+      ::execl(KVSIM_EXE, KVSIM_EXE, "synth", out.c_str(), "--layers", "8", "--heads", "16", "--tokens", "2048",
+              "--seqs", "8", static_cast<char*>(nullptr));
       ::_exit(127);
     }
     // Until the temporary file exists, so the signal comes while it writes.

@@ -43,9 +43,9 @@ TEST(CliPlan, FullCacheTable) {
 TEST(CliPlan, SweepTargetPicksTheSmallestBudgetPerPolicy) {
   kvtest::TempDir dir;
   write(dir.file("sweep.csv"), kSweep);
-  const auto result = kvtest::run_kvsim("plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --sweep " +
-                                        dir.file("sweep.csv") + " --target 'retention>=0.95' --kv-quant flexgen4 --json " +
-                                        dir.file("plan.json"));
+  const auto result =
+      kvtest::run_kvsim("plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --sweep " + dir.file("sweep.csv") +
+                        " --target 'retention>=0.95' --kv-quant flexgen4 --json " + dir.file("plan.json"));
   ASSERT_EQ(result.code, 0) << result.output;
   const std::string& out = result.output;
   // scissorhands meets 0.95 at 40% (B = 1638: 1639 tokens, 103 blocks), h2o at 30% (B = 1228).
@@ -82,7 +82,8 @@ TEST(CliPlan, SweepTargetPicksTheSmallestBudgetPerPolicy) {
 }
 
 TEST(CliPlan, BudgetsQuantizationAndTensorParallel) {
-  auto result = kvtest::run_kvsim("plan --model llama-2-70b --gpu a100-80gb --gpus 4 --context 3072+1024 --budget 20%,512 --kv-quant kivi2");
+  auto result = kvtest::run_kvsim(
+      "plan --model llama-2-70b --gpu a100-80gb --gpus 4 --context 3072+1024 --budget 20%,512 --kv-quant kivi2");
   ASSERT_EQ(result.code, 0) << result.output;
   EXPECT_NE(result.output.find("on 4 x A100-80GB"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("80 layers x 2 kv heads"), std::string::npos) << result.output;
@@ -111,11 +112,11 @@ TEST(CliPlan, ListsCards) {
 
 TEST(CliPlan, EndToEndFromTheBundledTraces) {
   kvtest::TempDir dir;
-  auto result = kvtest::run_kvsim("sweep " + kTrace + " --policies scissorhands,h2o --budgets 30%,60%,90% --seqs 0 --csv " +
-                                  dir.file("sweep.csv"));
+  auto result = kvtest::run_kvsim(
+      "sweep " + kTrace + " --policies scissorhands,h2o --budgets 30%,60%,90% --seqs 0 --csv " + dir.file("sweep.csv"));
   ASSERT_EQ(result.code, 0) << result.output;
-  result = kvtest::run_kvsim("plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --sweep " + dir.file("sweep.csv") +
-                             " --target 'retention>=0.95' --kv-quant flexgen4");
+  result = kvtest::run_kvsim("plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --sweep " +
+                             dir.file("sweep.csv") + " --target 'retention>=0.95' --kv-quant flexgen4");
   ASSERT_EQ(result.code, 0) << result.output;
   EXPECT_NE(result.output.find("target: retention_mean >= 0.95"), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("scissorhands"), std::string::npos) << result.output;
@@ -147,7 +148,8 @@ TEST(CliPlan, BadInputIsOneLineAndExitTwo) {
       {"plan --model llama-3.1-8b --gpu 80", "needs a unit"},
       {"plan --model llama-3.1-8b --gpu h100-80gb --gpus 3", "do not split evenly"},
       {"plan --model llama-3.1-8b --gpu h100-80gb --target 'retention>=0.9'", "--target: needs --sweep"},
-      {"plan --model llama-3.1-8b --gpu h100-80gb --sweep " + dir.file("sweep.csv") + " --target 'speed>=2'", "unknown metric"},
+      {"plan --model llama-3.1-8b --gpu h100-80gb --sweep " + dir.file("sweep.csv") + " --target 'speed>=2'",
+       "unknown metric"},
       {"plan --model llama-3.1-8b --gpu h100-80gb --sweep " + dir.file("broken.csv"), "no 'budget_share_mean' column"},
       {"plan --model llama-3.1-8b --gpu h100-80gb --sweep " + dir.file("missing.csv"), "cannot read the sweep"},
       {"plan --model llama-3.1-8b --gpu h100-80gb --kv-quant int9", "must be 1..8"},

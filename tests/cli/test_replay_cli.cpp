@@ -27,20 +27,25 @@ TEST(CliReplay, WholeSequenceBudgetKeepsEverything) {
     const auto result = kvtest::run_kvsim("replay " + kTrace + " --policy " + policy + " --budget 100% --seqs 0");
     ASSERT_EQ(result.code, 0) << policy << result.output;
     EXPECT_NE(result.output.find("all       1.0000  1.0000   1.0000    0.0000   0.0000"), std::string::npos)
-        << policy << "\n" << result.output;
+        << policy << "\n"
+        << result.output;
   }
 }
 
 TEST(CliSweep, SameBytesWhateverTheThreadCount) {
   kvtest::TempDir dir;
-  const std::string common = "sweep " + kTrace +
-                             " --policies scissorhands,h2o,tova,snapkv,random,oracle,scissorhands-xlayer --budgets 10%,30%,64"
-                             " --seqs 0,3,5 ";
+  const std::string common =
+      "sweep " + kTrace +
+      " --policies scissorhands,h2o,tova,snapkv,random,oracle,scissorhands-xlayer --budgets 10%,30%,64"
+      " --seqs 0,3,5 ";
   const auto one = kvtest::expect_same_whatever_threads(common, dir, 2, {"csv", "json", "survival"});
   ASSERT_EQ(one.code, 0) << one.output;
   const std::string csv = kvtest::slurp(dir.file("one.csv"));
   EXPECT_EQ(kvtest::count_lines(csv), 1 + 7 * 3);
-  EXPECT_EQ(csv.rfind("policy,params,budget,quant,bits_per_element,budget_tokens_mean,budget_share_mean,mode,retention_mean,retention_p5,retention_min", 0), 0u);
+  EXPECT_EQ(csv.rfind("policy,params,budget,quant,bits_per_element,budget_tokens_mean,budget_share_mean,mode,retention_"
+                      "mean,retention_p5,retention_min",
+                      0),
+            0u);
   // survival: every policy but the oracle, x 3 budgets; 3 sequences x 6 layers x 256 tokens,
   // per kv head (6) except tova and xlayer (one cache per layer).
   EXPECT_EQ(kvtest::count_lines(kvtest::slurp(dir.file("one_survival.csv"))),

@@ -19,9 +19,8 @@
 
 namespace {
 
-const char* const kGrid[] = {"--policies", "scissorhands,h2o,tova,snapkv,recent,streaming,random",
-                             "--budgets",  "10%,30%,60%",
-                             "--threads",  "1"};
+const char* const kGrid[] = {
+    "--policies", "scissorhands,h2o,tova,snapkv,recent,streaming,random", "--budgets", "10%,30%,60%", "--threads", "1"};
 
 // Starts `kvsim sweep TRACE <grid> --csv CSV --resume` and returns its pid.
 pid_t start_sweep(const std::string& trace, const std::string& csv) {
@@ -122,7 +121,8 @@ TEST_F(Resume, RowsOfAnotherSweepAreRefused) {
   auto result = kvtest::expect_one_line_error("sweep " + trace_ + grid_args() + " --csv " + csv + " --resume");
   EXPECT_NE(result.output.find("other.csv.settings is missing"), std::string::npos) << result.output;
   const std::string resumable = dir_.file("resumable.csv");
-  ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + " --policies h2o --budgets 10% --csv " + resumable + " --resume").code, 0);
+  ASSERT_EQ(
+      kvtest::run_kvsim("sweep " + trace_ + " --policies h2o --budgets 10% --csv " + resumable + " --resume").code, 0);
   result = kvtest::expect_one_line_error("sweep " + trace_ + grid_args() + " --csv " + resumable + " --resume");
   EXPECT_NE(result.output.find("'policies: h2o'"), std::string::npos) << result.output;
 }
@@ -132,19 +132,22 @@ TEST_F(Resume, OtherSettingsOrAnotherTraceAreRefused) {
   const std::string csv = dir_.file("settings.csv");
   const std::string grid = " --policies h2o,tova --budgets 10%,30% --csv " + csv + " --resume";
   ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + grid).code, 0);
-  for (const auto& [extra, fragment] : std::vector<std::pair<std::string, std::string>>{
-           {" --seqs 0", "'seqs: 0'"},
-           {" --layers 1", "'layers: 1'"},
-           {" --mode prefill", "'mode: prefill'"},
-           {" --aggregate max", "'aggregate: max'"},
-           {" --output-error off", "'output-error: off'"},
-           {" --layer-budget 1,2", "'layer-budget: 1,2'"},
-           {" --rows qk", "'rows: qk'"}}) {
+  for (const auto& [extra, fragment] :
+       std::vector<std::pair<std::string, std::string>>{{" --seqs 0", "'seqs: 0'"},
+                                                        {" --layers 1", "'layers: 1'"},
+                                                        {" --mode prefill", "'mode: prefill'"},
+                                                        {" --aggregate max", "'aggregate: max'"},
+                                                        {" --output-error off", "'output-error: off'"},
+                                                        {" --layer-budget 1,2", "'layer-budget: 1,2'"},
+                                                        {" --rows qk", "'rows: qk'"}}) {
     const auto result = kvtest::expect_one_line_error("sweep " + trace_ + grid + extra);
     EXPECT_NE(result.output.find(fragment), std::string::npos) << extra << ": " << result.output;
   }
   const std::string other = dir_.file("other.h5");
-  ASSERT_EQ(kvtest::run_kvsim("synth " + other + " --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --tokens 64 --seqs 2").code, 0);
+  ASSERT_EQ(
+      kvtest::run_kvsim("synth " + other + " --layers 2 --heads 4 --kv-heads 2 --head-dim 32 --tokens 64 --seqs 2")
+          .code,
+      0);
   const auto result = kvtest::expect_one_line_error("sweep " + other + grid);
   EXPECT_NE(result.output.find("'trace: "), std::string::npos) << result.output;
   EXPECT_EQ(kvtest::run_kvsim("sweep " + trace_ + grid).code, 0);  // the same sweep still resumes

@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
     const kvfuzz::Result result = kvfuzz::run_one(bytes.data(), bytes.size());
     const bool must_replay = file.filename().string().rfind("seed-", 0) == 0;
     const bool ok = !must_replay || result.outcome == kvfuzz::Outcome::replayed;
-    std::printf("%s %-8s %s: %s\n", ok ? "ok  " : "FAIL", kvfuzz::outcome_name(result.outcome),
-                file.filename().c_str(), result.message.c_str());
+    std::printf("%s %-8s %s: %s\n", ok ? "ok  " : "FAIL", kvfuzz::outcome_name(result.outcome), file.filename().c_str(),
+                result.message.c_str());
     if (!ok) ++failures;
   }
   std::printf("%zu files, %d failures\n", files.size(), failures);

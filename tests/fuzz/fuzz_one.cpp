@@ -21,9 +21,9 @@ namespace {
 
 // The harness's own bounds on work per input (the reader's Limits allow far more: a tiny
 // file may legitimately declare large datasets whose chunks were never written).
-constexpr int64_t kMaxScanValues = int64_t{1} << 22;    // floats read by the validate scan
+constexpr int64_t kMaxScanValues = int64_t{1} << 22;  // floats read by the validate scan
 constexpr int64_t kMaxReplayTokens = 256;
-constexpr int64_t kMaxReplayWork = int64_t{1} << 24;    // heads * n^2 * (head_dim + 1)
+constexpr int64_t kMaxReplayWork = int64_t{1} << 24;  // heads * n^2 * (head_dim + 1)
 
 int64_t scan_values(const kvtrace::TraceReader& reader) {
   const kvtrace::TraceMeta& meta = reader.meta();
@@ -44,17 +44,18 @@ int64_t scan_values(const kvtrace::TraceReader& reader) {
 }
 
 // Deterministic choices from the input's last bytes, so one input always does the same.
-uint8_t byte_from_end(const uint8_t* data, size_t size, size_t back) {
-  return size > back ? data[size - 1 - back] : 0;
-}
+uint8_t byte_from_end(const uint8_t* data, size_t size, size_t back) { return size > back ? data[size - 1 - back] : 0; }
 
 }  // namespace
 
 const char* outcome_name(Outcome outcome) {
   switch (outcome) {
-    case Outcome::rejected: return "rejected";
-    case Outcome::opened: return "opened";
-    case Outcome::replayed: return "replayed";
+    case Outcome::rejected:
+      return "rejected";
+    case Outcome::opened:
+      return "opened";
+    case Outcome::replayed:
+      return "replayed";
   }
   return "?";
 }
@@ -85,8 +86,9 @@ Result run_image(std::span<const unsigned char> image, const Choices& choices) {
     kvsim::ReplayConfig config;
     config.policies.push_back(kvsim::choose_policy("scissorhands"));
     config.policies.push_back(kvsim::choose_policy(registry[choices.policy % registry.size()].name));
-    config.budgets.push_back(kvsim::Budget::parse((choices.options & 4) ? std::to_string(1 + choices.budget % 100) + "%"
-                                                                        : std::to_string(1 + choices.budget % (n + 2))));
+    config.budgets.push_back(kvsim::Budget::parse((choices.options & 4)
+                                                      ? std::to_string(1 + choices.budget % 100) + "%"
+                                                      : std::to_string(1 + choices.budget % (n + 2))));
     config.mode = (choices.options & 1) ? kvsim::Mode::prefill : kvsim::Mode::stream;
     if (choices.options & 2) config.quant.push_back(kvsim::parse_quant("kivi2"));
     config.aggregate = static_cast<kvsim::Aggregate>((choices.options >> 3) % 3);
@@ -97,8 +99,8 @@ Result run_image(std::span<const unsigned char> image, const Choices& choices) {
     config.keep_records = true;
     const kvsim::ReplayResults results = kvsim::replay_trace(reader, config);
     result.outcome = Outcome::replayed;
-    result.message = "replayed " + std::to_string(results.cells.size()) + " cells: " + config.policies[0].label +
-                     ", " + config.policies[1].label + " at budget " + config.budgets[0].text;
+    result.message = "replayed " + std::to_string(results.cells.size()) + " cells: " + config.policies[0].label + ", " +
+                     config.policies[1].label + " at budget " + config.budgets[0].text;
   } catch (const kvtrace::InputError& e) {
     result.outcome = Outcome::rejected;
     result.message = e.what();

@@ -14,31 +14,49 @@ namespace {
 
 float special(uint8_t which) {
   switch (which % 8) {
-    case 0: return std::numeric_limits<float>::quiet_NaN();
-    case 1: return std::numeric_limits<float>::infinity();
-    case 2: return -std::numeric_limits<float>::infinity();
-    case 3: return 1e30f;
-    case 4: return -1e30f;
-    case 5: return 65504.0f;  // float16's largest
-    case 6: return 1e-40f;    // a float32 denormal
-    default: return -0.0f;
+    case 0:
+      return std::numeric_limits<float>::quiet_NaN();
+    case 1:
+      return std::numeric_limits<float>::infinity();
+    case 2:
+      return -std::numeric_limits<float>::infinity();
+    case 3:
+      return 1e30f;
+    case 4:
+      return -1e30f;
+    case 5:
+      return 65504.0f;  // float16's largest
+    case 6:
+      return 1e-40f;  // a float32 denormal
+    default:
+      return -0.0f;
   }
 }
 
 // A dtype for a tensor: mostly the ones kvsim reads, sometimes ones it must refuse.
 H5::DataType tensor_type(Recipe& in) {
   switch (in.byte() % 16) {
-    case 15: return H5::PredType::IEEE_F64LE;
-    case 14: return H5::PredType::IEEE_F32BE;
-    case 13: return H5::PredType::STD_I32LE;
+    case 15:
+      return H5::PredType::IEEE_F64LE;
+    case 14:
+      return H5::PredType::IEEE_F32BE;
+    case 13:
+      return H5::PredType::STD_I32LE;
     case 12: {
       H5::FloatType odd(H5::PredType::IEEE_F32LE);
       odd.setFields(31, 20, 11, 0, 20);
       odd.setEbias(1023);
       return odd;
     }
-    case 1: case 3: case 5: case 7: case 9: case 11: return H5::PredType::IEEE_F32LE;
-    default: return kvtrace::h5::half_type();
+    case 1:
+    case 3:
+    case 5:
+    case 7:
+    case 9:
+    case 11:
+      return H5::PredType::IEEE_F32LE;
+    default:
+      return kvtrace::h5::half_type();
   }
 }
 
@@ -177,7 +195,9 @@ std::vector<unsigned char> build_trace(Recipe& in, Choices& choices) {
     if (!in.one_in(32))
       dataset(in, seq, "tokens", {static_cast<hsize_t>(n)},
               in.one_in(32) ? H5::DataType(H5::PredType::IEEE_F32LE) : H5::DataType(H5::PredType::STD_I32LE),
-              [&](std::vector<float>& v) { for (float& x : v) x = in.byte(); });
+              [&](std::vector<float>& v) {
+                for (float& x : v) x = in.byte();
+              });
     if (in.one_in(3)) {
       const hsize_t count = static_cast<hsize_t>(n) + (in.one_in(16) ? 1 : 0);
       if (in.one_in(2)) {
@@ -208,7 +228,9 @@ std::vector<unsigned char> build_trace(Recipe& in, Choices& choices) {
       const bool q = (form & 0x11) != 0x11, k = (form & 0x22) != 0x22, v = (form & 0x44) != 0x44,
                  attn = (form & 0x88) == 0x88 || !(q && k);
       const auto N = static_cast<hsize_t>(n), D = static_cast<hsize_t>(head_dim);
-      auto values = [&](std::vector<float>& out) { for (float& x : out) x = in.value(); };
+      auto values = [&](std::vector<float>& out) {
+        for (float& x : out) x = in.value();
+      };
       if (q) dataset(in, layer, "q", {static_cast<hsize_t>(n_heads), N, D}, tensor_type(in), values);
       if (k) dataset(in, layer, "k", {static_cast<hsize_t>(n_kv_heads), N, D}, tensor_type(in), values);
       if (v) dataset(in, layer, "v", {static_cast<hsize_t>(n_kv_heads), N, D}, tensor_type(in), values);
@@ -224,7 +246,8 @@ std::vector<unsigned char> build_trace(Recipe& in, Choices& choices) {
                     for (size_t t = 0; t < rows_per_head && at < out.size(); ++t) {
                       double sum = 0;
                       for (size_t i = 0; i <= t && at + i < out.size(); ++i) sum += out[at + i] = 1.0f + in.byte();
-                      for (size_t i = 0; i <= t && at < out.size(); ++i, ++at) out[at] = static_cast<float>(out[at] / sum);
+                      for (size_t i = 0; i <= t && at < out.size(); ++i, ++at)
+                        out[at] = static_cast<float>(out[at] / sum);
                     }
                 });
       }

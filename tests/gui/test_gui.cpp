@@ -54,9 +54,11 @@ std::vector<int32_t> engine_evictions(const QString& path, int seq, int layer, i
   kvsim::EngineOptions options;
   options.mode = mode;
   options.prompt_len = reader.sequence(seq).prompt_len;
-  const auto records = kvsim::replay_rows(*source, reader.meta().n_kv_heads, kvsim::choose_policy(policy), budget, options);
+  const auto records =
+      kvsim::replay_rows(*source, reader.meta().n_kv_heads, kvsim::choose_policy(policy), budget, options);
   for (const auto& record : records)
-    if (std::find(record.heads.begin(), record.heads.end(), head) != record.heads.end()) return record.result.eviction_step;
+    if (std::find(record.heads.begin(), record.heads.end(), head) != record.heads.end())
+      return record.result.eviction_step;
   return {};
 }
 
@@ -92,7 +94,8 @@ class GuiTest : public QObject {
     QStandardPaths::setTestModeEnabled(true);
     QCoreApplication::setOrganizationName("kvsim-test");
     QCoreApplication::setApplicationName("test_gui");
-    QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope, QString::fromStdString(settings_.path().string()));
+    QSettings::setPath(QSettings::NativeFormat, QSettings::UserScope,
+                       QString::fromStdString(settings_.path().string()));
     QSettings::setDefaultFormat(QSettings::NativeFormat);
   }
 
@@ -224,7 +227,8 @@ class GuiTest : public QObject {
     // StreamingLLM keeps the sinks and the last B - 4 positions.
     session->setStep(255);
     for (int64_t p = 0; p < 256; ++p)
-      QCOMPARE(window.tokens()->flow()->state(p) == kvgui::TokenFlow::State::cached, p < 4 || p >= 256 - 37);  // B + 1 attended at the last step
+      QCOMPARE(window.tokens()->flow()->state(p) == kvgui::TokenFlow::State::cached,
+               p < 4 || p >= 256 - 37);  // B + 1 attended at the last step
 
     // A budget the policy refuses is reported, not crashed on.
     controls->budgetSlider()->setValue(3);
@@ -337,7 +341,8 @@ class GuiTest : public QObject {
       double varied = 0;
       int colours = 0;
       image_stats(image, &varied, &colours);
-      QVERIFY2(varied > 0.1, qPrintable(QString("%1: only %2 of the image differs from its background").arg(name).arg(varied)));
+      QVERIFY2(varied > 0.1,
+               qPrintable(QString("%1: only %2 of the image differs from its background").arg(name).arg(varied)));
       QVERIFY2(colours > 100, qPrintable(QString("%1: %2 colours").arg(name).arg(colours)));
     }
     const QString csv_path = QString::fromStdString(dir.file("survival.csv"));

@@ -43,8 +43,8 @@ inline const Rows kC = {
     {0.15, 0.05, 0.25, 0.05, 0.05, 0.35, 0.1},
     {0.12, 0.02, 0.25, 0.03, 0.05, 0.3, 0.08, 0.15},
 };
-inline const std::vector<std::vector<double>> kValuesC = {{1, 0}, {0, 1}, {1, 1},      {2, -1},
-                                                         {-1, 2}, {0.5, 0.5}, {1, -1}, {0, 2}};
+inline const std::vector<std::vector<double>> kValuesC = {{1, 0},  {0, 1},     {1, 1},  {2, -1},
+                                                          {-1, 2}, {0.5, 0.5}, {1, -1}, {0, 2}};
 
 // Trace T, 4 tokens, binary fractions only, so that ties are exact in any float arithmetic.
 inline const Rows kT = {

@@ -121,7 +121,8 @@ TEST(Analysis, LaggedSpearmanOfSameAndReversedRankings) {
     std::vector<double> r(static_cast<size_t>(t + 1));
     double sum = 0;
     for (int64_t i = 0; i <= t; ++i) sum += static_cast<double>(i + 1);
-    for (int64_t i = 0; i <= t; ++i) r[static_cast<size_t>(i)] = static_cast<double>(t % 2 == 0 ? i + 1 : t + 1 - i) / sum;
+    for (int64_t i = 0; i <= t; ++i)
+      r[static_cast<size_t>(i)] = static_cast<double>(t % 2 == 0 ? i + 1 : t + 1 - i) / sum;
     rows.push_back(r);
   }
   kvsim::AnalysisOptions options;
@@ -133,8 +134,8 @@ TEST(Analysis, LaggedSpearmanOfSameAndReversedRankings) {
   ASSERT_EQ(head.lags.size(), 2u);
   EXPECT_DOUBLE_EQ(head.lags[0].spearman, -1.0);
   EXPECT_DOUBLE_EQ(head.lags[1].spearman, 1.0);
-  EXPECT_EQ(head.lags[0].pairs, n - 1 - 1);  // t = 1 .. n-2
-  EXPECT_EQ(head.lags[1].pairs, n - 2 - 1);  // t = 1 .. n-3
+  EXPECT_EQ(head.lags[0].pairs, n - 1 - 1);         // t = 1 .. n-2
+  EXPECT_EQ(head.lags[1].pairs, n - 2 - 1);         // t = 1 .. n-3
   EXPECT_DOUBLE_EQ(head.lags[0].topk_recall, 0.0);  // the top-1 flips between the ends
   EXPECT_DOUBLE_EQ(head.lags[1].topk_recall, 1.0);
 }
@@ -163,8 +164,8 @@ TEST(Analysis, PercentTopKAndStride) {
   options.max_start_steps = 10;  // candidates t = 7 .. 38 (32 of them): stride 4
   const auto result = analyze({rows}, options);
   const auto& head = result.heads[0];
-  EXPECT_EQ(head.lags[0].pairs, 8);  // t = 7, 11, ..., 35
-  EXPECT_EQ(head.lags[1].pairs, 8);  // t + 4 < 40: the same start steps
+  EXPECT_EQ(head.lags[0].pairs, 8);                 // t = 7, 11, ..., 35
+  EXPECT_EQ(head.lags[1].pairs, 8);                 // t + 4 < 40: the same start steps
   EXPECT_DOUBLE_EQ(head.lags[0].topk_recall, 1.0);  // position 0 (and the last ones by tie order) stay
 }
 

@@ -70,8 +70,9 @@ std::vector<std::vector<float>> random_values(int count, int n, int head_dim, ui
 
 // Cache groups of `group_size` consecutive heads (head h reads values[h / heads_per_value]),
 // then, if `layer_wide`, the group of every head.
-std::vector<kvsim::CacheGroup> consecutive_groups(int n_heads, int group_size, const std::vector<std::vector<float>>& values,
-                                                  int heads_per_value, int head_dim, bool layer_wide) {
+std::vector<kvsim::CacheGroup> consecutive_groups(int n_heads, int group_size,
+                                                  const std::vector<std::vector<float>>& values, int heads_per_value,
+                                                  int head_dim, bool layer_wide) {
   const int n_groups = n_heads / group_size;
   std::vector<kvsim::CacheGroup> groups(static_cast<size_t>(n_groups + (layer_wide ? 1 : 0)));
   for (int g = 0; g < static_cast<int>(groups.size()); ++g) {
@@ -357,7 +358,8 @@ TEST(EngineInterleave, FourHeadsPerLoadEqualOneAtATime) {
     const auto groups = consecutive_groups(n_heads, group_size, values, 4, head_dim, true);
     for (const auto& choice : budgeted_policies(9)) {
       for (auto mode : {kvsim::Mode::stream, kvsim::Mode::prefill}) {
-        SCOPED_TRACE(choice.policy + " groups of " + std::to_string(group_size) + (mode == kvsim::Mode::prefill ? " prefill" : ""));
+        SCOPED_TRACE(choice.policy + " groups of " + std::to_string(group_size) +
+                     (mode == kvsim::Mode::prefill ? " prefill" : ""));
         const kvsim::PolicyChoice policy = kvsim::choose_policy(choice.policy, choice.params);
         const auto specs = specs_for(policy, {50, 9, 30, 20}, static_cast<int>(groups.size()));
         kvsim::EngineOptions options;
@@ -393,8 +395,8 @@ TEST(EngineOracle, BoundsEveryBudgetedPolicy) {
         const int64_t prompt = mode == kvsim::Mode::prefill ? 3 : 0;
         const auto oracle = hand::replay(heads, n_kv, "oracle", budget, {}, mode, prompt);
         for (const auto& choice : budgeted_policies(budget)) {
-          SCOPED_TRACE(choice.policy + " " + std::to_string(choice.params.size()) + " params, B=" +
-                       std::to_string(budget) + ", kv heads " + std::to_string(n_kv) +
+          SCOPED_TRACE(choice.policy + " " + std::to_string(choice.params.size()) +
+                       " params, B=" + std::to_string(budget) + ", kv heads " + std::to_string(n_kv) +
                        (mode == kvsim::Mode::prefill ? " prefill" : ""));
           const auto records = hand::replay(heads, n_kv, choice.policy, budget, choice.params, mode, prompt);
           for (int h = 0; h < 2; ++h) {
@@ -420,8 +422,7 @@ TEST(EngineRecords, RetentionOccupancyAndOutputErrorFollowTheCache) {
   // cache (what stayed after t-1, plus t), occupancy = its size, and the output error equals
   // the direct computation of docs/semantics.md, section 3 on that cache.
   const auto heads = random_ish(2, 8);
-  const std::vector<std::vector<double>> values = {{1, 0},  {0, 1},   {1, 1},     {2, -1},
-                                                   {-1, 2}, {.5, .5}, {1, -1}, {0, 2}};
+  const std::vector<std::vector<double>> values = {{1, 0}, {0, 1}, {1, 1}, {2, -1}, {-1, 2}, {.5, .5}, {1, -1}, {0, 2}};
   auto choices = budgeted_policies(3);
   choices.push_back({"full", {}});
   choices.push_back({"scissorhands-official", {{"quantile", "0.5"}, {"window", "2"}, {"recent", "1"}}});
@@ -438,8 +439,8 @@ TEST(EngineRecords, RetentionOccupancyAndOutputErrorFollowTheCache) {
         for (int i : cache) expected += heads[static_cast<size_t>(h)][static_cast<size_t>(t)][static_cast<size_t>(i)];
         EXPECT_NEAR(hand::retention(*r, k, t), expected, 2e-6) << "head " << h << " step " << t;
         EXPECT_EQ(r->occupancy[static_cast<size_t>(t)], static_cast<int32_t>(cache.size())) << "step " << t;
-        EXPECT_NEAR(hand::output_error(*r, k, t),
-                    hand::direct_error(heads[static_cast<size_t>(h)], values, t, cache), 2e-5)
+        EXPECT_NEAR(hand::output_error(*r, k, t), hand::direct_error(heads[static_cast<size_t>(h)], values, t, cache),
+                    2e-5)
             << "head " << h << " step " << t;
       }
     }
@@ -485,6 +486,6 @@ TEST(EngineErrors, UnknownPolicyAndParameters) {
 }
 
 TEST(EngineErrors, BudgetConstraintsAtReplay) {
-  EXPECT_THROW(hand::replay1(kC, "streaming", 4), kvtrace::InputError);             // B <= sinks (4)
+  EXPECT_THROW(hand::replay1(kC, "streaming", 4), kvtrace::InputError);                   // B <= sinks (4)
   EXPECT_THROW(hand::replay1(kC, "scissorhands", 3, {{"m", "4"}}), kvtrace::InputError);  // m > B
 }

@@ -144,7 +144,8 @@ void expect_engines_agree(const Llama2Model& model, const std::vector<int>& toke
       for (int g = 0; g <= c.n_kv_heads; ++g) {
         kvsim::CacheGroup group;
         group.seed = kvsim::cache_group_seed(2, l, g);
-        for (int h = g < c.n_kv_heads ? g * c.kv_mul() : 0; h < (g < c.n_kv_heads ? (g + 1) * c.kv_mul() : c.n_heads); ++h)
+        for (int h = g < c.n_kv_heads ? g * c.kv_mul() : 0; h < (g < c.n_kv_heads ? (g + 1) * c.kv_mul() : c.n_heads);
+             ++h)
           group.heads.push_back(h);
         groups[static_cast<size_t>(l)].push_back(group);
       }
@@ -160,7 +161,8 @@ void expect_engines_agree(const Llama2Model& model, const std::vector<int>& toke
       }
     }
     for (int l = 0; l < c.n_layers; ++l)
-      lanes.push_back({sources[static_cast<size_t>(l)].get(), groups[static_cast<size_t>(l)], specs[static_cast<size_t>(l)], {}});
+      lanes.push_back(
+          {sources[static_cast<size_t>(l)].get(), groups[static_cast<size_t>(l)], specs[static_cast<size_t>(l)], {}});
     const auto replayed = kvsim::run_lockstep(lanes, kvsim::EngineOptions{});
     size_t record = 0;
     for (int l = 0; l < c.n_layers; ++l)
@@ -200,17 +202,17 @@ const Shape kHandShape{2, 1, 1, 1, 1, 2, 8};
 Llama2Model hand_model(const kvtest::TempDir& dir) {
   std::vector<float> w;
   auto add = [&](std::initializer_list<float> values) { w.insert(w.end(), values); };
-  add({1, 0, 0, 1});  // token_embedding
-  add({1, 1});        // rms_att
-  add({0, 0, 0, 0});  // wq
-  add({0, 0, 0, 0});  // wk
-  add({1, 0, 0, 0});  // wv
-  add({3, 0, 0, 3});  // wo
-  add({1, 1});        // rms_ffn
-  add({0, 0});        // w1 [hidden, dim]
-  add({0, 0});        // w2 [dim, hidden]
-  add({0, 0});        // w3
-  add({1, 1});        // rms_final
+  add({1, 0, 0, 1});            // token_embedding
+  add({1, 1});                  // rms_att
+  add({0, 0, 0, 0});            // wq
+  add({0, 0, 0, 0});            // wk
+  add({1, 0, 0, 0});            // wv
+  add({3, 0, 0, 3});            // wo
+  add({1, 1});                  // rms_ffn
+  add({0, 0});                  // w1 [hidden, dim]
+  add({0, 0});                  // w2 [dim, hidden]
+  add({0, 0});                  // w3
+  add({1, 1});                  // rms_final
   w.insert(w.end(), 16, 0.0f);  // freq_cis_real, freq_cis_imag [seq_len, 1] each (unused)
   return Llama2Model::load(write_checkpoint(dir, "hand.bin", kHandShape, w));
 }
@@ -245,7 +247,8 @@ TEST(ClosedLoopHand, EvictingTheSignalTokenFlipsThePrediction) {
   auto check = [&](const ClosedLoopRun& run, const std::vector<std::vector<double>>& want, const char* what) {
     ASSERT_EQ(run.logits.size(), 8u);
     for (size_t t = 0; t < 4; ++t)
-      for (size_t v = 0; v < 2; ++v) EXPECT_NEAR(run.logits[t * 2 + v], want[t][v], 2e-6) << what << " t=" << t << " v=" << v;
+      for (size_t v = 0; v < 2; ++v)
+        EXPECT_NEAR(run.logits[t * 2 + v], want[t][v], 2e-6) << what << " t=" << t << " v=" << v;
   };
   check(kvsim::run_closed_loop(model, tokens, nullptr, 0, options), full, "full");
   const PolicyChoice recent_policy = kvsim::choose_policy("recent");
@@ -391,7 +394,9 @@ class Stories15MEval : public ::testing::Test {
 };
 std::unique_ptr<Llama2Model> Stories15MEval::model_;
 
-TEST_F(Stories15MEval, FullBudgetIsTheFullCacheBitForBit) { expect_full_budget_is_full_cache(*model_, bundled_tokens(24), true); }
+TEST_F(Stories15MEval, FullBudgetIsTheFullCacheBitForBit) {
+  expect_full_budget_is_full_cache(*model_, bundled_tokens(24), true);
+}
 
 TEST_F(Stories15MEval, PoliciesDecideAsInTheReplayEngineOnTheSameRows) {
   expect_engines_agree(*model_, bundled_tokens(32), 8, true);
@@ -420,7 +425,8 @@ TEST_F(Stories15MEval, SeededDecisionsMatchReplayTrace) {
   for (size_t r = 0; r < records.size(); ++r) {
     EXPECT_EQ(records[r].layer, run.groups[r].layer);
     EXPECT_EQ(records[r].group, run.groups[r].group);
-    std::vector<int32_t> replayed_steps(records[r].result.eviction_step.begin(), records[r].result.eviction_step.begin() + n);
+    std::vector<int32_t> replayed_steps(records[r].result.eviction_step.begin(),
+                                        records[r].result.eviction_step.begin() + n);
     for (int32_t& step : replayed_steps)
       if (step >= n) step = -1;  // evicted after the closed loop's last step
     EXPECT_EQ(replayed_steps, run.groups[r].result.eviction_step) << "record " << r;

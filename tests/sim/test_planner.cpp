@@ -26,9 +26,9 @@ kvsim::ModelCard card(const std::string& name, int layers, int heads, int kv_hea
   return m;
 }
 
-const kvsim::ModelCard kLlama2_7b = card("llama-2-7b", 32, 32, 32, 6738415616, 4096);          // MHA
-const kvsim::ModelCard kLlama31_8b = card("llama-3.1-8b", 32, 32, 8, 8030261248, 131072);      // GQA 4:1
-const kvsim::ModelCard kLlama2_70b = card("llama-2-70b", 80, 64, 8, 68976648192, 4096);        // GQA 8:1
+const kvsim::ModelCard kLlama2_7b = card("llama-2-7b", 32, 32, 32, 6738415616, 4096);      // MHA
+const kvsim::ModelCard kLlama31_8b = card("llama-3.1-8b", 32, 32, 8, 8030261248, 131072);  // GQA 4:1
+const kvsim::ModelCard kLlama2_70b = card("llama-2-70b", 80, 64, 8, 68976648192, 4096);    // GQA 8:1
 
 kvsim::GpuCard h100() {
   kvsim::GpuCard g;
@@ -129,7 +129,8 @@ TEST(PlannerBlocks, RoundingUpToWholeBlocks) {
   EXPECT_DOUBLE_EQ(twenty.blocks, 52);
   // Block size 32.
   setup.block_size = 32;
-  EXPECT_DOUBLE_EQ(kvsim::footprint(setup, kvsim::kv_layout(setup, kvsim::QuantSpec{}), kvsim::Budget::parse("20%")).blocks, 26);
+  EXPECT_DOUBLE_EQ(
+      kvsim::footprint(setup, kvsim::kv_layout(setup, kvsim::QuantSpec{}), kvsim::Budget::parse("20%")).blocks, 26);
   // A mix of contexts: the mean of each one's blocks (100 -> 7, 4096 -> 256).
   auto mix = setup_for(kLlama31_8b, {100, 4096});
   const auto mixed = kvsim::footprint(mix, kvsim::kv_layout(mix, kvsim::QuantSpec{}), std::nullopt);
@@ -158,9 +159,11 @@ TEST(PlannerQuant, QuantizedBlocksAndResidual) {
 TEST(PlannerQuant, EvictionTimesQuantizationCompression) {
   const auto setup = setup_for(kLlama31_8b, {4096});
   const auto full = kvsim::footprint(setup, kvsim::kv_layout(setup, kvsim::QuantSpec{}), std::nullopt);
-  const auto evicted = kvsim::footprint(setup, kvsim::kv_layout(setup, kvsim::QuantSpec{}), kvsim::Budget::parse("20%"));
+  const auto evicted =
+      kvsim::footprint(setup, kvsim::kv_layout(setup, kvsim::QuantSpec{}), kvsim::Budget::parse("20%"));
   const auto quantized = kvsim::footprint(setup, kvsim::kv_layout(setup, kvsim::parse_quant("flexgen4")), std::nullopt);
-  const auto both = kvsim::footprint(setup, kvsim::kv_layout(setup, kvsim::parse_quant("flexgen4")), kvsim::Budget::parse("20%"));
+  const auto both =
+      kvsim::footprint(setup, kvsim::kv_layout(setup, kvsim::parse_quant("flexgen4")), kvsim::Budget::parse("20%"));
   const double eviction = kvsim::compression_factor(full, evicted);
   const double quantization = kvsim::compression_factor(full, quantized);
   EXPECT_DOUBLE_EQ(eviction, 256.0 / 52);      // blocks
@@ -226,8 +229,8 @@ TEST(PlannerSweep, SmallestBudgetMeetingTheTarget) {
 
   EXPECT_THROW(kvsim::parse_sweep_csv("policy,budget\nx,1\n", "s.csv", "retention_mean"), kvtrace::InputError);
   EXPECT_THROW(kvsim::parse_sweep_csv("", "s.csv", "retention_mean"), kvtrace::InputError);
-  EXPECT_THROW(kvsim::parse_sweep_csv(
-                   "policy,budget,budget_share_mean,retention_mean\nx,10%,0.1,abc\n", "s.csv", "retention_mean"),
+  EXPECT_THROW(kvsim::parse_sweep_csv("policy,budget,budget_share_mean,retention_mean\nx,10%,0.1,abc\n", "s.csv",
+                                      "retention_mean"),
                kvtrace::InputError);
 }
 

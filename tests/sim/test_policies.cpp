@@ -92,14 +92,8 @@ TEST(PolicyStreaming, DefaultFourSinksBudgetFive) {
   // t5: C={0..5}, r=1, evict 4.  t6: C={0,1,2,3,5,6}, r=1-a6[4]=.95, evict 5.
   // t7: C={0,1,2,3,6,7}, r=1-a7[4]-a7[5]=1-.05-.3=.65, evict 6.
   const auto r = hand::replay1(kC, "streaming", 5);
-  hand::expect_caches(r, {{0},
-                          {0, 1},
-                          {0, 1, 2},
-                          {0, 1, 2, 3},
-                          {0, 1, 2, 3, 4},
-                          {0, 1, 2, 3, 5},
-                          {0, 1, 2, 3, 6},
-                          {0, 1, 2, 3, 7}});
+  hand::expect_caches(
+      r, {{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {0, 1, 2, 3, 4}, {0, 1, 2, 3, 5}, {0, 1, 2, 3, 6}, {0, 1, 2, 3, 7}});
   hand::expect_retention(r, 0, {1, 1, 1, 1, 1, 1, 0.95, 0.65});
   hand::expect_occupancy(r, {1, 2, 3, 4, 5, 6, 6, 6});
   hand::expect_eviction_steps(r, {-1, -1, -1, -1, 5, 6, 7, -1});
@@ -154,7 +148,8 @@ TEST(PolicyH2O, BudgetFourProtectsTwo) {
   // t7: C={0,2,5,6,7}, r=.12+.25+.3+.08+.15=.9; 6 (score .2) and 7 protected; 5: .3/.95+.35/.9
   //     +.3/.9=1.038 < 2: 2.13 < 0: 2.85; evict 5 although 6 scores lower (protected).
   const auto r = hand::replay1(kC, "h2o", 4);
-  hand::expect_caches(r, {{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {0, 2, 5, 6}, {0, 2, 6, 7}});
+  hand::expect_caches(r,
+                      {{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {0, 2, 5, 6}, {0, 2, 6, 7}});
   hand::expect_retention(r, 0, {1, 1, 1, 1, 1, 0.95, 0.9, 0.9});
   hand::expect_occupancy(r, {1, 2, 3, 4, 5, 5, 5, 5});
   hand::expect_eviction_steps(r, {-1, 4, -1, 5, 6, 7, -1, -1});
@@ -246,7 +241,8 @@ TEST(PolicyScissorhands, WindowThreeRecentOneAvgThreshold) {
   // s7 C={0,2,5,6,7}, r=.9, thr .2: â=.1333,.2778,.3333,.0889,.1667: below 0, 6, 7.
   // t7 counts over {5,6,7}: 0:2 (s6, s7), 6:2 (s6, s7): tie -> evict 0 (lower position).
   const auto r = hand::replay1(kC, "scissorhands", 4, {{"w", "3"}, {"r", "1"}, {"m", "1"}});
-  hand::expect_caches(r, {{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {0, 2, 5, 6}, {2, 5, 6, 7}});
+  hand::expect_caches(r,
+                      {{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {0, 2, 5, 6}, {2, 5, 6, 7}});
   hand::expect_retention(r, 0, {1, 1, 1, 1, 1, 0.95, 0.9, 0.9});
   hand::expect_occupancy(r, {1, 2, 3, 4, 5, 5, 5, 5});
   hand::expect_eviction_steps(r, {7, 4, -1, 5, 6, -1, -1, -1});
@@ -258,9 +254,9 @@ TEST(PolicyScissorhands, PaperThresholdDiffersFromAvg) {
   // is no longer below (4: .0556, 6: .1111 are). At s7 thr 1/8=.125: â0=.1333 not below,
   // 6 (.0889) below, 7 (.1667) not.
   // t6 counts over {4,5,6}: 0:0, 4:2 -> evict 4. t7 over {5,6,7}: 0:0, 2:0, 5:0, 6:2 -> evict 6.
-  const auto r =
-      hand::replay1(kC, "scissorhands", 4, {{"w", "3"}, {"r", "1"}, {"m", "1"}, {"threshold", "paper"}});
-  hand::expect_caches(r, {{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {0, 2, 5, 6}, {0, 2, 5, 7}});
+  const auto r = hand::replay1(kC, "scissorhands", 4, {{"w", "3"}, {"r", "1"}, {"m", "1"}, {"threshold", "paper"}});
+  hand::expect_caches(r,
+                      {{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {0, 2, 5, 6}, {0, 2, 5, 7}});
   hand::expect_retention(r, 0, {1, 1, 1, 1, 1, 0.95, 0.9, 0.9});
   hand::expect_eviction_steps(r, {-1, 4, -1, 5, 6, -1, 7, -1});
 }
@@ -468,8 +464,8 @@ TEST(PolicyScissorhandsOfficial, EqualsTheAuthorsLoopOnRandomRows) {
   std::mt19937 random(11);
   std::uniform_real_distribution<double> uniform(0.0, 1.0);
   int evictions = 0;
-  for (const auto& [n, window, recent, start, quantile] :
-       std::vector<std::tuple<int, int, int, int, double>>{{40, 5, 2, 6, 0.9}, {60, 8, 3, 10, 0.5}, {50, 100, 10, 20, 0.7}}) {
+  for (const auto& [n, window, recent, start, quantile] : std::vector<std::tuple<int, int, int, int, double>>{
+           {40, 5, 2, 6, 0.9}, {60, 8, 3, 10, 0.5}, {50, 100, 10, 20, 0.7}}) {
     hand::Rows rows;
     for (int t = 0; t < n; ++t) {
       std::vector<double> row(static_cast<size_t>(t) + 1);
@@ -478,8 +474,10 @@ TEST(PolicyScissorhandsOfficial, EqualsTheAuthorsLoopOnRandomRows) {
       for (double& x : row) x /= sum;
       rows.push_back(row);
     }
-    const std::map<std::string, std::string> params = {{"window", std::to_string(window)}, {"recent", std::to_string(recent)},
-                                                       {"start", std::to_string(start)}, {"quantile", std::to_string(quantile)}};
+    const std::map<std::string, std::string> params = {{"window", std::to_string(window)},
+                                                       {"recent", std::to_string(recent)},
+                                                       {"start", std::to_string(start)},
+                                                       {"quantile", std::to_string(quantile)}};
     const auto r = hand::replay1(rows, "scissorhands-official", 1, params);
     const std::vector<int> expected = authors_loop(rows, window, recent, start, quantile);
     EXPECT_EQ(std::vector<int>(r.eviction_step.begin(), r.eviction_step.end()), expected) << "n " << n;
@@ -495,7 +493,8 @@ TEST(PolicyScissorhandsOfficial, GroupKeepsWhatAnyHeadKeeps) {
   // keeps: key 1, at step 2. Alone, A would also evict key 2, and B key 0.
   const hand::Rows a = {{1}, {.5, .5}, {.6, .3, .1}, {.25, .25, .25, .25}};
   const hand::Rows b = {{1}, {.5, .5}, {.1, .3, .6}, {.25, .25, .25, .25}};
-  const std::map<std::string, std::string> params = {{"quantile", "0.5"}, {"window", "1"}, {"recent", "0"}, {"start", "3"}};
+  const std::map<std::string, std::string> params = {
+      {"quantile", "0.5"}, {"window", "1"}, {"recent", "0"}, {"start", "3"}};
   const auto both = hand::replay({a, b}, 1, "scissorhands-official", 1, params);
   hand::expect_eviction_steps(both.at(0).result, {-1, 2, -1, -1});
   hand::expect_eviction_steps(hand::replay1(a, "scissorhands-official", 1, params), {-1, 2, 2, -1});
@@ -503,7 +502,8 @@ TEST(PolicyScissorhandsOfficial, GroupKeepsWhatAnyHeadKeeps) {
 }
 
 TEST(PolicyScissorhandsOfficial, LayersItAppliesTo) {
-  const std::map<std::string, std::string> params = {{"quantile", "0.5"}, {"window", "1"}, {"recent", "1"}, {"start", "2"}};
+  const std::map<std::string, std::string> params = {
+      {"quantile", "0.5"}, {"window", "1"}, {"recent", "1"}, {"start", "2"}};
   auto with_layers = [&](const std::string& layers) {
     auto p = params;
     p["layers"] = layers;
@@ -528,7 +528,8 @@ TEST(PolicySnapKV, WindowTwoKernelOne) {
   // t7: C={0,2,5,6,7}, window {6,7}; s6 (r=.9), s7 (r=.9):
   //     0: .1667+.1333=.3, 2: .2778+.2778=.5556, 5: .3889+.3333=.7222 -> evict 0.
   const auto r = hand::replay1(kC, "snapkv", 4, {{"window", "2"}, {"kernel", "1"}});
-  hand::expect_caches(r, {{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {0, 2, 5, 6}, {2, 5, 6, 7}});
+  hand::expect_caches(r,
+                      {{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {0, 2, 3, 4}, {0, 2, 4, 5}, {0, 2, 5, 6}, {2, 5, 6, 7}});
   hand::expect_retention(r, 0, {1, 1, 1, 1, 1, 0.95, 0.9, 0.9});
   hand::expect_eviction_steps(r, {7, 4, -1, 5, 6, -1, -1, -1});
 }
@@ -547,7 +548,8 @@ TEST(PolicySnapKV, WindowTwoKernelThreePoolsNeighbours) {
   //     2: .3125+.3086=.6211, 3: .0625+.0370=.0995, 5: .4375+.3704=.8079
   //     -> pooled 2 .6211, 3 .8079, 5 .8079 -> evict 2.
   const auto r = hand::replay1(kC, "snapkv", 4, {{"window", "2"}, {"kernel", "3"}});
-  hand::expect_caches(r, {{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {1, 2, 3, 4}, {2, 3, 4, 5}, {2, 3, 5, 6}, {3, 5, 6, 7}});
+  hand::expect_caches(r,
+                      {{0}, {0, 1}, {0, 1, 2}, {0, 1, 2, 3}, {1, 2, 3, 4}, {2, 3, 4, 5}, {2, 3, 5, 6}, {3, 5, 6, 7}});
   // r: t5 .8 (C={1..5}), t6 .25+.05+.05+.35+.1, t7 .25+.03+.3+.08+.15.
   hand::expect_retention(r, 0, {1, 1, 1, 1, 1, 0.8, 0.8, 0.81});
   hand::expect_eviction_steps(r, {4, 5, 7, -1, 6, -1, -1, -1});
@@ -577,7 +579,8 @@ std::vector<int32_t> snapkv_directly(const hand::Rows& rows, int64_t budget, int
     double mass = 0;
     for (int32_t p : cache) mass += row[static_cast<size_t>(p)];
     observed[static_cast<size_t>(t)].assign(static_cast<size_t>(t) + 1, 0.0);
-    for (int32_t p : cache) observed[static_cast<size_t>(t)][static_cast<size_t>(p)] = row[static_cast<size_t>(p)] / mass;
+    for (int32_t p : cache)
+      observed[static_cast<size_t>(t)][static_cast<size_t>(p)] = row[static_cast<size_t>(p)] / mass;
     if (t + 1 < prompt_len) continue;
     const auto excess = static_cast<int64_t>(cache.size()) - budget;
     if (excess <= 0) continue;
@@ -590,7 +593,8 @@ std::vector<int32_t> snapkv_directly(const hand::Rows& rows, int64_t budget, int
     const auto half = static_cast<size_t>(kernel / 2);
     for (size_t j = 0; j < open; ++j) {
       pooled[j] = score[j >= half ? j - half : 0];
-      for (size_t i = j >= half ? j - half : 0; i <= std::min(open - 1, j + half); ++i) pooled[j] = std::max(pooled[j], score[i]);
+      for (size_t i = j >= half ? j - half : 0; i <= std::min(open - 1, j + half); ++i)
+        pooled[j] = std::max(pooled[j], score[i]);
     }
     std::vector<size_t> order(open);
     for (size_t j = 0; j < open; ++j) order[j] = j;
@@ -614,8 +618,10 @@ TEST(PolicySnapKV, LongTraceMatchesWindowSumsComputedDirectly) {
     for (size_t i = 0; i <= t; ++i) sum += rows[t].emplace_back(uniform(random));
     for (double& x : rows[t]) x /= sum;
   }
-  for (const auto& [budget, window, kernel] : {std::tuple<int64_t, int64_t, int64_t>{24, 6, 3}, {40, 32, 5}, {9, 4, 1}}) {
-    const std::map<std::string, std::string> params = {{"window", std::to_string(window)}, {"kernel", std::to_string(kernel)}};
+  for (const auto& [budget, window, kernel] :
+       {std::tuple<int64_t, int64_t, int64_t>{24, 6, 3}, {40, 32, 5}, {9, 4, 1}}) {
+    const std::map<std::string, std::string> params = {{"window", std::to_string(window)},
+                                                       {"kernel", std::to_string(kernel)}};
     SCOPED_TRACE("B=" + std::to_string(budget) + " W=" + std::to_string(window) + " kernel=" + std::to_string(kernel));
     const auto stream = hand::replay1(rows, "snapkv", budget, params);
     EXPECT_EQ(stream.eviction_step, snapkv_directly(rows, budget, window, kernel, 0));

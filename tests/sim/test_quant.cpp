@@ -84,8 +84,8 @@ TEST(FakeQuantize, GridValuesAndConstantGroupsStayExact) {
 
 TEST(FakeQuantize, GroupsFollowTheAxis) {
   // 3 tokens x 2 channels, 1 bit (each element becomes its group's min or max).
-  const std::vector<float> data = {0.0f, 10.0f,   // token 0
-                                   1.0f, 20.0f,   // token 1
+  const std::vector<float> data = {0.0f,  10.0f,   // token 0
+                                   1.0f,  20.0f,   // token 1
                                    0.25f, 16.0f};  // token 2
   // Per token, groups of 2 (a token's two channels): every group is {min, max}: exact.
   std::vector<float> per_token = data;
@@ -152,9 +152,9 @@ TEST(ResidualWindow, StaticCopyAndRowsFollowTheWindow) {
   }
   // 1-bit, per channel, one group: the rows picked step by step.
   const kvsim::QuantizedHead head(data, n, d, QuantTensorSpec{1, 2, QuantAxis::per_channel}, 2);
-  EXPECT_EQ(head.row(1, 1).data(), head.original_row(1).data());    // its own step
-  EXPECT_EQ(head.row(1, 2).data(), head.quantized_row(1).data());   // chunk [0, 2) flushed
-  EXPECT_EQ(head.row(2, 3).data(), head.original_row(2).data());    // chunk [2, 4) still open
+  EXPECT_EQ(head.row(1, 1).data(), head.original_row(1).data());   // its own step
+  EXPECT_EQ(head.row(1, 2).data(), head.quantized_row(1).data());  // chunk [0, 2) flushed
+  EXPECT_EQ(head.row(2, 3).data(), head.original_row(2).data());   // chunk [2, 4) still open
   EXPECT_EQ(head.row(3, 4).data(), head.quantized_row(3).data());
   ASSERT_EQ(head.row(0, 5).size(), 3u);
 }

@@ -108,7 +108,8 @@ TEST(Summary, NanGivesNanNotAnOrder) {
     std::vector<float> values(n, 0.5f);
     values[n / 2] = NAN;
     const kvsim::Summary summary = kvsim::summarize(values);
-    EXPECT_TRUE(std::isnan(summary.p5) && std::isnan(summary.p95) && std::isnan(summary.min) && std::isnan(summary.mean))
+    EXPECT_TRUE(std::isnan(summary.p5) && std::isnan(summary.p95) && std::isnan(summary.min) &&
+                std::isnan(summary.mean))
         << n << " values";
   }
 }

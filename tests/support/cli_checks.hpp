@@ -24,7 +24,7 @@ inline CliResult expect_one_line_error(const std::string& args, const std::strin
 // two.csv, ... Expects both runs to succeed and to print and write the same bytes; returns
 // the first.
 inline CliResult expect_same_whatever_threads(const std::string& common, const TempDir& dir, int threads,
-                                             const std::vector<std::string>& outputs) {
+                                              const std::vector<std::string>& outputs) {
   auto file = [&](const std::string& run, const std::string& option) {
     return dir.file(option == "survival" ? run + "_survival.csv" : run + "." + option);
   };

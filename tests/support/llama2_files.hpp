@@ -33,7 +33,8 @@ inline std::vector<float> normal_weights(size_t count, unsigned seed) {
 inline void write_llama2(const std::string& path, const int32_t* header, const std::vector<float>& weights) {
   std::ofstream out(path, std::ios::binary);
   out.write(reinterpret_cast<const char*>(header), 7 * sizeof(int32_t));
-  out.write(reinterpret_cast<const char*>(weights.data()), static_cast<std::streamsize>(weights.size() * sizeof(float)));
+  out.write(reinterpret_cast<const char*>(weights.data()),
+            static_cast<std::streamsize>(weights.size() * sizeof(float)));
 }
 
 // A tokenizer of <unk>, BOS, EOS, the 256 byte tokens "<0xHH>" (all scored 0), then `extra`.

@@ -15,7 +15,8 @@ inline std::filesystem::path model_dir() {
 }
 
 inline bool have_model() {
-  return std::filesystem::exists(model_dir() / "stories15M.bin") && std::filesystem::exists(model_dir() / "tokenizer.bin");
+  return std::filesystem::exists(model_dir() / "stories15M.bin") &&
+         std::filesystem::exists(model_dir() / "tokenizer.bin");
 }
 
 }  // namespace kvtest

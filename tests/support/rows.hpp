@@ -40,7 +40,8 @@ inline std::vector<kvsim::GroupRecord> replay(const std::vector<std::vector<floa
   kvsim::EngineOptions options;
   options.mode = mode;
   options.prompt_len = prompt_len;
-  return kvsim::replay_rows(source, n_kv_heads, kvsim::choose_policy(policy, params), budget, options, values, head_dim);
+  return kvsim::replay_rows(source, n_kv_heads, kvsim::choose_policy(policy, params), budget, options, values,
+                            head_dim);
 }
 
 }  // namespace kvtest

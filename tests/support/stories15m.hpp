@@ -16,7 +16,8 @@ class Stories15MTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!have_model()) return;
-    model_ = std::make_unique<kvtrace::Llama2Model>(kvtrace::Llama2Model::load((model_dir() / "stories15M.bin").string()));
+    model_ =
+        std::make_unique<kvtrace::Llama2Model>(kvtrace::Llama2Model::load((model_dir() / "stories15M.bin").string()));
     tok_ = std::make_unique<kvtrace::Tokenizer>(
         kvtrace::Tokenizer::load((model_dir() / "tokenizer.bin").string(), model_->config().vocab_size));
   }

@@ -105,9 +105,9 @@ AttnCheck check_attention(const std::string& path) {
 const char* const kLily = "Once upon a time, there was a little girl named Lily who loved the sea.";
 // The model's greedy continuation of kLily (pinned in test_llama2.cpp, checked there against
 // an independent float64 reference).
-const std::vector<int> kLilyFirst32 = {2296, 723,  748,   304,  278,  25695, 1432, 2462,  322,  1708, 297,
-                                       278,  11982, 29889, 3118, 2462, 29892, 1183, 4446,  263,  4802, 13006,
-                                       297,  278,  4094,  29889, 739, 471,   263,  343,   5860, 29991};
+const std::vector<int> kLilyFirst32 = {2296, 723,   748,   304,   278,  25695, 1432, 2462, 322,  1708, 297,
+                                       278,  11982, 29889, 3118,  2462, 29892, 1183, 4446, 263,  4802, 13006,
+                                       297,  278,   4094,  29889, 739,  471,   263,  343,  5860, 29991};
 
 class Stories15MCapture : public kvtest::Stories15MTest {
  protected:
@@ -150,7 +150,8 @@ TEST_F(Stories15MCapture, ReproducesTheGreedyTextAndValidates) {
   for (size_t i = 0; i < tokens.size(); ++i) EXPECT_EQ(text[i], tok_->piece(tokens[i]));
   // The model ends this story itself (predicts BOS) before 256 tokens.
   EXPECT_LT(tokens.size(), 256u);
-  EXPECT_EQ(kvtrace::render_text(*tok_, captured[0].tokens).rfind(std::string(kLily) + " She would go to the beach", 0), 0u);
+  EXPECT_EQ(kvtrace::render_text(*tok_, captured[0].tokens).rfind(std::string(kLily) + " She would go to the beach", 0),
+            0u);
   const auto summary = kvtrace::validate_trace(path);
   EXPECT_EQ(summary.tokens, static_cast<int64_t>(tokens.size()));
   EXPECT_TRUE(reader.layer(0, 5).has_v);
@@ -286,7 +287,8 @@ TEST(CaptureTiny, GqaTraceIsConsistent) {
 TEST(CaptureTiny, DecodeGreedyWithoutContinuationIsGenerateGreedy) {
   kvtest::TempDir dir;
   const Llama2Model model = Llama2Model::load(write_tiny_model(dir));
-  for (const std::vector<int>& prompt : {std::vector<int>{1}, std::vector<int>{1, 260, 261}, std::vector<int>{1, 5, 6, 7}}) {
+  for (const std::vector<int>& prompt :
+       {std::vector<int>{1}, std::vector<int>{1, 260, 261}, std::vector<int>{1, 5, 6, 7}}) {
     EXPECT_EQ(kvtrace::decode_greedy(model, prompt, 16, false), kvtrace::generate_greedy(model, prompt, 16));
     const std::vector<int> continued = kvtrace::decode_greedy(model, prompt, 16, true);
     EXPECT_EQ(continued.size(), 16u);

@@ -64,8 +64,7 @@ TEST_F(Stories15M, ConfigIsStories15M) {
 TEST_F(Stories15M, EncodeMatchesLlama2c) {
   EXPECT_EQ(tok_->encode("Once upon a time"), (std::vector<int>{1, 9038, 2501, 263, 931}));
   EXPECT_EQ(tok_->encode("Once upon a time", false), (std::vector<int>{9038, 2501, 263, 931}));
-  EXPECT_EQ(tok_->encode("Once upon a time", true, true),
-            (std::vector<int>{1, 9038, 2501, 263, 931, 2}));
+  EXPECT_EQ(tok_->encode("Once upon a time", true, true), (std::vector<int>{1, 9038, 2501, 263, 931, 2}));
   EXPECT_EQ(tok_->encode(""), (std::vector<int>{1}));  // no dummy prefix for empty text
   // "!" is an ordinary piece (29991), not the byte token 3 + '!'.
   EXPECT_EQ(tok_->encode("Hello, world!"), (std::vector<int>{1, 15043, 29892, 3186, 29991}));
@@ -79,7 +78,10 @@ std::vector<int> quadratic_encode(const kvtrace::Tokenizer& tok, const std::stri
   std::map<std::string, int> index;  // ordinary pieces, the first id of a piece winning
   for (int id = 3; id < tok.vocab_size(); ++id)
     if (!tok.is_byte_token(id)) index.emplace(tok.piece(id), id);
-  auto lookup = [&](const std::string& piece) { auto it = index.find(piece); return it == index.end() ? -1 : it->second; };
+  auto lookup = [&](const std::string& piece) {
+    auto it = index.find(piece);
+    return it == index.end() ? -1 : it->second;
+  };
   std::vector<int> tokens = {1, lookup(" ")};
   std::string cp;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -87,8 +89,10 @@ std::vector<int> quadratic_encode(const kvtrace::Tokenizer& tok, const std::stri
     if ((c & 0xC0) != 0x80) cp.clear();
     cp.push_back(static_cast<char>(c));
     if (i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80 && cp.size() < 4) continue;
-    if (const int id = lookup(cp); id != -1) tokens.push_back(id);
-    else for (char b : cp) tokens.push_back(static_cast<unsigned char>(b) + 3);
+    if (const int id = lookup(cp); id != -1)
+      tokens.push_back(id);
+    else
+      for (char b : cp) tokens.push_back(static_cast<unsigned char>(b) + 3);
     cp.clear();
   }
   while (true) {
@@ -110,8 +114,9 @@ std::vector<int> quadratic_encode(const kvtrace::Tokenizer& tok, const std::stri
 
 TEST_F(Stories15M, EncodeMakesLlama2cMergesInLinearithmicTime) {
   std::mt19937 random(4);
-  const std::vector<std::string> words = {"Once", " upon", " a", " time", ",", " Lily", " café", " 日本", "🦙", "aaaa",
-                                          "  ", "\n", "!!", " the", "ing", "ed", "x", "zz", "th", "e"};
+  const std::vector<std::string> words = {"Once",  " upon", " a",   " time", ",",  " Lily", " café",
+                                          " 日本", "🦙",  "aaaa", "  ",    "\n", "!!",    " the",
+                                          "ing",   "ed",    "x",    "zz",    "th", "e"};
   for (int trial = 0; trial < 60; ++trial) {
     std::string text;
     const int length = 1 + static_cast<int>(random() % 80);
@@ -160,14 +165,14 @@ struct GreedyCase {
 // these steps is 0.006, far above float32 rounding).
 const GreedyCase kLily = {
     "Once upon a time, there was a little girl named Lily who loved the sea.",
-    {2296, 723, 748, 304, 278, 25695, 1432, 2462, 322, 1708, 297, 278, 11982, 29889, 3118, 2462,
-     29892, 1183, 4446, 263, 4802, 13006, 297, 278, 4094, 29889, 739, 471, 263, 343, 5860, 29991},
+    {2296,  723,  748,  304, 278,  25695, 1432, 2462, 322,  1708,  297, 278, 11982, 29889, 3118, 2462,
+     29892, 1183, 4446, 263, 4802, 13006, 297,  278,  4094, 29889, 739, 471, 263,   343,   5860, 29991},
     " She would go to the beach every day and play in the sand. One day, she saw a big boat "
     "in the water. It was a yacht!"};
 const GreedyCase kTom = {
     "Tom and his dog Max went to the park to play with a red ball.",
-    {2688, 23289, 304, 1065, 322, 521, 559, 278, 8287, 322, 4380, 372, 29889, 2688, 750, 263,
-     3287, 310, 2090, 29889, 13, 6246, 769, 29892, 263, 4802, 8023, 2996, 322, 3614, 278, 8287},
+    {2688, 23289, 304,  1065,  322, 521,  559, 278,   8287, 322,  4380, 372,  29889, 2688, 750, 263,
+     3287, 310,   2090, 29889, 13,  6246, 769, 29892, 263,  4802, 8023, 2996, 322,   3614, 278, 8287},
     " They liked to run and chase the ball and catch it. They had a lot of fun.\nBut then, a "
     "big boy came and took the ball"};
 
@@ -214,8 +219,7 @@ struct RecordingHook : AttentionHook {
   bool sizes_ok = true, positions_ok = true;
   std::size_t q_size = 0, kv_size = 0;  // expected on_qkv span sizes
 
-  void on_qkv(int, int, std::span<const float> q, std::span<const float> k,
-              std::span<const float> v) override {
+  void on_qkv(int, int, std::span<const float> q, std::span<const float> k, std::span<const float> v) override {
     ++qkv_calls;
     sizes_ok = sizes_ok && q.size() == q_size && k.size() == kv_size && v.size() == kv_size;
   }
@@ -230,14 +234,12 @@ struct RecordingHook : AttentionHook {
     }
     return allowed;
   }
-  void on_attention(int, int, int pos, std::span<const int> positions,
-                    std::span<const float> probs) override {
+  void on_attention(int, int, int pos, std::span<const int> positions, std::span<const float> probs) override {
     ++rows;
     double sum = 0;
     for (float p : probs) sum += p;
     worst_sum_error = std::max(worst_sum_error, std::abs(sum - 1.0));
-    positions_ok = positions_ok && positions.size() == probs.size() && !positions.empty() &&
-                   positions.back() == pos;
+    positions_ok = positions_ok && positions.size() == probs.size() && !positions.empty() && positions.back() == pos;
     if ((explicit_all || window) && !std::equal(positions.begin(), positions.end(), allowed.begin(), allowed.end()))
       positions_ok = false;
     if (!explicit_all && !window && positions.size() != static_cast<std::size_t>(pos) + 1) positions_ok = false;

@@ -263,10 +263,14 @@ TEST_F(ReaderGuards, OneChunkPerHeadReadsWhatHdf5Reads) {
     bool half, chunked, shuffle, deflate, big_endian;
   };
   const Layout layouts[] = {
-      {"f16 shuffle+deflate", true, true, true, true, false}, {"f32 shuffle+deflate", false, true, true, true, false},
-      {"f16 deflate", true, true, false, true, false},        {"f32 deflate", false, true, false, true, false},
-      {"f16 no filter", true, true, false, false, false},     {"f32 no filter", false, true, false, false, false},
-      {"f32 shuffle only", false, true, true, false, false},  {"f32 big-endian deflate", false, true, false, true, true},
+      {"f16 shuffle+deflate", true, true, true, true, false},
+      {"f32 shuffle+deflate", false, true, true, true, false},
+      {"f16 deflate", true, true, false, true, false},
+      {"f32 deflate", false, true, false, true, false},
+      {"f16 no filter", true, true, false, false, false},
+      {"f32 no filter", false, true, false, false, false},
+      {"f32 shuffle only", false, true, true, false, false},
+      {"f32 big-endian deflate", false, true, false, true, true},
       {"f16 contiguous", true, false, false, false, false},
   };
   for (const Layout& layout : layouts) {
@@ -278,9 +282,11 @@ TEST_F(ReaderGuards, OneChunkPerHeadReadsWhatHdf5Reads) {
       if (layout.shuffle) plist.setShuffle();
       if (layout.deflate) plist.setDeflate(4);
       const H5::FloatType half = kvtrace::h5::half_type();
-      const H5::DataType& type = layout.half ? static_cast<const H5::DataType&>(half)
-                                             : (layout.big_endian ? H5::PredType::IEEE_F32BE : H5::PredType::IEEE_F32LE);
-      f.createDataSet("/seqs/1/layers/1/k", type, H5::DataSpace(3, shape), plist).write(k.data(), H5::PredType::NATIVE_FLOAT);
+      const H5::DataType& type = layout.half
+                                     ? static_cast<const H5::DataType&>(half)
+                                     : (layout.big_endian ? H5::PredType::IEEE_F32BE : H5::PredType::IEEE_F32LE);
+      f.createDataSet("/seqs/1/layers/1/k", type, H5::DataSpace(3, shape), plist)
+          .write(k.data(), H5::PredType::NATIVE_FLOAT);
     });
     const TraceReader reader(path_);
     EXPECT_EQ(reader.read_head(1, 1, Tensor::k, 0), std::vector<float>(k.begin(), k.begin() + 12 * 8)) << layout.name;

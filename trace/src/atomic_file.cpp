@@ -74,7 +74,8 @@ AtomicFile::AtomicFile(std::string path, OutputKind kind) : path_(std::move(path
   static std::atomic<unsigned> counter{0};
   if (path_.empty()) throw InputError("", "", "empty output path");
   if (path_ == "-") {
-    if (kind == OutputKind::seekable) throw InputError("-", "", "cannot write this output to standard output: it needs a file");
+    if (kind == OutputKind::seekable)
+      throw InputError("-", "", "cannot write this output to standard output: it needs a file");
     temp_path_ = target_ = path_;
     direct_ = true;
     return;
@@ -118,14 +119,13 @@ void AtomicFile::commit() {
     return;
   }
   if (std::rename(temp_path_.c_str(), target_.c_str()) != 0)
-    throw InputError(path_, "", std::string("cannot write: rename of the finished temporary file failed: ") + std::strerror(errno));
+    throw InputError(
+        path_, "", std::string("cannot write: rename of the finished temporary file failed: ") + std::strerror(errno));
   committed_ = true;
   drop_pending(temp_path_);
 }
 
-void check_output_path(const std::string& path, OutputKind kind) {
-  AtomicFile probe(path, kind);
-}
+void check_output_path(const std::string& path, OutputKind kind) { AtomicFile probe(path, kind); }
 
 void check_distinct_paths(const std::vector<std::string>& inputs, const std::vector<std::string>& outputs) {
   struct Seen {
@@ -155,8 +155,9 @@ void check_distinct_paths(const std::vector<std::string>& inputs, const std::vec
     if (stream) continue;
     for (const auto& [other_id, other] : seen)
       if (other_id == id)
-        throw InputError(output, "", other.input ? "is an input of this run (" + other.path + "); refusing to overwrite it"
-                                                 : "is given twice as an output (also as " + other.path + ")");
+        throw InputError(output, "",
+                         other.input ? "is an input of this run (" + other.path + "); refusing to overwrite it"
+                                     : "is given twice as an output (also as " + other.path + ")");
     seen.push_back({id, {output, false}});
   }
 }

@@ -24,9 +24,9 @@ PackedAttentionSource::PackedAttentionSource(int64_t n_tokens, std::vector<std::
     : n_tokens_(n_tokens), packed_(std::move(packed_per_head)) {
   for (const auto& head : packed_)
     if (static_cast<int64_t>(head.size()) != packed_length(n_tokens_))
-      throw InputError("", "attn", "packed rows of a head must hold n(n+1)/2 = " +
-                                       std::to_string(packed_length(n_tokens_)) + " values, got " +
-                                       std::to_string(head.size()));
+      throw InputError("", "attn",
+                       "packed rows of a head must hold n(n+1)/2 = " + std::to_string(packed_length(n_tokens_)) +
+                           " values, got " + std::to_string(head.size()));
 }
 
 void PackedAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) {
@@ -139,7 +139,8 @@ void causal_softmax_row(float* row, int64_t t, const SoftmaxOptions& options) {
     store(begin + i, exp_nonpositive(load(begin + i) - max));
     add(begin + i);
   }
-  const Floats tail_exp = exp_nonpositive(load(tail) - max) * (load(tail) > splat(-INFINITY) ? splat(1.0f) : splat(0.0f));
+  const Floats tail_exp =
+      exp_nonpositive(load(tail) - max) * (load(tail) > splat(-INFINITY) ? splat(1.0f) : splat(0.0f));
   store(tail, tail_exp);
   add(tail);
   std::copy(tail, tail + (n - full), begin + full);
@@ -165,8 +166,9 @@ void QKAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) {
   const int64_t width = first + count;
   block.reshape(first, count, width, n_heads());
   for (int h = 0; h < n_heads(); ++h) {
-    qk_logits(queries_[static_cast<size_t>(h)].data(), keys_[static_cast<size_t>(key_of_[static_cast<size_t>(h)])].data(),
-              head_dim_, first, count, options_.scale, block.row(h, first), block.stride);
+    qk_logits(queries_[static_cast<size_t>(h)].data(),
+              keys_[static_cast<size_t>(key_of_[static_cast<size_t>(h)])].data(), head_dim_, first, count,
+              options_.scale, block.row(h, first), block.stride);
     for (int64_t t = first; t < width; ++t) causal_softmax_row(block.row(h, t), t, options_);
   }
 }
@@ -177,14 +179,14 @@ namespace {
 class StoredAttentionSource final : public AttentionSource {
  public:
   StoredAttentionSource(const TraceReader& reader, int seq, int layer, std::vector<int> heads)
-      : reader_(reader), seq_(seq), layer_(layer), heads_(std::move(heads)),
-        n_tokens_(reader.sequence(seq).n_tokens) {}
+      : reader_(reader), seq_(seq), layer_(layer), heads_(std::move(heads)), n_tokens_(reader.sequence(seq).n_tokens) {}
   int64_t n_tokens() const override { return n_tokens_; }
   int n_heads() const override { return static_cast<int>(heads_.size()); }
   void rows(int64_t first, int64_t count, RowBlock& block) override {
     block.reshape(first, count, first + count, n_heads());
     for (int h = 0; h < n_heads(); ++h) {
-      const std::vector<float> packed = reader_.read_attn_rows(seq_, layer_, heads_[static_cast<size_t>(h)], first, count);
+      const std::vector<float> packed =
+          reader_.read_attn_rows(seq_, layer_, heads_[static_cast<size_t>(h)], first, count);
       const float* src = packed.data();
       for (int64_t t = first; t < first + count; ++t) {
         std::copy(src, src + t + 1, block.row(h, t));
@@ -227,8 +229,8 @@ void check_scores_finite(const TraceReader& reader, int seq, int layer, int head
       if (!(std::abs(score) < kOverflow)) {
         char value[32];
         std::snprintf(value, sizeof value, "%.3g", score);
-        reader.fail(layer_path(seq, layer), "head " + std::to_string(head) + ": the score of step " + std::to_string(t) +
-                                                " at position " + std::to_string(s) +
+        reader.fail(layer_path(seq, layer), "head " + std::to_string(head) + ": the score of step " +
+                                                std::to_string(t) + " at position " + std::to_string(s) +
                                                 " overflows float32 (attn_scale * q.k = " + value +
                                                 "); its attention row would be NaN");
       }
@@ -245,11 +247,11 @@ std::unique_ptr<AttentionSource> open_attention_source(const TraceReader& reader
                                               std::to_string(meta.n_heads) + ")");
   const bool use_attn = from == RowsFrom::attn || (from == RowsFrom::automatic && form.has_attn);
   if (use_attn) {
-    if (!form.has_attn) reader.fail(tensor_path(seq, layer, Tensor::attn), "missing dataset (rows from attn requested)");
+    if (!form.has_attn)
+      reader.fail(tensor_path(seq, layer, Tensor::attn), "missing dataset (rows from attn requested)");
     return std::make_unique<StoredAttentionSource>(reader, seq, layer, std::vector<int>(heads.begin(), heads.end()));
   }
-  if (!form.has_qk())
-    reader.fail(layer_path(seq, layer), "cannot recompute attention: the layer has no q and k");
+  if (!form.has_qk()) reader.fail(layer_path(seq, layer), "cannot recompute attention: the layer has no q and k");
   std::vector<std::vector<float>> queries, keys;
   std::vector<int> kv_heads, key_of;
   for (int head : heads) {

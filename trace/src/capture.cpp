@@ -77,10 +77,11 @@ std::vector<int> decode_greedy(const Llama2Model& model, std::vector<int> prompt
   const int seq_len = model.config().seq_len;
   if (prompt_ids.empty()) throw std::invalid_argument("decode_greedy: empty prompt");
   if (static_cast<int>(prompt_ids.size()) > seq_len)
-    throw InputError("", "", "prompt has " + std::to_string(prompt_ids.size()) +
-                                 " tokens, more than the model's seq_len " + std::to_string(seq_len));
-  const size_t limit = static_cast<size_t>(std::max<std::ptrdiff_t>(
-      std::min(total_tokens, seq_len), static_cast<std::ptrdiff_t>(prompt_ids.size())));
+    throw InputError("", "",
+                     "prompt has " + std::to_string(prompt_ids.size()) + " tokens, more than the model's seq_len " +
+                         std::to_string(seq_len));
+  const size_t limit = static_cast<size_t>(
+      std::max<std::ptrdiff_t>(std::min(total_tokens, seq_len), static_cast<std::ptrdiff_t>(prompt_ids.size())));
   Llama2Session session(model);
   std::vector<int> tokens = std::move(prompt_ids);
   tokens.reserve(limit);
@@ -88,7 +89,7 @@ std::vector<int> decode_greedy(const Llama2Model& model, std::vector<int> prompt
     const std::span<const float> logits = session.forward(tokens[pos], hook);
     if (pos + 1 < tokens.size()) continue;  // still in the prompt
     if (tokens.size() >= limit) break;
-    tokens.push_back(argmax(logits));       // a BOS is fed too: the model starts a new story
+    tokens.push_back(argmax(logits));  // a BOS is fed too: the model starts a new story
   }
   return tokens;
 }
@@ -115,21 +116,23 @@ CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, 
   const Llama2Config& config = model.config();
   if (prompts.empty()) throw InputError("", "", "no prompts to capture");
   if (options.n_tokens < 1 || options.n_tokens > config.seq_len)
-    throw InputError("", "", "tokens per sequence must be in 1.." + std::to_string(config.seq_len) +
-                                 " (the model's seq_len), not " + std::to_string(options.n_tokens));
+    throw InputError("", "",
+                     "tokens per sequence must be in 1.." + std::to_string(config.seq_len) +
+                         " (the model's seq_len), not " + std::to_string(options.n_tokens));
   if (tokenizer.vocab_size() < config.vocab_size)
-    throw InputError("", "", "the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
-                                 " tokens, fewer than the model's vocabulary of " +
-                                 std::to_string(config.vocab_size));
+    throw InputError("", "",
+                     "the tokenizer has " + std::to_string(tokenizer.vocab_size()) +
+                         " tokens, fewer than the model's vocabulary of " + std::to_string(config.vocab_size));
 
   // Encode every prompt first, so a bad one fails before any work is done.
   std::vector<std::vector<int>> encoded;
   for (size_t i = 0; i < prompts.size(); ++i) {
     encoded.push_back(tokenizer.encode(prompts[i]));
     if (static_cast<int>(encoded.back().size()) > options.n_tokens)
-      throw InputError("", "", "prompt " + std::to_string(i + 1) + " has " + std::to_string(encoded.back().size()) +
-                                   " tokens (BOS included), more than the " + std::to_string(options.n_tokens) +
-                                   " tokens per sequence");
+      throw InputError("", "",
+                       "prompt " + std::to_string(i + 1) + " has " + std::to_string(encoded.back().size()) +
+                           " tokens (BOS included), more than the " + std::to_string(options.n_tokens) +
+                           " tokens per sequence");
   }
 
   TraceMeta meta;
@@ -157,8 +160,8 @@ CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, 
     captured.tokens = decode_greedy(model, std::move(encoded[i]), options.n_tokens, options.continue_after_eos, &hook);
     if (hook.positions() != static_cast<int>(captured.tokens.size()))
       throw std::logic_error("capture: recorded positions differ from the tokens");
-    captured.stories_ended = static_cast<int>(std::count(captured.tokens.begin() + captured.prompt_len,
-                                                         captured.tokens.end(), Tokenizer::kBos));
+    captured.stories_ended = static_cast<int>(
+        std::count(captured.tokens.begin() + captured.prompt_len, captured.tokens.end(), Tokenizer::kBos));
 
     const std::vector<int32_t> ids(captured.tokens.begin(), captured.tokens.end());
     std::vector<std::string> text;
@@ -171,7 +174,8 @@ CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, 
     contents.attn = options.write_attn;
     for (int layer = 0; layer < config.n_layers; ++layer) {
       writer.add_layer(seq, layer, contents);
-      for (int h = 0; h < config.n_heads; ++h) writer.write_head(seq, layer, Tensor::q, h, hook.head(Tensor::q, layer, h));
+      for (int h = 0; h < config.n_heads; ++h)
+        writer.write_head(seq, layer, Tensor::q, h, hook.head(Tensor::q, layer, h));
       for (int h = 0; h < config.n_kv_heads; ++h) {
         writer.write_head(seq, layer, Tensor::k, h, hook.head(Tensor::k, layer, h));
         if (contents.v) writer.write_head(seq, layer, Tensor::v, h, hook.head(Tensor::v, layer, h));

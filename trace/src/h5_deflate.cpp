@@ -45,19 +45,22 @@ void check_chunks_inflate(const H5::DataSet& dataset, std::span<const hsize_t> s
   bool deflate = false;
   size_t extra = 0;  // fletcher32 appends a 4-byte checksum before later filters
   std::vector<hsize_t> chunk(start.size());
-  const bool chunked = H5Pget_layout(plist) == H5D_CHUNKED &&
-                       H5Pget_chunk(plist, static_cast<int>(chunk.size()), chunk.data()) == static_cast<int>(chunk.size());
+  const bool chunked =
+      H5Pget_layout(plist) == H5D_CHUNKED &&
+      H5Pget_chunk(plist, static_cast<int>(chunk.size()), chunk.data()) == static_cast<int>(chunk.size());
   for (int f = 0, n = chunked ? H5Pget_nfilters(plist) : 0; f < n; ++f) {
     unsigned flags = 0, config = 0;
     size_t values = 0;
-    const H5Z_filter_t filter = H5Pget_filter2(plist, static_cast<unsigned>(f), &flags, &values, nullptr, 0, nullptr, &config);
+    const H5Z_filter_t filter =
+        H5Pget_filter2(plist, static_cast<unsigned>(f), &flags, &values, nullptr, 0, nullptr, &config);
     deflate = deflate || filter == H5Z_FILTER_DEFLATE;
     if (filter == H5Z_FILTER_FLETCHER32) extra += 4;
   }
   H5Pclose(plist);
   if (!deflate) return;
   const hid_t type = H5Dget_type(id);
-  size_t limit = type >= 0 ? std::max<size_t>(H5Tget_size(type), 16) : 16;  // a vlen element is a 16-byte reference on disk
+  size_t limit =
+      type >= 0 ? std::max<size_t>(H5Tget_size(type), 16) : 16;  // a vlen element is a 16-byte reference on disk
   if (type >= 0) H5Tclose(type);
   for (hsize_t c : chunk) limit *= static_cast<size_t>(c);
   limit += extra;
@@ -75,7 +78,8 @@ void check_chunks_inflate(const H5::DataSet& dataset, std::span<const hsize_t> s
     hsize_t stored = 0;
     if (H5Dget_chunk_storage_size(id, at.data(), &stored) >= 0 && stored > 0) {
       if (stored > compressBound(static_cast<uLong>(limit)) + 64) {
-        remember("deflate: a chunk is stored larger than a deflate stream of its declared size can be (a corrupt file)");
+        remember(
+            "deflate: a chunk is stored larger than a deflate stream of its declared size can be (a corrupt file)");
         throw H5::DataSetIException("check_chunks_inflate", "oversized chunk");
       }
       raw.resize(static_cast<size_t>(stored));
@@ -84,7 +88,8 @@ void check_chunks_inflate(const H5::DataSet& dataset, std::span<const hsize_t> s
         throw H5::DataSetIException("check_chunks_inflate", "H5Dread_chunk failed");
       const std::optional<size_t> size = inflated_size(raw, limit);
       if (size && *size > limit) {
-        remember("deflate: a chunk inflates past its declared size of " + std::to_string(limit) + " bytes (a corrupt or hostile file)");
+        remember("deflate: a chunk inflates past its declared size of " + std::to_string(limit) +
+                 " bytes (a corrupt or hostile file)");
         throw H5::DataSetIException("check_chunks_inflate", "chunk inflates past its size");
       }
     }

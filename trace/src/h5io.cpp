@@ -107,16 +107,17 @@ std::optional<DType> float_dtype(const H5::DataType& type) {
 const H5::DataType& mem_type(DType dtype) {
   static const H5::FloatType half = half_type();
   switch (dtype) {
-    case DType::f16: return half;
-    case DType::f32: return H5::PredType::NATIVE_FLOAT;
-    case DType::f64: return H5::PredType::NATIVE_DOUBLE;
+    case DType::f16:
+      return half;
+    case DType::f32:
+      return H5::PredType::NATIVE_FLOAT;
+    case DType::f64:
+      return H5::PredType::NATIVE_DOUBLE;
   }
   return H5::PredType::NATIVE_FLOAT;
 }
 
-bool has_attr(const H5::H5Object& object, const std::string& name) {
-  return object.attrExists(name);
-}
+bool has_attr(const H5::H5Object& object, const std::string& name) { return object.attrExists(name); }
 
 std::optional<std::string> string_attr(const H5::H5Object& object, const std::string& name) {
   if (!object.attrExists(name)) return std::nullopt;
@@ -137,7 +138,8 @@ std::optional<std::string> string_attr(const H5::H5Object& object, const std::st
     return value;
   }
   const size_t width = file_type.getSize();
-  if (width > kMaxAttributeBytes) throw std::runtime_error("is an absurdly long string (" + std::to_string(width) + " bytes)");
+  if (width > kMaxAttributeBytes)
+    throw std::runtime_error("is an absurdly long string (" + std::to_string(width) + " bytes)");
   H5::StrType mem(H5::PredType::C_S1, std::max<size_t>(width, 1));
   mem.setCset(file_type.getCset());
   mem.setStrpad(H5T_STR_NULLPAD);
@@ -160,8 +162,7 @@ std::optional<double> float_attr(const H5::H5Object& object, const std::string& 
   if (!object.attrExists(name)) return std::nullopt;
   H5::Attribute attr = object.openAttribute(name);
   const H5T_class_t type_class = attr.getDataType().getClass();
-  if (type_class != H5T_FLOAT && type_class != H5T_INTEGER)
-    throw std::runtime_error("is not a number");
+  if (type_class != H5T_FLOAT && type_class != H5T_INTEGER) throw std::runtime_error("is not a number");
   if (attr.getSpace().getSimpleExtentNpoints() != 1) throw std::runtime_error("is not a scalar");
   double value = 0;
   attr.read(H5::PredType::NATIVE_DOUBLE, &value);
@@ -176,14 +177,12 @@ void write_attr(H5::H5Object& object, const std::string& name, const std::string
 }
 
 void write_attr(H5::H5Object& object, const std::string& name, int64_t value) {
-  H5::Attribute attr =
-      object.createAttribute(name, H5::PredType::STD_I64LE, H5::DataSpace(H5S_SCALAR));
+  H5::Attribute attr = object.createAttribute(name, H5::PredType::STD_I64LE, H5::DataSpace(H5S_SCALAR));
   attr.write(H5::PredType::NATIVE_INT64, &value);
 }
 
 void write_attr(H5::H5Object& object, const std::string& name, double value) {
-  H5::Attribute attr =
-      object.createAttribute(name, H5::PredType::IEEE_F64LE, H5::DataSpace(H5S_SCALAR));
+  H5::Attribute attr = object.createAttribute(name, H5::PredType::IEEE_F64LE, H5::DataSpace(H5S_SCALAR));
   attr.write(H5::PredType::NATIVE_DOUBLE, &value);
 }
 
@@ -196,8 +195,7 @@ std::vector<hsize_t> dims(const H5::DataSet& dataset) {
 }
 
 namespace {
-H5::DataSpace select(const H5::DataSet& dataset, std::span<const hsize_t> start,
-                     std::span<const hsize_t> count) {
+H5::DataSpace select(const H5::DataSet& dataset, std::span<const hsize_t> start, std::span<const hsize_t> count) {
   H5::DataSpace space = dataset.getSpace();
   space.selectHyperslab(H5S_SELECT_SET, count.data(), start.data());
   return space;
@@ -217,17 +215,22 @@ bool read_one_chunk(const H5::DataSet& dataset, DType dtype, std::span<const hsi
   if (plist < 0) return false;
   bool shuffle = false, deflate = false, usable = H5Pget_layout(plist) == H5D_CHUNKED;
   std::vector<hsize_t> chunk(count.size());
-  usable = usable && H5Pget_chunk(plist, static_cast<int>(chunk.size()), chunk.data()) == static_cast<int>(count.size());
+  usable =
+      usable && H5Pget_chunk(plist, static_cast<int>(chunk.size()), chunk.data()) == static_cast<int>(count.size());
   for (size_t i = 0; usable && i < count.size(); ++i) usable = chunk[i] == count[i] && start[i] % chunk[i] == 0;
   const int filters = usable ? H5Pget_nfilters(plist) : -1;
   usable = usable && filters >= 0 && filters <= 2;
   for (int f = 0; usable && f < filters; ++f) {
     unsigned flags = 0, config = 0;
     size_t values = 0;
-    const H5Z_filter_t filter = H5Pget_filter2(plist, static_cast<unsigned>(f), &flags, &values, nullptr, 0, nullptr, &config);
-    if (filter == H5Z_FILTER_SHUFFLE && f == 0 && filters == 2) shuffle = true;
-    else if (filter == H5Z_FILTER_DEFLATE && f == filters - 1) deflate = true;
-    else usable = false;
+    const H5Z_filter_t filter =
+        H5Pget_filter2(plist, static_cast<unsigned>(f), &flags, &values, nullptr, 0, nullptr, &config);
+    if (filter == H5Z_FILTER_SHUFFLE && f == 0 && filters == 2)
+      shuffle = true;
+    else if (filter == H5Z_FILTER_DEFLATE && f == filters - 1)
+      deflate = true;
+    else
+      usable = false;
   }
   H5Pclose(plist);
   const hid_t type = usable ? H5Dget_type(id) : -1;
@@ -270,8 +273,7 @@ bool read_one_chunk(const H5::DataSet& dataset, DType dtype, std::span<const hsi
     const unsigned char* low = bytes.data();
     const unsigned char* high = shuffle ? bytes.data() + n : bytes.data() + 1;
     const size_t step = shuffle ? 1 : 2;
-    for (size_t i = 0; i < n; ++i)
-      out[i] = half_to_float(static_cast<uint16_t>(low[i * step] | high[i * step] << 8));
+    for (size_t i = 0; i < n; ++i) out[i] = half_to_float(static_cast<uint16_t>(low[i * step] | high[i * step] << 8));
   } else {
     for (size_t i = 0; i < n; ++i) {
       uint32_t bits = 0;
@@ -306,15 +308,14 @@ void read_floats(const H5::DataSet& dataset, DType dtype, std::span<const hsize_
     case DType::f64: {
       std::vector<double> raw(out.size());
       dataset.read(raw.data(), H5::PredType::NATIVE_DOUBLE, mem_space, file_space);
-      std::transform(raw.begin(), raw.end(), out.begin(),
-                     [](double x) { return static_cast<float>(x); });
+      std::transform(raw.begin(), raw.end(), out.begin(), [](double x) { return static_cast<float>(x); });
       return;
     }
   }
 }
 
-void write_floats(H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start,
-                  std::span<const hsize_t> count, std::span<const float> data) {
+void write_floats(H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start, std::span<const hsize_t> count,
+                  std::span<const float> data) {
   H5::DataSpace file_space = select(dataset, start, count);
   H5::DataSpace mem_space(static_cast<int>(count.size()), count.data());
   switch (dtype) {
@@ -365,11 +366,17 @@ std::string unsupported_filter(const H5::DataSet& dataset) {
     unsigned flags = 0, config = 0;
     size_t values = 0;
     char name[64] = {};
-    const H5Z_filter_t filter = H5Pget_filter2(plist, static_cast<unsigned>(f), &flags, &values, nullptr, sizeof name, name, &config);
+    const H5Z_filter_t filter =
+        H5Pget_filter2(plist, static_cast<unsigned>(f), &flags, &values, nullptr, sizeof name, name, &config);
     if (filter == H5Z_FILTER_DEFLATE || filter == H5Z_FILTER_SHUFFLE || filter == H5Z_FILTER_FLETCHER32) continue;
-    static const std::pair<H5Z_filter_t, const char*> kKnown[] = {
-        {H5Z_FILTER_SZIP, "szip"}, {H5Z_FILTER_NBIT, "nbit"}, {H5Z_FILTER_SCALEOFFSET, "scaleoffset"},
-        {32000, "lzf"}, {32001, "blosc"}, {32004, "lz4"}, {32008, "bitshuffle"}, {32015, "zstd"}};
+    static const std::pair<H5Z_filter_t, const char*> kKnown[] = {{H5Z_FILTER_SZIP, "szip"},
+                                                                  {H5Z_FILTER_NBIT, "nbit"},
+                                                                  {H5Z_FILTER_SCALEOFFSET, "scaleoffset"},
+                                                                  {32000, "lzf"},
+                                                                  {32001, "blosc"},
+                                                                  {32004, "lz4"},
+                                                                  {32008, "bitshuffle"},
+                                                                  {32015, "zstd"}};
     std::string label = filter < 0 ? "an unreadable filter" : "filter " + std::to_string(filter);
     for (const auto& [id, known] : kKnown)
       if (id == filter) label = std::string(known) + " (filter " + std::to_string(filter) + ")";
@@ -390,7 +397,8 @@ bool fully_written(const H5::DataSet& dataset) {
     hsize_t expected = 1, allocated = 0;
     for (size_t i = 0; i < shape.size(); ++i) expected *= (shape[i] + chunk[i] - 1) / chunk[i];
     const H5::DataSpace space = dataset.getSpace();
-    if (H5Dget_num_chunks(id, space.getId(), &allocated) < 0) throw H5::DataSetIException("fully_written", "H5Dget_num_chunks failed");
+    if (H5Dget_num_chunks(id, space.getId(), &allocated) < 0)
+      throw H5::DataSetIException("fully_written", "H5Dget_num_chunks failed");
     return allocated == expected;
   }
   H5D_space_status_t status{};

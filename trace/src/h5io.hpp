@@ -51,8 +51,8 @@ std::vector<hsize_t> dims(const H5::DataSet& dataset);
 void read_floats(const H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start,
                  std::span<const hsize_t> count, std::span<float> out);
 // Writes float32 data into the hyperslab, converting to the dataset's dtype.
-void write_floats(H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start,
-                  std::span<const hsize_t> count, std::span<const float> data);
+void write_floats(H5::DataSet& dataset, DType dtype, std::span<const hsize_t> start, std::span<const hsize_t> count,
+                  std::span<const float> data);
 
 // Names of a group's members that are decimal indices 0..n-1 without padding; nullopt with
 // `bad` set to the offending name otherwise, or to "" when there are more than max_members.

@@ -34,8 +34,8 @@ void validate(const Llama2Config& p, const std::string& path) {
   };
   auto in_range = [&](const char* name, int v, int hi) {
     if (v <= 0 || v > hi)
-      fail(std::string("header field ") + name + " = " + std::to_string(v) + " is outside [1, " +
-           std::to_string(hi) + "]");
+      fail(std::string("header field ") + name + " = " + std::to_string(v) + " is outside [1, " + std::to_string(hi) +
+           "]");
   };
   in_range("dim", p.dim, 1 << 16);
   in_range("hidden_dim", p.hidden_dim, 1 << 18);
@@ -45,25 +45,21 @@ void validate(const Llama2Config& p, const std::string& path) {
   in_range("vocab_size", p.vocab_size, 1 << 22);
   in_range("seq_len", p.seq_len, 1 << 20);
   if (p.dim % p.n_heads != 0)
-    fail("dim " + std::to_string(p.dim) + " is not a multiple of n_heads " +
-         std::to_string(p.n_heads));
+    fail("dim " + std::to_string(p.dim) + " is not a multiple of n_heads " + std::to_string(p.n_heads));
   if (p.n_heads % p.n_kv_heads != 0)
-    fail("n_heads " + std::to_string(p.n_heads) + " is not a multiple of n_kv_heads " +
-         std::to_string(p.n_kv_heads));
-  if (p.head_dim() % 2 != 0)
-    fail("head_dim " + std::to_string(p.head_dim()) + " is odd; RoPE needs pairs");
+    fail("n_heads " + std::to_string(p.n_heads) + " is not a multiple of n_kv_heads " + std::to_string(p.n_kv_heads));
+  if (p.head_dim() % 2 != 0) fail("head_dim " + std::to_string(p.head_dim()) + " is odd; RoPE needs pairs");
 }
 
 // Number of floats the header promises (all factors are bounded by validate()).
 std::int64_t expected_floats(const Llama2Config& p) {
-  const std::int64_t dim = p.dim, hidden = p.hidden_dim, layers = p.n_layers,
-                     kv_dim = p.kv_dim(), vocab = p.vocab_size;
-  const std::int64_t per_layer = dim                    // rms_att
-                                 + dim * dim            // wq
-                                 + 2 * kv_dim * dim     // wk, wv
-                                 + dim * dim            // wo
-                                 + dim                  // rms_ffn
-                                 + 3 * hidden * dim;    // w1, w2, w3
+  const std::int64_t dim = p.dim, hidden = p.hidden_dim, layers = p.n_layers, kv_dim = p.kv_dim(), vocab = p.vocab_size;
+  const std::int64_t per_layer = dim                        // rms_att
+                                 + dim * dim                // wq
+                                 + 2 * kv_dim * dim         // wk, wv
+                                 + dim * dim                // wo
+                                 + dim                      // rms_ffn
+                                 + 3 * hidden * dim;        // w1, w2, w3
   std::int64_t n = vocab * dim + layers * per_layer + dim;  // + rms_final
   n += 2 * (std::int64_t{p.seq_len} * p.head_dim() / 2);    // freq_cis_real, freq_cis_imag
   if (!p.shared_classifier) n += vocab * dim;               // wcls
@@ -80,8 +76,7 @@ Llama2Model Llama2Model::load(const std::string& path) {
   if (!in) throw InputError(path, "", "cannot open model checkpoint");
 
   std::int32_t header[7];
-  if (file_size < static_cast<std::uintmax_t>(kHeaderBytes) ||
-      !in.read(reinterpret_cast<char*>(header), sizeof header))
+  if (file_size < static_cast<std::uintmax_t>(kHeaderBytes) || !in.read(reinterpret_cast<char*>(header), sizeof header))
     throw InputError(path, "", "file too short for a llama2.c checkpoint header");
   if (header[0] == 0x616b3432)  // "ak42": llama2.c's version 1/2 exports
     throw InputError(path, "", "llama2.c version-1/2 export; only the legacy (version 0) format is supported");
@@ -102,20 +97,23 @@ Llama2Model Llama2Model::load(const std::string& path) {
   const std::int64_t n_floats = expected_floats(p);
   const std::int64_t want_bytes = kHeaderBytes + n_floats * 4;
   if (static_cast<std::int64_t>(file_size) != want_bytes)
-    throw InputError(path, "", "file has " + std::to_string(file_size) + " bytes but its header (dim " +
-                                   std::to_string(p.dim) + ", " + std::to_string(p.n_layers) +
-                                   " layers, vocab " + std::to_string(p.vocab_size) + ") needs " +
-                                   std::to_string(want_bytes));
+    throw InputError(path, "",
+                     "file has " + std::to_string(file_size) + " bytes but its header (dim " + std::to_string(p.dim) +
+                         ", " + std::to_string(p.n_layers) + " layers, vocab " + std::to_string(p.vocab_size) +
+                         ") needs " + std::to_string(want_bytes));
 
   m.data_.resize(static_cast<std::size_t>(n_floats));
   if (!in.read(reinterpret_cast<char*>(m.data_.data()), n_floats * 4))
     throw InputError(path, "", "could not read the weights");
 
   // Lay the weight pointers over the data, in llama2.c's memory_map_weights order.
-  const std::int64_t dim = p.dim, hidden = p.hidden_dim, layers = p.n_layers,
-                     kv_dim = p.kv_dim(), vocab = p.vocab_size;
+  const std::int64_t dim = p.dim, hidden = p.hidden_dim, layers = p.n_layers, kv_dim = p.kv_dim(), vocab = p.vocab_size;
   const float* ptr = m.data_.data();
-  auto take = [&ptr](std::int64_t n) { const float* at = ptr; ptr += n; return at; };
+  auto take = [&ptr](std::int64_t n) {
+    const float* at = ptr;
+    ptr += n;
+    return at;
+  };
   Weights& w = m.w_;
   w.token_embedding = take(vocab * dim);
   w.rms_att = take(layers * dim);
@@ -255,8 +253,9 @@ std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
     // RoPE on q and k.
     rope(q_.data(), p.n_heads, pos, m);
     rope(k, p.n_kv_heads, pos, m);
-    if (hook) hook->on_qkv(l, pos, {q_.data(), q_.size()}, {k, static_cast<std::size_t>(kv_dim)},
-                           {v, static_cast<std::size_t>(kv_dim)});
+    if (hook)
+      hook->on_qkv(l, pos, {q_.data(), q_.size()}, {k, static_cast<std::size_t>(kv_dim)},
+                   {v, static_cast<std::size_t>(kv_dim)});
 
     // Multi-head attention, each query head over its allowed positions.
     const bool full_rows = hook && hook->wants_full_rows(l);
@@ -278,8 +277,10 @@ std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
       }
       std::span<const int> positions;
       if (hook) positions = hook->allowed_positions(l, h, pos);
-      if (positions.empty()) positions = std::span<const int>(all_positions_).first(pos + 1);
-      else check_positions(positions, pos);
+      if (positions.empty())
+        positions = std::span<const int>(all_positions_).first(pos + 1);
+      else
+        check_positions(positions, pos);
       const int n = static_cast<int>(positions.size());
       float* att = att_.data();
       attend(positions, att);
@@ -330,13 +331,14 @@ int argmax(std::span<const float> values) {
   return best;
 }
 
-std::vector<int> generate_greedy(const Llama2Model& model, std::vector<int> prompt_ids,
-                                 int total_tokens, AttentionHook* hook) {
+std::vector<int> generate_greedy(const Llama2Model& model, std::vector<int> prompt_ids, int total_tokens,
+                                 AttentionHook* hook) {
   const int seq_len = model.config().seq_len;
   if (prompt_ids.empty()) throw std::invalid_argument("generate_greedy: empty prompt");
   if (static_cast<int>(prompt_ids.size()) > seq_len)
-    throw InputError("", "", "prompt has " + std::to_string(prompt_ids.size()) +
-                                 " tokens, more than the model's seq_len " + std::to_string(seq_len));
+    throw InputError("", "",
+                     "prompt has " + std::to_string(prompt_ids.size()) + " tokens, more than the model's seq_len " +
+                         std::to_string(seq_len));
   const std::size_t limit = static_cast<std::size_t>(
       std::max<std::ptrdiff_t>(std::min(total_tokens, seq_len), static_cast<std::ptrdiff_t>(prompt_ids.size())));
 

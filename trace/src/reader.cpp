@@ -54,7 +54,8 @@ H5::Group child_group(const TraceReader& reader, const H5::Group& parent, const 
 // the dataset's type and shape, whose messages say more.)
 void check_storage(const TraceReader& reader, const H5::DataSet& dataset, const std::string& path) {
   if (const std::string filter = h5::unsupported_filter(dataset); !filter.empty())
-    reader.fail(path, "is compressed with " + filter + ", which kvsim does not read (it reads gzip, shuffle, fletcher32)");
+    reader.fail(path,
+                "is compressed with " + filter + ", which kvsim does not read (it reads gzip, shuffle, fletcher32)");
   if (!h5::fully_written(dataset))
     reader.fail(path, "was never written in full: its missing chunks would read as fill values");
 }
@@ -75,7 +76,8 @@ TraceReader::TraceReader(const std::string& path) : path_(path), handle_(std::ma
   if (!std::filesystem::exists(path, ec)) fail("", "no such file");
   if (std::filesystem::is_directory(path, ec)) fail("", "is a directory, not a trace file");
   // A FIFO or device would block or never end: HDF5 reads a trace by seeking.
-  if (!std::filesystem::is_regular_file(path, ec)) fail("", "is not a regular file (a FIFO, device or socket); a trace is an HDF5 file");
+  if (!std::filesystem::is_regular_file(path, ec))
+    fail("", "is not a regular file (a FIFO, device or socket); a trace is an HDF5 file");
   {
     std::ifstream probe(path, std::ios::binary);
     if (!probe) fail("", "cannot open for reading (permission denied?)");
@@ -97,8 +99,10 @@ TraceReader::TraceReader(const std::string& path) : path_(path), handle_(std::ma
     std::ifstream in(path, std::ios::binary);
     std::vector<unsigned char> image(file_size_);
     in.read(reinterpret_cast<char*>(image.data()), static_cast<std::streamsize>(image.size()));
-    if (const auto at = h5::find_broken_global_heap(std::span<const unsigned char>(image.data(), static_cast<size_t>(in.gcount()))))
-      fail("", "corrupt HDF5 global heap (variable-length strings) at byte " + std::to_string(*at) + ": its objects do not fit it");
+    if (const auto at =
+            h5::find_broken_global_heap(std::span<const unsigned char>(image.data(), static_cast<size_t>(in.gcount()))))
+      fail("", "corrupt HDF5 global heap (variable-length strings) at byte " + std::to_string(*at) +
+                   ": its objects do not fit it");
   }
   try {
     handle_->file.openFile(path, H5F_ACC_RDONLY);
@@ -188,13 +192,12 @@ void TraceReader::load_root() {
     }
     if (!value) fail("/", std::string("missing attribute '") + name + "'");
     if (*value < lo || *value > hi)
-      fail("/", std::string("attribute '") + name + "' = " + std::to_string(*value) +
-                    " is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+      fail("/", std::string("attribute '") + name + "' = " + std::to_string(*value) + " is out of range [" +
+                    std::to_string(lo) + ", " + std::to_string(hi) + "]");
     return *value;
   };
 
-  if (!h5::has_attr(root, "format"))
-    fail("/", "missing attribute 'format': not a kvtrace file");
+  if (!h5::has_attr(root, "format")) fail("/", "missing attribute 'format': not a kvtrace file");
   const std::string format = str("format");
   if (format != kFormatName)
     fail("/", "attribute 'format' is '" + format + "', expected 'kvtrace': not a kvtrace file");
@@ -207,8 +210,8 @@ void TraceReader::load_root() {
     }
     if (!version) fail("/", "missing attribute 'version'");
     if (*version != kSchemaVersion)
-      fail("/", "unsupported schema version " + std::to_string(*version) +
-                    " (this kvsim reads version " + std::to_string(kSchemaVersion) + ")");
+      fail("/", "unsupported schema version " + std::to_string(*version) + " (this kvsim reads version " +
+                    std::to_string(kSchemaVersion) + ")");
     meta_.version = static_cast<int>(*version);
   }
   meta_.model = str("model");
@@ -236,7 +239,8 @@ void TraceReader::load_root() {
   handle_->seqs.emplace(child_group(*this, root, "seqs", "/seqs"));
   std::string bad;
   std::optional<int> n = h5::count_indexed_members(*handle_->seqs, Limits::max_sequences, bad);
-  if (!n && bad.empty()) fail("/seqs", "absurd number of sequences (more than " + std::to_string(Limits::max_sequences) + ")");
+  if (!n && bad.empty())
+    fail("/seqs", "absurd number of sequences (more than " + std::to_string(Limits::max_sequences) + ")");
   if (!n) fail("/seqs", "member '" + bad + "' is not a sequence index (expected 0, 1, ... without gaps)");
   if (*n == 0) fail("/seqs", "the trace holds no sequences");
   sequences_.resize(static_cast<size_t>(*n));
@@ -275,7 +279,8 @@ void TraceReader::load_sequence(int seq) {
     if (tokens.getDataType().getClass() != H5T_INTEGER) fail(tokens_path, "is not an integer dataset");
     const auto shape = h5::dims(tokens);
     if (shape.size() != 1 || static_cast<int64_t>(shape[0]) != meta.n_tokens)
-      fail(tokens_path, "shape " + shape_string(shape) + ", expected [" + std::to_string(meta.n_tokens) + "] (n_tokens)");
+      fail(tokens_path,
+           "shape " + shape_string(shape) + ", expected [" + std::to_string(meta.n_tokens) + "] (n_tokens)");
   }
   if (group.nameExists("token_text")) {
     const std::string text_path = path + "/token_text";
@@ -301,8 +306,8 @@ void TraceReader::load_sequence(int seq) {
     fail(layers_path, "holds more layers than the root's n_layers = " + std::to_string(meta_.n_layers));
   if (!n) fail(layers_path, "member '" + bad + "' is not a layer index (expected 0, 1, ... without gaps)");
   if (*n != meta_.n_layers)
-    fail(layers_path, "holds " + std::to_string(*n) + " layers but the root says n_layers = " +
-                          std::to_string(meta_.n_layers));
+    fail(layers_path,
+         "holds " + std::to_string(*n) + " layers but the root says n_layers = " + std::to_string(meta_.n_layers));
   meta.layers.resize(static_cast<size_t>(*n));
   for (int l = 0; l < *n; ++l) meta.layers[static_cast<size_t>(l)] = load_layer(layers, seq, l, meta.n_tokens);
   check_storage(*this, group.openDataSet("tokens"), tokens_path);
@@ -322,8 +327,7 @@ LayerForm TraceReader::load_layer(const H5::Group& layers, int seq, int layer, i
     std::optional<DType> type = h5::float_dtype(dataset.getDataType());
     if (!type) fail(dataset_path, "is not a float16/float32 dataset");
     const auto shape = h5::dims(dataset);
-    if (shape != expected)
-      fail(dataset_path, "shape " + shape_string(shape) + ", expected " + shape_string(expected));
+    if (shape != expected) fail(dataset_path, "shape " + shape_string(shape) + ", expected " + shape_string(expected));
     if (!h5::chunks_within_shape(dataset)) fail(dataset_path, "chunks larger than the dataset's shape");
     check_storage(*this, dataset, dataset_path);
     present = true;
@@ -334,8 +338,8 @@ LayerForm TraceReader::load_layer(const H5::Group& layers, int seq, int layer, i
   const auto heads = static_cast<hsize_t>(meta_.n_heads);
   const auto kv_heads = static_cast<hsize_t>(meta_.n_kv_heads);
   if (group.nameExists("attn") && n_tokens > Limits::max_attn_tokens)
-    fail(path + "/attn", "absurd size: packed attention for " + std::to_string(n_tokens) +
-                             " tokens (at most " + std::to_string(Limits::max_attn_tokens) + ")");
+    fail(path + "/attn", "absurd size: packed attention for " + std::to_string(n_tokens) + " tokens (at most " +
+                             std::to_string(Limits::max_attn_tokens) + ")");
   check(Tensor::q, {heads, n, d}, form.has_q, form.q_dtype);
   check(Tensor::k, {kv_heads, n, d}, form.has_k, form.k_dtype);
   check(Tensor::v, {kv_heads, n, d}, form.has_v, form.v_dtype);
@@ -368,16 +372,15 @@ LayerForm TraceReader::load_layer(const H5::Group& layers, int seq, int layer, i
 
 const SequenceMeta& TraceReader::sequence(int seq) const {
   if (seq < 0 || seq >= n_sequences())
-    fail("", "sequence " + std::to_string(seq) + " out of range (the trace has " +
-                 std::to_string(n_sequences()) + ")");
+    fail("", "sequence " + std::to_string(seq) + " out of range (the trace has " + std::to_string(n_sequences()) + ")");
   return sequences_[static_cast<size_t>(seq)];
 }
 
 void TraceReader::check_index(int seq, int layer) const {
   sequence(seq);
   if (layer < 0 || layer >= meta_.n_layers)
-    fail(seq_path(seq), "layer " + std::to_string(layer) + " out of range (the trace has " +
-                            std::to_string(meta_.n_layers) + ")");
+    fail(seq_path(seq),
+         "layer " + std::to_string(layer) + " out of range (the trace has " + std::to_string(meta_.n_layers) + ")");
 }
 
 const LayerForm& TraceReader::layer(int seq, int layer) const {
@@ -462,27 +465,25 @@ std::vector<float> TraceReader::read_head(int seq, int layer, Tensor tensor, int
     h5::read_floats(dataset, form.dtype(tensor), start, count, out);
     check_unchanged();
   } catch (const H5::Exception&) {
-    fail(path, "cannot read head " + std::to_string(head) + ", file truncated or corrupt (" +
-                   h5::error_detail() + ")");
+    fail(path, "cannot read head " + std::to_string(head) + ", file truncated or corrupt (" + h5::error_detail() + ")");
   }
   for (size_t i = 0; i < out.size(); ++i) {
     if (!std::isfinite(out[i]))
-      fail(path, std::string(std::isnan(out[i]) ? "NaN" : "Inf") + " at head " + std::to_string(head) +
-                     ", token " + std::to_string(i / d) + ", dim " + std::to_string(i % d));
+      fail(path, std::string(std::isnan(out[i]) ? "NaN" : "Inf") + " at head " + std::to_string(head) + ", token " +
+                     std::to_string(i / d) + ", dim " + std::to_string(i % d));
   }
   return out;
 }
 
-std::vector<float> TraceReader::read_attn_rows(int seq, int layer, int head, int64_t first_row,
-                                               int64_t n_rows) const {
+std::vector<float> TraceReader::read_attn_rows(int seq, int layer, int head, int64_t first_row, int64_t n_rows) const {
   const LayerForm& form = this->layer(seq, layer);
   const std::string path = tensor_path(seq, layer, Tensor::attn);
   if (!form.has_attn) fail(path, "missing dataset");
   const int64_t n = sequences_[static_cast<size_t>(seq)].n_tokens;
   if (head < 0 || head >= meta_.n_heads)
-    fail(path, "head " + std::to_string(head) + " out of range (the dataset has " + std::to_string(meta_.n_heads) + ")");
-  if (first_row < 0 || n_rows < 0 || first_row + n_rows > n)
-    fail(path, "rows out of range");
+    fail(path,
+         "head " + std::to_string(head) + " out of range (the dataset has " + std::to_string(meta_.n_heads) + ")");
+  if (first_row < 0 || n_rows < 0 || first_row + n_rows > n) fail(path, "rows out of range");
   const int64_t begin = packed_row_offset(first_row);
   const int64_t end = packed_row_offset(first_row + n_rows);
   std::vector<float> out(static_cast<size_t>(end - begin));
@@ -494,8 +495,7 @@ std::vector<float> TraceReader::read_attn_rows(int seq, int layer, int head, int
     h5::read_floats(dataset, form.attn_dtype, start, count, out);
     check_unchanged();
   } catch (const H5::Exception&) {
-    fail(path, "cannot read head " + std::to_string(head) + ", file truncated or corrupt (" +
-                   h5::error_detail() + ")");
+    fail(path, "cannot read head " + std::to_string(head) + ", file truncated or corrupt (" + h5::error_detail() + ")");
   }
   float* row = out.data();
   for (int64_t t = first_row; t < first_row + n_rows; ++t) {
@@ -503,16 +503,16 @@ std::vector<float> TraceReader::read_attn_rows(int seq, int layer, int head, int
     for (int64_t i = 0; i <= t; ++i) {
       const float p = row[i];
       if (!std::isfinite(p))
-        fail(path, std::string(std::isnan(p) ? "NaN" : "Inf") + " at head " + std::to_string(head) +
-                       ", row " + std::to_string(t) + ", position " + std::to_string(i));
+        fail(path, std::string(std::isnan(p) ? "NaN" : "Inf") + " at head " + std::to_string(head) + ", row " +
+                       std::to_string(t) + ", position " + std::to_string(i));
       if (p < 0)
-        fail(path, "negative probability " + std::to_string(p) + " at head " + std::to_string(head) +
-                       ", row " + std::to_string(t) + ", position " + std::to_string(i));
+        fail(path, "negative probability " + std::to_string(p) + " at head " + std::to_string(head) + ", row " +
+                       std::to_string(t) + ", position " + std::to_string(i));
       sum += p;
     }
     if (std::abs(sum - 1.0) > kRowSumTolerance)
-      fail(path, "row " + std::to_string(t) + " of head " + std::to_string(head) + " sums to " +
-                     std::to_string(sum) + " (expected 1 within 1e-3)");
+      fail(path, "row " + std::to_string(t) + " of head " + std::to_string(head) + " sums to " + std::to_string(sum) +
+                     " (expected 1 within 1e-3)");
     for (int64_t i = 0; i <= t; ++i) row[i] = static_cast<float>(row[i] / sum);
     row += t + 1;
   }

@@ -4,48 +4,66 @@ namespace kvtrace {
 
 const char* dtype_name(DType dtype) {
   switch (dtype) {
-    case DType::f16: return "float16";
-    case DType::f32: return "float32";
-    case DType::f64: return "float64";
+    case DType::f16:
+      return "float16";
+    case DType::f32:
+      return "float32";
+    case DType::f64:
+      return "float64";
   }
   return "?";
 }
 
 int dtype_bytes(DType dtype) {
   switch (dtype) {
-    case DType::f16: return 2;
-    case DType::f32: return 4;
-    case DType::f64: return 8;
+    case DType::f16:
+      return 2;
+    case DType::f32:
+      return 4;
+    case DType::f64:
+      return 8;
   }
   return 0;
 }
 
 const char* tensor_name(Tensor tensor) {
   switch (tensor) {
-    case Tensor::q: return "q";
-    case Tensor::k: return "k";
-    case Tensor::v: return "v";
-    case Tensor::attn: return "attn";
+    case Tensor::q:
+      return "q";
+    case Tensor::k:
+      return "k";
+    case Tensor::v:
+      return "v";
+    case Tensor::attn:
+      return "attn";
   }
   return "?";
 }
 
 bool LayerForm::has(Tensor tensor) const {
   switch (tensor) {
-    case Tensor::q: return has_q;
-    case Tensor::k: return has_k;
-    case Tensor::v: return has_v;
-    case Tensor::attn: return has_attn;
+    case Tensor::q:
+      return has_q;
+    case Tensor::k:
+      return has_k;
+    case Tensor::v:
+      return has_v;
+    case Tensor::attn:
+      return has_attn;
   }
   return false;
 }
 
 DType LayerForm::dtype(Tensor tensor) const {
   switch (tensor) {
-    case Tensor::q: return q_dtype;
-    case Tensor::k: return k_dtype;
-    case Tensor::v: return v_dtype;
-    case Tensor::attn: return attn_dtype;
+    case Tensor::q:
+      return q_dtype;
+    case Tensor::k:
+      return k_dtype;
+    case Tensor::v:
+      return v_dtype;
+    case Tensor::attn:
+      return attn_dtype;
   }
   return DType::f32;
 }
@@ -63,9 +81,7 @@ std::string LayerForm::describe() const {
 }
 
 std::string seq_path(int seq) { return "/seqs/" + std::to_string(seq); }
-std::string layer_path(int seq, int layer) {
-  return seq_path(seq) + "/layers/" + std::to_string(layer);
-}
+std::string layer_path(int seq, int layer) { return seq_path(seq) + "/layers/" + std::to_string(layer); }
 std::string tensor_path(int seq, int layer, Tensor tensor) {
   return layer_path(seq, layer) + "/" + tensor_name(tensor);
 }

@@ -49,12 +49,12 @@ uint64_t stream_seed(uint64_t seed, uint64_t a, uint64_t b = 0, uint64_t c = 0, 
 
 enum Stream : uint64_t { kSequence = 1, kKvHead = 2, kQueryHead = 3, kValues = 4, kTokens = 5 };
 
-const char* const kWords[] = {"the", "a", "little", "girl", "boy", "dog", "cat", "sun", "sea", "tree",
-                              "ran", "saw", "was", "happy", "big", "red", "home", "play", "said", "and",
-                              "to", "with", "her", "his", "they", "friend", "park", "ball", "day", "time",
-                              "went", "found", "bird", "sky", "water", "mom", "dad", "named", "loved", "very",
-                              ".", ",", "!", "?", "\"", "of", "in", "on", "one", "small",
-                              "blue", "green", "fish", "box", "cake", "car", "book", "door", "tall", "sad"};
+const char* const kWords[] = {"the",  "a",     "little", "girl",  "boy",   "dog",    "cat",  "sun",   "sea",   "tree",
+                              "ran",  "saw",   "was",    "happy", "big",   "red",    "home", "play",  "said",  "and",
+                              "to",   "with",  "her",    "his",   "they",  "friend", "park", "ball",  "day",   "time",
+                              "went", "found", "bird",   "sky",   "water", "mom",    "dad",  "named", "loved", "very",
+                              ".",    ",",     "!",      "?",     "\"",    "of",     "in",   "on",    "one",   "small",
+                              "blue", "green", "fish",   "box",   "cake",  "car",    "book", "door",  "tall",  "sad"};
 constexpr int kWordCount = sizeof(kWords) / sizeof(kWords[0]);
 
 // Per-sequence choices shared by every layer: the heavy-hitter candidates.
@@ -84,7 +84,7 @@ struct HeadLayout {
 double pair_frequency(int p) { return 1.2 * std::pow(0.55, p); }
 
 struct KvHeadData {
-  std::vector<float> keys;    // [n * d], already permuted
+  std::vector<float> keys;  // [n * d], already permuted
   std::vector<int> permutation;
   std::vector<float> signs;
 };
@@ -99,8 +99,8 @@ KvHeadData make_keys(const SynthOptions& options, const SequencePlan& plan, int 
   KvHeadData out;
   out.permutation.resize(static_cast<size_t>(d));
   std::iota(out.permutation.begin(), out.permutation.end(), 0);
-  for (int i = d - 1; i > 0; --i) std::swap(out.permutation[static_cast<size_t>(i)],
-                                            out.permutation[rng.next() % static_cast<uint64_t>(i + 1)]);
+  for (int i = d - 1; i > 0; --i)
+    std::swap(out.permutation[static_cast<size_t>(i)], out.permutation[rng.next() % static_cast<uint64_t>(i + 1)]);
   out.signs.resize(static_cast<size_t>(d));
   for (auto& sign : out.signs) sign = (rng.next() & 1) ? 1.0f : -1.0f;
 
@@ -178,11 +178,14 @@ void round_to_dtype(std::vector<float>& data, DType dtype) {
 
 void check_options(const std::string& path, const SynthOptions& o) {
   auto bad = [&](const std::string& what) { throw InputError(path, "", "synth: " + what); };
-  if (o.n_layers < 1 || o.n_layers > Limits::max_layers) bad("layers must be in 1.." + std::to_string(Limits::max_layers));
+  if (o.n_layers < 1 || o.n_layers > Limits::max_layers)
+    bad("layers must be in 1.." + std::to_string(Limits::max_layers));
   if (o.n_heads < 1 || o.n_heads > Limits::max_heads) bad("heads must be in 1.." + std::to_string(Limits::max_heads));
   if (o.n_kv_heads < 1 || o.n_heads % o.n_kv_heads != 0) bad("kv heads must divide heads");
-  if (o.head_dim < 4 || o.head_dim > Limits::max_head_dim) bad("head_dim must be in 4.." + std::to_string(Limits::max_head_dim));
-  if (o.n_tokens < 1 || o.n_tokens > Limits::max_tokens) bad("tokens must be in 1.." + std::to_string(Limits::max_tokens));
+  if (o.head_dim < 4 || o.head_dim > Limits::max_head_dim)
+    bad("head_dim must be in 4.." + std::to_string(Limits::max_head_dim));
+  if (o.n_tokens < 1 || o.n_tokens > Limits::max_tokens)
+    bad("tokens must be in 1.." + std::to_string(Limits::max_tokens));
   if (o.n_tokens * o.head_dim > Limits::max_head_elements) bad("tokens * head_dim too large");
   if (o.write_attn && o.n_tokens > Limits::max_attn_tokens) bad("too many tokens for the attn form");
   if (o.n_sequences < 1 || o.n_sequences > Limits::max_sequences)
@@ -192,7 +195,8 @@ void check_options(const std::string& path, const SynthOptions& o) {
   const double element = o.dtype == DType::f16 ? 2 : o.dtype == DType::f32 ? 4 : 8;
   const double per_layer = static_cast<double>(o.n_tokens) * o.head_dim * element *
                                ((o.write_qk ? o.n_heads + o.n_kv_heads : 0) + (o.write_v ? o.n_kv_heads : 0)) +
-                           (o.write_attn ? static_cast<double>(packed_length(o.n_tokens)) * o.n_heads * element : 0) + 8192;
+                           (o.write_attn ? static_cast<double>(packed_length(o.n_tokens)) * o.n_heads * element : 0) +
+                           8192;
   const double estimate = static_cast<double>(o.n_sequences) * (o.n_layers * per_layer + 8.0 * o.n_tokens + 8192);
   std::error_code ec;
   const std::filesystem::path dir = std::filesystem::absolute(path).parent_path();
@@ -236,8 +240,8 @@ void write_synthetic_trace(const std::string& path, const SynthOptions& options,
     writer.add_sequence(prompt_len, tokens, text);
     const SequencePlan plan = plan_sequence(options, seq);
     for (int layer = 0; layer < options.n_layers; ++layer) {
-      writer.add_layer(seq, layer, LayerContents{options.write_qk, options.write_qk, options.write_v,
-                                                 options.write_attn, 0, 0.0});
+      writer.add_layer(seq, layer,
+                       LayerContents{options.write_qk, options.write_qk, options.write_v, options.write_attn, 0, 0.0});
       std::vector<KvHeadData> kv_heads;
       for (int kv = 0; kv < options.n_kv_heads; ++kv) {
         kv_heads.push_back(make_keys(options, plan, seq, layer, kv, root_inverse_scale));
@@ -247,8 +251,8 @@ void write_synthetic_trace(const std::string& path, const SynthOptions& options,
       }
       for (int head = 0; head < options.n_heads; ++head) {
         const int kv = head / (options.n_heads / options.n_kv_heads);
-        std::vector<float> queries = make_queries(options, kv_heads[static_cast<size_t>(kv)], seq, layer, head,
-                                                  root_inverse_scale);
+        std::vector<float> queries =
+            make_queries(options, kv_heads[static_cast<size_t>(kv)], seq, layer, head, root_inverse_scale);
         round_to_dtype(queries, options.dtype);
         if (options.write_qk) writer.write_head(seq, layer, Tensor::q, head, queries);
         if (options.write_attn) {

@@ -47,8 +47,8 @@ Tokenizer Tokenizer::load(const std::string& path, int vocab_size) {
   if (!in.read(reinterpret_cast<char*>(&max_len), sizeof max_len))
     throw InputError(path, "", "file too short for a llama2.c tokenizer header");
   if (max_len <= 0 || max_len > kMaxTokenLength)
-    throw InputError(path, "", "implausible max_token_length " + std::to_string(max_len) +
-                                   " (not a llama2.c tokenizer.bin?)");
+    throw InputError(path, "",
+                     "implausible max_token_length " + std::to_string(max_len) + " (not a llama2.c tokenizer.bin?)");
   t.max_token_length_ = max_len;
 
   for (int id = 0; vocab_size < 0 || id < vocab_size; ++id) {
@@ -56,15 +56,16 @@ Tokenizer Tokenizer::load(const std::string& path, int vocab_size) {
     std::int32_t len = 0;
     if (!in.read(reinterpret_cast<char*>(&score), sizeof score)) {
       if (vocab_size < 0 && in.gcount() == 0) break;  // clean end of file
-      throw InputError(path, "", "file ends at token " + std::to_string(id) + " of " +
-                                     (vocab_size < 0 ? std::string("?") : std::to_string(vocab_size)));
+      throw InputError(path, "",
+                       "file ends at token " + std::to_string(id) + " of " +
+                           (vocab_size < 0 ? std::string("?") : std::to_string(vocab_size)));
     }
     if (!in.read(reinterpret_cast<char*>(&len), sizeof len))
       throw InputError(path, "", "file ends inside the entry of token " + std::to_string(id));
     if (len < 0 || len > max_len)
-      throw InputError(path, "", "token " + std::to_string(id) + " has length " +
-                                     std::to_string(len) + ", outside [0, max_token_length=" +
-                                     std::to_string(max_len) + "]");
+      throw InputError(path, "",
+                       "token " + std::to_string(id) + " has length " + std::to_string(len) +
+                           ", outside [0, max_token_length=" + std::to_string(max_len) + "]");
     std::string piece(static_cast<std::size_t>(len), '\0');
     if (len > 0 && !in.read(piece.data(), len))
       throw InputError(path, "", "file ends inside the piece of token " + std::to_string(id));
@@ -74,8 +75,9 @@ Tokenizer Tokenizer::load(const std::string& path, int vocab_size) {
       throw InputError(path, "", "more than " + std::to_string(kMaxVocab) + " tokens");
   }
   if (t.vocab_size() < 3 + 256)
-    throw InputError(path, "", "only " + std::to_string(t.vocab_size()) +
-                                   " tokens; a llama2.c tokenizer needs byte tokens at ids 3..258");
+    throw InputError(
+        path, "",
+        "only " + std::to_string(t.vocab_size()) + " tokens; a llama2.c tokenizer needs byte tokens at ids 3..258");
 
   // Byte tokens at 3..258, in either export layout.
   t.has_byte_tokens_ = true;
@@ -125,8 +127,7 @@ std::vector<int> Tokenizer::encode(std::string_view text, bool bos, bool eos) co
     const auto c = static_cast<unsigned char>(text[i]);
     if ((c & 0xC0) != 0x80) cp.clear();
     cp.push_back(static_cast<char>(c));
-    const bool next_continues =
-        i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80;
+    const bool next_continues = i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80;
     if (next_continues && cp.size() < 4) continue;
 
     const int id = lookup(cp);

@@ -34,7 +34,8 @@ ValidationSummary validate_trace(const TraceReader& reader, const std::function<
           std::vector<float> values = reader.read_head(seq, layer, tensor, head);
           summary.values_checked += static_cast<int64_t>(values.size());
           ++summary.heads_checked;
-          if (tensor == Tensor::k) keys.push_back(std::move(values));
+          if (tensor == Tensor::k)
+            keys.push_back(std::move(values));
           else if (tensor == Tensor::q && form.has_k)  // rows recomputed from q and k must be finite
             check_scores_finite(reader, seq, layer, head, values, keys[static_cast<size_t>(meta.kv_head_of(head))]);
         }

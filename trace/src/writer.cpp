@@ -95,7 +95,9 @@ TraceWriter::TraceWriter(const std::string& path, TraceMeta meta, WriterOptions 
   h5::quiet();
   if (meta_.n_layers < 1 || meta_.n_heads < 1 || meta_.n_kv_heads < 1 || meta_.head_dim < 1 ||
       meta_.n_heads % meta_.n_kv_heads != 0)
-    throw InputError(path, "/", "invalid shape: layers, heads, kv heads and head_dim must be positive and heads a multiple of kv heads");
+    throw InputError(
+        path, "/",
+        "invalid shape: layers, heads, kv heads and head_dim must be positive and heads a multiple of kv heads");
   if (meta_.attn_scale <= 0) meta_.attn_scale = 1.0 / std::sqrt(static_cast<double>(meta_.head_dim));
   if (meta_.created.empty()) meta_.created = now_iso8601();
   if (meta_.tool.empty()) meta_.tool = tool_string();
@@ -103,7 +105,8 @@ TraceWriter::TraceWriter(const std::string& path, TraceMeta meta, WriterOptions 
   try {
     H5::FileAccPropList access;
     access.setLibverBounds(H5F_LIBVER_EARLIEST, H5F_LIBVER_V18);  // readable by h5py and HDF5 1.8+
-    state_->h5 = std::make_unique<H5::H5File>(state_->file.temp_path(), H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, access);
+    state_->h5 =
+        std::make_unique<H5::H5File>(state_->file.temp_path(), H5F_ACC_TRUNC, H5::FileCreatPropList::DEFAULT, access);
     H5::Group root = state_->h5->openGroup("/");
     h5::write_attr(root, "format", std::string(kFormatName));
     h5::write_attr(root, "version", int64_t{kSchemaVersion});
@@ -175,10 +178,10 @@ void TraceWriter::add_layer(int seq, int layer, const LayerContents& contents) {
     H5::Group group = create_group(layers, std::to_string(layer));
     if (contents.sliding_window > 0) h5::write_attr(group, "sliding_window", int64_t{contents.sliding_window});
     if (contents.logit_softcap > 0) h5::write_attr(group, "logit_softcap", contents.logit_softcap);
-    const H5::DataType& file_type = options_.dtype == DType::f16
-                                        ? static_cast<const H5::DataType&>(h5::mem_type(DType::f16))
-                                        : (options_.dtype == DType::f32 ? H5::PredType::IEEE_F32LE
-                                                                        : H5::PredType::IEEE_F64LE);
+    const H5::DataType& file_type =
+        options_.dtype == DType::f16
+            ? static_cast<const H5::DataType&>(h5::mem_type(DType::f16))
+            : (options_.dtype == DType::f32 ? H5::PredType::IEEE_F32LE : H5::PredType::IEEE_F64LE);
     auto create = [&](const char* name, std::vector<hsize_t> shape) {
       H5::DataSpace space(static_cast<int>(shape.size()), shape.data());
       H5::DSetCreatPropList plist = untimed_dataset_plist();

@@ -47,10 +47,10 @@ namespace kvsim {
 struct AnalysisOptions {
   std::vector<int64_t> lags = {1, 4, 16, 64};  // ascending, distinct, >= 1
   Budget top_k = Budget::parse("10%");         // k for the top-k recall, of the t+1 positions
-  int64_t min_positions = 8;                    // start steps t have t+1 >= min_positions
-  int64_t max_start_steps = 256;                // more candidate start steps: take every stride-th
-  int repeat_samples = 4;                       // sampled later steps (repetitive attention)
-  bool correlations = true;                     // false: persistence and importance only (cheap)
+  int64_t min_positions = 8;                   // start steps t have t+1 >= min_positions
+  int64_t max_start_steps = 256;               // more candidate start steps: take every stride-th
+  int repeat_samples = 4;                      // sampled later steps (repetitive attention)
+  bool correlations = true;                    // false: persistence and importance only (cheap)
 };
 
 // Throws InputError naming the option for bad values.
@@ -86,8 +86,8 @@ struct HeadAnalysis {
 struct LayerAnalysis {
   int seq = 0, layer = 0;
   int64_t n_tokens = 0;
-  std::vector<HeadAnalysis> heads;          // in the source's head order
-  std::vector<double> importance;           // [n]: head-averaged accumulated attention
+  std::vector<HeadAnalysis> heads;            // in the source's head order
+  std::vector<double> importance;             // [n]: head-averaged accumulated attention
   std::vector<double> importance_normalised;  // [n]: head-averaged mean of (t+1) a_t[i]
 };
 
@@ -117,8 +117,8 @@ struct AnalysisConfig {
 
 // Means over (sequence[, head]) of the per-(sequence, layer, head) values, NaN left out.
 struct StatRow {
-  int layer = -1;  // -1: every layer
-  int head = -1;   // -1: mean over heads
+  int layer = -1;                   // -1: every layer
+  int head = -1;                    // -1: mean over heads
   int64_t count = 0;                // (sequence, layer, head) values averaged
   int64_t persistence_defined = 0;  // of them with a defined persistence
   double persistence = NAN, ever_pivotal = NAN, repeat_share = NAN;

@@ -11,7 +11,7 @@ namespace kvsim {
 struct Budget {
   std::string text;  // as the user wrote it
   bool fraction = false;
-  int64_t tokens = 0;                     // absolute budget
+  int64_t tokens = 0;                      // absolute budget
   int64_t numerator = 0, denominator = 1;  // fraction of the sequence length
 
   // Throws InputError for anything but a positive integer or a percentage in (0, 100].

@@ -18,10 +18,10 @@ enum class Aggregate { mean, max, sum };  // how a group's heads combine into th
 
 // A cache group: the query heads that share one retained set.
 struct CacheGroup {
-  std::vector<int> heads;              // indices into the source's heads
-  std::vector<const float*> values;    // per head: its kv head's v [n_tokens * head_dim], or empty
+  std::vector<int> heads;            // indices into the source's heads
+  std::vector<const float*> values;  // per head: its kv head's v [n_tokens * head_dim], or empty
   int head_dim = 0;
-  uint64_t seed = 0;                   // for seeded policies, fixed per (sequence, layer, group)
+  uint64_t seed = 0;  // for seeded policies, fixed per (sequence, layer, group)
 };
 
 // The seed of a cache group's stream (seeded policies such as random): fixed per
@@ -32,10 +32,10 @@ uint64_t cache_group_seed(int seq, int layer, int group);
 struct SimulationSpec {
   const PolicyInfo* policy = nullptr;
   Params params;
-  int64_t budget = 0;  // B for this group
-  int group = 0;       // index into the groups given to the engine (or to its lane)
-  int quant = -1;      // index into the lane's quantized views, -1 for full precision
-  int layer = 0;                        // cross-layer policies
+  int64_t budget = 0;                    // B for this group
+  int group = 0;                         // index into the groups given to the engine (or to its lane)
+  int quant = -1;                        // index into the lane's quantized views, -1 for full precision
+  int layer = 0;                         // cross-layer policies
   std::shared_ptr<void> sequence_state;  // cross-layer policies
 };
 
@@ -55,11 +55,11 @@ struct SimulationResult {
   int n_heads = 0;
   int64_t first_step = 0;
   int64_t n_steps = 0;
-  std::vector<float> retention;      // [head][step]
-  std::vector<float> output_error;   // [head][step]; empty without values
-  std::vector<int32_t> occupancy;    // [step]: positions attended at the step
+  std::vector<float> retention;        // [head][step]
+  std::vector<float> output_error;     // [head][step]; empty without values
+  std::vector<int32_t> occupancy;      // [step]: positions attended at the step
   std::vector<int32_t> eviction_step;  // [position]: step it was evicted, -1 if never
-  int64_t evictions = 0;             // over the whole sequence, prompt included
+  int64_t evictions = 0;               // over the whole sequence, prompt included
   int64_t budget = 0;
 };
 

@@ -50,9 +50,9 @@ namespace kvsim {
 
 struct ClosedLoopOptions {
   Aggregate aggregate = Aggregate::mean;
-  int sequence = 0;            // seeds of seeded policies, as replay_trace's (sequence, layer, group)
-  bool keep_logits = false;    // ClosedLoopRun::logits
-  bool record_rows = false;    // ClosedLoopRun::rows
+  int sequence = 0;          // seeds of seeded policies, as replay_trace's (sequence, layer, group)
+  bool keep_logits = false;  // ClosedLoopRun::logits
+  bool record_rows = false;  // ClosedLoopRun::rows
   // With record_rows and a policy that needs full rows: record those instead (each head's
   // softmax over every position, evicted ones included), which replay derives the rest from.
   bool record_full_rows = false;
@@ -63,8 +63,8 @@ struct ClosedLoopOptions {
 
 struct ClosedLoopRun {
   int64_t n_tokens = 0;
-  std::vector<int> argmax;   // [n]: argmax of the logits after each position
-  std::vector<double> nll;   // [n-1]: -log p(token i+1 | tokens 0..i)
+  std::vector<int> argmax;    // [n]: argmax of the logits after each position
+  std::vector<double> nll;    // [n-1]: -log p(token i+1 | tokens 0..i)
   std::vector<float> logits;  // [n * vocab] with keep_logits
   // Per (layer, group), layers in order: occupancy per step (positions attended), the step
   // each position was evicted (-1: never), evictions. Empty for the full cache.
@@ -73,7 +73,6 @@ struct ClosedLoopRun {
   // 0 at positions it did not attend. With record_values: [layer][kv head] v, [n * head_dim].
   std::vector<std::vector<std::vector<float>>> rows, values;
 };
-
 
 // Throws InputError when kvsim eval cannot run the policy (bounds).
 void check_closed_loop_policy(const PolicyInfo& info);

@@ -17,11 +17,13 @@ std::vector<std::string> parse_name_list(const std::string& what, const std::str
 // The indices in the order written, ranges expanded. Throws InputError naming `what` for
 // what split_list refuses, something that is not an index, a reversed range, an index below
 // `minimum` or above `limit`, or an index given twice.
-std::vector<int> parse_index_list(const std::string& what, const std::string& text, int limit = 1 << 30, int minimum = 0);
+std::vector<int> parse_index_list(const std::string& what, const std::string& text, int limit = 1 << 30,
+                                  int minimum = 0);
 
 // `chosen` (indices of 0..count-1, each once), or every index when it is empty. Throws
 // InputError naming `file` for an index out of range or given twice ("sequence 3 ...").
-std::vector<int> chosen_or_all(const std::vector<int>& chosen, int count, const std::string& what, const std::string& file);
+std::vector<int> chosen_or_all(const std::vector<int>& chosen, int count, const std::string& what,
+                               const std::string& file);
 
 // A set of indices that may also be "all": true when `index` is in it. `set` must have
 // passed parse_index_list (or be "all").

@@ -39,16 +39,16 @@ void check_plan_request(const PlanRequest& request);
 struct Plan {
   PlanSetup setup;
   MemoryPlan memory;
-  PlanRow reference;           // the full cache at full precision: every gain is against it
-  std::vector<PlanRow> rows;   // the table's rows, the reference first
-  std::vector<Budget> budgets;  // --budget's budgets (no sweep)
-  std::optional<Target> target;  // with a sweep
-  SweepTable sweep;             // the sweep's rows (with a sweep)
-  std::string sweep_name;       // how the output names the sweep
-  std::string context_file;     // the file a mix of contexts came from ("" otherwise)
+  PlanRow reference;               // the full cache at full precision: every gain is against it
+  std::vector<PlanRow> rows;       // the table's rows, the reference first
+  std::vector<Budget> budgets;     // --budget's budgets (no sweep)
+  std::optional<Target> target;    // with a sweep
+  SweepTable sweep;                // the sweep's rows (with a sweep)
+  std::string sweep_name;          // how the output names the sweep
+  std::string context_file;        // the file a mix of contexts came from ("" otherwise)
   std::vector<std::string> notes;  // policies the plan leaves out, and why
-  bool unmeasured = false;  // a row's quantization is not in the sweep's metric
-  bool any_bound = false;   // a row is an upper bound (oracle, lookahead), not a policy
+  bool unmeasured = false;         // a row's quantization is not in the sweep's metric
+  bool any_bound = false;          // a row is an upper bound (oracle, lookahead), not a policy
 };
 // Reads the cards, the contexts and the sweep and computes every row. Throws InputError.
 Plan make_plan(const PlanRequest& request);

@@ -37,8 +37,8 @@ struct ModelCard {
 };
 
 struct GpuCard {
-  std::string name;          // e.g. "h100-80gb"
-  std::string display_name;  // e.g. "H100-80GB"
+  std::string name;           // e.g. "h100-80gb"
+  std::string display_name;   // e.g. "H100-80GB"
   uint64_t memory_bytes = 0;  // total device memory as the driver reports it (nvidia-smi)
   std::string source;
 };
@@ -107,9 +107,9 @@ int64_t tokens_held(int64_t context, std::optional<int64_t> budget);
 int64_t blocks_for(int64_t tokens, int block_size);
 
 struct Footprint {
-  double tokens = 0;  // positions held, mean over the contexts
-  double blocks = 0;  // blocks per sequence (per layer), mean
-  double bytes = 0;   // bytes of those blocks per GPU, mean
+  double tokens = 0;         // positions held, mean over the contexts
+  double blocks = 0;         // blocks per sequence (per layer), mean
+  double bytes = 0;          // bytes of those blocks per GPU, mean
   double budget_tokens = 0;  // B resolved per context, mean (the context for the full cache)
 };
 // The budget (nullopt: full cache) resolved against each context as Budget::resolve does.
@@ -123,12 +123,12 @@ double compression_factor(const Footprint& full, const Footprint& compressed);
 
 // One line of the plan: a policy at a budget with a cache format.
 struct PlanRow {
-  std::string policy;  // label: "full", "scissorhands", "h2o(recent=32)", "any policy" (--budget)
-  std::string mode;    // the sweep's mode when the sweep mixes modes, else ""
-  bool bound = false;  // oracle / lookahead: upper bounds, not policies
+  std::string policy;            // label: "full", "scissorhands", "h2o(recent=32)", "any policy" (--budget)
+  std::string mode;              // the sweep's mode when the sweep mixes modes, else ""
+  bool bound = false;            // oracle / lookahead: upper bounds, not policies
   std::optional<Budget> budget;  // nullopt: the full cache
   QuantSpec quant;
-  bool quant_measured = false;  // the sweep replayed this quantization (its metric includes it)
+  bool quant_measured = false;   // the sweep replayed this quantization (its metric includes it)
   std::optional<double> metric;  // the target's metric at this budget (sweep plans)
   bool met = true;               // false: no budget of the sweep meets the target
   KvLayout layout;

@@ -120,13 +120,14 @@ struct PolicyInfo {
   std::vector<ParamSpec> params;
   Grouping grouping = Grouping::kv_head;
   Engine engine = Engine::cache;
-  bool budgeted = true;        // false: ignores the budget (full, scissorhands-official)
-  bool needs_attention = true;  // false: no observed row (recent, streaming, ...): observe() is not called
-                                // unless needs_full_rows
-  bool needs_future = false;   // lookahead
+  bool budgeted = true;          // false: ignores the budget (full, scissorhands-official)
+  bool needs_attention = true;   // false: no observed row (recent, streaming, ...): observe() is not called
+                                 // unless needs_full_rows
+  bool needs_future = false;     // lookahead
   bool needs_full_rows = false;  // GroupContext::full_rows (scissorhands-official)
   std::function<std::unique_ptr<Policy>(const Params&)> make;
-  std::function<std::shared_ptr<void>(const Params&, int n_layers, int64_t n_tokens)> make_sequence_state;  // cross_layer
+  std::function<std::shared_ptr<void>(const Params&, int n_layers, int64_t n_tokens)>
+      make_sequence_state;  // cross_layer
 };
 
 const std::vector<PolicyInfo>& policies();

@@ -54,11 +54,11 @@ struct ReplayConfig {
   Mode mode = Mode::stream;
   Aggregate aggregate = Aggregate::mean;
   kvtrace::RowsFrom rows = kvtrace::RowsFrom::automatic;
-  std::vector<int> sequences;  // empty: all
-  std::vector<int> layers;     // empty: all
+  std::vector<int> sequences;                                 // empty: all
+  std::vector<int> layers;                                    // empty: all
   OutputErrorMode output_error = OutputErrorMode::automatic;  // automatic: when every layer has v
-  int threads = 0;             // 0: all cores
-  bool keep_records = false;   // keep every group's per-step result (survival, plots, GUI)
+  int threads = 0;                                            // 0: all cores
+  bool keep_records = false;                  // keep every group's per-step result (survival, plots, GUI)
   const std::atomic<bool>* cancel = nullptr;  // when set, replay_trace stops and throws Cancelled
   WorkSplit* split = nullptr;                 // several processes share the work (MPI); see work_split.hpp
 };
@@ -66,7 +66,7 @@ struct ReplayConfig {
 // One simulation's result on one cache group.
 struct GroupRecord {
   int seq = 0, layer = 0;
-  int group = 0;           // kv head, or 0 for a layer-wide group
+  int group = 0;  // kv head, or 0 for a layer-wide group
   bool layer_wide = false;
   std::vector<int> heads;  // query heads
   SimulationResult result;
@@ -84,7 +84,7 @@ struct CellResult {
   const PolicyInfo* info = nullptr;
   Budget budget;
   QuantSpec quant;
-  double bits_per_element = 16;  // stored bits per k/v element, scales and zero points included
+  double bits_per_element = 16;   // stored bits per k/v element, scales and zero points included
   double budget_tokens_mean = 0;  // resolved B, averaged over (sequence, layer)
   double budget_share_mean = 0;   // B / n_tokens, averaged likewise
   Summary retention, output_error;
@@ -96,7 +96,7 @@ struct CellResult {
 };
 
 struct ReplayResults {
-  bool gathered = true;  // false on the ranks other than 0 of a split replay: no cells there
+  bool gathered = true;           // false on the ranks other than 0 of a split replay: no cells there
   std::vector<CellResult> cells;  // cells[(p * quants + q) * budgets + b]
   bool output_error = false;
   Mode mode = Mode::stream;

@@ -26,9 +26,9 @@ class RowRanking {
 
   const float* row_ = nullptr;
   int64_t count_ = 0;
-  std::array<int32_t, kBuckets + 1> start_{};  // bucket b holds order_[start_[b], start_[b + 1])
+  std::array<int32_t, kBuckets + 1> start_{};     // bucket b holds order_[start_[b], start_[b + 1])
   std::array<double, kBuckets + 1> sum_above_{};  // sum of the buckets >= b
-  std::vector<int32_t> order_;  // positions by ascending bucket, ascending position within one
+  std::vector<int32_t> order_;                    // positions by ascending bucket, ascending position within one
   std::vector<int32_t> scratch_;
 };
 

@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
     config.layers = {0};
     config.threads = 1;
     const kvsim::ReplayResults results = kvsim::replay_trace(reader, config);
-    std::printf("scissorhands 20%% on sequence 0, layer 0: mean retention %.4f\n", results.cells.front().retention.mean);
+    std::printf("scissorhands 20%% on sequence 0, layer 0: mean retention %.4f\n",
+                results.cells.front().retention.mean);
     std::printf("data %s\n", kvsim::data_dir().c_str());
   } catch (const kvtrace::InputError& e) {
     std::fprintf(stderr, "consumer: %s\n", e.what());

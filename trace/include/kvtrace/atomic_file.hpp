@@ -27,11 +27,11 @@ class AtomicFile {
   const std::string& temp_path() const { return temp_path_; }
   const std::string& final_path() const { return path_; }
   bool direct() const { return direct_; }  // written in place: nothing to rename
-  void commit();  // rename the temporary file over the final path
+  void commit();                           // rename the temporary file over the final path
 
  private:
-  std::string path_;       // as given
-  std::string target_;     // symlinks resolved
+  std::string path_;    // as given
+  std::string target_;  // symlinks resolved
   std::string temp_path_;
   bool direct_ = false;
   bool committed_ = false;

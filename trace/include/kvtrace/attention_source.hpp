@@ -21,12 +21,12 @@ struct RowBlock {
   std::vector<float> data;  // [n_heads][count][stride]; row t holds a_t[0..t], the rest undefined
 
   const float* row(int head, int64_t t) const {
-    return data.data() + (static_cast<size_t>(head) * static_cast<size_t>(count) +
-                          static_cast<size_t>(t - first)) * static_cast<size_t>(stride);
+    return data.data() + (static_cast<size_t>(head) * static_cast<size_t>(count) + static_cast<size_t>(t - first)) *
+                             static_cast<size_t>(stride);
   }
   float* row(int head, int64_t t) {
-    return data.data() + (static_cast<size_t>(head) * static_cast<size_t>(count) +
-                          static_cast<size_t>(t - first)) * static_cast<size_t>(stride);
+    return data.data() + (static_cast<size_t>(head) * static_cast<size_t>(count) + static_cast<size_t>(t - first)) *
+                             static_cast<size_t>(stride);
   }
   void reshape(int64_t first_row, int64_t rows, int64_t row_stride, int heads);
 };
@@ -102,7 +102,6 @@ enum class RowsFrom { automatic, attn, qk };
 // Opens the rows of `heads` (query heads) of one layer of one sequence. automatic: stored
 // attn when the layer has it, else recomputed from q and k. Throws InputError.
 std::unique_ptr<AttentionSource> open_attention_source(const TraceReader& reader, int seq, int layer,
-                                                       std::span<const int> heads,
-                                                       RowsFrom from = RowsFrom::automatic);
+                                                       std::span<const int> heads, RowsFrom from = RowsFrom::automatic);
 
 }  // namespace kvtrace

@@ -20,8 +20,7 @@ class InputError : public std::runtime_error {
   const std::string& problem() const { return problem_; }
 
  private:
-  static std::string compose(const std::string& file, const std::string& dataset,
-                             const std::string& problem) {
+  static std::string compose(const std::string& file, const std::string& dataset, const std::string& problem) {
     std::string line;
     if (!file.empty()) line += file + ": ";
     if (!dataset.empty()) line += dataset + ": ";

@@ -25,8 +25,7 @@
 namespace kvtrace {
 
 struct Llama2Config {
-  int dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0,
-      seq_len = 0;
+  int dim = 0, hidden_dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, vocab_size = 0, seq_len = 0;
   bool shared_classifier = true;  // false: the file holds its own wcls
   int head_dim() const { return dim / n_heads; }
   int kv_dim() const { return n_kv_heads * head_dim(); }
@@ -39,19 +38,17 @@ struct AttentionHook {
   virtual ~AttentionHook() = default;
   // After q, k, v of the new position are computed (q and k after RoPE).
   // q is [n_heads * head_dim], k and v are [n_kv_heads * head_dim].
-  virtual void on_qkv(int /*layer*/, int /*pos*/, std::span<const float> /*q*/,
-                      std::span<const float> /*k*/, std::span<const float> /*v*/) {}
+  virtual void on_qkv(int /*layer*/, int /*pos*/, std::span<const float> /*q*/, std::span<const float> /*k*/,
+                      std::span<const float> /*v*/) {}
   // The positions query head `head` may attend to at step pos: ascending, each <= pos, the
   // last one pos itself. An empty span means all of 0..pos. The span must stay valid until
   // the next allowed_positions call: the head's values are summed over these positions after
   // on_attention returns. The softmax is then taken over exactly these
   // positions (this is how eviction changes the model). Violations throw std::logic_error.
-  virtual std::span<const int> allowed_positions(int /*layer*/, int /*head*/, int /*pos*/) {
-    return {};
-  }
+  virtual std::span<const int> allowed_positions(int /*layer*/, int /*head*/, int /*pos*/) { return {}; }
   // The softmax row actually used, aligned with the positions attended.
-  virtual void on_attention(int /*layer*/, int /*head*/, int /*pos*/,
-                            std::span<const int> /*positions*/, std::span<const float> /*probs*/) {}
+  virtual void on_attention(int /*layer*/, int /*head*/, int /*pos*/, std::span<const int> /*positions*/,
+                            std::span<const float> /*probs*/) {}
   // True when the hook wants, before allowed_positions, each head's full row: the softmax
   // over every position 0..pos, evicted ones included (what the row is before a cache masks
   // it). on_full_row then receives it; it is computed as the attended row is.
@@ -75,8 +72,7 @@ class Llama2Model {
 
   // Pointers into the loaded file (layer l of a per-layer array starts at l * its size).
   struct Weights {
-    const float *token_embedding, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3,
-        *rms_final, *wcls;
+    const float *token_embedding, *rms_att, *wq, *wk, *wv, *wo, *rms_ffn, *w1, *w2, *w3, *rms_final, *wcls;
   };
   const Weights& weights() const { return w_; }
 
@@ -129,7 +125,7 @@ int argmax(std::span<const float> values);
 // 0..result.size()-1 (the logits after the last token are computed and discarded).
 // Throws std::invalid_argument for an empty prompt and InputError("", "", ...) for a prompt
 // longer than seq_len.
-std::vector<int> generate_greedy(const Llama2Model& model, std::vector<int> prompt_ids,
-                                 int total_tokens, AttentionHook* hook = nullptr);
+std::vector<int> generate_greedy(const Llama2Model& model, std::vector<int> prompt_ids, int total_tokens,
+                                 AttentionHook* hook = nullptr);
 
 }  // namespace kvtrace

@@ -51,8 +51,7 @@ class TraceReader {
   std::vector<float> read_head(int seq, int layer, Tensor tensor, int head) const;
   // Rows [first_row, first_row + n_rows) of one query head's stored attention, packed
   // (row t holds t+1 entries), each row checked and renormalised to sum to exactly 1.
-  std::vector<float> read_attn_rows(int seq, int layer, int head, int64_t first_row,
-                                    int64_t n_rows) const;
+  std::vector<float> read_attn_rows(int seq, int layer, int head, int64_t first_row, int64_t n_rows) const;
 
   // Throws InputError with this file and `dataset` in the message.
   [[noreturn]] void fail(const std::string& dataset, const std::string& problem) const;

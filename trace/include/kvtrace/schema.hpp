@@ -17,7 +17,7 @@ struct Limits {
   static constexpr int64_t max_tokens = int64_t{1} << 20;
   static constexpr int64_t max_sequences = int64_t{1} << 20;
   static constexpr int64_t max_head_elements = int64_t{1} << 28;  // n_tokens * head_dim, one head
-  static constexpr int64_t max_attn_tokens = int64_t{1} << 17;     // packed rows grow as n^2
+  static constexpr int64_t max_attn_tokens = int64_t{1} << 17;    // packed rows grow as n^2
 };
 
 enum class DType { f16, f32, f64 };
@@ -47,7 +47,7 @@ struct TraceMeta {
 struct LayerForm {
   bool has_q = false, has_k = false, has_v = false, has_attn = false;
   DType q_dtype = DType::f32, k_dtype = DType::f32, v_dtype = DType::f32, attn_dtype = DType::f32;
-  int sliding_window = 0;     // 0: none; else query t sees keys i with t - i < sliding_window
+  int sliding_window = 0;      // 0: none; else query t sees keys i with t - i < sliding_window
   double logit_softcap = 0.0;  // 0: none; else logits s -> cap * tanh(s / cap)
 
   bool has_qk() const { return has_q && has_k; }

@@ -32,8 +32,7 @@ class TraceWriter {
   TraceWriter& operator=(const TraceWriter&) = delete;
 
   // Starts sequence number n_sequences() and returns its index. token_text may be empty.
-  int add_sequence(int64_t prompt_len, std::span<const int32_t> tokens,
-                   std::span<const std::string> token_text = {});
+  int add_sequence(int64_t prompt_len, std::span<const int32_t> tokens, std::span<const std::string> token_text = {});
   // Creates the datasets of one layer of a sequence.
   void add_layer(int seq, int layer, const LayerContents& contents);
   // One head: q/k/v as [n_tokens * head_dim]; attn as the packed lower triangle.
