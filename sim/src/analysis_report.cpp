@@ -62,10 +62,10 @@ std::string analysis_table(const TraceAnalysis& a, const std::vector<std::vector
   const AnalysisOptions& o = a.options;
   out << "Persistence of importance across steps (the paper's hypothesis; it reports > 95%)\n"
          "  S_t = positions with a_t above 1/(t+1); t* = floor(n/2); persistence = share of the positions\n"
-         "  pivotal after t* (among 0..t*) that were already pivotal by t*; ever-pivotal = |S_0->t*| / (t*+1),\n"
-         "  which is also the persistence a random choice of late-pivotal positions would get (the chance\n"
-         "  level);\n"
-         "  repeat = the same share between consecutive sampled later steps. Mean over sequences and heads.\n\n";
+         "  pivotal after t* (among 0..t*) that were already pivotal by t*; ever-pivotal = |S_0->t*| /\n"
+         "  (t*+1), which is also the persistence a random choice of late-pivotal positions would get\n"
+         "  (the chance level); repeat = the same share between consecutive sampled later steps. Mean\n"
+         "  over sequences and heads.\n\n";
   out << "layer  persistence  defined  ever-pivotal  repeat\n";
   auto summary_row = [&](const std::string& label, const StatRow& row) {
     out << label << std::string(label.size() < 5 ? 5 - label.size() : 0, ' ') << "  " << fixed(row.persistence, 11, 4)

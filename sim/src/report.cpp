@@ -45,7 +45,7 @@ std::string base_name(const CellResult& cell) { return cell.info ? cell.info->na
 
 }  // namespace
 
-std::string wrap_text(const std::string& text, size_t width) {
+std::string wrap_text(const std::string& text, size_t width, size_t hang) {
   std::string out;
   size_t begin = 0;
   while (begin < text.size()) {
@@ -53,8 +53,8 @@ std::string wrap_text(const std::string& text, size_t width) {
     const bool newline = end != std::string::npos;
     if (!newline) end = text.size();
     std::string line = text.substr(begin, end - begin);
-    const std::string indent =
-        line.substr(0, line.find_first_not_of(' ') == std::string::npos ? 0 : line.find_first_not_of(' '));
+    const size_t first = line.find_first_not_of(' ');
+    const std::string indent = std::string(first == std::string::npos ? 0 : first, ' ') + std::string(hang, ' ');
     while (line.size() > width) {
       size_t cut = line.rfind(' ', width);
       if (cut == std::string::npos || cut <= indent.size()) cut = line.find(' ', width);

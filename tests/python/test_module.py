@@ -354,11 +354,11 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(from_columns["rows"], got["rows"])
         self.assertEqual([r["policy"] for r in got["rows"]], ["full", "scissorhands", "h2o", "oracle"])
 
-    # ---- the README's example ----
+    # ---- the guide's example ----
 
     def test_readme_example_runs_as_written(self):
-        """The first python block of README's "From Python" runs and prints the output shown after it."""
-        with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as f:
+        """The first python block of docs/guide.md's "From Python" runs and prints the output shown after it."""
+        with open(os.path.join(ROOT, "docs", "guide.md"), encoding="utf-8") as f:
             readme = f.read()
         section = readme[readme.index("\n## From Python\n"):]
         section = section[:section.index("\n## ", 1)]

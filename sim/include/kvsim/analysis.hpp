@@ -3,7 +3,7 @@
 // importance of a token is across decoding steps within one head (the paper's hypothesis) and
 // across layers (the blog's), measured on the full, unevicted attention rows.
 //
-// Definitions (README "Persistence of importance" repeats them):
+// Definitions (docs/semantics.md, section 5):
 // - S_t = positions i <= t with a_t[i] > 1/(t+1) (strictly above, compared in double).
 // - t* = floor(n/2). early = S_{0->t*} (union over steps 0..t*), late = S_{t*+1->n-1} ∩ {0..t*}.
 //   persistence = |late ∩ early| / |late|; 0/0 (no early position is pivotal in the second half)

@@ -15,7 +15,8 @@ inline constexpr const char* kTeacherForcedNote =
 
 // Human text fits 100 columns: every line longer than `width` is broken at spaces, its
 // continuation lines indented as it was. (Tables are laid out to fit; this wraps the prose.)
-std::string wrap_text(const std::string& text, size_t width = 100);
+// `hang`: spaces added to the indentation of continuation lines.
+std::string wrap_text(const std::string& text, size_t width = 100, size_t hang = 0);
 
 // Retention vs budget, one column per policy (the miss-ratio curve of this field), then p5
 // retention and mean occupancy tables.
