@@ -209,40 +209,18 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
     item.records[r].result = std::move(results[where[r].first][where[r].second]);
 }
 
+// The items on `threads` threads (parallel_for.hpp); progress from the calling thread only,
+// between its items, since a progress callback need not be thread-safe.
 void run_items(const std::vector<WorkItem*>& items, int threads, const std::function<void(WorkItem&)>& work,
                const std::function<void(int64_t, int64_t)>& progress) {
-  std::atomic<size_t> next{0};
   std::atomic<int64_t> done{0};
-  std::vector<std::exception_ptr> errors(items.size());
-  auto worker = [&]() {
-    for (size_t i = next++; i < items.size(); i = next++) {
-      try {
-        work(*items[i]);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-      ++done;
-    }
-  };
-  const int count = std::max(1, std::min<int>(threads, static_cast<int>(items.size())));
-  std::vector<std::thread> pool;
-  for (int t = 1; t < count; ++t) pool.emplace_back(worker);
-  if (progress) {
-    // The calling thread works too and reports progress between items.
-    for (size_t i = next++; i < items.size(); i = next++) {
-      try {
-        work(*items[i]);
-      } catch (...) {
-        errors[i] = std::current_exception();
-      }
-      progress(++done, static_cast<int64_t>(items.size()));
-    }
-  } else {
-    worker();
-  }
-  for (auto& thread : pool) thread.join();
-  for (auto& error : errors)  // the first failure in item order, whatever the scheduling
-    if (error) std::rethrow_exception(error);
+  const std::thread::id caller = std::this_thread::get_id();
+  parallel_for(
+      items.size(), threads, [&](size_t i) { work(*items[i]); },
+      [&]() {
+        const int64_t finished = ++done;
+        if (progress && std::this_thread::get_id() == caller) progress(finished, static_cast<int64_t>(items.size()));
+      });
 }
 
 }  // namespace
