@@ -48,14 +48,11 @@ void check_chunks_inflate(const H5::DataSet& dataset, std::span<const hsize_t> s
   const bool chunked =
       H5Pget_layout(plist) == H5D_CHUNKED &&
       H5Pget_chunk(plist, static_cast<int>(chunk.size()), chunk.data()) == static_cast<int>(chunk.size());
-  for (int f = 0, n = chunked ? H5Pget_nfilters(plist) : 0; f < n; ++f) {
-    unsigned flags = 0, config = 0;
-    size_t values = 0;
-    const H5Z_filter_t filter =
-        H5Pget_filter2(plist, static_cast<unsigned>(f), &flags, &values, nullptr, 0, nullptr, &config);
-    deflate = deflate || filter == H5Z_FILTER_DEFLATE;
-    if (filter == H5Z_FILTER_FLETCHER32) extra += 4;
-  }
+  if (chunked)
+    for (const H5Z_filter_t filter : filter_pipeline(plist)) {
+      deflate = deflate || filter == H5Z_FILTER_DEFLATE;
+      if (filter == H5Z_FILTER_FLETCHER32) extra += 4;
+    }
   H5Pclose(plist);
   if (!deflate) return;
   const hid_t type = H5Dget_type(id);

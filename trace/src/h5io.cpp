@@ -218,16 +218,12 @@ bool read_one_chunk(const H5::DataSet& dataset, DType dtype, std::span<const hsi
   usable =
       usable && H5Pget_chunk(plist, static_cast<int>(chunk.size()), chunk.data()) == static_cast<int>(count.size());
   for (size_t i = 0; usable && i < count.size(); ++i) usable = chunk[i] == count[i] && start[i] % chunk[i] == 0;
-  const int filters = usable ? H5Pget_nfilters(plist) : -1;
-  usable = usable && filters >= 0 && filters <= 2;
-  for (int f = 0; usable && f < filters; ++f) {
-    unsigned flags = 0, config = 0;
-    size_t values = 0;
-    const H5Z_filter_t filter =
-        H5Pget_filter2(plist, static_cast<unsigned>(f), &flags, &values, nullptr, 0, nullptr, &config);
-    if (filter == H5Z_FILTER_SHUFFLE && f == 0 && filters == 2)
+  const std::vector<H5Z_filter_t> filters = usable ? filter_pipeline(plist) : std::vector<H5Z_filter_t>{};
+  usable = usable && filters.size() <= 2;
+  for (size_t f = 0; usable && f < filters.size(); ++f) {
+    if (filters[f] == H5Z_FILTER_SHUFFLE && f == 0 && filters.size() == 2)
       shuffle = true;
-    else if (filter == H5Z_FILTER_DEFLATE && f == filters - 1)
+    else if (filters[f] == H5Z_FILTER_DEFLATE && f + 1 == filters.size())
       deflate = true;
     else
       usable = false;
@@ -357,17 +353,26 @@ bool chunks_within_shape(const H5::DataSet& dataset) {
   return true;
 }
 
+std::vector<H5Z_filter_t> filter_pipeline(hid_t create_plist) {
+  std::vector<H5Z_filter_t> filters;
+  const int count = H5Pget_nfilters(create_plist);
+  for (int f = 0; f < count; ++f) {
+    unsigned flags = 0, config = 0;
+    size_t values = 0;
+    filters.push_back(
+        H5Pget_filter2(create_plist, static_cast<unsigned>(f), &flags, &values, nullptr, 0, nullptr, &config));
+  }
+  return filters;
+}
+
 std::string unsupported_filter(const H5::DataSet& dataset) {
   const hid_t plist = H5Dget_create_plist(dataset.getId());
   if (plist < 0) throw H5::DataSetIException("unsupported_filter", "H5Dget_create_plist failed");
+  const std::vector<H5Z_filter_t> filters = filter_pipeline(plist);
+  H5Pclose(plist);
   std::string found;
-  const int filters = H5Pget_nfilters(plist);
-  for (int f = 0; f < filters && found.empty(); ++f) {
-    unsigned flags = 0, config = 0;
-    size_t values = 0;
-    char name[64] = {};
-    const H5Z_filter_t filter =
-        H5Pget_filter2(plist, static_cast<unsigned>(f), &flags, &values, nullptr, sizeof name, name, &config);
+  for (const H5Z_filter_t filter : filters) {
+    if (!found.empty()) break;
     if (filter == H5Z_FILTER_DEFLATE || filter == H5Z_FILTER_SHUFFLE || filter == H5Z_FILTER_FLETCHER32) continue;
     static const std::pair<H5Z_filter_t, const char*> kKnown[] = {{H5Z_FILTER_SZIP, "szip"},
                                                                   {H5Z_FILTER_NBIT, "nbit"},
@@ -382,7 +387,6 @@ std::string unsupported_filter(const H5::DataSet& dataset) {
       if (id == filter) label = std::string(known) + " (filter " + std::to_string(filter) + ")";
     found = label;
   }
-  H5Pclose(plist);
   return found;
 }
 

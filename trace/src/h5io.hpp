@@ -74,6 +74,8 @@ bool chunks_within_shape(const H5::DataSet& dataset);
 // empty when there is none. kvsim reads deflate (gzip), shuffle and fletcher32 only:
 // anything else is refused before HDF5 decodes a chunk with it.
 std::string unsupported_filter(const H5::DataSet& dataset);
+// The filters of a dataset creation property list, in the order HDF5 applies them on write.
+std::vector<H5Z_filter_t> filter_pipeline(hid_t create_plist);
 // False when the dataset's storage was never (or only partly) written: HDF5 would read the
 // missing chunks as fill values.
 bool fully_written(const H5::DataSet& dataset);

@@ -99,10 +99,7 @@ TraceReader::TraceReader(const std::string& path) : path_(path), handle_(std::ma
     std::ifstream in(path, std::ios::binary);
     std::vector<unsigned char> image(file_size_);
     in.read(reinterpret_cast<char*>(image.data()), static_cast<std::streamsize>(image.size()));
-    if (const auto at =
-            h5::find_broken_global_heap(std::span<const unsigned char>(image.data(), static_cast<size_t>(in.gcount()))))
-      fail("", "corrupt HDF5 global heap (variable-length strings) at byte " + std::to_string(*at) +
-                   ": its objects do not fit it");
+    refuse_broken_global_heap(std::span<const unsigned char>(image.data(), static_cast<size_t>(in.gcount())));
   }
   try {
     handle_->file.openFile(path, H5F_ACC_RDONLY);
@@ -125,10 +122,7 @@ TraceReader TraceReader::from_memory(std::span<const unsigned char> image, const
   for (size_t offset = 0; !is_hdf5 && offset + sizeof kSignature <= image.size(); offset = offset ? offset * 2 : 512)
     is_hdf5 = std::equal(kSignature, kSignature + sizeof kSignature, image.data() + offset);
   if (!is_hdf5) reader.fail("", "not an HDF5 file (no HDF5 signature); expected a kvtrace schema v1 file");
-  // A file on disk is not scanned (opening reads no tensor data); an image is at hand.
-  if (const auto at = h5::find_broken_global_heap(image))
-    reader.fail("", "corrupt HDF5 global heap (variable-length strings) at byte " + std::to_string(*at) +
-                        ": its objects do not fit it");
+  reader.refuse_broken_global_heap(image);  // an image is at hand, whatever its size
   // Declared outside the try: its destructor would clear HDF5's error stack before the
   // message is taken from it.
   H5::FileAccPropList access;
@@ -161,6 +155,12 @@ TraceReader& TraceReader::operator=(TraceReader&&) noexcept = default;
 
 void TraceReader::fail(const std::string& dataset, const std::string& problem) const {
   throw InputError(path_, dataset, problem);
+}
+
+void TraceReader::refuse_broken_global_heap(std::span<const unsigned char> image) const {
+  if (const auto at = h5::find_broken_global_heap(image))
+    fail("", "corrupt HDF5 global heap (variable-length strings) at byte " + std::to_string(*at) +
+                 ": its objects do not fit it");
 }
 
 void TraceReader::check_unchanged() const {
@@ -273,23 +273,19 @@ void TraceReader::load_sequence(int seq) {
     fail(path, "prompt_len = " + std::to_string(meta.prompt_len) + " is outside 0..n_tokens (" +
                    std::to_string(meta.n_tokens) + ")");
 
-  const std::string tokens_path = path + "/tokens";
-  {
-    H5::DataSet tokens = child_dataset(*this, group, "tokens", tokens_path);
-    if (tokens.getDataType().getClass() != H5T_INTEGER) fail(tokens_path, "is not an integer dataset");
-    const auto shape = h5::dims(tokens);
-    if (shape.size() != 1 || static_cast<int64_t>(shape[0]) != meta.n_tokens)
-      fail(tokens_path,
-           "shape " + shape_string(shape) + ", expected [" + std::to_string(meta.n_tokens) + "] (n_tokens)");
-  }
+  const std::string tokens_path = path + "/tokens", text_path = path + "/token_text";
+  H5::DataSet tokens = child_dataset(*this, group, "tokens", tokens_path);
+  if (tokens.getDataType().getClass() != H5T_INTEGER) fail(tokens_path, "is not an integer dataset");
+  if (const auto shape = h5::dims(tokens); shape.size() != 1 || static_cast<int64_t>(shape[0]) != meta.n_tokens)
+    fail(tokens_path, "shape " + shape_string(shape) + ", expected [" + std::to_string(meta.n_tokens) + "] (n_tokens)");
+  std::optional<H5::DataSet> text;
   if (group.nameExists("token_text")) {
-    const std::string text_path = path + "/token_text";
-    H5::DataSet text = child_dataset(*this, group, "token_text", text_path);
-    if (text.getDataType().getClass() != H5T_STRING) fail(text_path, "is not a string dataset");
-    const auto shape = h5::dims(text);
+    text.emplace(child_dataset(*this, group, "token_text", text_path));
+    if (text->getDataType().getClass() != H5T_STRING) fail(text_path, "is not a string dataset");
+    const auto shape = h5::dims(*text);
     if (shape.size() != 1 || static_cast<int64_t>(shape[0]) != meta.n_tokens)
       fail(text_path, "shape " + shape_string(shape) + ", expected [" + std::to_string(meta.n_tokens) + "] (n_tokens)");
-    const H5::StrType type = text.getStrType();
+    const H5::StrType type = text->getStrType();
     if (!type.isVariableStr() && (type.getSize() > kMaxTokenTextBytes ||
                                   type.getSize() * static_cast<size_t>(meta.n_tokens) > kMaxTokenTextTotal))
       fail(text_path, "absurd string width " + std::to_string(type.getSize()) + " bytes (at most " +
@@ -310,8 +306,8 @@ void TraceReader::load_sequence(int seq) {
          "holds " + std::to_string(*n) + " layers but the root says n_layers = " + std::to_string(meta_.n_layers));
   meta.layers.resize(static_cast<size_t>(*n));
   for (int l = 0; l < *n; ++l) meta.layers[static_cast<size_t>(l)] = load_layer(layers, seq, l, meta.n_tokens);
-  check_storage(*this, group.openDataSet("tokens"), tokens_path);
-  if (meta.has_token_text) check_storage(*this, group.openDataSet("token_text"), path + "/token_text");
+  check_storage(*this, tokens, tokens_path);
+  if (text) check_storage(*this, *text, text_path);
 }
 
 LayerForm TraceReader::load_layer(const H5::Group& layers, int seq, int layer, int64_t n_tokens) {

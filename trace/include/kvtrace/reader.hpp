@@ -67,6 +67,8 @@ class TraceReader {
   // After every read: HDF5 reads bytes past the end of a file shrunk since it was opened as
   // zeros, silently. A file whose size or modification time changed is refused.
   void check_unchanged() const;
+  // HDF5 1.10 hangs on a corrupt global heap (tests/fuzz/README.md): refused before it reads.
+  void refuse_broken_global_heap(std::span<const unsigned char> image) const;
 
   struct Handle;
   std::string path_;
