@@ -2,6 +2,8 @@
 
 #include "kvsim/lists.hpp"
 #include "kvtrace/atomic_file.hpp"
+#include "kvtrace/isolated_open.hpp"
+#include "mpi_split.hpp"
 
 #include <unistd.h>
 
@@ -122,6 +124,11 @@ void Progress::update(int64_t done, int64_t total) {
                "==============================", kWidth - filled, "", percent);
   std::fflush(stderr);
   drawn_ = true;
+}
+
+kvtrace::TraceReader open_trace(const std::string& path) {
+  if (!work_split()) kvtrace::check_in_child_process(path);
+  return kvtrace::TraceReader(path);
 }
 
 }  // namespace kvsim::cli

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "kvtrace/error.hpp"
+#include "kvtrace/reader.hpp"
 #include "kvtrace/schema.hpp"
 
 namespace kvsim::cli {
@@ -53,6 +54,11 @@ void prepare_outputs(const std::vector<std::string>& inputs, const std::vector<s
 // A comma list of names; an empty or repeated name ("h2o,,tova", "h2o,", "h2o,h2o") is an
 // error of `option`.
 std::vector<std::string> split_names(const std::string& option, const std::string& text);
+
+// Opens a trace after reading its structure in a child process first
+// (kvtrace/isolated_open.hpp): HDF5's own crashes and hangs on corrupt files become one line.
+// Under MPI the ranks open it directly (OpenMPI warns about fork).
+kvtrace::TraceReader open_trace(const std::string& path);
 
 // Where scripts/fetch-model.sh puts stories15M and its tokenizer: $KVSIM_MODEL_DIR, else
 // $XDG_CACHE_HOME/kvsim/models, else ~/.cache/kvsim/models.

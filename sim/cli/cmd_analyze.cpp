@@ -193,7 +193,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
 #endif
   }
 
-  const kvtrace::TraceReader reader(trace);
+  const kvtrace::TraceReader reader = open_trace(trace);
   TraceAnalysis analysis;
   {
     Progress progress("analyze");

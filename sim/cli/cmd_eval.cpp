@@ -146,7 +146,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   std::string source;
   if (!trace_path.empty()) {
     source = trace_path;
-    const kvtrace::TraceReader reader(trace_path);
+    const kvtrace::TraceReader reader = open_trace(trace_path);
     for (int s = 0; s < reader.n_sequences(); ++s) {
       EvalSequence sequence;
       sequence.index = s;

@@ -39,7 +39,7 @@ int cmd_info(const std::vector<std::string>& args) {
   po::variables_map vm;
   if (!parse_options("info", "TRACE [--json FILE]", args, options, positional, vm)) return 0;
 
-  const kvtrace::TraceReader reader(vm["trace"].as<std::string>());
+  const kvtrace::TraceReader reader = open_trace(vm["trace"].as<std::string>());
   // Checked before the table is printed, so a bad path is one line and nothing else.
   if (vm.count("json")) prepare_outputs({vm["trace"].as<std::string>()}, {vm["json"].as<std::string>()});
   const kvtrace::TraceMeta& meta = reader.meta();

@@ -22,7 +22,7 @@ int cmd_replay(const std::vector<std::string>& args) {
   if (!parse_options("replay", "TRACE --policy NAME --budget B [--param k=v ...] [options]", args, options, positional,
                      vm))
     return 0;
-  const kvtrace::TraceReader reader(values.trace);
+  const kvtrace::TraceReader reader = open_trace(values.trace);
   ReplayConfig config;
   config.policies = choose_policies({policy}, values.params);
   config.budgets = {Budget::parse(budget)};

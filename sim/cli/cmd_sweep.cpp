@@ -28,7 +28,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
   if (!parse_options("sweep", "TRACE [--policies a,b] [--budgets 10%,20%] [--csv F] [--plot F.png] [options]", args,
                      options, positional, vm))
     return 0;
-  const kvtrace::TraceReader reader(values.trace);
+  const kvtrace::TraceReader reader = open_trace(values.trace);
   ReplayConfig config;
   config.policies = choose_policies(split_names("policies", policies), values.params);
   config.budgets = parse_budgets(budgets);

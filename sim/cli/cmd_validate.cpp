@@ -17,7 +17,7 @@ int cmd_validate(const std::vector<std::string>& args) {
   kvtrace::ValidationSummary summary;
   {
     Progress progress("validate");
-    summary = kvtrace::validate_trace(path, progress.callback());
+    summary = kvtrace::validate_trace(open_trace(path), progress.callback());
   }
   std::printf("ok: %s: %d sequences, %lld tokens, %lld head slices, %lld values checked\n", path.c_str(),
               summary.sequences, static_cast<long long>(summary.tokens), static_cast<long long>(summary.heads_checked),
