@@ -39,6 +39,30 @@ uint64_t cache_group_seed(int seq, int layer, int group) {
   return (static_cast<uint64_t>(seq) << 40) ^ (static_cast<uint64_t>(layer) << 20) ^ static_cast<uint64_t>(group);
 }
 
+std::vector<CacheGroup> layer_cache_groups(int n_heads, int n_kv_heads, int seq, int layer,
+                                           std::span<const std::vector<float>> values, int head_dim,
+                                           int first_kv_head) {
+  const int group_size = n_heads / n_kv_heads;
+  std::vector<CacheGroup> groups(static_cast<size_t>(n_kv_heads) + 1);
+  for (int g = 0; g <= n_kv_heads; ++g) {
+    CacheGroup& group = groups[static_cast<size_t>(g)];
+    group.head_dim = head_dim;
+    group.seed = cache_group_seed(seq, layer, first_kv_head + g);
+    const int first = g < n_kv_heads ? g * group_size : 0;
+    const int last = g < n_kv_heads ? (g + 1) * group_size : n_heads;
+    for (int h = first; h < last; ++h) {
+      group.heads.push_back(h);
+      if (!values.empty()) group.values.push_back(values[static_cast<size_t>(h / group_size)].data());
+    }
+  }
+  return groups;
+}
+
+GroupRange policy_groups(const PolicyInfo& policy, int n_kv_heads) {
+  if (policy.grouping == Grouping::layer) return {n_kv_heads, n_kv_heads + 1};
+  return {0, n_kv_heads};
+}
+
 std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> lanes, const EngineOptions& options) {
   if (lanes.empty()) return {};
   const int64_t n = lanes.front().source->n_tokens();
@@ -84,7 +108,7 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
     for (const auto& spec : lane.simulations)
       if (spec.policy->needs_future && !state.futures[static_cast<size_t>(spec.group)])
         state.futures[static_cast<size_t>(spec.group)] = std::make_unique<PackedFuture>(
-            *lane.source, lane.groups[static_cast<size_t>(spec.group)], options.aggregate);
+            lane.future ? *lane.future : *lane.source, lane.groups[static_cast<size_t>(spec.group)], options.aggregate);
     state.running.reserve(lane.simulations.size());
     for (const auto& spec : lane.simulations) {
       if (spec.quant >= static_cast<int>(lane.quantized.size())) throw std::logic_error("no such quantized view");
@@ -134,6 +158,64 @@ std::vector<SimulationResult> run_engine(kvtrace::AttentionSource& source, std::
                                          std::span<const SimulationSpec> simulations, const EngineOptions& options) {
   const Lane lane{&source, groups, simulations, {}};
   return std::move(run_lockstep(std::span<const Lane>(&lane, 1), options).front());
+}
+
+struct SteppedEngine::State {
+  std::vector<CacheGroup> groups;
+  std::vector<SimulationSpec> specs;
+  EngineOptions options;
+  std::vector<std::unique_ptr<PackedFuture>> futures;  // per group, for policies that need them
+  std::vector<Simulation> running;                     // holds references to the members above
+  StepRows rows, full_rows;
+
+  State(int n_heads, std::vector<CacheGroup> cache_groups, std::vector<SimulationSpec> simulations,
+        const EngineOptions& engine_options)
+      : groups(std::move(cache_groups)),
+        specs(std::move(simulations)),
+        options(engine_options),
+        rows(n_heads, groups, false, engine_options.interleave),
+        full_rows(n_heads, groups, false, false) {}
+};
+
+SteppedEngine::SteppedEngine(int n_heads, std::vector<CacheGroup> groups, std::vector<SimulationSpec> simulations,
+                             int64_t n_tokens, const EngineOptions& options, kvtrace::AttentionSource* future) {
+  if (options.output_error) throw std::logic_error("the stepped engine records no output error");
+  state_ = std::make_unique<State>(n_heads, std::move(groups), std::move(simulations), options);
+  State& state = *state_;
+  state.futures.resize(state.groups.size());
+  for (const auto& spec : state.specs) {
+    if (spec.quant >= 0) throw std::logic_error("the stepped engine has no quantized views");
+    auto& future_of_group = state.futures[static_cast<size_t>(spec.group)];
+    if (spec.policy->needs_future && !future_of_group) {
+      if (!future) throw std::logic_error("policy " + spec.policy->name + " needs the future rows");
+      future_of_group =
+          std::make_unique<PackedFuture>(*future, state.groups[static_cast<size_t>(spec.group)], options.aggregate);
+    }
+  }
+  state.running.reserve(state.specs.size());
+  for (const auto& spec : state.specs)
+    state.running.emplace_back(spec, state.groups[static_cast<size_t>(spec.group)], n_tokens, state.options,
+                               state.futures[static_cast<size_t>(spec.group)].get(), nullptr);
+}
+
+SteppedEngine::~SteppedEngine() = default;
+SteppedEngine::SteppedEngine(SteppedEngine&&) noexcept = default;
+SteppedEngine& SteppedEngine::operator=(SteppedEngine&&) noexcept = default;
+
+std::span<const int32_t> SteppedEngine::cache(size_t simulation) const { return state_->running[simulation].cache(); }
+
+void SteppedEngine::step(const kvtrace::RowBlock& rows, const kvtrace::RowBlock* full_rows) {
+  State& state = *state_;
+  state.rows.start(rows, rows.first);
+  if (full_rows) state.full_rows.start(*full_rows, rows.first);
+  for (auto& simulation : state.running)
+    simulation.step(state.rows, state.rows, full_rows ? &state.full_rows : nullptr);
+}
+
+std::vector<SimulationResult> SteppedEngine::results() {
+  std::vector<SimulationResult> results;
+  for (auto& simulation : state_->running) results.push_back(simulation.take());
+  return results;
 }
 
 }  // namespace kvsim

@@ -1,13 +1,12 @@
-// The closed-loop engine of `kvsim eval` (kvsim/eval.hpp): the llama2.c model over fixed
-// tokens, every head attending only to its cache group's cache, a Policy deciding evictions
-// with the replay engine's semantics (sim/src/engine.cpp) step for step.
+// The closed loop of `kvsim eval` (kvsim/eval.hpp): the llama2.c model over fixed tokens,
+// every head attending only to its cache group's cache, the caches kept by the replay
+// engine itself (SteppedEngine, one per layer) from the rows the model computes as it goes.
 #include <algorithm>
 #include <cmath>
 #include <memory>
 #include <stdexcept>
 #include <string>
 
-#include "future.hpp"
 #include "kvsim/eval.hpp"
 #include "kvtrace/attention_source.hpp"
 #include "kvtrace/error.hpp"
@@ -18,42 +17,20 @@
 namespace kvsim {
 namespace {
 
-// The full rows of a group's heads at the current step (GroupContext::full_rows).
-class LoopFullRows final : public FullRows {
- public:
-  explicit LoopFullRows(int heads) : rows_(static_cast<size_t>(heads)) {}
-  int n_heads() const override { return static_cast<int>(rows_.size()); }
-  std::span<const float> row(int head) const override { return rows_[static_cast<size_t>(head)]; }
-  void set(int head, std::span<const float> row) { rows_[static_cast<size_t>(head)].assign(row.begin(), row.end()); }
-
- private:
-  std::vector<std::vector<float>> rows_;
-};
-
-// One cache group of one layer: its query heads (consecutive), its cache and its policy.
-struct LoopGroup {
-  int first_head = 0, last_head = 0;  // inclusive
-  std::unique_ptr<Policy> policy;
-  std::unique_ptr<PackedFuture> future;
-  std::unique_ptr<LoopFullRows> full_rows;  // policies that need them
-  std::vector<int32_t> cache;               // ascending positions, the newest last
-  std::vector<uint8_t> in_cache;            // by position
-  std::vector<double> combined;             // the observed row being built over the group's heads
-  std::vector<float> observed;
-  std::vector<int32_t> victims;
-  GroupRecord record;
+// One layer: its engine, the simulation each head attends through, and the step's rows.
+struct LoopLayer {
+  std::unique_ptr<kvtrace::PackedAttentionSource> future;  // policies that need the future
+  std::unique_ptr<SteppedEngine> engine;
+  std::vector<size_t> simulation_of_head;
+  std::vector<GroupRecord> records;  // per simulation, results filled at the end
+  kvtrace::RowBlock rows, full_rows;
 };
 
 class ClosedLoopHook final : public kvtrace::AttentionHook {
  public:
   ClosedLoopHook(const kvtrace::Llama2Config& config, const PolicyChoice* policy, int64_t budget, int64_t n,
                  const ClosedLoopOptions& options)
-      : config_(config),
-        policy_(policy),
-        budget_(budget),
-        n_(n),
-        options_(options),
-        allowed_(static_cast<size_t>(config.n_heads)) {
+      : config_(config), policy_(policy), n_(n), options_(options), allowed_(static_cast<size_t>(config.n_heads)) {
     const auto layers = static_cast<size_t>(config.n_layers);
     if (options.record_rows)
       rows_.assign(layers, std::vector<std::vector<float>>(
@@ -63,10 +40,15 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
       values_.assign(layers, std::vector<std::vector<float>>(
                                  static_cast<size_t>(config.n_kv_heads),
                                  std::vector<float>(static_cast<size_t>(n * config.head_dim()), 0.0f)));
-    if (policy) build_groups();
+    if (policy) build_layers(budget);
   }
 
   void on_qkv(int layer, int pos, std::span<const float>, std::span<const float>, std::span<const float> v) override {
+    if (policy_) {  // the layer's step begins: its rows are filled head by head
+      LoopLayer& loop = layers_[static_cast<size_t>(layer)];
+      loop.rows.reshape(pos, 1, n_, config_.n_heads);
+      if (wants_full_rows(layer)) loop.full_rows.reshape(pos, 1, n_, config_.n_heads);
+    }
     if (!options_.record_values) return;
     const int d = config_.head_dim();
     for (int kv = 0; kv < config_.n_kv_heads; ++kv)
@@ -77,15 +59,13 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
 
   std::span<const int> allowed_positions(int layer, int head, int pos) override {
     if (!policy_) return {};
-    LoopGroup& group = group_of(layer, head);
-    if (head == group.first_head) {  // step pos is appended to the group's cache
-      group.cache.push_back(pos);
-      group.in_cache[static_cast<size_t>(pos)] = 1;
-      group.combined.assign(group.cache.size(), 0.0);
-    }
-    // A copy per head: the model reads it after on_attention, when the group may have evicted.
+    LoopLayer& loop = layers_[static_cast<size_t>(layer)];
+    // What the simulation holds, and the new position. A copy per head: the model reads it
+    // after on_attention, when the layer may have evicted.
+    const std::span<const int32_t> cache = loop.engine->cache(loop.simulation_of_head[static_cast<size_t>(head)]);
     std::vector<int>& allowed = allowed_[static_cast<size_t>(head)];
-    allowed.assign(group.cache.begin(), group.cache.end());
+    allowed.assign(cache.begin(), cache.end());
+    allowed.push_back(pos);
     return allowed;
   }
 
@@ -94,8 +74,8 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
     if (options_.record_rows && options_.record_full_rows)
       std::copy(probs.begin(), probs.end(),
                 rows_[static_cast<size_t>(layer)][static_cast<size_t>(head)].data() + kvtrace::packed_row_offset(pos));
-    LoopGroup& group = group_of(layer, head);
-    group.full_rows->set(head - group.first_head, probs);
+    LoopLayer& loop = layers_[static_cast<size_t>(layer)];
+    std::copy(probs.begin(), probs.end(), loop.full_rows.row(head, pos));
   }
 
   void on_attention(int layer, int head, int pos, std::span<const int> positions,
@@ -106,136 +86,75 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
       for (size_t j = 0; j < positions.size(); ++j) row[positions[j]] = probs[j];
     }
     if (!policy_) return;
-    LoopGroup& group = group_of(layer, head);
-    if (policy_->info->needs_attention) accumulate(group, probs);
-    if (head == group.last_head) finish_step(group, pos);
+    LoopLayer& loop = layers_[static_cast<size_t>(layer)];
+    float* row = loop.rows.row(head, pos);  // the row the model used: its softmax over the cache, 0 elsewhere
+    std::fill(row, row + pos + 1, 0.0f);
+    for (size_t j = 0; j < positions.size(); ++j) row[positions[j]] = probs[j];
+    if (head == config_.n_heads - 1) loop.engine->step(loop.rows, wants_full_rows(layer) ? &loop.full_rows : nullptr);
   }
 
   std::vector<GroupRecord> take_records() {
     std::vector<GroupRecord> records;
-    for (auto& layer : groups_)
-      for (auto& group : layer) records.push_back(std::move(group.record));
+    for (auto& loop : layers_) {
+      std::vector<SimulationResult> results = loop.engine->results();
+      for (size_t s = 0; s < results.size(); ++s) {
+        loop.records[s].result = std::move(results[s]);
+        records.push_back(std::move(loop.records[s]));
+      }
+    }
     return records;
   }
   std::vector<std::vector<std::vector<float>>> take_rows() { return std::move(rows_); }
   std::vector<std::vector<std::vector<float>>> take_values() { return std::move(values_); }
 
  private:
-  void build_groups() {
+  // The layers' groups, seeds and simulations as replay makes them (layer_cache_groups,
+  // policy_groups), stepped layer after layer at each position as run_lockstep's lanes.
+  void build_layers(int64_t budget) {
     const PolicyInfo& info = *policy_->info;
-    const int n_kv = config_.n_kv_heads, kv_mul = config_.kv_mul();
-    const bool layer_wide = info.grouping == Grouping::layer;
+    const int n_kv = config_.n_kv_heads;
+    const GroupRange range = policy_groups(info, n_kv);
     std::shared_ptr<void> state;
     if (info.make_sequence_state) state = info.make_sequence_state(policy_->params, config_.n_layers, n_);
-    groups_.resize(static_cast<size_t>(config_.n_layers));
+    EngineOptions engine_options;
+    engine_options.aggregate = options_.aggregate;
     for (int l = 0; l < config_.n_layers; ++l) {
-      std::unique_ptr<kvtrace::PackedAttentionSource> future_source;
+      LoopLayer& loop = layers_.emplace_back();
       if (info.needs_future)
-        future_source =
+        loop.future =
             std::make_unique<kvtrace::PackedAttentionSource>(n_, (*options_.future_rows)[static_cast<size_t>(l)]);
-      // Group indices as the replay: kv heads 0..n_kv-1, the whole layer n_kv.
-      for (int g = layer_wide ? n_kv : 0; g < (layer_wide ? n_kv + 1 : n_kv); ++g) {
-        LoopGroup group;
-        group.first_head = layer_wide ? 0 : g * kv_mul;
-        group.last_head = layer_wide ? config_.n_heads - 1 : (g + 1) * kv_mul - 1;
-        group.policy = info.make(policy_->params);
-        CacheGroup heads;
-        for (int h = group.first_head; h <= group.last_head; ++h) heads.heads.push_back(h);
-        if (future_source) group.future = std::make_unique<PackedFuture>(*future_source, heads, options_.aggregate);
-        GroupContext context;
-        context.n_tokens = n_;
-        context.budget = budget_;
-        context.n_heads = static_cast<int>(heads.heads.size());
-        context.seed = cache_group_seed(options_.sequence, l, g);
-        context.future = group.future.get();
-        if (info.needs_full_rows) {
-          group.full_rows = std::make_unique<LoopFullRows>(context.n_heads);
-          context.full_rows = group.full_rows.get();
-        }
-        context.layer = l;
-        context.sequence_state = state;
-        group.policy->reset(context);
-        group.in_cache.assign(static_cast<size_t>(n_), 0);
-        GroupRecord& record = group.record;
+      std::vector<CacheGroup> groups = layer_cache_groups(config_.n_heads, n_kv, options_.sequence, l);
+      std::vector<SimulationSpec> specs;
+      loop.simulation_of_head.resize(static_cast<size_t>(config_.n_heads));
+      for (int g = range.first; g < range.last; ++g) {
+        SimulationSpec spec;
+        spec.policy = policy_->info;
+        spec.params = policy_->params;
+        spec.budget = budget;
+        spec.group = g;
+        spec.layer = l;
+        spec.sequence_state = state;
+        for (int head : groups[static_cast<size_t>(g)].heads)
+          loop.simulation_of_head[static_cast<size_t>(head)] = specs.size();
+        specs.push_back(std::move(spec));
+        GroupRecord& record = loop.records.emplace_back();
         record.seq = options_.sequence;
         record.layer = l;
-        record.group = layer_wide ? 0 : g;
-        record.layer_wide = layer_wide;
-        record.heads = heads.heads;
-        SimulationResult& result = record.result;
-        result.n_heads = context.n_heads;
-        result.n_steps = n_;
-        result.budget = budget_;
-        result.occupancy.assign(static_cast<size_t>(n_), 0);
-        result.eviction_step.assign(static_cast<size_t>(n_), -1);
-        groups_[static_cast<size_t>(l)].push_back(std::move(group));
+        record.group = info.grouping == Grouping::layer ? 0 : g;
+        record.layer_wide = info.grouping == Grouping::layer;
+        record.heads = groups[static_cast<size_t>(g)].heads;
       }
-      for (auto& group : groups_[static_cast<size_t>(l)])
-        for (int h = group.first_head; h <= group.last_head; ++h)
-          group_index_.push_back(&group - groups_[static_cast<size_t>(l)].data());
+      loop.engine = std::make_unique<SteppedEngine>(config_.n_heads, std::move(groups), std::move(specs), n_,
+                                                    engine_options, loop.future.get());
     }
-  }
-
-  LoopGroup& group_of(int layer, int head) {
-    const auto per_layer = static_cast<size_t>(config_.n_heads);
-    return groups_[static_cast<size_t>(layer)][static_cast<size_t>(
-        group_index_[static_cast<size_t>(layer) * per_layer + static_cast<size_t>(head)])];
-  }
-
-  // The head's row is a softmax over the cache, so it is already renormalised; it is still
-  // divided by its own sum (in double), as the replay engine divides a row by its retained
-  // mass, so that both engines combine the same rows into the same observed row.
-  void accumulate(LoopGroup& group, std::span<const float> probs) {
-    double mass = 0;
-    for (float p : probs) mass += p;
-    const size_t size = probs.size();
-    if (options_.aggregate == Aggregate::max) {
-      for (size_t j = 0; j < size; ++j) group.combined[j] = std::max(group.combined[j], probs[j] / mass);
-      return;
-    }
-    const int heads = group.last_head - group.first_head + 1;
-    const double share = options_.aggregate == Aggregate::mean ? 1.0 / static_cast<double>(heads) : 1.0;
-    const double weight = share / mass;
-    for (size_t j = 0; j < size; ++j) group.combined[j] += probs[j] * weight;
-  }
-
-  // After the group's last head at step t: observe, evict, remove the victims.
-  void finish_step(LoopGroup& group, int t) {
-    SimulationResult& result = group.record.result;
-    result.occupancy[static_cast<size_t>(t)] = static_cast<int32_t>(group.cache.size());
-    if (policy_->info->needs_attention) {
-      group.observed.resize(group.combined.size());
-      for (size_t j = 0; j < group.combined.size(); ++j) group.observed[j] = static_cast<float>(group.combined[j]);
-      group.policy->observe(t, group.cache, group.observed);
-    } else if (policy_->info->needs_full_rows) {
-      group.policy->observe(t, group.cache, {});
-    }
-    const int64_t excess = static_cast<int64_t>(group.cache.size()) - budget_;
-    group.victims.clear();
-    group.policy->evict(t, group.cache, excess, false, group.victims);
-    const std::string& name = policy_->info->name;
-    for (int32_t victim : group.victims) {
-      if (victim < 0 || victim > t || !group.in_cache[static_cast<size_t>(victim)])
-        throw std::logic_error("policy " + name + " evicted position " + std::to_string(victim) +
-                               ", which is not cached at step " + std::to_string(t));
-      group.in_cache[static_cast<size_t>(victim)] = 0;
-      result.eviction_step[static_cast<size_t>(victim)] = t;
-    }
-    if (policy_->info->budgeted && static_cast<int64_t>(group.victims.size()) < excess)
-      throw std::logic_error("policy " + name + " evicted " + std::to_string(group.victims.size()) +
-                             " positions at step " + std::to_string(t) + ", needs " + std::to_string(excess));
-    result.evictions += static_cast<int64_t>(group.victims.size());
-    if (!group.victims.empty())
-      std::erase_if(group.cache, [&](int32_t position) { return !group.in_cache[static_cast<size_t>(position)]; });
   }
 
   const kvtrace::Llama2Config& config_;
   const PolicyChoice* policy_;
-  int64_t budget_, n_;
+  int64_t n_;
   const ClosedLoopOptions& options_;
-  std::vector<std::vector<LoopGroup>> groups_;  // [layer][group]
-  std::vector<std::ptrdiff_t> group_index_;     // [layer * n_heads + head]: index into groups_[layer]
-  std::vector<std::vector<int>> allowed_;       // per head: the positions it attends at this step
+  std::vector<LoopLayer> layers_;
+  std::vector<std::vector<int>> allowed_;  // per head: the positions it attends at this step
   std::vector<std::vector<std::vector<float>>> rows_, values_;
 };
 

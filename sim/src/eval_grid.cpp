@@ -45,7 +45,7 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
                       const ClosedLoopRun& full, Reference& reference) {
   const kvtrace::Llama2Config& c = model.config();
   const auto n = static_cast<int64_t>(sequence.tokens.size());
-  const int n_kv = c.n_kv_heads, kv_mul = c.kv_mul();
+  const int n_kv = c.n_kv_heads;
   struct LaneData {
     std::unique_ptr<kvtrace::PackedAttentionSource> source;
     std::vector<CacheGroup> groups;
@@ -55,16 +55,8 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   for (int l = 0; l < c.n_layers; ++l) {
     LaneData& lane = lanes[static_cast<size_t>(l)];
     lane.source = std::make_unique<kvtrace::PackedAttentionSource>(n, full.rows[static_cast<size_t>(l)]);
-    for (int g = 0; g <= n_kv; ++g) {  // kv heads, then the whole layer, as replay_trace
-      CacheGroup group;
-      group.head_dim = c.head_dim();
-      group.seed = cache_group_seed(sequence.index, l, g);
-      for (int h = g < n_kv ? g * kv_mul : 0; h < (g < n_kv ? (g + 1) * kv_mul : c.n_heads); ++h) {
-        group.heads.push_back(h);
-        group.values.push_back(full.values[static_cast<size_t>(l)][static_cast<size_t>(h / kv_mul)].data());
-      }
-      lane.groups.push_back(std::move(group));
-    }
+    lane.groups = layer_cache_groups(c.n_heads, n_kv, sequence.index, l, full.values[static_cast<size_t>(l)],
+                                     c.head_dim());
   }
   const size_t budgets = config.budgets.size(), cells = config.policies.size() * budgets;
   std::vector<std::vector<std::pair<size_t, size_t>>> where(cells);  // per cell: (lane, spec) in (layer, group) order
@@ -73,9 +65,9 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
     const int64_t budget = config.budgets[cell % budgets].resolve(n);
     std::shared_ptr<void> state;
     if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, c.n_layers, n);
-    const bool layer_wide = policy.info->grouping == Grouping::layer;
+    const GroupRange range = policy_groups(*policy.info, n_kv);
     for (int l = 0; l < c.n_layers; ++l)
-      for (int g = layer_wide ? n_kv : 0; g < (layer_wide ? n_kv + 1 : n_kv); ++g) {
+      for (int g = range.first; g < range.last; ++g) {
         SimulationSpec spec;
         spec.policy = policy.info;
         spec.params = policy.params;

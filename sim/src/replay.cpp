@@ -85,26 +85,6 @@ struct WorkItem {
   std::vector<size_t> cell_of_record;
 };
 
-// Groups 0..n_kv-1 are the kv heads with their query heads; group n_kv is the whole layer.
-std::vector<CacheGroup> build_groups(int n_heads, int n_kv_heads, int seq, int layer,
-                                     const std::vector<std::vector<float>>& values, int head_dim,
-                                     int first_kv_head = 0) {
-  const int group_size = n_heads / n_kv_heads;
-  std::vector<CacheGroup> groups(static_cast<size_t>(n_kv_heads) + 1);
-  for (int g = 0; g <= n_kv_heads; ++g) {
-    CacheGroup& group = groups[static_cast<size_t>(g)];
-    group.head_dim = head_dim;
-    group.seed = cache_group_seed(seq, layer, first_kv_head + g);
-    const int first = g < n_kv_heads ? g * group_size : 0;
-    const int last = g < n_kv_heads ? (g + 1) * group_size : n_heads;
-    for (int h = first; h < last; ++h) {
-      group.heads.push_back(h);
-      if (!values.empty()) group.values.push_back(values[static_cast<size_t>(h / group_size)].data());
-    }
-  }
-  return groups;
-}
-
 SimulationSpec make_spec(const PolicyChoice& policy, int64_t budget, int group, int layer,
                          std::shared_ptr<void> sequence_state = nullptr) {
   SimulationSpec spec;
@@ -150,7 +130,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
     if (output_error)
       for (int kv = 0; kv < meta.n_kv_heads; ++kv)
         lane.values.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::v, kv));
-    lane.groups = build_groups(meta.n_heads, meta.n_kv_heads, item.seq, layer, lane.values, meta.head_dim);
+    lane.groups = layer_cache_groups(meta.n_heads, meta.n_kv_heads, item.seq, layer, lane.values, meta.head_dim);
     lane.source = kvtrace::open_attention_source(reader, item.seq, layer, all_heads, config.rows);
     if (quantized_specs.empty()) continue;
     const kvtrace::LayerForm& form = reader.layer(item.seq, layer);
@@ -174,12 +154,11 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
     if (policy.info->make_sequence_state)
       state = policy.info->make_sequence_state(policy.params, static_cast<int>(lanes.size()), n);
     const bool layer_wide = policy.info->grouping == Grouping::layer;
+    const GroupRange range = policy_groups(*policy.info, meta.n_kv_heads);
     for (size_t l = 0; l < lanes.size(); ++l) {
       const int layer = item.layers[l];
       const int64_t budget = config.schedule.apply(config.budgets[key.budget].resolve(n), layer);
-      const int first = layer_wide ? meta.n_kv_heads : 0;
-      const int last = layer_wide ? meta.n_kv_heads + 1 : meta.n_kv_heads;
-      for (int g = first; g < last; ++g) {
+      for (int g = range.first; g < range.last; ++g) {
         where.emplace_back(l, lanes[l].specs.size());
         // A cross-layer chain runs over the chosen layers in order: its links are the lanes.
         SimulationSpec spec = make_spec(policy, budget, g, state ? static_cast<int>(l) : layer, state);
@@ -239,11 +218,12 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
   EngineOptions engine_options = options;
   engine_options.output_error = !values.empty();
   std::vector<CacheGroup> groups =
-      build_groups(n_heads, n_kv_heads, origin.seq, origin.layer, values, head_dim, origin.first_kv_head);
+      layer_cache_groups(n_heads, n_kv_heads, origin.seq, origin.layer, values, head_dim, origin.first_kv_head);
   const bool layer_wide = policy.info->grouping == Grouping::layer;
   std::vector<SimulationSpec> specs;
   std::vector<GroupRecord> records;
-  for (int g = layer_wide ? n_kv_heads : 0; g < (layer_wide ? n_kv_heads + 1 : n_kv_heads); ++g) {
+  const GroupRange range = policy_groups(*policy.info, n_kv_heads);
+  for (int g = range.first; g < range.last; ++g) {
     std::shared_ptr<void> state;
     if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, 1, source.n_tokens());
     specs.push_back(make_spec(policy, budget, g, state ? 0 : origin.layer, state));

@@ -91,8 +91,9 @@ class Simulation {
   }
 
   // `rows`: the true rows; `model`: the rows the simulated model computes (the quantized
-  // view's, or the true ones).
-  void step(StepRows& rows, StepRows& model) {
+  // view's, or the true ones); `full`: the rows policies that need_full_rows read, when they
+  // are not `model`'s (the closed loop: the model's softmax before the cache restricted it).
+  void step(StepRows& rows, StepRows& model, const StepRows* full = nullptr) {
     const int64_t t = rows.t();
     if (dormant() || t <= last_step_) return;  // a follower not needed yet, or taken over at t
     last_step_ = t;
@@ -143,7 +144,7 @@ class Simulation {
     }
     if (observes) observe_row();
     if (observes || spec_.policy->needs_full_rows) {
-      full_rows_.at(model);
+      full_rows_.at(full ? *full : model);
       policy_->observe(t, cache_, observes ? std::span<const float>(observed_) : std::span<const float>());
     }
     if (t + 1 < prefill_end_) return;  // the prompt is processed at once: no eviction inside it
@@ -173,6 +174,7 @@ class Simulation {
     leader_ = nullptr;
   }
   SimulationResult take() { return std::move(result_); }
+  std::span<const int32_t> cache() const { return cache_; }
 
  private:
   void evict(int64_t t) {

@@ -12,7 +12,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <set>
 #include <random>
 #include <string>
 #include <vector>
@@ -71,26 +73,25 @@ std::vector<int> random_tokens(int n) {
   return tokens;
 }
 
-// Every policy a model can run with (oracle is a bound), streaming's sinks adapted to B;
-// `few`: the attention-driven ones only (for the slower real model).
+// Every registered policy a model can run with (bounds such as oracle are not caches), at its
+// defaults (streaming's sinks adapted to B), and a few with small windows that make them
+// evict early; `few`: the ones that read attention (for the slower real model).
 std::vector<PolicyChoice> runnable_policies(int64_t budget, bool few = false) {
-  if (few)
-    return {kvsim::choose_policy("scissorhands"), kvsim::choose_policy("h2o"), kvsim::choose_policy("tova"),
-            kvsim::choose_policy("scissorhands-xlayer"), kvsim::choose_policy("lookahead")};
-  const std::string sinks = budget > 4 ? "4" : std::to_string(std::max<int64_t>(0, budget - 1));
-  return {kvsim::choose_policy("full"),
-          kvsim::choose_policy("scissorhands"),
-          kvsim::choose_policy("scissorhands", {{"w", "5"}, {"r", "2"}, {"m", "1"}}),
-          kvsim::choose_policy("scissorhands-official"),
-          kvsim::choose_policy("scissorhands-official", {{"window", "6"}, {"recent", "2"}, {"start", "8"}}),
-          kvsim::choose_policy("scissorhands-xlayer"),
-          kvsim::choose_policy("h2o"),
-          kvsim::choose_policy("streaming", {{"sinks", sinks}}),
-          kvsim::choose_policy("tova"),
-          kvsim::choose_policy("snapkv", {{"window", "4"}}),
-          kvsim::choose_policy("recent"),
-          kvsim::choose_policy("random", {{"seed", "3"}}),
-          kvsim::choose_policy("lookahead")};
+  std::vector<PolicyChoice> chosen;
+  for (const kvsim::PolicyInfo& info : kvsim::policies()) {
+    if (info.engine == kvsim::Engine::bound) continue;
+    if (few && !info.needs_attention && !info.needs_full_rows && !info.needs_future) continue;
+    std::map<std::string, std::string> params;
+    for (const auto& param : info.params)
+      if (param.name == "sinks") params["sinks"] = budget > 4 ? "4" : std::to_string(std::max<int64_t>(0, budget - 1));
+    chosen.push_back(kvsim::choose_policy(info.name, params));
+  }
+  if (few) return chosen;
+  chosen.push_back(kvsim::choose_policy("scissorhands", {{"w", "5"}, {"r", "2"}, {"m", "1"}}));
+  chosen.push_back(kvsim::choose_policy("scissorhands-official", {{"window", "6"}, {"recent", "2"}, {"start", "8"}}));
+  chosen.push_back(kvsim::choose_policy("snapkv", {{"window", "4"}}));
+  chosen.push_back(kvsim::choose_policy("random", {{"seed", "3"}}));
+  return chosen;
 }
 
 using kvtest::model_dir;
@@ -120,36 +121,36 @@ void expect_full_budget_is_full_cache(const Llama2Model& model, const std::vecto
 }
 
 // The rows the closed loop's model used, replayed by the replay engine (all layers stepped
-// together, groups and seeds as replay_trace makes them): every cache decision must match.
+// together, groups and seeds as replay_trace makes them; lookahead's future is the full-cache
+// run's rows in both): for every runnable policy in the registry, every cache decision must
+// match.
 void expect_engines_agree(const Llama2Model& model, const std::vector<int>& tokens, int64_t budget, bool few = false) {
   const kvtrace::Llama2Config& c = model.config();
   const auto n = static_cast<int64_t>(tokens.size());
+  ClosedLoopOptions full_options;
+  full_options.record_rows = true;
+  const ClosedLoopRun full = kvsim::run_closed_loop(model, tokens, nullptr, 0, full_options);
   int compared_evictions = 0;
+  std::set<std::string> compared;
   for (const PolicyChoice& policy : runnable_policies(budget, few)) {
-    if (policy.info->needs_future) continue;  // lookahead's future is the full run's in eval, the rows' in replay
     ClosedLoopOptions options;
     options.record_rows = true;
     options.record_full_rows = policy.info->needs_full_rows;  // the rows replay derives them from
     options.sequence = 2;
+    options.future_rows = &full.rows;
     const ClosedLoopRun run = kvsim::run_closed_loop(model, tokens, &policy, budget, options);
-    std::vector<std::unique_ptr<kvtrace::PackedAttentionSource>> sources;
-    std::vector<std::vector<kvsim::CacheGroup>> groups(static_cast<size_t>(c.n_layers));
+    std::vector<std::unique_ptr<kvtrace::PackedAttentionSource>> sources, futures;
+    std::vector<std::vector<kvsim::CacheGroup>> groups;
     std::vector<std::vector<kvsim::SimulationSpec>> specs(static_cast<size_t>(c.n_layers));
     std::shared_ptr<void> state;
     if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, c.n_layers, n);
-    const bool layer_wide = policy.info->grouping == kvsim::Grouping::layer;
+    const kvsim::GroupRange range = kvsim::policy_groups(*policy.info, c.n_kv_heads);
     std::vector<kvsim::Lane> lanes;
     for (int l = 0; l < c.n_layers; ++l) {
       sources.push_back(std::make_unique<kvtrace::PackedAttentionSource>(n, run.rows[static_cast<size_t>(l)]));
-      for (int g = 0; g <= c.n_kv_heads; ++g) {
-        kvsim::CacheGroup group;
-        group.seed = kvsim::cache_group_seed(2, l, g);
-        for (int h = g < c.n_kv_heads ? g * c.kv_mul() : 0; h < (g < c.n_kv_heads ? (g + 1) * c.kv_mul() : c.n_heads);
-             ++h)
-          group.heads.push_back(h);
-        groups[static_cast<size_t>(l)].push_back(group);
-      }
-      for (int g = layer_wide ? c.n_kv_heads : 0; g < (layer_wide ? c.n_kv_heads + 1 : c.n_kv_heads); ++g) {
+      futures.push_back(std::make_unique<kvtrace::PackedAttentionSource>(n, full.rows[static_cast<size_t>(l)]));
+      groups.push_back(kvsim::layer_cache_groups(c.n_heads, c.n_kv_heads, 2, l));
+      for (int g = range.first; g < range.last; ++g) {
         kvsim::SimulationSpec spec;
         spec.policy = policy.info;
         spec.params = policy.params;
@@ -161,8 +162,8 @@ void expect_engines_agree(const Llama2Model& model, const std::vector<int>& toke
       }
     }
     for (int l = 0; l < c.n_layers; ++l)
-      lanes.push_back(
-          {sources[static_cast<size_t>(l)].get(), groups[static_cast<size_t>(l)], specs[static_cast<size_t>(l)], {}});
+      lanes.push_back({sources[static_cast<size_t>(l)].get(), groups[static_cast<size_t>(l)],
+                       specs[static_cast<size_t>(l)], {}, futures[static_cast<size_t>(l)].get()});
     const auto replayed = kvsim::run_lockstep(lanes, kvsim::EngineOptions{});
     size_t record = 0;
     for (int l = 0; l < c.n_layers; ++l)
@@ -180,8 +181,15 @@ void expect_engines_agree(const Llama2Model& model, const std::vector<int>& toke
         }
       }
     EXPECT_EQ(record, run.groups.size());
+    compared.insert(policy.info->name);
   }
   EXPECT_GT(compared_evictions, 0);
+  for (const kvsim::PolicyInfo& info : kvsim::policies()) {  // every policy eval runs was compared
+    const bool reads_rows = info.needs_attention || info.needs_full_rows || info.needs_future;
+    if (info.engine != kvsim::Engine::bound && (!few || reads_rows)) {
+      EXPECT_TRUE(compared.count(info.name)) << info.name;
+    }
+  }
 }
 
 }  // namespace

@@ -29,6 +29,21 @@ struct CacheGroup {
 // group: the kv head, or n_kv_heads for the layer-wide group.
 uint64_t cache_group_seed(int seq, int layer, int group);
 
+// The cache groups of one layer, in the engine's order: groups 0..n_kv_heads-1 are the kv
+// heads with their query heads (consecutive), group n_kv_heads is the whole layer. `values`:
+// per kv head its v [n_tokens * head_dim], or empty (no output error). Seeds are
+// cache_group_seed(seq, layer, first_kv_head + g): first_kv_head places a slice of a
+// layer's kv heads.
+std::vector<CacheGroup> layer_cache_groups(int n_heads, int n_kv_heads, int seq, int layer,
+                                           std::span<const std::vector<float>> values = {}, int head_dim = 0,
+                                           int first_kv_head = 0);
+// The groups of layer_cache_groups a policy runs on, [first, last): every kv head's, or the
+// whole layer's (Grouping::layer).
+struct GroupRange {
+  int first = 0, last = 0;
+};
+GroupRange policy_groups(const PolicyInfo& policy, int n_kv_heads);
+
 struct SimulationSpec {
   const PolicyInfo* policy = nullptr;
   Params params;
@@ -88,7 +103,39 @@ struct Lane {
   std::span<const CacheGroup> groups;
   std::span<const SimulationSpec> simulations;
   std::span<const QuantizedView> quantized;
+  // The rows policies that need the future read; null: `source`'s (replay). The closed loop's
+  // lookahead reads the full-cache run's rows while the model runs on its own.
+  kvtrace::AttentionSource* future = nullptr;
 };
 std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> lanes, const EngineOptions& options);
+
+// The engine driven one step at a time, for a caller that makes each step's rows as it goes
+// (kvsim eval's closed loop, where the model attends only to what the policy kept): the
+// simulations of run_engine on one layer's groups, with the same arithmetic and checks,
+// without budget sharing, quantized views or output error. Several SteppedEngines stepped in
+// layer order at each step are run_lockstep's lanes.
+class SteppedEngine {
+ public:
+  // future: the rows that policies needing the future read (null when none does).
+  SteppedEngine(int n_heads, std::vector<CacheGroup> groups, std::vector<SimulationSpec> simulations,
+                int64_t n_tokens, const EngineOptions& options, kvtrace::AttentionSource* future = nullptr);
+  ~SteppedEngine();
+  SteppedEngine(SteppedEngine&&) noexcept;
+  SteppedEngine& operator=(SteppedEngine&&) noexcept;
+
+  // The positions simulation s holds before the next step (ascending): the model attends to
+  // these and to the new position.
+  std::span<const int32_t> cache(size_t simulation) const;
+  // Step `rows.first` of every simulation. `rows` holds that step's row of every head, zero
+  // where the model did not attend; `full_rows` the model's rows before the cache restricted
+  // them, which policies that need_full_rows read (null: `rows`).
+  void step(const kvtrace::RowBlock& rows, const kvtrace::RowBlock* full_rows = nullptr);
+  // After the last step, in the order of `simulations`.
+  std::vector<SimulationResult> results();
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace kvsim
