@@ -10,21 +10,26 @@ set(KVSIM_INSTALL_CMAKE_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/kvsim")
 
 # kvsim::data_dir(): the source tree's data/ when run from this build tree, else the
 # installation's share/kvsim (found from the binary's location, so installs can move).
-set_property(SOURCE sim/src/data_dir.cpp APPEND PROPERTY COMPILE_DEFINITIONS
+set_property(SOURCE src/core/data_dir.cpp TARGET_DIRECTORY kvsim_core APPEND PROPERTY COMPILE_DEFINITIONS
   KVSIM_SOURCE_DATA_DIR="${CMAKE_SOURCE_DIR}/data"
   KVSIM_BUILD_DIR="${CMAKE_BINARY_DIR}"
   KVSIM_INSTALL_DATA_DIR="${CMAKE_INSTALL_PREFIX}/${KVSIM_INSTALL_DATA_DIR}")
-target_link_libraries(kvsimlib PRIVATE ${CMAKE_DL_LIBS})
 
-# The exported names match the build tree's ALIAS targets.
+# The exported names match the build tree's ALIAS targets: kvsim::trace, kvsim::sim (every
+# library), and one per component (kvsim::core, kvsim::replay, ...).
+set(kvsim_components core policies quant replay analysis eval plan model)
 set_target_properties(kvtrace PROPERTIES EXPORT_NAME trace)
-set_target_properties(kvsimlib PROPERTIES EXPORT_NAME sim)
-
-install(TARGETS kvtrace kvsimlib EXPORT kvsimTargets
+set_target_properties(kvsim_sim PROPERTIES EXPORT_NAME sim)
+set(kvsim_component_targets kvtrace kvsim_sim)
+foreach(component IN LISTS kvsim_components)
+  set_target_properties(kvsim_${component} PROPERTIES EXPORT_NAME ${component})
+  list(APPEND kvsim_component_targets kvsim_${component})
+  install(DIRECTORY src/${component}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+endforeach()
+install(DIRECTORY src/trace/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(TARGETS ${kvsim_component_targets} EXPORT kvsimTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
-install(DIRECTORY trace/include/kvtrace sim/include/kvsim DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-        PATTERN "plot.hpp" EXCLUDE)  # the Qt plot library is not installed
 install(EXPORT kvsimTargets NAMESPACE kvsim:: DESTINATION ${KVSIM_INSTALL_CMAKE_DIR})
 configure_package_config_file(cmake/kvsimConfig.cmake.in "${CMAKE_BINARY_DIR}/kvsimConfig.cmake"
                               INSTALL_DESTINATION ${KVSIM_INSTALL_CMAKE_DIR}

@@ -1,5 +1,5 @@
-# The Python package kvsim: the pure-Python tools (trace/python/kvsim/*.py) and the compiled
-# module kvsim._kvsim (pybind11, sim/python/), which links the kvtrace and kvsim libraries
+# The Python package kvsim: the pure-Python tools (src/python/kvsim/*.py) and the compiled
+# module kvsim._kvsim (pybind11, src/python/), which links the kvtrace and kvsim libraries
 # statically. Both land in <build>/python/kvsim, so from a build tree:
 #   PYTHONPATH=<build>/python python3 -c "import kvsim; print(kvsim.open(kvsim.bundled_trace()))"
 # Included from the top-level CMakeLists.txt (KVSIM_PYTHON).
@@ -7,7 +7,7 @@
 set(KVSIM_PYTHON_BUILD_DIR "${CMAKE_BINARY_DIR}/python")
 
 # The .py files, copied at build time so edits to the sources reach the build tree.
-file(GLOB KVSIM_PY_SOURCES CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/trace/python/kvsim/*.py")
+file(GLOB KVSIM_PY_SOURCES CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/src/python/kvsim/*.py")
 set(kvsim_py_copies "")
 foreach(source IN LISTS KVSIM_PY_SOURCES)
   get_filename_component(name "${source}" NAME)
@@ -33,12 +33,12 @@ if(KVSIM_PYTHON)
     # NO_EXTRAS: no link-time optimisation (it only slows the link of a module whose work is in
     # the static libraries); stripped as pybind11 would in release builds.
     pybind11_add_module(kvsim_python MODULE NO_EXTRAS
-      sim/python/module.cpp
-      sim/python/module_trace.cpp
-      sim/python/module_replay.cpp
-      sim/python/module_analysis.cpp
-      sim/python/module_plan.cpp
-      sim/python/array_source.cpp
+      src/python/module.cpp
+      src/python/module_trace.cpp
+      src/python/module_replay.cpp
+      src/python/module_analysis.cpp
+      src/python/module_plan.cpp
+      src/python/array_source.cpp
     )
     string(TOUPPER "${CMAKE_BUILD_TYPE}" kvsim_build_type)
     if(NOT kvsim_build_type MATCHES "DEBUG|RELWITHDEBINFO")
@@ -47,7 +47,7 @@ if(KVSIM_PYTHON)
     set_target_properties(kvsim_python PROPERTIES
       OUTPUT_NAME _kvsim
       LIBRARY_OUTPUT_DIRECTORY "${KVSIM_PYTHON_BUILD_DIR}/kvsim")
-    target_link_libraries(kvsim_python PRIVATE kvsimlib kvtrace nlohmann_json::nlohmann_json)
+    target_link_libraries(kvsim_python PRIVATE kvsim_sim nlohmann_json::nlohmann_json)
     add_dependencies(kvsim_python kvsim_python_files)
     message(STATUS "kvsim: Python module for ${Python_EXECUTABLE} (${Python_VERSION}), pybind11 ${pybind11_VERSION}")
   else()

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "kvsim/replay.hpp"
+#include "kvsim/replay/replay.hpp"
 #include "kvtrace/attention_source.hpp"
 
 namespace {

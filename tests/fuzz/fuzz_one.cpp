@@ -6,10 +6,11 @@
 #include <span>
 #include <vector>
 
-#include "kvsim/budget.hpp"
-#include "kvsim/policy.hpp"
-#include "kvsim/quant.hpp"
-#include "kvsim/replay.hpp"
+#include "kvsim/core/budget.hpp"
+#include "kvsim/core/policy.hpp"
+#include "kvsim/quant/quant.hpp"
+#include "kvsim/replay/replay.hpp"
+#include "kvsim/policies/registry.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/validate.hpp"

@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "../../trace/src/h5io.hpp"
+#include "../../src/trace/h5io.hpp"
 
 namespace kvfuzz {
 

@@ -21,21 +21,21 @@
 #include <numeric>
 #include <sstream>
 
-#include "charts_panel.hpp"
-#include "kvsim/plot.hpp"
+#include "charts/charts_panel.hpp"
+#include "kvsim/plot/plot.hpp"
 #include "controls_panel.hpp"
-#include "heatmap_view.hpp"
-#include "kvsim/analysis.hpp"
-#include "kvsim/replay.hpp"
+#include "views/heatmap_view.hpp"
+#include "kvsim/analysis/analysis.hpp"
+#include "kvsim/replay/replay.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/synth.hpp"
 #include "main_window.hpp"
-#include "overview_grid.hpp"
-#include "persistence_panel.hpp"
+#include "views/overview_grid.hpp"
+#include "charts/persistence_panel.hpp"
 #include "policy_editor.hpp"
 #include "session.hpp"
-#include "token_flow.hpp"
-#include "token_strip.hpp"
+#include "views/token_flow.hpp"
+#include "views/token_strip.hpp"
 #include "../support/temp_dir.hpp"
 
 using kvgui::MainWindow;

@@ -23,7 +23,7 @@ set(prefix "${WORK_DIR}/prefix")
 file(REMOVE_RECURSE "${WORK_DIR}")
 run(COMMAND ${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
 
-foreach(f bin/kvsim include/kvtrace/reader.hpp include/kvsim/replay.hpp share/kvsim/models/llama-3.1-8b.json
+foreach(f bin/kvsim include/kvtrace/reader.hpp include/kvsim/replay/replay.hpp include/kvsim/core/engine.hpp share/kvsim/models/llama-3.1-8b.json
           share/kvsim/gpus/h100-80gb.json share/kvsim/traces/stories15M-8x256.h5)
   if(NOT EXISTS "${prefix}/${f}")
     message(FATAL_ERROR "not installed: ${prefix}/${f}")

@@ -7,7 +7,7 @@
 
 #include "../support/rows.hpp"
 #include "../support/temp_dir.hpp"
-#include "kvsim/analysis.hpp"
+#include "kvsim/analysis/analysis.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/synth.hpp"
 #include "kvtrace/writer.hpp"

@@ -7,6 +7,7 @@
 
 #include "hand_cases.hpp"
 #include "kvtrace/error.hpp"
+#include "kvsim/policies/registry.hpp"
 
 using hand::kC;
 

@@ -1,4 +1,4 @@
-// The closed-loop engine of kvsim eval (kvsim/eval.hpp): budgets at or above the length give
+// The closed-loop engine of kvsim eval (kvsim/eval/eval.hpp): budgets at or above the length give
 // the full-cache run bit for bit; a hand-made one-layer checkpoint where eviction changes the
 // next-token distribution, checked by hand; policies decide identically under the closed loop
 // and the replay engine on the same rows; the grid, its determinism and its errors.
@@ -21,11 +21,12 @@
 
 #include "../support/llama2_files.hpp"
 #include "../support/temp_dir.hpp"
-#include "kvsim/eval.hpp"
-#include "kvsim/replay.hpp"
+#include "kvsim/eval/eval.hpp"
+#include "kvsim/replay/replay.hpp"
 #include "kvtrace/attention_source.hpp"
 #include "kvtrace/error.hpp"
-#include "kvtrace/llama2.hpp"
+#include "kvsim/model/llama2.hpp"
+#include "kvsim/policies/registry.hpp"
 #include "kvtrace/reader.hpp"
 #include "../support/model_dir.hpp"
 
@@ -37,7 +38,7 @@ using kvtrace::Llama2Model;
 
 namespace {
 
-// ---- checkpoints written by the tests (llama2.c legacy format, see kvtrace/llama2.hpp) ----
+// ---- checkpoints written by the tests (llama2.c legacy format, see kvsim/model/llama2.hpp) ----
 
 struct Shape {
   int dim, hidden, layers, heads, kv_heads, vocab, seq_len;

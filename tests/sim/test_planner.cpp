@@ -1,4 +1,4 @@
-// The capacity planner (sim/include/kvsim/planner.hpp): KV bytes per token by hand for MHA
+// The capacity planner (src/plan/include/kvsim/plan/planner.hpp): KV bytes per token by hand for MHA
 // and GQA models, memory, block rounding, quantized blocks, the budget chosen from a small
 // sweep CSV, the combined compression of eviction and quantization, and the bundled cards.
 #include <gtest/gtest.h>
@@ -8,7 +8,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "kvsim/planner.hpp"
+#include "kvsim/plan/planner.hpp"
 #include "kvtrace/error.hpp"
 
 namespace {

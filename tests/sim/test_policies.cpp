@@ -9,9 +9,10 @@
 #include <random>
 #include <tuple>
 
-#include "../../sim/policies/select.hpp"
+#include "../../src/policies/select.hpp"
 #include "hand_cases.hpp"
 #include "kvtrace/error.hpp"
+#include "kvsim/policies/registry.hpp"
 
 using hand::kA;
 using hand::kC;

@@ -1,4 +1,4 @@
-// KV quantization (sim/include/kvsim/quant.hpp): bits per element, fake quantization of
+// KV quantization (src/quant/include/kvsim/quant/quant.hpp): bits per element, fake quantization of
 // known vectors worked by hand, grouping axes, the residual window step by step, presets and
 // the spec syntax.
 #include <gtest/gtest.h>
@@ -6,7 +6,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kvsim/quant.hpp"
+#include "kvsim/quant/quant.hpp"
 #include "kvtrace/error.hpp"
 
 using kvsim::QuantAxis;

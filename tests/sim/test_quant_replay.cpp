@@ -5,8 +5,8 @@
 #include <cmath>
 
 #include "../support/temp_dir.hpp"
-#include "kvsim/quant.hpp"
-#include "kvsim/replay.hpp"
+#include "kvsim/quant/quant.hpp"
+#include "kvsim/replay/replay.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/synth.hpp"
 

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "kvsim/summary.hpp"
+#include "kvsim/core/summary.hpp"
 
 namespace {
 

@@ -1,6 +1,6 @@
 #pragma once
 // llama2.c files the tests write: legacy checkpoints (a header of 7 int32, then float32
-// weights; kvtrace/llama2.hpp) and tokenizer.bin files (kvtrace/tokenizer.hpp).
+// weights; kvsim/model/llama2.hpp) and tokenizer.bin files (kvsim/model/tokenizer.hpp).
 #include <cstdint>
 #include <cstdio>
 #include <fstream>

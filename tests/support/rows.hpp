@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kvsim/engine.hpp"
-#include "kvsim/replay.hpp"
+#include "kvsim/core/engine.hpp"
+#include "kvsim/replay/replay.hpp"
 #include "kvtrace/attention_source.hpp"
 
 namespace kvtest {

@@ -6,8 +6,8 @@
 
 #include <memory>
 
-#include "kvtrace/llama2.hpp"
-#include "kvtrace/tokenizer.hpp"
+#include "kvsim/model/llama2.hpp"
+#include "kvsim/model/tokenizer.hpp"
 #include "model_dir.hpp"
 
 namespace kvtest {

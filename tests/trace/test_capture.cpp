@@ -1,4 +1,4 @@
-// Tests of kvtrace/capture.hpp: real traces from the llama2.c model. Tests named
+// Tests of kvsim/model/capture.hpp: real traces from the llama2.c model. Tests named
 // Stories15MCapture* need the real model from scripts/fetch-model.sh and are skipped when
 // it is absent; the tiny hand-made checkpoint tests always run.
 #include <gtest/gtest.h>
@@ -19,7 +19,7 @@
 #include "../support/llama2_files.hpp"
 #include "../support/temp_dir.hpp"
 #include "kvtrace/attention_source.hpp"
-#include "kvtrace/capture.hpp"
+#include "kvsim/model/capture.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/validate.hpp"

@@ -1,4 +1,4 @@
-// Tests of the llama2.c model and tokenizer (kvtrace/llama2.hpp, kvtrace/tokenizer.hpp).
+// Tests of the llama2.c model and tokenizer (kvsim/model/llama2.hpp, kvsim/model/tokenizer.hpp).
 // Tests named Stories15M* need the real model from scripts/fetch-model.sh and are skipped
 // when it is absent; the tiny hand-made checkpoint tests always run.
 #include <gtest/gtest.h>
@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "kvtrace/error.hpp"
-#include "kvtrace/llama2.hpp"
-#include "kvtrace/tokenizer.hpp"
+#include "kvsim/model/llama2.hpp"
+#include "kvsim/model/tokenizer.hpp"
 #include "../support/llama2_files.hpp"
 #include "../support/model_dir.hpp"
 #include "../support/stories15m.hpp"

@@ -3,9 +3,9 @@
 #include <cstdio>
 #include <string>
 
-#include "kvsim/data_dir.hpp"
-#include "kvsim/replay.hpp"
-#include "kvsim/version.hpp"
+#include "kvsim/core/data_dir.hpp"
+#include "kvsim/replay/replay.hpp"
+#include "kvsim/core/version.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 

@@ -1,0 +1,197 @@
+// Trace-level analysis: every (sequence, layer) of a trace through analyze_rows on a pool of
+// threads, then means and cross-layer correlations taken in a fixed order, so the results
+// are identical bit for bit whatever the thread count. Also the "persistence" budget schedule.
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
+
+#include "kvsim/analysis/analysis.hpp"
+#include "kvsim/core/lists.hpp"
+#include "kvtrace/error.hpp"
+#include "kvtrace/reader.hpp"
+#include "kvsim/core/parallel_for.hpp"
+
+namespace kvsim {
+namespace {
+
+std::vector<int> sorted_indices(std::vector<int> indices) {
+  std::sort(indices.begin(), indices.end());
+  return indices;
+}
+
+// Accumulates per-(sequence, layer, head) values into a StatRow; NaN values are left out.
+struct StatSums {
+  int64_t count = 0, persistence_n = 0, ever_n = 0, repeat_n = 0;
+  double persistence = 0, ever = 0, repeat = 0;
+  std::vector<double> spearman, recall;
+  std::vector<int64_t> spearman_n, recall_n;
+
+  explicit StatSums(size_t lags) : spearman(lags, 0), recall(lags, 0), spearman_n(lags, 0), recall_n(lags, 0) {}
+
+  void add(const HeadAnalysis& head) {
+    ++count;
+    if (!std::isnan(head.persistence)) persistence += head.persistence, ++persistence_n;
+    if (!std::isnan(head.ever_pivotal)) ever += head.ever_pivotal, ++ever_n;
+    if (!std::isnan(head.repeat_share)) repeat += head.repeat_share, ++repeat_n;
+    for (size_t l = 0; l < head.lags.size() && l < spearman.size(); ++l) {
+      if (!std::isnan(head.lags[l].spearman)) spearman[l] += head.lags[l].spearman, ++spearman_n[l];
+      if (!std::isnan(head.lags[l].topk_recall)) recall[l] += head.lags[l].topk_recall, ++recall_n[l];
+    }
+  }
+
+  StatRow row(int layer, int head) const {
+    auto mean = [](double sum, int64_t n) { return n > 0 ? sum / static_cast<double>(n) : NAN; };
+    StatRow out;
+    out.layer = layer;
+    out.head = head;
+    out.count = count;
+    out.persistence_defined = persistence_n;
+    out.persistence = mean(persistence, persistence_n);
+    out.ever_pivotal = mean(ever, ever_n);
+    out.repeat_share = mean(repeat, repeat_n);
+    for (size_t l = 0; l < spearman.size(); ++l) {
+      out.spearman.push_back(mean(spearman[l], spearman_n[l]));
+      out.topk_recall.push_back(mean(recall[l], recall_n[l]));
+    }
+    return out;
+  }
+};
+
+double mean_of_defined(const std::vector<double>& values) {
+  double sum = 0;
+  int64_t n = 0;
+  for (double v : values)
+    if (!std::isnan(v)) sum += v, ++n;
+  return n > 0 ? sum / static_cast<double>(n) : NAN;
+}
+
+}  // namespace
+
+TraceAnalysis analyze_trace(const kvtrace::TraceReader& reader, const AnalysisConfig& config,
+                            const std::function<void(int64_t, int64_t)>& progress) {
+  check_options(config.options);
+  const kvtrace::TraceMeta& meta = reader.meta();
+  TraceAnalysis analysis;
+  analysis.options = config.options;
+  analysis.sequences = sorted_indices(chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path()));
+  analysis.layers = sorted_indices(chosen_or_all(config.layers, meta.n_layers, "layer", reader.path()));
+  analysis.n_heads = meta.n_heads;
+  std::vector<int> heads(static_cast<size_t>(meta.n_heads));
+  for (int h = 0; h < meta.n_heads; ++h) heads[static_cast<size_t>(h)] = h;
+
+  for (int seq : analysis.sequences)
+    for (int layer : analysis.layers) {
+      LayerAnalysis item;
+      item.seq = seq;
+      item.layer = layer;
+      analysis.items.push_back(std::move(item));
+    }
+  const int threads =
+      config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t count = analysis.items.size();
+  const auto caller = std::this_thread::get_id();
+  std::atomic<int64_t> done{0};
+  parallel_for(
+      count, threads,
+      [&](size_t i) {
+        LayerAnalysis& item = analysis.items[i];
+        auto source = kvtrace::open_attention_source(reader, item.seq, item.layer, heads, config.rows);
+        LayerAnalysis result = analyze_rows(*source, config.options);
+        result.seq = item.seq;
+        result.layer = item.layer;
+        item = std::move(result);
+      },
+      [&] {  // the calling thread reports progress
+        const int64_t finished = ++done;
+        if (progress && std::this_thread::get_id() == caller) progress(finished, static_cast<int64_t>(count));
+      });
+
+  // Means in (layer, head) and layer order over sequences in ascending order.
+  const size_t lags = config.options.correlations ? config.options.lags.size() : 0;
+  StatSums overall(lags);
+  for (int layer : analysis.layers) {
+    StatSums layer_sums(lags);
+    std::vector<StatSums> head_sums(static_cast<size_t>(meta.n_heads), StatSums(lags));
+    for (const LayerAnalysis& item : analysis.items) {
+      if (item.layer != layer) continue;
+      for (const HeadAnalysis& head : item.heads) {
+        head_sums[static_cast<size_t>(head.head)].add(head);
+        layer_sums.add(head);
+        overall.add(head);
+      }
+    }
+    for (int h = 0; h < meta.n_heads; ++h) analysis.heads.push_back(head_sums[static_cast<size_t>(h)].row(layer, h));
+    analysis.layer_means.push_back(layer_sums.row(layer, -1));
+  }
+  analysis.overall = overall.row(-1, -1);
+
+  // Cross-layer: adjacent chosen layers, per sequence, then the mean over sequences.
+  const size_t n_layers = analysis.layers.size();
+  for (size_t a = 0; a + 1 < n_layers; ++a) {
+    if (analysis.layers[a + 1] != analysis.layers[a] + 1) continue;
+    CrossLayerPair pair;
+    pair.layer_a = analysis.layers[a];
+    pair.layer_b = analysis.layers[a + 1];
+    for (size_t s = 0; s < analysis.sequences.size(); ++s) {
+      const LayerAnalysis& la = analysis.items[s * n_layers + a];
+      const LayerAnalysis& lb = analysis.items[s * n_layers + a + 1];
+      pair.per_sequence.push_back(
+          spearman(std::span<const double>(la.importance), std::span<const double>(lb.importance)));
+      pair.per_sequence_normalised.push_back(spearman(std::span<const double>(la.importance_normalised),
+                                                      std::span<const double>(lb.importance_normalised)));
+    }
+    pair.spearman = mean_of_defined(pair.per_sequence);
+    pair.spearman_normalised = mean_of_defined(pair.per_sequence_normalised);
+    analysis.cross_layer.push_back(std::move(pair));
+  }
+  return analysis;
+}
+
+// Why this rule: the persistence ratio is the share of the tokens pivotal late that a cache
+// holding the early-pivotal tokens already has; its complement 1 - p_l is the share the
+// layer's cache must make room for anew, so budget moves toward layers in proportion to it.
+// The floor m (the mean complement) keeps a fully persistent layer at half the mean budget
+// rather than starving it: its persistent tokens still need slots. Weights stay within
+// [1/2, n_layers/2 + 1/2] of the mean and are uniform when persistence is uniform.
+std::vector<double> persistence_weights(std::span<const double> layer_persistence) {
+  const size_t n = layer_persistence.size();
+  if (n == 0) return {};
+  double sum = 0;
+  int64_t defined = 0;
+  for (double p : layer_persistence)
+    if (!std::isnan(p)) sum += 1.0 - std::clamp(p, 0.0, 1.0), ++defined;
+  const double m = defined > 0 ? sum / static_cast<double>(defined) : 0.0;
+  if (m <= 0) return std::vector<double>(n, 1.0);
+  std::vector<double> weights;
+  double total = 0;
+  for (double p : layer_persistence) {
+    const double miss = std::isnan(p) ? m : 1.0 - std::clamp(p, 0.0, 1.0);
+    weights.push_back(miss + m);
+    total += miss + m;
+  }
+  for (double& w : weights) w *= static_cast<double>(n) / total;
+  return weights;
+}
+
+LayerSchedule persistence_schedule(const kvtrace::TraceReader& reader, const std::vector<int>& sequences,
+                                   kvtrace::RowsFrom rows, int threads) {
+  AnalysisConfig config;
+  config.options.correlations = false;
+  config.options.repeat_samples = 0;
+  config.rows = rows;
+  config.sequences = sequences;
+  config.threads = threads;
+  const TraceAnalysis analysis = analyze_trace(reader, config);
+  std::vector<double> persistence;
+  for (const StatRow& row : analysis.layer_means) persistence.push_back(row.persistence);
+  return LayerSchedule::from_weights("persistence", persistence_weights(persistence));
+}
+
+LayerSchedule layer_schedule(const std::string& text, const kvtrace::TraceReader& reader,
+                             const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads) {
+  return text == "persistence" ? persistence_schedule(reader, sequences, rows, threads)
+                               : LayerSchedule::parse(text, reader.meta().n_layers);
+}
+
+}  // namespace kvsim

@@ -1,0 +1,134 @@
+#include "cli_common.hpp"
+
+#include "kvsim/core/lists.hpp"
+#include "kvtrace/atomic_file.hpp"
+#include "kvtrace/isolated_open.hpp"
+#include "mpi_split.hpp"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cctype>
+#include <cstdlib>
+#include <filesystem>
+#include <sstream>
+#include <iostream>
+
+namespace kvsim::cli {
+
+bool parse_options(const std::string& verb, const std::string& usage, const std::vector<std::string>& args,
+                   po::options_description& options, const po::positional_options_description& positional,
+                   po::variables_map& vm) {
+  options.add_options()("help,h", "show this help");
+  po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+  if (vm.count("help")) {
+    std::cout << "usage: kvsim " << verb << " " << usage << "\n\n" << options << "\n";
+    return false;
+  }
+  po::notify(vm);
+  return true;
+}
+
+void bad_option(const std::string& option, const std::string& problem) {
+  throw kvtrace::InputError("", "", "--" + option + ": " + problem);
+}
+
+kvtrace::DType parse_dtype(const std::string& option, const std::string& text) {
+  if (text == "float16" || text == "f16" || text == "fp16") return kvtrace::DType::f16;
+  if (text == "float32" || text == "f32" || text == "fp32") return kvtrace::DType::f32;
+  bad_option(option, "unknown dtype '" + text + "' (float16 or float32)");
+}
+
+std::vector<int> parse_indices(const std::string& option, const std::string& text) {
+  return text.empty() ? std::vector<int>{} : parse_index_list("--" + option, text);
+}
+
+void check_plot_path(const std::string& option, const std::string& path) {
+  if (path.empty()) return;
+#ifndef KVSIM_HAVE_PLOT
+  bad_option(option, "this kvsim was built without Qt6, so it cannot render plots");
+#endif
+  std::string extension = std::filesystem::path(path).extension().string();
+  for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (extension != ".png" && extension != ".svg") bad_option(option, "'" + path + "' must end in .png or .svg");
+  kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
+}
+
+void prepare_outputs(const std::vector<std::string>& inputs, const std::vector<std::string>& text_outputs,
+                     const std::vector<std::string>& file_outputs) {
+  std::vector<std::string> outputs = text_outputs;
+  outputs.insert(outputs.end(), file_outputs.begin(), file_outputs.end());
+  int to_stdout = 0;
+  for (const std::string& path : text_outputs)
+    if (!path.empty()) {
+      kvtrace::check_output_path(path, kvtrace::OutputKind::text);
+      to_stdout += path == "-";
+    }
+  for (const std::string& path : file_outputs)
+    if (!path.empty()) kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
+  if (to_stdout > 1) bad_option("csv/json", "only one output can go to standard output (-)");
+  kvtrace::check_distinct_paths(inputs, outputs);
+  if (to_stdout == 1) {
+    std::fflush(stdout);
+    kvtrace::send_standard_output_to(::dup(STDOUT_FILENO));
+    ::dup2(STDERR_FILENO, STDOUT_FILENO);
+  }
+}
+
+std::vector<std::string> split_names(const std::string& option, const std::string& text) {
+  return parse_name_list("--" + option, text);
+}
+
+std::string default_model_dir() {
+  namespace fs = std::filesystem;
+  if (const char* dir = std::getenv("KVSIM_MODEL_DIR"); dir && *dir) return dir;
+  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache)
+    return (fs::path(cache) / "kvsim/models").string();
+  const char* home = std::getenv("HOME");
+  return (fs::path(home ? home : "") / ".cache/kvsim/models").string();
+}
+
+void require_model_file(const std::string& path, const std::string& what, const std::string& instead) {
+  if (!std::filesystem::is_regular_file(path))
+    throw kvtrace::InputError(
+        path, "", what + " not found; run scripts/fetch-model.sh to download stories15M (or " + instead + ")");
+}
+
+std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1000.0 && unit < 4) {
+    value /= 1000.0;
+    ++unit;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+  return buffer;
+}
+
+Progress::Progress(std::string label) : label_(std::move(label)), enabled_(::isatty(STDERR_FILENO) != 0) {}
+
+Progress::~Progress() {
+  if (drawn_) std::fprintf(stderr, "\r\033[K");
+}
+
+void Progress::update(int64_t done, int64_t total) {
+  if (!enabled_ || total <= 0) return;
+  const int percent = static_cast<int>(100 * done / total);
+  if (percent == last_percent_) return;
+  last_percent_ = percent;
+  constexpr int kWidth = 30;
+  const int filled = percent * kWidth / 100;
+  std::fprintf(stderr, "\r%s [%.*s%*s] %3d%%", label_.c_str(), filled,
+               "==============================", kWidth - filled, "", percent);
+  std::fflush(stderr);
+  drawn_ = true;
+}
+
+kvtrace::TraceReader open_trace(const std::string& path) {
+  if (!work_split()) kvtrace::check_in_child_process(path);
+  return kvtrace::TraceReader(path);
+}
+
+}  // namespace kvsim::cli

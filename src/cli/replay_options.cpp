@@ -1,0 +1,95 @@
+#include "replay_options.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "kvsim/analysis/analysis.hpp"
+#include "kvsim/replay/report.hpp"
+#include "kvtrace/atomic_file.hpp"
+#include "kvtrace/reader.hpp"
+#ifdef KVSIM_HAVE_PLOT
+#include "kvsim/plot/plot.hpp"
+#endif
+
+namespace kvsim::cli {
+
+void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
+  options.add_options()("trace", po::value(&v.trace)->required(), "trace file (HDF5, schema v1)")(
+      "param", po::value(&v.params)->composing(),
+      "policy parameter key=value (sweep: policy.key=value, or key=value for every policy that takes it); repeatable")(
+      "mode", po::value(&v.mode)->default_value(v.mode),
+      "stream (every step is a decode step) or prefill (prompt at once, then compress to B)")(
+      "aggregate", po::value(&v.aggregate)->default_value(v.aggregate),
+      "how a GQA group's heads combine into the observed row: mean, max or sum")(
+      "rows", po::value(&v.rows)->default_value(v.rows),
+      "attention rows from: auto (stored attn if present, else q/k), attn or qk")(
+      "output-error", po::value(&v.output_error)->default_value(v.output_error),
+      "relative output error: auto (when v is present), on or off")("seqs", po::value(&v.sequences),
+                                                                    "sequences to replay, e.g. 0,2,5 (default: all)")(
+      "layers", po::value(&v.layers), "layers to replay, e.g. 0,1 (default: all)")(
+      "quant", po::value(&v.quant),
+      "KV quantization: presets flexgen4 (4-bit, groups of 64), kivi2 (2-bit, keys per channel, residual 128), or "
+      "specs like int8, k4v2:g64, k2v2:g32:r128:kc; sweep: a comma list added to the unquantized grid")(
+      "layer-budget", po::value(&v.layer_budget)->default_value(v.layer_budget),
+      "per-layer schedule: uniform; persistence (more budget to layers with lower persistence, measured on the "
+      "replayed sequences); or one weight per layer (w1,w2,...; normalised to mean 1)")(
+      "threads", po::value(&v.threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
+      "csv", po::value(&v.csv), "write results as CSV")("json", po::value(&v.json), "write results as JSON")(
+      "survival", po::value(&v.survival), "write per token, group and policy the step it was evicted (CSV; -1: kept)");
+}
+
+void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader& reader, ReplayConfig& config) {
+  config.mode = parse_mode(v.mode);
+  config.aggregate = parse_aggregate(v.aggregate);
+  config.rows = parse_rows(v.rows);
+  config.output_error = parse_output_error(v.output_error);
+  config.sequences = parse_indices("seqs", v.sequences);
+  config.layers = parse_indices("layers", v.layers);
+  if (v.threads < 0) bad_option("threads", "must be >= 0");
+  config.threads = v.threads;
+  config.schedule = layer_schedule(v.layer_budget, reader, config.sequences, config.rows, config.threads);
+  if (!v.quant.empty()) config.quant = parse_quant_list(v.quant);
+  config.keep_records = !v.survival.empty();
+  check_plot_path("plot", v.plot);
+  prepare_outputs({v.trace}, {v.csv, v.json, v.survival}, {v.plot});
+}
+
+void write_outputs(const ReplayCliOptions& v, const kvtrace::TraceReader& reader, const ReplayResults& results,
+                   bool sweep) {
+  if (!v.csv.empty()) kvtrace::write_file_atomically(v.csv, sweep ? sweep_csv(results) : layers_csv(results));
+  if (!v.json.empty())
+    kvtrace::write_file_atomically(v.json, results_json(results, reader.path(), reader.meta().model));
+  if (!v.survival.empty()) {
+    std::vector<std::vector<std::string>> text;
+    for (int s = 0; s < reader.n_sequences(); ++s) text.push_back(reader.token_text(s));
+    kvtrace::write_file_atomically(v.survival, survival_csv(results, text));
+  }
+  if (!v.plot.empty()) {
+#ifdef KVSIM_HAVE_PLOT
+    LinePlot plot;
+    plot.title = "Attention-mass retention vs KV budget: " + reader.meta().model;
+    plot.subtitle = "mean over every sequence, layer, head and step; teacher-forced replay (drift not modelled)";
+    const bool all_fractions =
+        std::all_of(results.cells.begin(), results.cells.end(), [](const CellResult& c) { return c.budget.fraction; });
+    plot.x_label = all_fractions ? "KV budget (% of sequence length)" : "KV budget (mean tokens)";
+    plot.y_label = "mean attention-mass retention";
+    double lowest = 1;
+    for (const auto& cell : results.cells) lowest = std::min(lowest, cell.retention.mean);
+    plot.y_min = std::max(0.0, std::floor(lowest * 10 - 0.5) / 10);
+    plot.y_max = 1;
+    for (const auto& cell : results.cells) {
+      if (plot.series.empty() || plot.series.back().name != cell.policy) {
+        plot.series.push_back({cell.policy, {}, cell.info && cell.info->engine == Engine::bound});
+      }
+      const double x = all_fractions ? 100.0 * cell.budget_share_mean : cell.budget_tokens_mean;
+      plot.series.back().points.emplace_back(x, cell.retention.mean);
+    }
+    render_line_plot(plot, v.plot);
+#else
+    bad_option("plot", "this kvsim was built without Qt6, so it cannot render plots");
+#endif
+  }
+}
+
+}  // namespace kvsim::cli

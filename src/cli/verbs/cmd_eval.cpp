@@ -1,0 +1,204 @@
+// kvsim eval [MODEL] (--trace TRACE | --text FILE): closed-loop evaluation. The llama2.c
+// model runs over fixed tokens with every head attending only to its cache, the policies
+// deciding (kvsim/eval/eval.hpp); perplexity, its increase and top-1 agreement against the full
+// cache, beside the teacher-forced replay's retention and output error on the same tokens,
+// and how well the one predicts the other (Spearman).
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+
+#include "../cli_common.hpp"
+#include "kvsim/eval/eval.hpp"
+#include "kvtrace/atomic_file.hpp"
+#include "kvsim/model/llama2.hpp"
+#include "kvtrace/reader.hpp"
+#include "kvsim/model/tokenizer.hpp"
+#include "../replay_options.hpp"
+#ifdef KVSIM_HAVE_PLOT
+#include "kvsim/plot/plot.hpp"
+#endif
+
+namespace kvsim::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Keeps the chosen sequences (all when none is chosen), in the order given.
+std::vector<EvalSequence> choose(std::vector<EvalSequence> all, const std::vector<int>& chosen,
+                                 const std::string& source) {
+  if (chosen.empty()) return all;
+  std::vector<EvalSequence> out;
+  for (int index : chosen) {
+    if (index >= static_cast<int>(all.size()))
+      throw kvtrace::InputError(
+          source, "",
+          "--seqs: sequence " + std::to_string(index) + " out of range (there are " + std::to_string(all.size()) + ")");
+    out.push_back(all[static_cast<size_t>(index)]);
+  }
+  return out;
+}
+
+#ifdef KVSIM_HAVE_PLOT
+void write_plot(const EvalResults& results, const std::string& model, const std::string& path) {
+  LinePlot plot;
+  plot.title = "Perplexity increase vs KV budget, closed loop: " + model;
+  plot.subtitle = "the model attends only to each policy's cache; " + std::to_string(results.sequences) +
+                  " sequences; full-cache perplexity " + std::to_string(results.full_perplexity).substr(0, 6);
+  const bool all_fractions =
+      std::all_of(results.cells.begin(), results.cells.end(), [](const EvalCell& c) { return c.budget.fraction; });
+  plot.x_label = all_fractions ? "KV budget (% of sequence length)" : "KV budget (mean tokens)";
+  plot.y_label = "perplexity increase over the full cache";
+  plot.y_min = plot.y_max = 0;  // fit the data
+  for (const EvalCell& cell : results.cells) {
+    if (plot.series.empty() || plot.series.back().name != cell.policy) plot.series.push_back({cell.policy, {}, false});
+    const double x = all_fractions ? 100.0 * cell.budget_share_mean : cell.budget_tokens_mean;
+    plot.series.back().points.emplace_back(x, cell.perplexity_increase);
+  }
+  render_line_plot(plot, path);
+}
+
+// The proxy itself: replay's mean retention against the closed loop's perplexity increase,
+// one line per policy through its budgets.
+void write_proxy_plot(const EvalResults& results, const std::string& model, const std::string& path) {
+  LinePlot plot;
+  plot.title = "Replay retention vs closed-loop perplexity increase: " + model;
+  char subtitle[160];
+  std::snprintf(subtitle, sizeof subtitle, "one point per budget; Spearman over all %lld (policy, budget) pairs: %+.3f",
+                static_cast<long long>(results.correlations.front().pairs), results.correlations.front().retention);
+  plot.subtitle = subtitle;
+  plot.x_label = "mean attention-mass retention, teacher-forced replay (%)";
+  plot.y_label = "perplexity increase over the full cache, closed loop";
+  plot.y_min = plot.y_max = 0;
+  for (const EvalCell& cell : results.cells) {
+    if (plot.series.empty() || plot.series.back().name != cell.policy) plot.series.push_back({cell.policy, {}, false});
+    plot.series.back().points.emplace_back(100 * cell.replay_retention.mean, cell.perplexity_increase);
+  }
+  for (PlotSeries& series : plot.series) std::sort(series.points.begin(), series.points.end());
+  render_line_plot(plot, path);
+}
+#endif
+
+}  // namespace
+
+int cmd_eval(const std::vector<std::string>& args) {
+  std::string model_path, tokenizer_path, trace_path, text_path, csv, json, plot, proxy_plot, seqs, aggregate = "mean";
+  std::string policies = "scissorhands,h2o,tova,streaming,recent", budgets = "20%,30%,50%";
+  std::vector<std::string> params;
+  int tokens = 0, threads = 0;
+  po::options_description options("eval options");
+  options.add_options()("model", po::value(&model_path),
+                        "llama2.c checkpoint (default: stories15M.bin in $KVSIM_MODEL_DIR or ~/.cache/kvsim/models)")(
+      "trace", po::value(&trace_path), "evaluate on the token sequences of this trace")(
+      "text", po::value(&text_path), "evaluate on this text file, encoded with BOS and cut into sequences of --tokens")(
+      "tokenizer", po::value(&tokenizer_path),
+      "llama2.c tokenizer.bin for --text (default: tokenizer.bin next to the model)")(
+      "policies", po::value(&policies)->default_value(policies),
+      "comma-separated policies (bounds such as oracle cannot run a model)")(
+      "budgets", po::value(&budgets)->default_value(budgets),
+      "comma-separated budgets: tokens (64) or % of each sequence (20%)")(
+      "param", po::value(&params)->composing(),
+      "policy parameter policy.key=value, or key=value for every policy that takes it; repeatable")(
+      "seqs", po::value(&seqs), "sequences to evaluate, e.g. 0,2,5 (default: all)")(
+      "tokens", po::value(&tokens)->default_value(0),
+      "--trace: evaluate the first N tokens of each sequence (0: all); --text: tokens per sequence (0: the model's "
+      "seq_len)")("aggregate", po::value(&aggregate)->default_value(aggregate),
+                  "how a group's heads combine into the observed row: mean, max or sum")(
+      "threads", po::value(&threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
+      "csv", po::value(&csv), "write one row per (policy, budget) as CSV")(
+      "json", po::value(&json), "write results, per-sequence values and correlations as JSON")(
+      "plot", po::value(&plot), "write perplexity increase vs budget as PNG or SVG, one line per policy")(
+      "proxy-plot", po::value(&proxy_plot), "write closed-loop perplexity increase vs replay retention as PNG or SVG");
+  po::positional_options_description positional;
+  positional.add("model", 1);
+  po::variables_map vm;
+  if (!parse_options("eval", "[MODEL] (--trace TRACE | --text FILE) [--policies a,b] [--budgets 20%,30%] [options]",
+                     args, options, positional, vm))
+    return 0;
+
+  if (trace_path.empty() == text_path.empty()) bad_option("trace", "give exactly one of --trace TRACE and --text FILE");
+  if (tokens < 0) bad_option("tokens", "must be >= 0");
+  if (threads < 0) bad_option("threads", "must be >= 0");
+  EvalConfig config;
+  config.policies = choose_policies(split_names("policies", policies), params);
+  if (config.policies.empty()) bad_option("policies", "no policy given");
+  for (const PolicyChoice& policy : config.policies) check_closed_loop_policy(*policy.info);
+  config.budgets = parse_budgets(budgets);
+  config.aggregate = parse_aggregate(aggregate);
+  config.threads = threads;
+  const std::vector<int> chosen = parse_indices("seqs", seqs);
+  check_plot_path("plot", plot);
+  check_plot_path("proxy-plot", proxy_plot);
+  prepare_outputs({trace_path, text_path, model_path, tokenizer_path}, {csv, json}, {plot, proxy_plot});
+
+  const fs::path dir = default_model_dir();
+  if (model_path.empty()) model_path = (dir / "stories15M.bin").string();
+  require_model_file(model_path, "model checkpoint", "pass MODEL and --tokenizer");
+  const kvtrace::Llama2Model model = kvtrace::Llama2Model::load(model_path);
+  const std::string model_name = fs::path(model_path).stem().string();
+  const int seq_len = model.config().seq_len;
+  if (tokens > seq_len) bad_option("tokens", "must be at most the model's seq_len " + std::to_string(seq_len));
+
+  std::vector<EvalSequence> sequences;
+  std::string source;
+  if (!trace_path.empty()) {
+    source = trace_path;
+    const kvtrace::TraceReader reader = open_trace(trace_path);
+    for (int s = 0; s < reader.n_sequences(); ++s) {
+      EvalSequence sequence;
+      sequence.index = s;
+      for (int32_t token : reader.tokens(s)) sequence.tokens.push_back(token);
+      if (tokens > 0 && static_cast<int>(sequence.tokens.size()) > tokens)
+        sequence.tokens.resize(static_cast<size_t>(tokens));
+      sequences.push_back(std::move(sequence));
+    }
+    sequences = choose(std::move(sequences), chosen, trace_path);
+    for (const EvalSequence& sequence : sequences) {
+      const std::string where = kvtrace::seq_path(sequence.index) + "/tokens";
+      if (static_cast<int>(sequence.tokens.size()) > seq_len)
+        reader.fail(where, std::to_string(sequence.tokens.size()) + " tokens, more than the model's seq_len " +
+                               std::to_string(seq_len) + " (use --tokens)");
+      if (sequence.tokens.size() < 2) reader.fail(where, "fewer than 2 tokens: nothing to predict");
+      for (int token : sequence.tokens)
+        if (token < 0 || token >= model.config().vocab_size)
+          reader.fail(where, "token id " + std::to_string(token) + " is outside the vocabulary of " + model_path);
+    }
+    if (reader.meta().model != model_name)
+      std::cout << "note: the trace was recorded from " << reader.meta().model << "; " << model_name
+                << " runs on its tokens (closed loop and replay alike)\n";
+  } else {
+    source = text_path;
+    if (tokenizer_path.empty())
+      tokenizer_path =
+          (vm.count("model") ? fs::path(model_path).parent_path() / "tokenizer.bin" : dir / "tokenizer.bin").string();
+    require_model_file(tokenizer_path, "tokenizer", "pass MODEL and --tokenizer");
+    const kvtrace::Tokenizer tokenizer = kvtrace::Tokenizer::load(tokenizer_path, model.config().vocab_size);
+    std::ifstream in(text_path, std::ios::binary);
+    if (!in) throw kvtrace::InputError(text_path, "", "cannot open the text file");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    sequences = text_sequences(tokenizer, text, tokens > 0 ? tokens : seq_len);
+    if (sequences.empty() || text.find_first_not_of(" \t\r\n") == std::string::npos)
+      throw kvtrace::InputError(text_path, "", "no text to evaluate");
+    sequences = choose(std::move(sequences), chosen, text_path);
+  }
+
+  EvalResults results;
+  {
+    Progress progress("eval");
+    results = evaluate(model, sequences, config, progress.callback());
+  }
+  // Outputs first: a failed write is then the only line printed.
+  if (!csv.empty()) kvtrace::write_file_atomically(csv, eval_csv(results));
+  if (!json.empty()) kvtrace::write_file_atomically(json, eval_json(results, source, model_path));
+#ifdef KVSIM_HAVE_PLOT
+  if (!plot.empty()) write_plot(results, model_name, plot);
+  if (!proxy_plot.empty()) write_proxy_plot(results, model_name, proxy_plot);
+#endif
+  std::cout << model_name << " on " << source << "\n" << eval_table(results);
+  return 0;
+}
+
+}  // namespace kvsim::cli

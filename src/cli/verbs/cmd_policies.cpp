@@ -1,0 +1,35 @@
+// kvsim policies: every policy with its parameters and defaults.
+#include <algorithm>
+#include <cstdio>
+
+#include "../cli_common.hpp"
+#include "kvsim/core/policy.hpp"
+#include "kvsim/replay/report.hpp"
+#include "kvsim/policies/registry.hpp"
+#include <string>
+
+namespace kvsim::cli {
+
+int cmd_policies(const std::vector<std::string>& args) {
+  po::options_description options("policies options");
+  po::positional_options_description positional;
+  po::variables_map vm;
+  if (!parse_options("policies", "", args, options, positional, vm)) return 0;
+  std::string out;
+  char line[512];
+  for (const auto& info : policies()) {
+    const char* grouping = info.grouping == Grouping::layer ? "per layer" : "per kv head";
+    out += wrap_text(info.name + std::string(std::max<size_t>(1, 23 - info.name.size()), ' ') + info.summary + " [" +
+                         grouping + (info.budgeted ? "" : ", ignores the budget") + "]\n",
+                     100, 23);
+    for (const auto& param : info.params) {
+      std::snprintf(line, sizeof line, "    %-10s = %-6s ", param.name.c_str(),
+                    param.default_value.empty() ? "(auto)" : param.default_value.c_str());
+      out += line + param.help + "\n";
+    }
+  }
+  std::fputs(wrap_text(out).c_str(), stdout);
+  return 0;
+}
+
+}  // namespace kvsim::cli

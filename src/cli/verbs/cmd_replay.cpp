@@ -1,0 +1,45 @@
+// kvsim replay TRACE --policy P --budget B: one policy at one budget, in detail.
+#include <iostream>
+
+#include "kvsim/replay/report.hpp"
+#include "kvtrace/reader.hpp"
+#include "../mpi_split.hpp"
+#include "../replay_options.hpp"
+
+namespace kvsim::cli {
+
+int cmd_replay(const std::vector<std::string>& args) {
+  ReplayCliOptions values;
+  std::string policy = "scissorhands", budget = "20%";
+  po::options_description options("replay options");
+  options.add_options()("policy", po::value(&policy)->default_value(policy),
+                        "eviction policy (kvsim policies lists them)")(
+      "budget", po::value(&budget)->default_value(budget), "KV budget: tokens (64) or % of each sequence (20%)");
+  add_replay_options(options, values);
+  po::positional_options_description positional;
+  positional.add("trace", 1);
+  po::variables_map vm;
+  if (!parse_options("replay", "TRACE --policy NAME --budget B [--param k=v ...] [options]", args, options, positional,
+                     vm))
+    return 0;
+  const kvtrace::TraceReader reader = open_trace(values.trace);
+  ReplayConfig config;
+  config.policies = choose_policies({policy}, values.params);
+  config.budgets = {Budget::parse(budget)};
+  apply_replay_options(values, reader, config);
+  config.split = work_split();
+  if (config.quant.size() > 1) bad_option("quant", "replay takes one quantization spec (sweep takes a list)");
+  ReplayResults results;
+  {
+    Progress progress("replay");
+    results = replay_trace(reader, config, progress.callback());
+  }
+  if (!results.gathered) return 0;                // another MPI rank: rank 0 prints and writes
+  write_outputs(values, reader, results, false);  // first: a failed write is then the only line
+  std::cout << reader.meta().model << ": " << results.sequences << " sequences, mode " << mode_name(results.mode)
+            << "\n"
+            << replay_table(results.cells.front(), results.output_error) << wrap_text(kTeacherForcedNote) << "\n";
+  return 0;
+}
+
+}  // namespace kvsim::cli

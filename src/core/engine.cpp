@@ -1,0 +1,221 @@
+#include "kvsim/core/engine.hpp"
+
+#include <algorithm>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <tuple>
+
+#include "future.hpp"
+#include "simulation.hpp"
+#include "step_rows.hpp"
+#include "kvtrace/schema.hpp"
+
+namespace kvsim {
+namespace {
+
+// Budget sharing: among simulations of one policy with the same parameters, cache group,
+// layer and view, the largest budget leads and the others follow it until they must evict
+// (Simulation::follow), or to the end if the policy ignores the budget. Policies that cannot
+// hand over their state run on their own.
+void share_budgets(const Lane& lane, std::vector<Simulation>& running) {
+  using Key = std::tuple<int, int, const PolicyInfo*, std::map<std::string, std::string>, int>;
+  std::map<Key, std::vector<size_t>> alike;
+  for (size_t s = 0; s < lane.simulations.size(); ++s) {
+    const SimulationSpec& spec = lane.simulations[s];
+    if (spec.policy->engine == Engine::cache && !spec.sequence_state)
+      alike[{spec.group, spec.layer, spec.policy, spec.params.values(), spec.quant}].push_back(s);
+  }
+  for (auto& [key, members] : alike) {
+    std::stable_sort(members.begin(), members.end(),
+                     [&](size_t a, size_t b) { return lane.simulations[a].budget > lane.simulations[b].budget; });
+    for (size_t m = 1; m < members.size(); ++m) running[members[m]].follow(running[members.front()]);
+  }
+}
+
+}  // namespace
+
+uint64_t cache_group_seed(int seq, int layer, int group) {
+  return (static_cast<uint64_t>(seq) << 40) ^ (static_cast<uint64_t>(layer) << 20) ^ static_cast<uint64_t>(group);
+}
+
+std::vector<CacheGroup> layer_cache_groups(int n_heads, int n_kv_heads, int seq, int layer,
+                                           std::span<const std::vector<float>> values, int head_dim,
+                                           int first_kv_head) {
+  const int group_size = n_heads / n_kv_heads;
+  std::vector<CacheGroup> groups(static_cast<size_t>(n_kv_heads) + 1);
+  for (int g = 0; g <= n_kv_heads; ++g) {
+    CacheGroup& group = groups[static_cast<size_t>(g)];
+    group.head_dim = head_dim;
+    group.seed = cache_group_seed(seq, layer, first_kv_head + g);
+    const int first = g < n_kv_heads ? g * group_size : 0;
+    const int last = g < n_kv_heads ? (g + 1) * group_size : n_heads;
+    for (int h = first; h < last; ++h) {
+      group.heads.push_back(h);
+      if (!values.empty()) group.values.push_back(values[static_cast<size_t>(h / group_size)].data());
+    }
+  }
+  return groups;
+}
+
+GroupRange policy_groups(const PolicyInfo& policy, int n_kv_heads) {
+  if (policy.grouping == Grouping::layer) return {n_kv_heads, n_kv_heads + 1};
+  return {0, n_kv_heads};
+}
+
+std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> lanes, const EngineOptions& options) {
+  if (lanes.empty()) return {};
+  const int64_t n = lanes.front().source->n_tokens();
+  struct LaneState {
+    std::vector<std::unique_ptr<PackedFuture>> futures;
+    std::vector<Simulation> running;
+    std::unique_ptr<StepRows> rows;
+    kvtrace::RowBlock block;
+    std::vector<std::unique_ptr<StepRows>> quantized_rows;  // per quantized view
+    std::vector<kvtrace::RowBlock> quantized_blocks;
+    std::vector<std::vector<size_t>> by_group;  // the simulations of each cache group
+  };
+  // All simulations of `group` (or of every group: -1) take step t.
+  auto step = [&](const Lane& lane, LaneState& state, int64_t t, int group) {
+    state.rows->start(state.block, t, group);
+    for (size_t v = 0; v < state.quantized_rows.size(); ++v)
+      state.quantized_rows[v]->start(state.quantized_blocks[v], t);
+    auto run = [&](size_t s) {
+      const int view = lane.simulations[s].quant;
+      state.running[s].step(*state.rows, view >= 0 ? *state.quantized_rows[static_cast<size_t>(view)] : *state.rows);
+    };
+    if (group >= 0)
+      for (size_t s : state.by_group[static_cast<size_t>(group)]) run(s);
+    else
+      for (size_t s = 0; s < state.running.size(); ++s) run(s);
+  };
+  // Lanes in lockstep (a cross-layer chain) step every lane at each t. A single lane with
+  // independent simulations runs one cache group's simulations over a whole block of rows
+  // before the next group's: bit for bit the same results, but each group's state (tens of
+  // simulations' caches and policy state) stays in the CPU caches for the block.
+  bool group_major = lanes.size() == 1;
+  for (const auto& spec : lanes.front().simulations) group_major = group_major && !spec.sequence_state;
+  std::vector<LaneState> states(lanes.size());
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    const Lane& lane = lanes[l];
+    LaneState& state = states[l];
+    if (lane.source->n_tokens() != n) throw std::logic_error("lockstep lanes must have the same length");
+    if (options.output_error)
+      for (const auto& group : lane.groups)
+        if (group.values.size() != group.heads.size())
+          throw std::logic_error("output error needs the values of every head");
+    state.futures.resize(lane.groups.size());
+    for (const auto& spec : lane.simulations)
+      if (spec.policy->needs_future && !state.futures[static_cast<size_t>(spec.group)])
+        state.futures[static_cast<size_t>(spec.group)] = std::make_unique<PackedFuture>(
+            lane.future ? *lane.future : *lane.source, lane.groups[static_cast<size_t>(spec.group)], options.aggregate);
+    state.running.reserve(lane.simulations.size());
+    for (const auto& spec : lane.simulations) {
+      if (spec.quant >= static_cast<int>(lane.quantized.size())) throw std::logic_error("no such quantized view");
+      state.running.emplace_back(spec, lane.groups[static_cast<size_t>(spec.group)], n, options,
+                                 state.futures[static_cast<size_t>(spec.group)].get(),
+                                 spec.quant >= 0 ? &lane.quantized[static_cast<size_t>(spec.quant)] : nullptr);
+    }
+    state.rows =
+        std::make_unique<StepRows>(lane.source->n_heads(), lane.groups, options.output_error, options.interleave);
+    for (const auto& view : lane.quantized) {
+      if (view.source->n_tokens() != n) throw std::logic_error("a quantized view must have the lane's length");
+      state.quantized_rows.push_back(
+          std::make_unique<StepRows>(view.source->n_heads(), lane.groups, false, options.interleave));
+    }
+    state.quantized_blocks.resize(lane.quantized.size());
+    state.by_group.resize(lane.groups.size());
+    for (size_t s = 0; s < lane.simulations.size(); ++s)
+      state.by_group[static_cast<size_t>(lane.simulations[s].group)].push_back(s);
+    share_budgets(lane, state.running);
+  }
+
+  for (int64_t first = 0; first < n; first += kvtrace::kRowBlockSize) {
+    const int64_t count = std::min(kvtrace::kRowBlockSize, n - first);
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      lanes[l].source->rows(first, count, states[l].block);
+      for (size_t v = 0; v < lanes[l].quantized.size(); ++v)
+        lanes[l].quantized[v].source->rows(first, count, states[l].quantized_blocks[v]);
+    }
+    if (group_major) {
+      for (size_t g = 0; g < lanes.front().groups.size(); ++g)
+        if (!states.front().by_group[g].empty())
+          for (int64_t t = first; t < first + count; ++t) step(lanes.front(), states.front(), t, static_cast<int>(g));
+    } else {
+      for (int64_t t = first; t < first + count; ++t)
+        for (size_t l = 0; l < lanes.size(); ++l) step(lanes[l], states[l], t, -1);
+    }
+  }
+  std::vector<std::vector<SimulationResult>> results(lanes.size());
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    for (auto& simulation : states[l].running) simulation.settle();
+    for (auto& simulation : states[l].running) results[l].push_back(simulation.take());
+  }
+  return results;
+}
+
+std::vector<SimulationResult> run_engine(kvtrace::AttentionSource& source, std::span<const CacheGroup> groups,
+                                         std::span<const SimulationSpec> simulations, const EngineOptions& options) {
+  const Lane lane{&source, groups, simulations, {}};
+  return std::move(run_lockstep(std::span<const Lane>(&lane, 1), options).front());
+}
+
+struct SteppedEngine::State {
+  std::vector<CacheGroup> groups;
+  std::vector<SimulationSpec> specs;
+  EngineOptions options;
+  std::vector<std::unique_ptr<PackedFuture>> futures;  // per group, for policies that need them
+  std::vector<Simulation> running;                     // holds references to the members above
+  StepRows rows, full_rows;
+
+  State(int n_heads, std::vector<CacheGroup> cache_groups, std::vector<SimulationSpec> simulations,
+        const EngineOptions& engine_options)
+      : groups(std::move(cache_groups)),
+        specs(std::move(simulations)),
+        options(engine_options),
+        rows(n_heads, groups, false, engine_options.interleave),
+        full_rows(n_heads, groups, false, false) {}
+};
+
+SteppedEngine::SteppedEngine(int n_heads, std::vector<CacheGroup> groups, std::vector<SimulationSpec> simulations,
+                             int64_t n_tokens, const EngineOptions& options, kvtrace::AttentionSource* future) {
+  if (options.output_error) throw std::logic_error("the stepped engine records no output error");
+  state_ = std::make_unique<State>(n_heads, std::move(groups), std::move(simulations), options);
+  State& state = *state_;
+  state.futures.resize(state.groups.size());
+  for (const auto& spec : state.specs) {
+    if (spec.quant >= 0) throw std::logic_error("the stepped engine has no quantized views");
+    auto& future_of_group = state.futures[static_cast<size_t>(spec.group)];
+    if (spec.policy->needs_future && !future_of_group) {
+      if (!future) throw std::logic_error("policy " + spec.policy->name + " needs the future rows");
+      future_of_group =
+          std::make_unique<PackedFuture>(*future, state.groups[static_cast<size_t>(spec.group)], options.aggregate);
+    }
+  }
+  state.running.reserve(state.specs.size());
+  for (const auto& spec : state.specs)
+    state.running.emplace_back(spec, state.groups[static_cast<size_t>(spec.group)], n_tokens, state.options,
+                               state.futures[static_cast<size_t>(spec.group)].get(), nullptr);
+}
+
+SteppedEngine::~SteppedEngine() = default;
+SteppedEngine::SteppedEngine(SteppedEngine&&) noexcept = default;
+SteppedEngine& SteppedEngine::operator=(SteppedEngine&&) noexcept = default;
+
+std::span<const int32_t> SteppedEngine::cache(size_t simulation) const { return state_->running[simulation].cache(); }
+
+void SteppedEngine::step(const kvtrace::RowBlock& rows, const kvtrace::RowBlock* full_rows) {
+  State& state = *state_;
+  state.rows.start(rows, rows.first);
+  if (full_rows) state.full_rows.start(*full_rows, rows.first);
+  for (auto& simulation : state.running)
+    simulation.step(state.rows, state.rows, full_rows ? &state.full_rows : nullptr);
+}
+
+std::vector<SimulationResult> SteppedEngine::results() {
+  std::vector<SimulationResult> results;
+  for (auto& simulation : state_->running) results.push_back(simulation.take());
+  return results;
+}
+
+}  // namespace kvsim

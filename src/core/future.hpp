@@ -1,0 +1,18 @@
+#pragma once
+// The future a lookahead policy may see: attention each position will still receive.
+#include "kvsim/core/engine.hpp"
+
+namespace kvsim {
+
+// R_t[i] = sum over s > t of the group's aggregated full row a_s[i], from a pass over the
+// source, summed from the last step backwards (exact order, double). Holds n(n+1)/2 doubles.
+class PackedFuture final : public FutureAttention {
+ public:
+  PackedFuture(kvtrace::AttentionSource& source, const CacheGroup& group, Aggregate aggregate);
+  double remaining(int64_t step, int32_t position) const override;
+
+ private:
+  std::vector<double> remaining_;
+};
+
+}  // namespace kvsim

@@ -1,0 +1,136 @@
+#pragma once
+// The eviction-policy interface, shared by the replay engine (teacher-forced, from traces)
+// and the live model runner (closed loop). A policy sees the renormalised attention over its
+// cache and answers which cached positions to evict; it never knows which engine drives it,
+// and never touches files. A new policy is one file in src/policies/ and one line in
+// src/policies/list.hpp.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace kvsim {
+
+// Attention a position will still receive: the sum over steps s > step of the group's full
+// (unevicted) attention row a_s[position]. Only policies that declare needs_future get it.
+class FutureAttention {
+ public:
+  virtual ~FutureAttention() = default;
+  virtual double remaining(int64_t step, int32_t position) const = 0;
+};
+
+// The current step's full rows of a cache group's heads: a_t[0..t] over every position,
+// evicted ones included, before any renormalisation (what the model computes before its cache
+// masks the row). Only policies that declare needs_full_rows get it; valid inside observe().
+class FullRows {
+ public:
+  virtual ~FullRows() = default;
+  virtual int n_heads() const = 0;
+  virtual std::span<const float> row(int head) const = 0;  // head: 0..n_heads-1 of the group
+};
+
+struct GroupContext {
+  int64_t n_tokens = 0;
+  int64_t budget = 0;  // B: at most B positions stay cached between steps
+  int n_heads = 1;     // query heads sharing this cache
+  uint64_t seed = 0;   // deterministic per (sequence, layer, group)
+  const FutureAttention* future = nullptr;
+  const FullRows* full_rows = nullptr;  // policies that declare needs_full_rows
+  // Cross-layer policies only: this instance's layer, and the state its per-layer instances
+  // of one sequence share (made by PolicyInfo::make_sequence_state). The engine steps
+  // layers 0..L-1 in order at every step.
+  int layer = 0;
+  std::shared_ptr<void> sequence_state;
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  // Before the first step of a cache group.
+  virtual void reset(const GroupContext& group) = 0;
+  // Step `step` has been appended: `cache` holds the cached positions in ascending order
+  // (the last one is `step`), `attention` the group's renormalised row â aligned with it
+  // (empty for a policy that declares needs_full_rows but not needs_attention).
+  virtual void observe(int64_t /*step*/, std::span<const int32_t> /*cache*/, std::span<const float> /*attention*/) {}
+  // After observe, at every step. `excess` = cache size - budget. Append the positions to
+  // evict to `victims`: a budgeted policy must name at least `excess` when it is positive.
+  // `compress` is true once at the end of the prompt in prefill mode (reach the budget).
+  virtual void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool compress,
+                     std::vector<int32_t>& victims) = 0;
+  // Budget sharing: `other` is this policy with the same parameters and cache group, reset for
+  // a larger budget, and neither has evicted yet. Copy its state, keep what this instance
+  // derived from its own budget, and return true; or return false (the default) to be run
+  // from the start on its own. Return true only if evict() names nothing while excess <= 0
+  // and the state does not depend on the budget before the first eviction.
+  virtual bool adopt(const Policy& /*other*/) { return false; }
+};
+
+class RowRanking;
+
+// Upper bounds are not policies: at each step they pick the best cache for one head's full
+// row. The engine asks them instead of keeping a cache.
+class BoundPolicy : public Policy {
+ public:
+  void evict(int64_t, std::span<const int32_t>, int64_t, bool, std::vector<int32_t>&) override {}
+  // The attention mass of the best cache of at most budget + 1 entries at `step`, given the
+  // current token's attention and the earlier entries a_t[0..step-1] ranked by value. Appends
+  // the chosen positions to `positions` when it is not null.
+  virtual double bound(int64_t step, float current, RowRanking& earlier, int64_t budget,
+                       std::vector<int32_t>* positions) = 0;
+};
+
+// ---- parameters ----
+
+// index_set: "all" or a list of indices and ranges such as 5-35 (kvsim/core/lists.hpp).
+enum class ParamType { integer, real, choice, index_set };
+const char* param_type_name(ParamType type);  // "integer", "real", "choice", "index_set"
+
+struct ParamSpec {
+  std::string name;
+  ParamType type = ParamType::integer;
+  std::string default_value;  // empty: derived from the budget at reset (help says how)
+  std::string help;
+  double min = 0, max = 1e18;
+  std::vector<std::string> choices;
+};
+
+// Validated parameter values of one policy instance.
+class Params {
+ public:
+  bool has(const std::string& name) const { return values_.count(name) != 0; }
+  int64_t integer(const std::string& name) const;
+  double real(const std::string& name) const;
+  const std::string& text(const std::string& name) const;
+  const std::map<std::string, std::string>& values() const { return values_; }
+  void set(const std::string& name, std::string value) { values_[name] = std::move(value); }
+
+ private:
+  std::map<std::string, std::string> values_;
+};
+
+enum class Grouping { kv_head, layer };
+enum class Engine { cache, bound, cross_layer };
+
+struct PolicyInfo {
+  std::string name;
+  std::string summary;
+  std::vector<ParamSpec> params;
+  Grouping grouping = Grouping::kv_head;
+  Engine engine = Engine::cache;
+  bool budgeted = true;          // false: ignores the budget (full, scissorhands-official)
+  bool needs_attention = true;   // false: no observed row (recent, streaming, ...): observe() is not called
+                                 // unless needs_full_rows
+  bool needs_future = false;     // lookahead
+  bool needs_full_rows = false;  // GroupContext::full_rows (scissorhands-official)
+  std::function<std::unique_ptr<Policy>(const Params&)> make;
+  std::function<std::shared_ptr<void>(const Params&, int n_layers, int64_t n_tokens)>
+      make_sequence_state;  // cross_layer
+};
+
+// Fills defaults, checks names, types and ranges of `overrides`; throws InputError.
+Params resolve_params(const PolicyInfo& info, const std::map<std::string, std::string>& overrides);
+
+}  // namespace kvsim

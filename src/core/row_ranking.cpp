@@ -1,0 +1,58 @@
+#include "kvsim/core/row_ranking.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+namespace kvsim {
+
+int RowRanking::bucket(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return static_cast<int>(std::min<uint32_t>(bits >> kShift, kBuckets - 1));
+}
+
+void RowRanking::build(const float* row, int64_t count) {
+  row_ = row;
+  count_ = count;
+  std::array<int32_t, kBuckets + 1> sizes{};
+  std::array<double, kBuckets> sums{};
+  for (int64_t i = 0; i < count; ++i) {
+    const int b = bucket(row[i]);
+    ++sizes[static_cast<size_t>(b)];
+    sums[static_cast<size_t>(b)] += row[i];
+  }
+  start_[0] = 0;
+  for (int b = 0; b < kBuckets; ++b)
+    start_[static_cast<size_t>(b) + 1] = start_[static_cast<size_t>(b)] + sizes[static_cast<size_t>(b)];
+  sum_above_[kBuckets] = 0;
+  for (int b = kBuckets - 1; b >= 0; --b)
+    sum_above_[static_cast<size_t>(b)] = sum_above_[static_cast<size_t>(b) + 1] + sums[static_cast<size_t>(b)];
+  order_.resize(static_cast<size_t>(count));
+  std::array<int32_t, kBuckets> next{};
+  std::copy(start_.begin(), start_.begin() + kBuckets, next.begin());
+  for (int64_t i = 0; i < count; ++i)
+    order_[static_cast<size_t>(next[static_cast<size_t>(bucket(row[i]))]++)] = static_cast<int32_t>(i);
+}
+
+double RowRanking::top_sum(int64_t k, std::vector<int32_t>* positions) {
+  k = std::clamp<int64_t>(k, 0, count_);
+  if (k == 0) return 0.0;
+  // The bucket b where the k largest end: the fewest top buckets holding at least k entries.
+  const int64_t boundary_rank = count_ - k;  // entries below the k largest
+  const auto found = std::upper_bound(start_.begin(), start_.end(), static_cast<int32_t>(boundary_rank));
+  const auto b = static_cast<size_t>(found - start_.begin()) - 1;  // start_[b] <= rank < start_[b + 1]
+  double total = sum_above_[b + 1];
+  if (positions) positions->insert(positions->end(), order_.begin() + start_[b + 1], order_.end());
+  // Within bucket b take the largest `take`, the higher position first among equals.
+  const int64_t take = static_cast<int64_t>(start_[b + 1]) - boundary_rank;
+  scratch_.assign(order_.begin() + start_[b], order_.begin() + start_[b + 1]);
+  auto larger = [&](int32_t x, int32_t y) { return row_[x] != row_[y] ? row_[x] > row_[y] : x > y; };
+  if (take < static_cast<int64_t>(scratch_.size()))
+    std::nth_element(scratch_.begin(), scratch_.begin() + take, scratch_.end(), larger);
+  std::sort(scratch_.begin(), scratch_.begin() + take);
+  for (int64_t j = 0; j < take; ++j) total += row_[scratch_[static_cast<size_t>(j)]];
+  if (positions) positions->insert(positions->end(), scratch_.begin(), scratch_.begin() + take);
+  return total;
+}
+
+}  // namespace kvsim

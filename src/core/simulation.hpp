@@ -1,0 +1,389 @@
+#pragma once
+// One simulation of the replay engine (internal to src/core/engine.cpp): one policy at one
+// budget on one cache group, stepped through the group's rows. Its cache, the metrics it
+// records at every step, and budget sharing with the simulations of the same policy at
+// smaller budgets.
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "future.hpp"
+#include "step_rows.hpp"
+#include "kvsim/core/engine.hpp"
+#include "kvsim/core/row_ranking.hpp"
+#include "kvtrace/error.hpp"
+
+namespace kvsim {
+
+// The model's full rows of a group's heads at the current step (GroupContext::full_rows).
+class GroupFullRows final : public FullRows {
+ public:
+  explicit GroupFullRows(const std::vector<int>& heads) : heads_(heads) {}
+  void at(const StepRows& rows) { rows_ = &rows; }
+  int n_heads() const override { return static_cast<int>(heads_.size()); }
+  std::span<const float> row(int head) const override {
+    return {rows_->row(heads_[static_cast<size_t>(head)]), static_cast<size_t>(rows_->t() + 1)};
+  }
+
+ private:
+  const std::vector<int>& heads_;
+  const StepRows* rows_ = nullptr;
+};
+
+class Simulation {
+ public:
+  Simulation(const SimulationSpec& spec, const CacheGroup& group, int64_t n_tokens, const EngineOptions& options,
+             const FutureAttention* future, const QuantizedView* quantized)
+      : spec_(spec),
+        group_(group),
+        options_(options),
+        policy_(spec.policy->make(spec.params)),
+        bound_(dynamic_cast<BoundPolicy*>(policy_.get())),
+        quantized_(quantized),
+        full_rows_(group.heads) {
+    if (spec.budget < 1) throw kvtrace::InputError("", "", "budget must be at least 1 token");
+    GroupContext context;
+    context.n_tokens = n_tokens;
+    context.budget = spec.budget;
+    context.n_heads = static_cast<int>(group.heads.size());
+    context.seed = group.seed;
+    context.future = future;
+    if (spec.policy->needs_full_rows) context.full_rows = &full_rows_;
+    context.layer = spec.layer;
+    context.sequence_state = spec.sequence_state;
+    policy_->reset(context);
+    prefill_end_ = options.mode == Mode::prefill ? std::min(options.prompt_len, n_tokens) : 0;
+    result_.n_heads = context.n_heads;
+    result_.first_step = prefill_end_;
+    result_.n_steps = n_tokens - prefill_end_;
+    result_.budget = spec.budget;
+    const auto cells = static_cast<size_t>(result_.n_heads) * static_cast<size_t>(result_.n_steps);
+    result_.retention.assign(cells, 0.0f);
+    if (options.output_error) result_.output_error.assign(cells, 0.0f);
+    result_.occupancy.assign(static_cast<size_t>(result_.n_steps), 0);
+    result_.eviction_step.assign(static_cast<size_t>(n_tokens), -1);
+    in_cache_.assign(static_cast<size_t>(n_tokens), 0);
+    mass_.resize(group.heads.size());
+    retained_.resize(group.heads.size());
+    // The vectors reach these sizes anyway; reserving them spares the doublings (a few per
+    // vector and simulation, which add up over a sweep's thousands of simulations).
+    const auto cached = static_cast<size_t>(spec.policy->budgeted ? std::min(n_tokens, spec.budget + 1) : n_tokens);
+    cache_.reserve(cached);
+    evicted_.reserve(static_cast<size_t>(n_tokens));
+#if defined(__AVX2__) && defined(__FMA__)
+    quads_ = options.interleave && spec.policy->needs_attention && group.heads.size() % 4 == 0 &&
+             options.aggregate != Aggregate::max;
+#endif
+    if (quads_) {
+      quad_sums_.resize(group.heads.size());
+      evicted_sums_.resize(group.heads.size());
+      quad_rows_.resize(group.heads.size() / 4);
+    } else if (spec.policy->needs_attention) {
+      gathered_.resize(group.heads.size());
+      for (auto& gathered : gathered_) gathered.reserve(cached);
+    }
+    if (spec.policy->needs_attention) observed_.reserve(cached);
+  }
+
+  // `rows`: the true rows; `model`: the rows the simulated model computes (the quantized
+  // view's, or the true ones); `full`: the rows policies that need_full_rows read, when they
+  // are not `model`'s (the closed loop: the model's softmax before the cache restricted it).
+  void step(StepRows& rows, StepRows& model, const StepRows* full = nullptr) {
+    const int64_t t = rows.t();
+    if (dormant() || t <= last_step_) return;  // a follower not needed yet, or taken over at t
+    last_step_ = t;
+    if (bound_) return bound_step(rows, model);
+    cache_.push_back(static_cast<int32_t>(t));
+    in_cache_[static_cast<size_t>(t)] = 1;
+    const size_t heads = group_.heads.size();
+    // The model's mass over the cache: from prefix sums when the cache is one or two runs of
+    // consecutive positions (recent, streaming), else summing whichever is shorter, the
+    // cache or the evicted positions (subtracted from the row's total).
+    // Outside quads, a policy that observes needs each head's row over the cache anyway: it
+    // is gathered once here. Quads are read four heads per load (quad_kernels.hpp), and the
+    // observed row reads the interleaved rows again (observe_row): a gathered copy measured
+    // no faster.
+    const int runs = count_runs();
+    const bool by_evicted = runs == 0 && evicted_.size() < cache_.size();
+    const bool observes = spec_.policy->needs_attention;
+#if defined(__AVX2__) && defined(__FMA__)
+    if (quads_) {
+      for (size_t q = 0; q < heads / 4; ++q) {
+        quad_rows_[q] = model.quad_rows(spec_.group, q);
+        if (runs == 0 && !by_evicted)
+          quad_sums(quad_rows_[q], cache_.data(), cache_.size(), quad_sums_.data() + 4 * q);
+        else if (by_evicted)
+          quad_sums(quad_rows_[q], evicted_.data(), evicted_.size(), evicted_sums_.data() + 4 * q);
+      }
+    }
+#endif
+    for (size_t k = 0; k < heads; ++k) {
+      const int head = group_.heads[k];
+      const float* row = model.row(head);
+      const double gathered_sum = !observes ? 0.0 : quads_ ? quad_sums_[k] : gather_and_sum(row, cache_, gathered_[k]);
+      if (runs > 0) {
+        double mass = 0;
+        for (int r = 0; r < runs; ++r) mass += model.prefix(head, run_end_[r]) - model.prefix(head, run_begin_[r]);
+        mass_[k] = mass;
+      } else if (by_evicted) {
+        mass_[k] = model.total(head) - (quads_ ? evicted_sums_[k] : gather_sum(row, evicted_));
+      } else {
+        mass_[k] = observes ? gathered_sum : gather_sum(row, cache_);
+      }
+      retained_[k] = quantized_ ? shared_mass(rows.row(head), model.row(head), mass_[k], cache_) : mass_[k];
+    }
+    if (t >= prefill_end_) {
+      result_.occupancy[static_cast<size_t>(t - prefill_end_)] = static_cast<int32_t>(cache_.size());
+      for (size_t k = 0; k < heads; ++k)
+        record_head(rows, model, k, by_evicted && !quantized_ ? evicted_ : cache_, by_evicted && !quantized_);
+    }
+    if (observes) observe_row();
+    if (observes || spec_.policy->needs_full_rows) {
+      full_rows_.at(full ? *full : model);
+      policy_->observe(t, cache_, observes ? std::span<const float>(observed_) : std::span<const float>());
+    }
+    if (t + 1 < prefill_end_) return;  // the prompt is processed at once: no eviction inside it
+    for (Simulation* follower : followers_)
+      if (follower->dormant() && spec_.policy->budgeted && static_cast<int64_t>(cache_.size()) > follower->spec_.budget)
+        follower->take_over(t);
+    evict(t);
+  }
+
+  // Budget sharing. Simulations of one policy with the same parameters, cache group and view
+  // but smaller budgets keep exactly the same cache as this one until the first step at which
+  // they must evict: until then they follow it, dormant, and then take over its state.
+  // A policy that ignores the budget (full, scissorhands-official) follows to the end.
+  bool follow(Simulation& leader) {
+    if (spec_.policy->budgeted && !policy_->adopt(*leader.policy_)) return false;
+    leader_ = &leader;
+    leader.followers_.push_back(this);
+    return true;
+  }
+  bool dormant() const { return leader_ != nullptr; }
+
+  // After the last step, before any result is taken: a follower that never had to evict
+  // has the leader's results as its own.
+  void settle() {
+    if (!dormant()) return;
+    take_results(*leader_);
+    leader_ = nullptr;
+  }
+  SimulationResult take() { return std::move(result_); }
+  std::span<const int32_t> cache() const { return cache_; }
+
+ private:
+  void evict(int64_t t) {
+    const bool compress = options_.mode == Mode::prefill && t + 1 == prefill_end_;
+    const int64_t excess = static_cast<int64_t>(cache_.size()) - spec_.budget;
+    victims_.clear();
+    policy_->evict(t, cache_, excess, compress, victims_);
+    remove_victims(t, excess);
+  }
+
+  // Step t of the leader has run up to its eviction, and this simulation must evict at t.
+  void take_over(int64_t t) {
+    const Simulation& leader = *leader_;
+    cache_ = leader.cache_;  // nothing evicted yet: evicted_ stays empty
+    in_cache_ = leader.in_cache_;
+    take_results(leader);
+    policy_->adopt(*leader.policy_);
+    leader_ = nullptr;
+    last_step_ = t;
+    evict(t);
+  }
+
+  void take_results(const Simulation& leader) {  // all but the budget
+    const int64_t budget = result_.budget;
+    result_ = leader.result_;
+    result_.budget = budget;
+  }
+
+  // The group's observed row: each head's model row over the cache (gathered_) renormalised
+  // by its mass (mass_), combined over the heads.
+  void observe_row() {
+    const size_t heads = group_.heads.size();
+    const size_t size = cache_.size();
+    observed_.resize(size);
+    if (options_.aggregate == Aggregate::max) {
+      for (size_t j = 0; j < size; ++j) {
+        double combined = 0;
+        for (size_t k = 0; k < heads; ++k) combined = std::max(combined, gathered_[k][j] / mass_[k]);
+        observed_[j] = static_cast<float>(combined);
+      }
+      return;
+    }
+    // mean (or sum) of the heads' renormalised rows: a_k[i] / mass_k, weighted, summed over
+    // the heads in order as a chain of float fused multiply-adds (std::fma: the same bits
+    // on every build, with or without FMA instructions).
+    const double share = options_.aggregate == Aggregate::mean ? 1.0 / static_cast<double>(heads) : 1.0;
+    weights_.resize(heads);
+    for (size_t k = 0; k < heads; ++k) weights_[k] = static_cast<float>(share / mass_[k]);
+#if defined(__AVX2__) && defined(__FMA__)
+    if (quads_) {
+      combine_quads(size, quad_rows_, weights_.data(), cache_.data(), observed_.data());
+      return;
+    }
+#endif
+    size_t j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+    for (; j + 8 <= size; j += 8) {
+      __m256 combined = _mm256_setzero_ps();
+      for (size_t k = 0; k < heads; ++k)
+        combined = _mm256_fmadd_ps(_mm256_loadu_ps(gathered_[k].data() + j), _mm256_set1_ps(weights_[k]), combined);
+      _mm256_storeu_ps(observed_.data() + j, combined);
+    }
+#endif
+    for (; j < size; ++j) {
+      float combined = 0;
+      for (size_t k = 0; k < heads; ++k) combined = std::fma(gathered_[k][j], weights_[k], combined);
+      observed_[j] = combined;
+    }
+  }
+
+  // sum over cached i of min(a[i], b[i] / model_mass): the attention mass the true row and
+  // the model's renormalised row share.
+  static double shared_mass(const float* truth, const float* model, double model_mass, std::span<const int32_t> cache) {
+    const double inverse = 1.0 / model_mass;
+    double shared = 0;
+    for (int32_t position : cache) shared += std::min<double>(truth[position], model[position] * inverse);
+    return shared;
+  }
+
+  // Retention (retained_[k]) and output error of head k: o_t against the output of the
+  // model's row renormalised over the cache (mass_[k]) with the values the model reads.
+  // `positions` are the cached positions, or (complement, full precision only) those evicted
+  // so far, whichever the caller found shorter.
+  void record_head(StepRows& rows, StepRows& model, size_t k, std::span<const int32_t> positions, bool complement) {
+    const int64_t t = rows.t();
+    const auto step = static_cast<size_t>(t - prefill_end_);
+    const auto steps = static_cast<size_t>(result_.n_steps);
+    result_.retention[k * steps + step] = static_cast<float>(retained_[k]);
+    if (!options_.output_error) return;
+    const float* row = model.row(group_.heads[k]);
+    const auto d = static_cast<size_t>(group_.head_dim);
+    const StoredValues* stored =
+        quantized_ && !quantized_->values.empty() ? quantized_->values[static_cast<size_t>(spec_.group)][k] : nullptr;
+    partial_.assign(d, 0.0);
+    if (stored) {
+      for (int32_t position : positions) {
+        const double weight = row[position];
+        const float* v = stored->row(position, t).data();
+        for (size_t c = 0; c < d; ++c) partial_[c] += weight * v[c];
+      }
+    } else {
+      weighted_value_sum(row, positions, group_.values[k], d, partial_.data());
+    }
+    const std::vector<double>& full = rows.full_output(group_index(), k);
+    if (complement)
+      for (size_t c = 0; c < d; ++c) partial_[c] = full[c] - partial_[c];
+    double difference = 0, norm = 0;
+    for (size_t c = 0; c < d; ++c) {
+      const double approx = partial_[c] / mass_[k];
+      difference += (full[c] - approx) * (full[c] - approx);
+      norm += full[c] * full[c];
+    }
+    result_.output_error[k * steps + step] =
+        norm > 0 ? static_cast<float>(std::sqrt(difference / norm)) : (difference > 0 ? 1.0f : 0.0f);
+  }
+
+  // Bounds keep no cache: each head gets its own best cache (chosen on the true row) at
+  // every recorded step.
+  void bound_step(StepRows& rows, StepRows& model) {
+    const int64_t t = rows.t();
+    if (t < prefill_end_) return;
+    const bool need_positions = options_.output_error || quantized_;
+    for (size_t k = 0; k < group_.heads.size(); ++k) {
+      const int head = group_.heads[k];
+      bound_cache_.clear();
+      mass_[k] = bound_->bound(t, rows.row(head)[t], rows.ranking(head), spec_.budget,
+                               need_positions ? &bound_cache_ : nullptr);
+      retained_[k] = mass_[k];
+      if (quantized_) {
+        mass_[k] = gather_sum(model.row(head), bound_cache_);
+        retained_[k] = shared_mass(rows.row(head), model.row(head), mass_[k], bound_cache_);
+      }
+      record_head(rows, model, k, bound_cache_, false);
+    }
+    result_.occupancy[static_cast<size_t>(t - prefill_end_)] =
+        static_cast<int32_t>(std::min<int64_t>(t + 1, spec_.budget + 1));
+  }
+
+  int group_index() const { return spec_.group; }
+
+  // When the cache is one run of consecutive positions, or a short first run and a second one
+  // up to the newest position, fills run_begin_/run_end_ (half-open) and returns the count;
+  // else 0.
+  int count_runs() {
+    const auto size = static_cast<int64_t>(cache_.size());
+    if (cache_.back() - cache_.front() + 1 == size) {
+      run_begin_[0] = cache_.front(), run_end_[0] = cache_.back() + 1;
+      return 1;
+    }
+    constexpr int64_t kFirstRunLimit = 16;
+    int64_t gap = 0;  // last index of the first run
+    while (gap + 1 < size && gap < kFirstRunLimit &&
+           cache_[static_cast<size_t>(gap) + 1] == cache_[static_cast<size_t>(gap)] + 1)
+      ++gap;
+    const int64_t rest = size - gap - 1;
+    if (gap >= kFirstRunLimit || cache_.back() - cache_[static_cast<size_t>(gap) + 1] + 1 != rest) return 0;
+    run_begin_[0] = cache_.front(), run_end_[0] = cache_[static_cast<size_t>(gap)] + 1;
+    run_begin_[1] = cache_[static_cast<size_t>(gap) + 1], run_end_[1] = cache_.back() + 1;
+    return 2;
+  }
+
+  void remove_victims(int64_t t, int64_t excess) {
+    for (int32_t victim : victims_) {
+      if (victim < 0 || victim > t || !in_cache_[static_cast<size_t>(victim)])
+        throw std::logic_error("policy " + spec_.policy->name + " evicted position " + std::to_string(victim) +
+                               ", which is not cached at step " + std::to_string(t));
+      in_cache_[static_cast<size_t>(victim)] = 0;
+      result_.eviction_step[static_cast<size_t>(victim)] = static_cast<int32_t>(t);
+      evicted_.push_back(victim);
+    }
+    if (spec_.policy->budgeted && static_cast<int64_t>(victims_.size()) < excess)
+      throw std::logic_error("policy " + spec_.policy->name + " evicted " + std::to_string(victims_.size()) +
+                             " positions at step " + std::to_string(t) + ", needs " + std::to_string(excess));
+    result_.evictions += static_cast<int64_t>(victims_.size());
+    if (victims_.empty()) return;
+    if (victims_.size() == 1) {  // the common case: find it by bisection (the cache is ascending)
+      cache_.erase(std::lower_bound(cache_.begin(), cache_.end(), victims_[0]));
+      return;
+    }
+    std::erase_if(cache_, [&](int32_t position) { return !in_cache_[static_cast<size_t>(position)]; });
+  }
+
+  const SimulationSpec& spec_;
+  const CacheGroup& group_;
+  const EngineOptions& options_;
+  std::unique_ptr<Policy> policy_;
+  BoundPolicy* bound_;
+  int64_t prefill_end_ = 0;
+  SimulationResult result_;
+  std::vector<int32_t> cache_;      // ascending positions
+  std::vector<int32_t> evicted_;    // in the order they went
+  std::vector<uint8_t> in_cache_;   // by position
+  const QuantizedView* quantized_;  // null at full precision
+  GroupFullRows full_rows_;
+  std::vector<double> mass_;                  // per head of the group: the model's row summed over the cache
+  std::vector<double> retained_;              // per head: the retention recorded at this step
+  std::vector<std::vector<float>> gathered_;  // per head: the model row at the cached positions
+  std::vector<float> observed_;
+  std::vector<float> weights_;  // per head: its share of the observed row over its mass
+  // Groups of 4k heads read four heads per load (quad_kernels.hpp) from interleaved rows
+  // instead of gathering into gathered_; needs AVX2 and FMA, and the mean or sum aggregate.
+  bool quads_ = false;
+  std::vector<const float*> quad_rows_;           // this step's interleaved rows, per quad
+  std::vector<double> quad_sums_, evicted_sums_;  // per head: the sum of its cached, and evicted, entries
+  int64_t run_begin_[2] = {0, 0}, run_end_[2] = {0, 0};
+  std::vector<int32_t> victims_, bound_cache_;
+  int64_t last_step_ = -1;
+  Simulation* leader_ = nullptr;  // while dormant (budget sharing)
+  std::vector<Simulation*> followers_;
+  std::vector<double> partial_;
+};
+
+}  // namespace kvsim

@@ -1,0 +1,293 @@
+// kvsim::evaluate: the policies x budgets grid of closed-loop runs over fixed sequences, the
+// full-cache reference, the teacher-forced replay of the full-cache rows side by side, and the
+// Spearman correlation between the two. Runs spread over threads; every result lands in its
+// own slot and is aggregated in a fixed order, so the output does not depend on scheduling.
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+
+#include "kvsim/analysis/analysis.hpp"
+#include "kvsim/eval/eval.hpp"
+#include "kvtrace/attention_source.hpp"
+#include "kvtrace/error.hpp"
+#include "kvsim/model/llama2.hpp"
+#include "kvsim/core/parallel_for.hpp"
+
+namespace kvsim {
+namespace {
+
+// What the full-cache run of one sequence leaves for the rest.
+struct Reference {
+  std::vector<int> argmax;
+  std::vector<double> nll;
+  std::vector<std::vector<std::vector<float>>> rows;  // kept only when a policy needs the future
+  // Replay per cell: retention and output error of every (layer, group, head, step), in order.
+  std::vector<std::vector<float>> retention, output_error;
+  std::vector<double> occupancy_sum;
+  std::vector<int64_t> occupancy_steps;
+};
+
+// One closed-loop run's numbers.
+struct RunResult {
+  double nll_sum = 0;
+  int64_t predictions = 0, agreements = 0;
+  double occupancy_sum = 0;
+  int64_t occupancy_steps = 0, occupancy_peak = 0, evictions = 0;
+};
+
+// The teacher-forced replay of the full-cache rows of one sequence, every cell at once (all
+// layers stepped together, which cross-layer policies need and the others do not mind).
+void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& sequence, const EvalConfig& config,
+                      const ClosedLoopRun& full, Reference& reference) {
+  const kvtrace::Llama2Config& c = model.config();
+  const auto n = static_cast<int64_t>(sequence.tokens.size());
+  const int n_kv = c.n_kv_heads;
+  struct LaneData {
+    std::unique_ptr<kvtrace::PackedAttentionSource> source;
+    std::vector<CacheGroup> groups;
+    std::vector<SimulationSpec> specs;
+  };
+  std::vector<LaneData> lanes(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    LaneData& lane = lanes[static_cast<size_t>(l)];
+    lane.source = std::make_unique<kvtrace::PackedAttentionSource>(n, full.rows[static_cast<size_t>(l)]);
+    lane.groups = layer_cache_groups(c.n_heads, n_kv, sequence.index, l, full.values[static_cast<size_t>(l)],
+                                     c.head_dim());
+  }
+  const size_t budgets = config.budgets.size(), cells = config.policies.size() * budgets;
+  std::vector<std::vector<std::pair<size_t, size_t>>> where(cells);  // per cell: (lane, spec) in (layer, group) order
+  for (size_t cell = 0; cell < cells; ++cell) {
+    const PolicyChoice& policy = config.policies[cell / budgets];
+    const int64_t budget = config.budgets[cell % budgets].resolve(n);
+    std::shared_ptr<void> state;
+    if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, c.n_layers, n);
+    const GroupRange range = policy_groups(*policy.info, n_kv);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int g = range.first; g < range.last; ++g) {
+        SimulationSpec spec;
+        spec.policy = policy.info;
+        spec.params = policy.params;
+        spec.budget = budget;
+        spec.group = g;
+        spec.layer = l;
+        spec.sequence_state = state;
+        where[cell].emplace_back(static_cast<size_t>(l), lanes[static_cast<size_t>(l)].specs.size());
+        lanes[static_cast<size_t>(l)].specs.push_back(std::move(spec));
+      }
+  }
+  std::vector<Lane> engine_lanes;
+  for (auto& lane : lanes) engine_lanes.push_back(Lane{lane.source.get(), lane.groups, lane.specs, {}});
+  EngineOptions options;
+  options.aggregate = config.aggregate;
+  options.output_error = true;
+  std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
+  reference.retention.resize(cells);
+  reference.output_error.resize(cells);
+  reference.occupancy_sum.assign(cells, 0.0);
+  reference.occupancy_steps.assign(cells, 0);
+  for (size_t cell = 0; cell < cells; ++cell)
+    for (const auto& [lane, spec] : where[cell]) {
+      const SimulationResult& result = results[lane][spec];
+      reference.retention[cell].insert(reference.retention[cell].end(), result.retention.begin(),
+                                       result.retention.end());
+      reference.output_error[cell].insert(reference.output_error[cell].end(), result.output_error.begin(),
+                                          result.output_error.end());
+      for (int32_t occupancy : result.occupancy) reference.occupancy_sum[cell] += occupancy;
+      reference.occupancy_steps[cell] += result.n_steps;
+    }
+}
+
+double spearman_of(const std::vector<double>& x, const std::vector<double>& y) {
+  return x.size() >= 3 ? spearman(std::span<const double>(x), std::span<const double>(y)) : NAN;
+}
+
+void correlate(EvalResults& results) {
+  std::vector<double> retention, output_error, increase;
+  for (const EvalCell& cell : results.cells) {
+    retention.push_back(cell.replay_retention.mean);
+    output_error.push_back(cell.replay_output_error.mean);
+    increase.push_back(cell.perplexity_increase);
+  }
+  results.correlations.push_back({"all (policy, budget) pairs", static_cast<int64_t>(results.cells.size()),
+                                  spearman_of(retention, increase), spearman_of(output_error, increase)});
+  for (size_t b = 0; b < results.budgets && results.budgets > 1; ++b) {
+    std::vector<double> r, e, d;
+    for (size_t p = 0; p < results.policies; ++p) {
+      const size_t cell = p * results.budgets + b;
+      r.push_back(retention[cell]), e.push_back(output_error[cell]), d.push_back(increase[cell]);
+    }
+    results.correlations.push_back({"policies at budget " + results.cells[b].budget.text,
+                                    static_cast<int64_t>(r.size()), spearman_of(r, d), spearman_of(e, d)});
+  }
+  if (results.sequences > 1) {
+    std::vector<double> r, e, d;
+    for (const EvalCell& cell : results.cells)
+      for (size_t s = 0; s < cell.sequence_perplexity.size(); ++s) {
+        r.push_back(cell.sequence_replay_retention[s]);
+        e.push_back(cell.sequence_replay_output_error[s]);
+        d.push_back(cell.sequence_perplexity[s] - results.full_sequence_perplexity[s]);
+      }
+    results.correlations.push_back(
+        {"all (sequence, policy, budget)", static_cast<int64_t>(r.size()), spearman_of(r, d), spearman_of(e, d)});
+  }
+}
+
+}  // namespace
+
+EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequence> sequences,
+                     const EvalConfig& config, const std::function<void(int64_t, int64_t)>& progress) {
+  if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
+  if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
+  if (sequences.empty()) throw kvtrace::InputError("", "", "no sequence to evaluate");
+  bool needs_future = false;
+  for (const PolicyChoice& policy : config.policies) {
+    check_closed_loop_policy(*policy.info);
+    needs_future = needs_future || policy.info->needs_future;
+  }
+  const kvtrace::Llama2Config& c = model.config();
+  for (const EvalSequence& sequence : sequences) {
+    const std::string which = "sequence " + std::to_string(sequence.index);
+    if (sequence.tokens.size() < 2) throw kvtrace::InputError("", which, "needs at least 2 tokens (one prediction)");
+    if (static_cast<int64_t>(sequence.tokens.size()) > c.seq_len)
+      throw kvtrace::InputError("", which,
+                                "has " + std::to_string(sequence.tokens.size()) +
+                                    " tokens, more than the model's seq_len " + std::to_string(c.seq_len));
+    for (int token : sequence.tokens)
+      if (token < 0 || token >= c.vocab_size)
+        throw kvtrace::InputError("", which,
+                                  "token id " + std::to_string(token) + " is outside the model's vocabulary [0, " +
+                                      std::to_string(c.vocab_size) + ")");
+  }
+  const int threads =
+      config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t n_seqs = sequences.size(), budgets = config.budgets.size(), cells = config.policies.size() * budgets;
+  std::atomic<int64_t> done{0};
+  const auto total = static_cast<int64_t>(n_seqs * (cells + 1));
+  std::mutex progress_mutex;
+  auto tick = [&]() {
+    const int64_t now = ++done;
+    if (!progress) return;
+    std::lock_guard<std::mutex> lock(progress_mutex);
+    progress(now, total);
+  };
+
+  // The full cache: references for agreement and the rows the replay runs on.
+  std::vector<Reference> references(n_seqs);
+  parallel_for(
+      n_seqs, threads,
+      [&](size_t s) {
+        ClosedLoopOptions options;
+        options.sequence = sequences[s].index;
+        options.record_rows = options.record_values = true;
+        ClosedLoopRun full = run_closed_loop(model, sequences[s].tokens, nullptr, 0, options);
+        Reference& reference = references[s];
+        replay_reference(model, sequences[s], config, full, reference);
+        reference.argmax = std::move(full.argmax);
+        reference.nll = std::move(full.nll);
+        if (needs_future) reference.rows = std::move(full.rows);
+      },
+      tick);
+
+  // The closed loop: one run per (sequence, policy, budget).
+  std::vector<RunResult> runs(n_seqs * cells);
+  parallel_for(
+      runs.size(), threads,
+      [&](size_t item) {
+        const size_t s = item / cells, cell = item % cells;
+        const EvalSequence& sequence = sequences[s];
+        const Reference& reference = references[s];
+        ClosedLoopOptions options;
+        options.aggregate = config.aggregate;
+        options.sequence = sequence.index;
+        if (needs_future) options.future_rows = &reference.rows;
+        const int64_t budget = config.budgets[cell % budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));
+        const ClosedLoopRun run =
+            run_closed_loop(model, sequence.tokens, &config.policies[cell / budgets], budget, options);
+        RunResult& result = runs[item];
+        for (size_t i = 0; i < run.nll.size(); ++i) {
+          result.nll_sum += run.nll[i];
+          result.agreements += run.argmax[i] == reference.argmax[i];
+        }
+        result.predictions = static_cast<int64_t>(run.nll.size());
+        for (const GroupRecord& record : run.groups) {
+          for (int32_t occupancy : record.result.occupancy) {
+            result.occupancy_sum += occupancy;
+            result.occupancy_peak = std::max<int64_t>(result.occupancy_peak, occupancy);
+          }
+          result.occupancy_steps += record.result.n_steps;
+          result.evictions += record.result.evictions;
+        }
+      },
+      tick);
+
+  EvalResults results;
+  results.sequences = static_cast<int64_t>(n_seqs);
+  results.policies = config.policies.size();
+  results.budgets = budgets;
+  double full_nll = 0;
+  for (size_t s = 0; s < n_seqs; ++s) {
+    double sum = 0;
+    for (double nll : references[s].nll) sum += nll;
+    full_nll += sum;
+    const auto predictions = static_cast<int64_t>(references[s].nll.size());
+    results.predictions += predictions;
+    results.tokens += static_cast<int64_t>(sequences[s].tokens.size());
+    results.sequence_index.push_back(sequences[s].index);
+    results.sequence_tokens.push_back(static_cast<int64_t>(sequences[s].tokens.size()));
+    results.full_sequence_perplexity.push_back(std::exp(sum / static_cast<double>(predictions)));
+  }
+  results.full_nll_mean = full_nll / static_cast<double>(results.predictions);
+  results.full_perplexity = std::exp(results.full_nll_mean);
+
+  for (size_t cell = 0; cell < cells; ++cell) {
+    EvalCell out;
+    const PolicyChoice& policy = config.policies[cell / budgets];
+    out.policy = policy.label;
+    out.params = policy.changed;
+    out.info = policy.info;
+    out.budget = config.budgets[cell % budgets];
+    double nll = 0, occupancy = 0, replay_occupancy = 0;
+    int64_t agreements = 0, occupancy_steps = 0, replay_steps = 0;
+    std::vector<float> retention, output_error;
+    for (size_t s = 0; s < n_seqs; ++s) {
+      const RunResult& run = runs[s * cells + cell];
+      const Reference& reference = references[s];
+      const auto n = static_cast<int64_t>(sequences[s].tokens.size());
+      const int64_t budget = out.budget.resolve(n);
+      out.budget_tokens_mean += static_cast<double>(budget) / static_cast<double>(n_seqs);
+      out.budget_share_mean += static_cast<double>(budget) / static_cast<double>(n) / static_cast<double>(n_seqs);
+      nll += run.nll_sum;
+      agreements += run.agreements;
+      occupancy += run.occupancy_sum;
+      occupancy_steps += run.occupancy_steps;
+      out.occupancy_peak = std::max(out.occupancy_peak, run.occupancy_peak);
+      out.evictions += run.evictions;
+      out.sequence_perplexity.push_back(std::exp(run.nll_sum / static_cast<double>(run.predictions)));
+      out.sequence_agreement.push_back(static_cast<double>(run.agreements) / static_cast<double>(run.predictions));
+      retention.insert(retention.end(), reference.retention[cell].begin(), reference.retention[cell].end());
+      output_error.insert(output_error.end(), reference.output_error[cell].begin(), reference.output_error[cell].end());
+      out.sequence_replay_retention.push_back(summarize(reference.retention[cell]).mean);
+      out.sequence_replay_output_error.push_back(summarize(reference.output_error[cell]).mean);
+      replay_occupancy += reference.occupancy_sum[cell];
+      replay_steps += reference.occupancy_steps[cell];
+    }
+    out.nll_mean = nll / static_cast<double>(results.predictions);
+    out.perplexity = std::exp(out.nll_mean);
+    out.perplexity_increase = out.perplexity - results.full_perplexity;
+    out.perplexity_increase_relative = out.perplexity_increase / results.full_perplexity;
+    out.top1_agreement = static_cast<double>(agreements) / static_cast<double>(results.predictions);
+    out.occupancy_mean = occupancy_steps ? occupancy / static_cast<double>(occupancy_steps) : NAN;
+    out.replay_retention = summarize(retention);
+    out.replay_output_error = summarize(output_error);
+    out.replay_occupancy_mean = replay_steps ? replay_occupancy / static_cast<double>(replay_steps) : NAN;
+    results.cells.push_back(std::move(out));
+  }
+  correlate(results);
+  return results;
+}
+
+}  // namespace kvsim

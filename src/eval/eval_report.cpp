@@ -1,0 +1,158 @@
+// kvsim eval's results as people and programs read them: the table, CSV and JSON.
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kvsim/core/json_text.hpp"
+#include "kvsim/eval/eval.hpp"
+#include "kvsim/replay/report.hpp"
+#include "kvsim/core/text_util.hpp"
+
+namespace kvsim {
+namespace {
+
+using text::csv_field;
+using text::left;
+using text::number;
+using text::or_null;
+using text::right;
+
+// A table cell: "-" for NaN.
+std::string format(const char* pattern, double value) {
+  if (std::isnan(value)) return "-";
+  char buffer[48];
+  std::snprintf(buffer, sizeof buffer, pattern, value);
+  return buffer;
+}
+
+std::string budget_text(const EvalCell& cell) {
+  return cell.budget.text + " (" +
+         format(cell.budget_tokens_mean == std::floor(cell.budget_tokens_mean) ? "%.0f" : "%.1f",
+                cell.budget_tokens_mean) +
+         ")";
+}
+
+}  // namespace
+
+std::string eval_table(const EvalResults& results) {
+  std::ostringstream out;
+  out << results.sequences << " sequence" << (results.sequences == 1 ? "" : "s") << ", " << results.tokens
+      << " tokens, " << results.predictions << " predictions; full cache: perplexity "
+      << format("%.4f", results.full_perplexity) << "\n\n";
+  size_t policy_width = 8, budget_width = 6;
+  for (const EvalCell& cell : results.cells) {
+    policy_width = std::max(policy_width, cell.policy.size());
+    budget_width = std::max(budget_width, budget_text(cell).size());
+  }
+  policy_width += 2;
+  budget_width += 2;
+  out << "closed loop: the model attends only to each policy's cache\n";
+  out << left("policy", policy_width) << left("budget", budget_width) << right("occupancy", 10)
+      << right("perplexity", 12) << right("increase", 10) << right("(rel)", 9) << right("top-1", 8) << "\n";
+  for (const EvalCell& cell : results.cells)
+    out << left(cell.policy, policy_width) << left(budget_text(cell), budget_width)
+        << right(format("%.1f", cell.occupancy_mean), 10) << right(format("%.4f", cell.perplexity), 12)
+        << right(format("%+.4f", cell.perplexity_increase), 10)
+        << right(format("%+.1f%%", 100 * cell.perplexity_increase_relative), 9)
+        << right(format("%.4f", cell.top1_agreement), 8) << "\n";
+  out << "\nteacher-forced replay of the same tokens (the full-cache run's rows)\n";
+  out << left("policy", policy_width) << left("budget", budget_width) << right("retention", 10) << right("p5", 8)
+      << right("out.err", 9) << right("occupancy", 10) << "\n";
+  for (const EvalCell& cell : results.cells)
+    out << left(cell.policy, policy_width) << left(budget_text(cell), budget_width)
+        << right(format("%.4f", cell.replay_retention.mean), 10) << right(format("%.4f", cell.replay_retention.p5), 8)
+        << right(format("%.4f", cell.replay_output_error.mean), 9)
+        << right(format("%.1f", cell.replay_occupancy_mean), 10) << "\n";
+  out << "\nhow far replay predicts the closed loop: Spearman correlation with the perplexity increase\n"
+      << "(a perfect proxy: -1 for retention, +1 for output error)\n";
+  size_t over_width = 6;
+  for (const ProxyCorrelation& c : results.correlations) over_width = std::max(over_width, c.over.size());
+  over_width += 2;
+  out << left("over", over_width) << right("points", 7) << right("retention", 11) << right("output error", 14) << "\n";
+  for (const ProxyCorrelation& c : results.correlations)
+    out << left(c.over, over_width) << right(std::to_string(c.pairs), 7) << right(format("%+.3f", c.retention), 11)
+        << right(format("%+.3f", c.output_error), 14) << "\n";
+  out << "\ntop-1: share of predictions whose argmax equals the full cache's; occupancy: positions attended per step\n"
+      << kClosedLoopNote << "\n";
+  return wrap_text(out.str());
+}
+
+std::string eval_csv(const EvalResults& results) {
+  std::ostringstream out;
+  out << "policy,params,budget,budget_tokens_mean,budget_share_mean,perplexity,perplexity_full,perplexity_increase,"
+         "perplexity_increase_relative,nll_mean,top1_agreement,occupancy_mean,occupancy_peak,evictions,"
+         "replay_retention_mean,replay_retention_p5,replay_retention_min,replay_output_error_mean,"
+         "replay_output_error_p95,replay_occupancy_mean,predictions\n";
+  for (const EvalCell& cell : results.cells)
+    out << (cell.info ? cell.info->name : cell.policy) << "," << csv_field(cell.params) << "," << cell.budget.text
+        << "," << number(cell.budget_tokens_mean) << "," << number(cell.budget_share_mean) << ","
+        << number(cell.perplexity) << "," << number(results.full_perplexity) << "," << number(cell.perplexity_increase)
+        << "," << number(cell.perplexity_increase_relative) << "," << number(cell.nll_mean) << ","
+        << number(cell.top1_agreement) << "," << number(cell.occupancy_mean) << "," << cell.occupancy_peak << ","
+        << cell.evictions << "," << number(cell.replay_retention.mean) << "," << number(cell.replay_retention.p5) << ","
+        << number(cell.replay_retention.min) << "," << number(cell.replay_output_error.mean) << ","
+        << number(cell.replay_output_error.p95) << "," << number(cell.replay_occupancy_mean) << ","
+        << results.predictions << "\n";
+  return out.str();
+}
+
+std::string eval_json(const EvalResults& results, const std::string& source, const std::string& model) {
+  auto summary = [](const Summary& s) -> nlohmann::json {
+    if (s.count == 0) return nullptr;
+    return {{"mean", s.mean}, {"p5", s.p5}, {"min", s.min}, {"p95", s.p95}, {"max", s.max}, {"count", s.count}};
+  };
+  nlohmann::json sequences = nlohmann::json::array();
+  for (size_t s = 0; s < results.sequence_index.size(); ++s)
+    sequences.push_back({{"index", results.sequence_index[s]},
+                         {"tokens", results.sequence_tokens[s]},
+                         {"full_perplexity", results.full_sequence_perplexity[s]}});
+  nlohmann::json cells = nlohmann::json::array();
+  for (const EvalCell& cell : results.cells) {
+    nlohmann::json per_sequence = nlohmann::json::array();
+    for (size_t s = 0; s < cell.sequence_perplexity.size(); ++s)
+      per_sequence.push_back({{"perplexity", cell.sequence_perplexity[s]},
+                              {"top1_agreement", cell.sequence_agreement[s]},
+                              {"replay_retention_mean", or_null(cell.sequence_replay_retention[s])},
+                              {"replay_output_error_mean", or_null(cell.sequence_replay_output_error[s])}});
+    cells.push_back({{"policy", cell.info ? cell.info->name : cell.policy},
+                     {"label", cell.policy},
+                     {"params", cell.params},
+                     {"budget", cell.budget.text},
+                     {"budget_tokens_mean", cell.budget_tokens_mean},
+                     {"budget_share_mean", cell.budget_share_mean},
+                     {"closed_loop",
+                      {{"perplexity", cell.perplexity},
+                       {"perplexity_increase", cell.perplexity_increase},
+                       {"perplexity_increase_relative", cell.perplexity_increase_relative},
+                       {"nll_mean", cell.nll_mean},
+                       {"top1_agreement", cell.top1_agreement},
+                       {"occupancy_mean", or_null(cell.occupancy_mean)},
+                       {"occupancy_peak", cell.occupancy_peak},
+                       {"evictions", cell.evictions}}},
+                     {"replay",
+                      {{"retention", summary(cell.replay_retention)},
+                       {"output_error", summary(cell.replay_output_error)},
+                       {"occupancy_mean", or_null(cell.replay_occupancy_mean)}}},
+                     {"sequences", per_sequence}});
+  }
+  nlohmann::json correlations = nlohmann::json::array();
+  for (const ProxyCorrelation& c : results.correlations)
+    correlations.push_back({{"over", c.over},
+                            {"points", c.pairs},
+                            {"spearman_retention_vs_perplexity_increase", or_null(c.retention)},
+                            {"spearman_output_error_vs_perplexity_increase", or_null(c.output_error)}});
+  nlohmann::json out = {{"source", source},
+                        {"model", model},
+                        {"sequences", results.sequences},
+                        {"tokens", results.tokens},
+                        {"predictions", results.predictions},
+                        {"full_cache", {{"perplexity", results.full_perplexity}, {"nll_mean", results.full_nll_mean}}},
+                        {"note", kClosedLoopNote},
+                        {"per_sequence", sequences},
+                        {"cells", cells},
+                        {"correlations", correlations}};
+  return json_text(std::move(out), 1);
+}
+
+}  // namespace kvsim

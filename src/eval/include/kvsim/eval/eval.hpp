@@ -1,0 +1,156 @@
+#pragma once
+// Closed-loop evaluation (`kvsim eval`): what eviction really does to a model, and how far the
+// teacher-forced replay's retention predicts it (docs/semantics.md, section 6).
+//
+// The closed-loop engine runs the built-in llama2.c model over fixed tokens (teacher forcing
+// of the tokens, but every hidden state is the compressed model's own) and lets every query
+// head attend only to its cache group's cache. The same Policy objects as the replay engine
+// decide, with the replay engine's semantics step for step: at position t, in every layer,
+// the group's first head appends t to the cache; every head of the group attends over
+// exactly the cached positions (softmax over them: the model's row is the renormalised row);
+// after the group's last head the observed row is the mean (max, sum) of its heads' rows,
+// each divided by its own sum as the replay engine divides by the retained mass; the policy
+// observes it (if it needs attention) and evicts; the victims leave before layer l+1 runs
+// (cross-layer policies read layer l's choice, as the replay engine steps lanes in order).
+// So attention covers at most B+1 positions and at most B stay cached between steps.
+//
+// Policies: bounds (oracle) are refused: they pick, per head and step, the best cache from
+// the full row, which is not a cache a model can run with. `lookahead` sees the future of the
+// full-cache run (the compressed model's own future is not known before it happens). Policies
+// that ignore the budget (full, scissorhands-official) run as they are. Seeded policies get
+// the seeds replay_trace gives the same (sequence, layer, group).
+//
+// Metrics over the n-1 predictions of a sequence of n tokens (position i predicts token
+// i+1; every position counts, the prompt's too: stream semantics, as replay's default):
+// NLL in double from the float logits, perplexity = exp(mean NLL) over every prediction of
+// every sequence, top-1 agreement = share of predictions whose argmax (ties: lowest id)
+// equals the full-cache run's. Side by side, on the same tokens, the teacher-forced replay of
+// the full-cache run's own rows (float32, with its values) through the same policies and
+// budgets: retention and output error as `kvsim sweep` defines them.
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kvsim/core/budget.hpp"
+#include "kvsim/core/engine.hpp"
+#include "kvsim/replay/replay.hpp"
+#include "kvsim/core/summary.hpp"
+
+namespace kvtrace {
+class Llama2Model;
+class Tokenizer;
+}  // namespace kvtrace
+
+namespace kvsim {
+
+// ---- one closed-loop run ----
+
+struct ClosedLoopOptions {
+  Aggregate aggregate = Aggregate::mean;
+  int sequence = 0;          // seeds of seeded policies, as replay_trace's (sequence, layer, group)
+  bool keep_logits = false;  // ClosedLoopRun::logits
+  bool record_rows = false;  // ClosedLoopRun::rows
+  // With record_rows and a policy that needs full rows: record those instead (each head's
+  // softmax over every position, evicted ones included), which replay derives the rest from.
+  bool record_full_rows = false;
+  bool record_values = false;  // ClosedLoopRun::values
+  // Policies that need the future: the full-cache run's rows ([layer][head], packed).
+  const std::vector<std::vector<std::vector<float>>>* future_rows = nullptr;
+};
+
+struct ClosedLoopRun {
+  int64_t n_tokens = 0;
+  std::vector<int> argmax;    // [n]: argmax of the logits after each position
+  std::vector<double> nll;    // [n-1]: -log p(token i+1 | tokens 0..i)
+  std::vector<float> logits;  // [n * vocab] with keep_logits
+  // Per (layer, group), layers in order: occupancy per step (positions attended), the step
+  // each position was evicted (-1: never), evictions. Empty for the full cache.
+  std::vector<GroupRecord> groups;
+  // With record_rows: [layer][head] the rows the model used, packed (row t at t(t+1)/2),
+  // 0 at positions it did not attend. With record_values: [layer][kv head] v, [n * head_dim].
+  std::vector<std::vector<std::vector<float>>> rows, values;
+};
+
+// Throws InputError when kvsim eval cannot run the policy (bounds).
+void check_closed_loop_policy(const PolicyInfo& info);
+
+// Feeds `tokens` to a fresh session. policy == nullptr: the full cache (the model's own
+// forward, no hook on the attention). Throws InputError for a bound policy, a budget below 1,
+// a needs-future policy without future_rows, tokens outside the vocabulary or beyond seq_len.
+ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const int> tokens,
+                              const PolicyChoice* policy, int64_t budget, const ClosedLoopOptions& options = {});
+
+// ---- the policies x budgets grid over sequences ----
+
+struct EvalSequence {
+  int index = 0;            // in the trace (or the text chunk's number): labels and seeds
+  std::vector<int> tokens;  // at least 2
+};
+
+// The text encoded once with BOS (llama2.c's encode) and cut into consecutive sequences of
+// `tokens` tokens; a shorter last piece is kept when it holds at least 2 tokens.
+std::vector<EvalSequence> text_sequences(const kvtrace::Tokenizer& tokenizer, std::string_view text, int tokens);
+
+struct EvalConfig {
+  std::vector<PolicyChoice> policies;
+  std::vector<Budget> budgets;  // resolved against each sequence's length, as replay does
+  Aggregate aggregate = Aggregate::mean;
+  int threads = 0;  // 0: all cores; results do not depend on it
+};
+
+struct EvalCell {
+  std::string policy, params;
+  const PolicyInfo* info = nullptr;
+  Budget budget;
+  double budget_tokens_mean = 0, budget_share_mean = 0;  // over sequences
+  // closed loop
+  double nll_mean = 0, perplexity = 0;
+  double perplexity_increase = 0;           // perplexity - the full cache's
+  double perplexity_increase_relative = 0;  // that over the full cache's perplexity
+  double top1_agreement = 0;
+  double occupancy_mean = 0;  // positions attended per step, over every layer, group and step
+  int64_t occupancy_peak = 0, evictions = 0;
+  std::vector<double> sequence_perplexity, sequence_agreement;  // per sequence
+  // teacher-forced replay on the same tokens
+  Summary replay_retention, replay_output_error;
+  double replay_occupancy_mean = 0;
+  std::vector<double> sequence_replay_retention, sequence_replay_output_error;  // per-sequence means
+};
+
+// Spearman correlation of replay's mean retention (and mean output error) with the
+// closed-loop perplexity increase, across `pairs` points.
+struct ProxyCorrelation {
+  std::string over;  // "all (policy, budget) pairs", "budget 20%", "(sequence, policy, budget)"
+  int64_t pairs = 0;
+  double retention = NAN, output_error = NAN;
+};
+
+struct EvalResults {
+  int64_t sequences = 0, tokens = 0, predictions = 0;
+  std::vector<int> sequence_index;
+  std::vector<int64_t> sequence_tokens;
+  double full_nll_mean = 0, full_perplexity = 0;
+  std::vector<double> full_sequence_perplexity;
+  std::vector<EvalCell> cells;  // cells[policy * budgets + budget]
+  size_t policies = 0, budgets = 0;
+  std::vector<ProxyCorrelation> correlations;  // all pairs, then per budget, then per sequence
+};
+
+// progress(done, total) counts runs (full-cache and closed-loop).
+EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequence> sequences,
+                     const EvalConfig& config, const std::function<void(int64_t, int64_t)>& progress = {});
+
+// ---- reports ----
+
+inline constexpr const char* kClosedLoopNote =
+    "closed loop: the model attends only to each cache and its hidden states are its own; the tokens are fixed "
+    "(teacher forcing of tokens). replay: teacher-forced, the full-cache run's rows through the same policies";
+
+std::string eval_table(const EvalResults& results);
+std::string eval_csv(const EvalResults& results);
+std::string eval_json(const EvalResults& results, const std::string& source, const std::string& model);
+
+}  // namespace kvsim

@@ -1,0 +1,270 @@
+#include "main_window.hpp"
+
+#include <QAction>
+#include <QApplication>
+#include <QDragEnterEvent>
+#include <QDropEvent>
+#include <QFileDialog>
+#include <QFileInfo>
+#include <QGroupBox>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QMimeData>
+#include <QSaveFile>
+#include <QScrollArea>
+#include <QSettings>
+#include <QSplitter>
+#include <QStatusBar>
+#include <QVBoxLayout>
+
+#include "charts/charts_panel.hpp"
+#include "controls_panel.hpp"
+#include "views/heatmap_view.hpp"
+#include "kvsim/core/data_dir.hpp"
+#include "kvsim/replay/report.hpp"
+#include "kvtrace/reader.hpp"
+#include "views/overview_grid.hpp"
+#include "session.hpp"
+#include "views/token_strip.hpp"
+
+namespace kvgui {
+namespace {
+
+constexpr int kMaxRecent = 8;
+const char* const kRecentKey = "recentFiles";
+
+}  // namespace
+
+MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), session_(new Session(this)) {
+  setWindowTitle(tr("kvsim-gui"));
+  setAcceptDrops(true);
+
+  controls_ = new ControlsPanel(session_);
+  overview_ = new OverviewGrid(session_);
+  auto* overview_box = new QGroupBox(tr("4. Overview: every layer \u00d7 head"));
+  auto* overview_layout = new QVBoxLayout(overview_box);
+  overview_layout->setContentsMargins(2, 2, 2, 2);
+  overview_layout->addWidget(overview_);
+  auto* left = new QWidget;
+  auto* left_layout = new QVBoxLayout(left);
+  left_layout->setContentsMargins(0, 0, 0, 0);
+  left_layout->addWidget(controls_);
+  left_layout->addWidget(overview_box, 1);
+  auto* left_scroll = new QScrollArea;
+  left_scroll->setWidget(left);
+  left_scroll->setWidgetResizable(true);
+  left_scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  left_scroll->setMinimumWidth(310);
+
+  heatmap_ = new HeatmapView(session_);
+  charts_ = new ChartsPanel(session_);
+  tokens_ = new TokenStrip(session_);
+
+  // Controls full height on the left; heatmap and charts side by side over the token strip.
+  auto* views = new QSplitter(Qt::Horizontal);
+  views->addWidget(heatmap_);
+  views->addWidget(charts_);
+  views->setStretchFactor(0, 3);
+  views->setStretchFactor(1, 2);
+  views->setSizes({720, 520});
+  auto* right = new QSplitter(Qt::Vertical);
+  right->addWidget(views);
+  right->addWidget(tokens_);
+  right->setStretchFactor(0, 4);
+  right->setStretchFactor(1, 1);
+  right->setSizes({700, 240});
+  auto* main = new QSplitter(Qt::Horizontal);
+  main->addWidget(left_scroll);
+  main->addWidget(right);
+  main->setStretchFactor(0, 0);
+  main->setStretchFactor(1, 1);
+  main->setSizes({330, 1250});
+  setCentralWidget(main);
+
+  buildMenus();
+  connect(controls_, &ControlsPanel::openRequested, this, &MainWindow::openDialog);
+  connect(session_, &Session::replayed, this, &MainWindow::showStatus);
+  connect(session_, &Session::failed, this, [this](const QString& message) { statusBar()->showMessage(message); });
+  statusBar()->showMessage(tr("Open a trace (Ctrl+O) or drop an .h5 file on the window."));
+  resize(1580, 960);
+}
+
+void MainWindow::buildMenus() {
+  QMenu* file = menuBar()->addMenu(tr("&File"));
+  file->addAction(tr("&Open trace\u2026"), QKeySequence::Open, this, &MainWindow::openDialog);
+  QAction* example =
+      file->addAction(tr("Open the &bundled example trace"), this, [this]() { openWithMessage(exampleTrace()); });
+  example->setEnabled(QFileInfo::exists(exampleTrace()));
+  recent_ = file->addMenu(tr("Open &recent"));
+  connect(recent_, &QMenu::aboutToShow, this, &MainWindow::fillRecentMenu);
+  file->addSeparator();
+  file->addAction(tr("Export all views as &PNG\u2026"), QKeySequence(tr("Ctrl+E")), this, [this]() {
+    saveDialog(tr("Export all views as PNG"), tr("PNG images (*.png)"), "png", &MainWindow::exportViews);
+  });
+  file->addAction(tr("Export &heatmap as PNG\u2026"), this, [this]() {
+    saveDialog(tr("Export the heatmap as PNG"), tr("PNG images (*.png)"), "png", &MainWindow::exportHeatmap);
+  });
+  file->addAction(tr("Export &survival table as CSV\u2026"), this, [this]() {
+    saveDialog(tr("Export the survival table as CSV"), tr("CSV files (*.csv)"), "csv", &MainWindow::exportSurvival);
+  });
+  file->addSeparator();
+  file->addAction(tr("&Quit"), QKeySequence::Quit, qApp, &QApplication::quit);
+  QMenu* view = menuBar()->addMenu(tr("&View"));
+  view->addAction(tr("Show the whole heatmap"), QKeySequence(tr("Ctrl+0")), this, [this]() { heatmap_->resetView(); });
+  QMenu* help = menuBar()->addMenu(tr("&Help"));
+  help->addAction(tr("How to read the views"), this, [this]() {
+    QMessageBox::information(
+        this, tr("How to read the views"),
+        tr("<p><b>Heatmap</b>: row t is the attention of query step t over the key positions 0..t (log colour). "
+           "Cells of a token after the step the policy evicted it are washed out, so the columns that stay bright are "
+           "the tokens that survive. Wheel: zoom; drag: pan; click: move the step cursor; double-click: everything.</p>"
+           "<p><b>Token strip</b>: the cache at the step cursor. Blue tokens are cached (darker: more attention at "
+           "that "
+           "step), grey struck-through tokens were evicted. Click tokens to chart their attention.</p>"
+           "<p><b>Budget</b>: at most B tokens stay cached between steps. Drag the slider and every view follows.</p>"
+           "<p>All results are a <i>teacher-forced replay</i>: %1.</p>")
+            .arg(QString::fromUtf8(kvsim::kTeacherForcedNote)));
+  });
+}
+
+QString MainWindow::exampleTrace() {
+  // The source tree's data/ from a build tree, the installation's share/kvsim once installed.
+  return QString::fromStdString(kvsim::data_dir() + "/traces/stories15M-8x256.h5");
+}
+
+bool MainWindow::openFile(const QString& path, QString* error) {
+  if (!session_->open(path, error)) return false;
+  rememberRecent(QFileInfo(path).absoluteFilePath());
+  setWindowTitle(tr("kvsim-gui \u2014 %1").arg(QFileInfo(path).fileName()));
+  statusBar()->showMessage(tr("Opened %1").arg(path), 4000);
+  return true;
+}
+
+void MainWindow::openWithMessage(const QString& path) {
+  QString error;
+  if (!openFile(path, &error)) QMessageBox::warning(this, tr("Cannot open the trace"), error);
+}
+
+void MainWindow::openDialog() {
+  const QString path = QFileDialog::getOpenFileName(this, tr("Open a trace"), QString(),
+                                                    tr("kvsim traces (*.h5 *.hdf5);;All files (*)"));
+  if (!path.isEmpty()) openWithMessage(path);
+}
+
+void MainWindow::rememberRecent(const QString& path) {
+  QSettings settings;
+  QStringList files = settings.value(kRecentKey).toStringList();
+  files.removeAll(path);
+  files.prepend(path);
+  while (files.size() > kMaxRecent) files.removeLast();
+  settings.setValue(kRecentKey, files);
+}
+
+void MainWindow::fillRecentMenu() {
+  recent_->clear();
+  const QStringList files = QSettings().value(kRecentKey).toStringList();
+  for (const QString& path : files)
+    recent_->addAction(QFileInfo(path).fileName() + "  \u2014  " + QFileInfo(path).absolutePath(), this,
+                       [this, path]() { openWithMessage(path); });
+  if (files.isEmpty()) recent_->addAction(tr("(none yet)"))->setEnabled(false);
+}
+
+void MainWindow::dragEnterEvent(QDragEnterEvent* event) {
+  if (event->mimeData()->hasUrls() && !event->mimeData()->urls().isEmpty() &&
+      event->mimeData()->urls().front().isLocalFile())
+    event->acceptProposedAction();
+}
+
+void MainWindow::dropEvent(QDropEvent* event) {
+  const QList<QUrl> urls = event->mimeData()->urls();
+  if (urls.isEmpty() || !urls.front().isLocalFile()) return;
+  event->acceptProposedAction();
+  openWithMessage(urls.front().toLocalFile());
+}
+
+void MainWindow::saveDialog(const QString& title, const QString& filter, const QString& suffix,
+                            bool (MainWindow::*write)(const QString&, QString*)) {
+  QString path = QFileDialog::getSaveFileName(this, title, QString(), filter);
+  if (path.isEmpty()) return;
+  if (QFileInfo(path).suffix().isEmpty()) path += "." + suffix;
+  QString error;
+  if ((this->*write)(path, &error))
+    statusBar()->showMessage(tr("Wrote %1").arg(path), 5000);
+  else
+    QMessageBox::warning(this, title, error);
+}
+
+namespace {
+
+bool save_image(const QImage& image, const QString& path, QString* error) {
+  QSaveFile file(path);
+  if (file.open(QIODevice::WriteOnly) && image.save(&file, "PNG") && file.commit()) return true;
+  if (error) *error = QObject::tr("%1: cannot write the image (%2)").arg(path, file.errorString());
+  return false;
+}
+
+}  // namespace
+
+bool MainWindow::exportViews(const QString& path, QString* error) {
+  waitIdle();
+  return save_image(centralWidget()->grab().toImage(), path, error);
+}
+
+bool MainWindow::exportHeatmap(const QString& path, QString* error) {
+  waitIdle();
+  return save_image(heatmap_->grab().toImage(), path, error);
+}
+
+bool MainWindow::exportSurvival(const QString& path, QString* error) {
+  waitIdle();
+  const LayerReplay& replay = session_->replay();
+  if (!replay.valid()) {
+    if (error) *error = tr("No replay to export: open a trace first.");
+    return false;
+  }
+  kvsim::ReplayResults results;
+  kvsim::CellResult cell;
+  cell.policy = replay.policy.label;
+  cell.info = replay.policy.info;
+  cell.budget = kvsim::Budget::parse(replay.budget_text.toStdString());
+  cell.records = replay.records;
+  if (!replay.records.front().layer_wide) {  // the views replayed one cache group: the table has them all
+    kvsim::EngineOptions options = session_->engineOptions();
+    options.mode = replay.mode;
+    cell.records = replayLayer(session_->rows(), session_->meta(), replay.policy, replay.budget, options);
+  }
+  results.cells.push_back(std::move(cell));
+  results.mode = replay.mode;
+  std::vector<std::vector<std::string>> text(static_cast<size_t>(replay.seq) + 1);
+  text[static_cast<size_t>(replay.seq)] = session_->reader()->token_text(replay.seq);
+  const std::string csv = kvsim::survival_csv(results, text);
+  QSaveFile file(path);
+  if (file.open(QIODevice::WriteOnly) &&
+      file.write(csv.data(), static_cast<qint64>(csv.size())) == static_cast<qint64>(csv.size()) && file.commit())
+    return true;
+  if (error) *error = tr("%1: cannot write the table (%2)").arg(path, file.errorString());
+  return false;
+}
+
+void MainWindow::waitIdle() {
+  for (int round = 0; round < 4; ++round) {  // a finished job may start another view's job
+    session_->waitIdle();
+    overview_->waitIdle();
+    charts_->waitIdle();
+    QApplication::processEvents();
+  }
+}
+
+void MainWindow::showStatus() {
+  const LayerReplay& replay = session_->replay();
+  if (!replay.valid()) return;
+  statusBar()->showMessage(tr("%1 at B = %2: replay of layer %3 took %4 ms, %5 ms from the change to the views. "
+                              "Teacher-forced replay.")
+                               .arg(QString::fromStdString(replay.policy.label))
+                               .arg(replay.budget)
+                               .arg(replay.layer)
+                               .arg(replay.replay_ms, 0, 'f', 1)
+                               .arg(replay.latency_ms, 0, 'f', 1));
+}
+
+}  // namespace kvgui

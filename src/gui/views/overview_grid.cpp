@@ -1,0 +1,252 @@
+#include "views/overview_grid.hpp"
+
+#include <QComboBox>
+#include <QHelpEvent>
+#include <QLabel>
+#include <QMouseEvent>
+#include <QPainter>
+#include <QTimer>
+#include <QToolTip>
+#include <QVBoxLayout>
+#include <algorithm>
+#include <cmath>
+
+#include "colors.hpp"
+#include "job_runner.hpp"
+#include "kvsim/analysis/analysis.hpp"
+#include "kvsim/core/summary.hpp"
+#include "kvtrace/reader.hpp"
+#include "session.hpp"
+
+namespace kvgui {
+
+OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
+    : QWidget(parent), session_(session), timer_(new QTimer(this)), runner_(new JobRunner(this)) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  metric_ = new QComboBox;
+  metric_->setObjectName("overviewMetric");
+  metric_->addItem(tr("Colour: mean retention (policy at B)"));
+  metric_->addItem(tr("Colour: worst-step retention (policy at B)"));
+  metric_->addItem(tr("Colour: persistence ratio (trace, no policy)"));
+  metric_->setToolTip(
+      tr("Retention: share of the attention the policy's cache keeps, per head over all steps of this sequence.\n"
+         "Persistence: share of the tokens pivotal in the second half that were already pivotal in the first."));
+  caption_ = new QLabel;
+  caption_->setWordWrap(true);
+  caption_->setStyleSheet("color: palette(placeholder-text);");
+  layout->addWidget(metric_);
+  layout->addStretch(1);
+  layout->addWidget(caption_);
+  setMinimumHeight(170);
+  setMouseTracking(true);
+  timer_->setSingleShot(true);
+  timer_->setInterval(250);
+  connect(timer_, &QTimer::timeout, this, &OverviewGrid::compute);
+  connect(metric_, qOverload<int>(&QComboBox::currentIndexChanged), this, &OverviewGrid::schedule);
+  connect(session_, &Session::traceChanged, this, &OverviewGrid::schedule);
+  connect(session_, &Session::settingsChanged, this, &OverviewGrid::schedule);
+  connect(session_, &Session::locationChanged, this, &OverviewGrid::schedule);
+  connect(runner_, &JobRunner::failed, this, [this](const QString& message) { caption_->setText(message); });
+}
+
+void OverviewGrid::setMetric(Metric metric) { metric_->setCurrentIndex(static_cast<int>(metric)); }
+OverviewGrid::Metric OverviewGrid::metric() const { return static_cast<Metric>(metric_->currentIndex()); }
+bool OverviewGrid::busy() const { return timer_->isActive() || runner_->busy(); }
+
+void OverviewGrid::waitIdle() {
+  if (timer_->isActive()) {
+    timer_->stop();
+    compute();
+  }
+  runner_->wait();
+}
+
+double OverviewGrid::value(int layer, int head) const {
+  if (layer < 0 || layer >= layers_ || head < 0 || head >= heads_) return NAN;
+  return values_[static_cast<size_t>(layer * heads_ + head)];
+}
+
+// Only recomputes when what it shows changes (the sequence, or the policy for retention).
+QString OverviewGrid::cellText(double value) {
+  const QString text = QString::number(value, 'f', 2);
+  return text.startsWith("0.") ? text.mid(1) : text;
+}
+
+void OverviewGrid::schedule() {
+  if (!session_->isOpen()) return;
+  QString key =
+      session_->path() + "|" + QString::number(session_->sequence()) + "|" + QString::number(metric_->currentIndex());
+  if (metric() != Metric::persistence)
+    key += "|" + QString::fromStdString(session_->policy().label + "|" + session_->budget().text) +
+           (session_->mode() == kvsim::Mode::stream ? "|s" : "|p");
+  update();
+  if (key == computed_for_) return;
+  computed_for_ = key;
+  caption_->setText(tr("computing\u2026"));
+  timer_->start();
+}
+
+void OverviewGrid::compute() {
+  const auto reader = session_->reader();
+  if (!reader) return;
+  const kvtrace::TraceMeta& meta = reader->meta();
+  const Metric metric = this->metric();
+  const int seq = session_->sequence();
+  const QString key = computed_for_;
+  if (layers_ != meta.n_layers || heads_ != meta.n_heads) {  // else the old values stay until the new arrive
+    layers_ = meta.n_layers;
+    heads_ = meta.n_heads;
+    values_.assign(static_cast<size_t>(layers_ * heads_), NAN);
+  }
+  kvsim::ReplayConfig config;
+  config.policies = {session_->policy()};
+  config.budgets = {session_->budget()};
+  config.mode = session_->mode();
+  config.sequences = {seq};
+  config.output_error = kvsim::OutputErrorMode::off;
+  config.keep_records = true;
+  const QString label = QString::fromStdString(session_->policy().label);
+  const int64_t budget = session_->budgetTokens();
+  runner_->cancel();
+  runner_->submit([this, reader, config, metric, seq, key, label, budget]() -> JobRunner::Finish {
+    const kvtrace::TraceMeta& m = reader->meta();
+    std::vector<double> values(static_cast<size_t>(m.n_layers * m.n_heads), NAN);
+    QString caption;
+    if (metric == Metric::persistence) {
+      kvsim::AnalysisConfig analysis;
+      analysis.options.correlations = false;
+      analysis.sequences = {seq};
+      const kvsim::TraceAnalysis result = kvsim::analyze_trace(*reader, analysis);
+      for (const auto& item : result.items)
+        for (const auto& head : item.heads)
+          values[static_cast<size_t>(item.layer * m.n_heads + head.head)] = head.persistence;
+      caption =
+          tr("Persistence ratio of each head, sequence %1 (full rows, no policy). Click a cell to show it.").arg(seq);
+    } else {
+      const kvsim::ReplayResults results = kvsim::replay_trace(*reader, config);
+      for (const auto& record : results.cells.front().records) {
+        const kvsim::SimulationResult& r = record.result;
+        for (size_t k = 0; k < record.heads.size(); ++k) {
+          const kvsim::Summary summary = kvsim::summarize(std::span<const float>(
+              r.retention.data() + k * static_cast<size_t>(r.n_steps), static_cast<size_t>(r.n_steps)));
+          values[static_cast<size_t>(record.layer * m.n_heads + record.heads[k])] =
+              metric == Metric::mean_retention ? summary.mean : summary.min;
+        }
+      }
+      caption = tr("%1 retention of each head over sequence %2 with %3 at B = %4 (teacher-forced replay). Click a cell "
+                   "to show it.")
+                    .arg(metric == Metric::mean_retention ? tr("Mean") : tr("Worst-step"))
+                    .arg(seq)
+                    .arg(label)
+                    .arg(budget);
+    }
+    return [this, values, caption, key]() {
+      if (key != computed_for_) return;
+      values_ = values;
+      caption_->setText(caption);
+      update();
+    };
+  });
+}
+
+QRect OverviewGrid::gridRect() const {
+  const int top = metric_->geometry().bottom() + 22, bottom = caption_->geometry().top() - 4;
+  return QRect(28, top, width() - 36, std::max(20, bottom - top));
+}
+
+QRect OverviewGrid::cellRect(int layer, int head) const {
+  const QRect grid = gridRect();
+  if (layers_ == 0 || heads_ == 0) return {};
+  const int side = std::max(4, std::min({grid.width() / heads_, grid.height() / layers_, 44}));
+  return QRect(grid.left() + head * side, grid.top() + layer * side, side, side);
+}
+
+bool OverviewGrid::cellAt(QPoint point, int* layer, int* head) const {
+  for (int l = 0; l < layers_; ++l)
+    for (int h = 0; h < heads_; ++h)
+      if (cellRect(l, h).contains(point)) {
+        *layer = l;
+        *head = h;
+        return true;
+      }
+  return false;
+}
+
+void OverviewGrid::colourRange(double* lo, double* hi) const {
+  *lo = 1.0;
+  *hi = 1.0;
+  for (double v : values_)
+    if (std::isfinite(v)) *lo = std::min(*lo, v);
+  *lo = std::floor(*lo * 10) / 10;
+  if (*lo >= *hi) *lo = *hi - 0.1;
+}
+
+void OverviewGrid::paintEvent(QPaintEvent*) {
+  QPainter painter(this);
+  if (layers_ == 0) return;
+  double lo, hi;
+  colourRange(&lo, &hi);
+  const QRect first = cellRect(0, 0);
+  const int side = first.width();
+  painter.setPen(palette().color(QPalette::Text));
+  QFont small = font();
+  small.setPointSizeF(font().pointSizeF() * (side >= 30 ? 0.9 : 0.75));
+  painter.setFont(small);
+  painter.drawText(QRect(first.left(), first.top() - 18, side * heads_, 16), Qt::AlignLeft,
+                   tr("heads \u2192   (rows: layers)"));
+  for (int l = 0; l < layers_; ++l)
+    painter.drawText(QRect(0, cellRect(l, 0).top(), first.left() - 3, side), Qt::AlignRight | Qt::AlignVCenter,
+                     QString::number(l));
+  for (int l = 0; l < layers_; ++l)
+    for (int h = 0; h < heads_; ++h) {
+      const QRect cell = cellRect(l, h);
+      const double v = value(l, h);
+      const QColor colour = std::isfinite(v) ? QColor(colors::viridis((v - lo) / (hi - lo))) : QColor(235, 235, 235);
+      painter.fillRect(cell.adjusted(0, 0, -1, -1), colour);
+      if (side >= 20 && std::isfinite(v)) {
+        painter.setPen(colors::text_on(colour));
+        painter.drawText(cell, Qt::AlignCenter, cellText(v));
+      }
+    }
+  const QRect shown = cellRect(session_->layer(), session_->head());
+  painter.setPen(QPen(QColor(255, 80, 0), 3));
+  painter.drawRect(shown.adjusted(1, 1, -2, -2));
+  // The scale.
+  const int x = first.left() + side * heads_ + 10;
+  if (x + 40 < width()) {
+    const int h = side * layers_;
+    for (int y = 0; y < h; ++y) {
+      painter.setPen(QColor(colors::viridis(1.0 - static_cast<double>(y) / std::max(1, h - 1))));
+      painter.drawLine(x, first.top() + y, x + 8, first.top() + y);
+    }
+    painter.setPen(palette().color(QPalette::Text));
+    painter.drawText(QRect(x + 11, first.top() - 4, 40, 16), Qt::AlignLeft, QString::number(hi, 'f', 1));
+    painter.drawText(QRect(x + 11, first.top() + h - 12, 40, 16), Qt::AlignLeft, QString::number(lo, 'f', 1));
+  }
+}
+
+void OverviewGrid::mousePressEvent(QMouseEvent* event) {
+  int layer = 0, head = 0;
+  if (cellAt(event->pos(), &layer, &head)) session_->setLocation(session_->sequence(), layer, head);
+}
+
+bool OverviewGrid::event(QEvent* event) {
+  if (event->type() != QEvent::ToolTip) return QWidget::event(event);
+  auto* help = static_cast<QHelpEvent*>(event);
+  int layer = 0, head = 0;
+  if (!cellAt(help->pos(), &layer, &head)) {
+    QToolTip::hideText();
+    return true;
+  }
+  const double v = value(layer, head);
+  QToolTip::showText(help->globalPos(),
+                     tr("layer %1, head %2: %3")
+                         .arg(layer)
+                         .arg(head)
+                         .arg(std::isfinite(v) ? QString::number(v, 'f', 3) : tr("undefined")),
+                     this);
+  return true;
+}
+
+}  // namespace kvgui

@@ -1,0 +1,138 @@
+#include "views/token_strip.hpp"
+
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QPushButton>
+#include <QScrollArea>
+#include <QScrollBar>
+#include <QSignalBlocker>
+#include <QSlider>
+#include <QSpinBox>
+#include <QVBoxLayout>
+
+#include "session.hpp"
+#include "views/token_flow.hpp"
+
+namespace kvgui {
+namespace {
+
+QLabel* swatch(const QString& style, const QString& text, const QString& tip) {
+  auto* label = new QLabel(text);
+  label->setStyleSheet("QLabel { padding: 1px 6px; border: 1px solid #999; " + style + " }");
+  label->setToolTip(tip);
+  return label;
+}
+
+}  // namespace
+
+TokenStrip::TokenStrip(Session* session, QWidget* parent) : QWidget(parent), session_(session) {
+  auto* layout = new QVBoxLayout(this);
+  layout->setContentsMargins(4, 4, 4, 4);
+  layout->setSpacing(4);
+
+  auto* steps = new QHBoxLayout;
+  auto* title = new QLabel(tr("<b>Step cursor</b>"));
+  title->setToolTip(
+      tr("The decoding step whose cache the tokens below show. Drag it to watch tokens leave the cache."));
+  slider_ = new QSlider(Qt::Horizontal);
+  slider_->setObjectName("stepSlider");
+  slider_->setToolTip(title->toolTip());
+  spin_ = new QSpinBox;
+  spin_->setPrefix(tr("t = "));
+  summary_ = new QLabel;
+  summary_->setMinimumWidth(380);
+  steps->addWidget(title);
+  steps->addWidget(slider_, 1);
+  steps->addWidget(spin_);
+  steps->addWidget(summary_);
+  layout->addLayout(steps);
+
+  auto* legend = new QHBoxLayout;
+  legend->addWidget(new QLabel(tr("Tokens at the step:")));
+  legend->addWidget(swatch("background: #2f6fb0; color: white;", tr("cached"),
+                           tr("Still in the cache at this step; darker = more attention from this step's query")));
+  legend->addWidget(swatch("background: #e2e2e2; color: #828282; text-decoration: line-through;", tr("evicted"),
+                           tr("The policy evicted it at or before the previous step")));
+  legend->addWidget(swatch("background: white; color: #aaa;", tr("not generated yet"), tr("Comes after this step")));
+  legend->addWidget(swatch("border: 2px solid #ff5000;", tr("selected"), tr("Their attention over steps is charted")));
+  legend->addWidget(new QLabel(tr("underlined: prompt")));
+  legend->addSpacing(12);
+  auto* hint = new QLabel(tr("Click: chart a token's attention (Ctrl/Shift: several) \u00b7 double-click: step there"));
+  hint->setStyleSheet("color: palette(placeholder-text);");
+  legend->addWidget(hint, 1);
+  clear_ = new QPushButton(tr("Clear selection"));
+  legend->addWidget(clear_);
+  layout->addLayout(legend);
+
+  flow_ = new TokenFlow(session_);
+  scroll_ = new QScrollArea;
+  scroll_->setWidget(flow_);
+  scroll_->setWidgetResizable(true);
+  scroll_->setVerticalScrollBarPolicy(Qt::ScrollBarAlwaysOn);
+  scroll_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  layout->addWidget(scroll_, 1);
+
+  connect(slider_, &QSlider::valueChanged, session_, &Session::setStep);
+  connect(spin_, qOverload<int>(&QSpinBox::valueChanged), session_, &Session::setStep);
+  connect(clear_, &QPushButton::clicked, session_, [this]() { session_->setSelection({}); });
+  connect(session_, &Session::locationChanged, this, &TokenStrip::locationChanged);
+  connect(session_, &Session::stepChanged, this, &TokenStrip::stepChanged);
+  connect(session_, &Session::replayed, this, &TokenStrip::updateSummary);
+  connect(session_, &Session::selectionChanged, this,
+          [this]() { clear_->setEnabled(!session_->selection().isEmpty()); });
+  locationChanged();
+}
+
+void TokenStrip::locationChanged() {
+  const int last = static_cast<int>(std::max<int64_t>(0, session_->nTokens() - 1));
+  for (auto* widget : {static_cast<QWidget*>(slider_), static_cast<QWidget*>(spin_)}) {
+    const QSignalBlocker block(widget);
+    widget->setEnabled(session_->isOpen());
+  }
+  {
+    const QSignalBlocker a(slider_), b(spin_);
+    slider_->setRange(0, last);
+    spin_->setRange(0, last);
+    spin_->setSuffix(tr(" of %1").arg(last));
+  }
+  clear_->setEnabled(!session_->selection().isEmpty());
+  stepChanged();
+}
+
+void TokenStrip::stepChanged() {
+  const int step = static_cast<int>(session_->step());
+  {
+    const QSignalBlocker a(slider_), b(spin_);
+    slider_->setValue(step);
+    spin_->setValue(step);
+  }
+  const QRect box = flow_->tokenRect(step);
+  if (!box.isEmpty()) scroll_->ensureVisible(box.center().x(), box.center().y(), 10, box.height());
+  updateSummary();
+}
+
+void TokenStrip::updateSummary() {
+  const LayerReplay& replay = session_->replay();
+  const int64_t step = session_->step();
+  int index = 0;
+  const kvsim::GroupRecord* record = replay.record_of(session_->head(), &index);
+  if (!session_->isOpen() || !record) {
+    summary_->setText(session_->isOpen() ? tr("replaying\u2026") : QString());
+    return;
+  }
+  const kvsim::SimulationResult& result = record->result;
+  if (step < result.first_step || step >= result.first_step + result.n_steps) {
+    summary_->setText(tr("step %1 is in the prompt, which prefill mode processes at once").arg(step));
+    return;
+  }
+  const auto at = static_cast<size_t>(step - result.first_step);
+  const float kept = result.retention[static_cast<size_t>(index) * static_cast<size_t>(result.n_steps) + at];
+  QString text = tr("attends to <b>%1</b> of %2 tokens, keeping <b>%3%</b> of this head's attention")
+                     .arg(result.occupancy[at])
+                     .arg(step + 1)
+                     .arg(100.0 * kept, 0, 'f', 1);
+  if (replay.bound()) text += tr(" (upper bound: its best cache for this step)");
+  summary_->setText(text);
+}
+
+}  // namespace kvgui

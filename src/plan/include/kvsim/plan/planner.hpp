@@ -1,0 +1,191 @@
+#pragma once
+// The capacity planner (docs/semantics.md, section 7): how many sequences fit on a GPU when
+// the KV cache is held to a budget and/or quantized. Pure functions over card structs
+// (planner.cpp) and the readers of cards, sweeps and contexts (planner_inputs.cpp);
+// kvsim/plan/plan_table.hpp puts them together into the rows kvsim plan prints.
+//
+//   KV bytes per token  = 2 * n_layers * kv_heads_per_gpu * head_dim * bits_per_element / 8
+//                         (bits_per_element from quant.hpp: scales and zero points included)
+//   KV memory per GPU   = floor(GPU memory * utilisation) - weights / gpus - activation reserve
+//   a sequence of L tokens under budget B holds min(L, B + 1) positions (the attention at a
+//   step covers B + 1 entries) in ceil(min(L, B + 1) / block_size) blocks (every layer holds
+//   that many blocks of block_size tokens; a block's bytes cover all layers, as vLLM's)
+//   maximum concurrency = KV blocks available / blocks per sequence, rounded down.
+// With a full-precision residual window of R tokens (kivi2), min(held, R) tokens sit in
+// full-precision blocks and the rest in quantized blocks, and concurrency is
+// floor(KV memory / bytes of a sequence's blocks) (the same number when all blocks are alike).
+// For a mix of context lengths the blocks (bytes) per sequence are the mix's mean: the number
+// of sequences of that mix that fit at once, on average.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "kvsim/core/budget.hpp"
+#include "kvsim/quant/quant.hpp"
+
+namespace kvsim {
+
+struct ModelCard {
+  std::string name;          // the card's id, e.g. "llama-3.1-8b"
+  std::string display_name;  // e.g. "Llama-3.1-8B"
+  std::string hf_id;         // e.g. "meta-llama/Llama-3.1-8B" (may be empty)
+  int n_layers = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  int64_t parameters = 0;
+  int64_t max_context = 0;
+  std::string source;  // where the numbers come from
+};
+
+struct GpuCard {
+  std::string name;           // e.g. "h100-80gb"
+  std::string display_name;   // e.g. "H100-80GB"
+  uint64_t memory_bytes = 0;  // total device memory as the driver reports it (nvidia-smi)
+  std::string source;
+};
+
+// Parse card JSON; `file` names the file in errors (InputError).
+ModelCard parse_model_card(const std::string& json_text, const std::string& file);
+GpuCard parse_gpu_card(const std::string& json_text, const std::string& file);
+
+// The card files of a folder (*.json), in name order; none when it cannot be read.
+std::vector<std::string> card_files(const std::string& dir);
+// A card by path (anything ending in .json), by file name in `dir`, or by display name or
+// Hugging Face id (case-insensitive). Throws InputError naming --model / --gpu.
+ModelCard find_model_card(const std::string& value, const std::string& dir);
+GpuCard find_gpu_card(const std::string& value, const std::string& dir);
+// A whole file as text; throws InputError naming it ("cannot read " + what).
+std::string read_text_file(const std::string& path, const std::string& what);
+
+// "48GB" (10^9 bytes), "48GiB" (2^30), "512MB", "512MiB", "0"; throws InputError naming `option`.
+uint64_t parse_memory(const std::string& text, const std::string& option);
+// Weight storage per parameter: fp32 4, fp16/bf16 2, fp8/int8 1, int4 0.5 bytes.
+double weight_bytes_per_param(const std::string& dtype);
+// Full-precision KV element bits: fp32 32, fp16/bf16 16, fp8 8.
+int kv_dtype_bits(const std::string& dtype);
+
+struct PlanSetup {
+  ModelCard model;
+  GpuCard gpu;
+  int gpus = 1;  // tensor parallel: weights and kv heads split across them
+  std::string weight_dtype = "bf16";
+  std::string kv_dtype = "fp16";
+  double utilization = 0.90;
+  uint64_t reserve_bytes = 2ull << 30;  // activations, CUDA graphs, allocator slack, per GPU
+  int block_size = 16;
+  std::vector<int64_t> contexts;  // prompt + generation tokens per sequence (one, or a mix)
+};
+
+struct MemoryPlan {
+  uint64_t gpu_bytes = 0;
+  int64_t usable_bytes = 0;  // floor(gpu_bytes * utilization)
+  int64_t weight_bytes = 0;  // per GPU
+  int64_t reserve_bytes = 0;
+  int64_t kv_bytes = 0;  // per GPU: usable - weights - reserve (> 0)
+  int kv_heads_per_gpu = 0;
+};
+
+// kv heads each GPU holds: n_kv / gpus when gpus divides n_kv; one (replicated) when n_kv is
+// smaller and divides gpus. Throws InputError otherwise, or when gpus does not divide n_heads.
+int kv_heads_per_gpu(const ModelCard& model, int gpus);
+// Throws InputError when the weights and the reserve leave no room for the KV cache, or the
+// setup is inconsistent (no contexts, context beyond the model's, utilisation outside (0, 1]).
+MemoryPlan plan_memory(const PlanSetup& setup);
+
+// The cache format of one plan row: the full-precision dtype and an optional quantization.
+struct KvLayout {
+  double bits_per_token = 0;       // per GPU, keys and values of every layer, quantized part
+  double full_bits_per_token = 0;  // the same at full precision (the residual window)
+  int64_t block_bytes = 0;         // ceil(block_size * bits_per_token / 8)
+  int64_t full_block_bytes = 0;
+  int residual = 0;  // tokens kept at full precision
+  double bytes_per_token() const { return bits_per_token / 8; }
+};
+KvLayout kv_layout(const PlanSetup& setup, const QuantSpec& quant);
+
+// Positions a sequence of `context` tokens holds under budget B (nullopt: the full cache).
+int64_t tokens_held(int64_t context, std::optional<int64_t> budget);
+int64_t blocks_for(int64_t tokens, int block_size);
+
+struct Footprint {
+  double tokens = 0;         // positions held, mean over the contexts
+  double blocks = 0;         // blocks per sequence (per layer), mean
+  double bytes = 0;          // bytes of those blocks per GPU, mean
+  double budget_tokens = 0;  // B resolved per context, mean (the context for the full cache)
+};
+// The budget (nullopt: full cache) resolved against each context as Budget::resolve does.
+Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::optional<Budget>& budget);
+// floor(KV memory / bytes per sequence); with uniform blocks this is
+// floor(floor(kv_bytes / block_bytes) / blocks_per_sequence) for one context length.
+int64_t max_sequences(const MemoryPlan& memory, const Footprint& footprint);
+// How many times smaller a sequence's cache is than the full cache at full precision
+// (bytes of blocks per sequence): eviction x quantization.
+double compression_factor(const Footprint& full, const Footprint& compressed);
+
+// One line of the plan: a policy at a budget with a cache format.
+struct PlanRow {
+  std::string policy;            // label: "full", "scissorhands", "h2o(recent=32)", "any policy" (--budget)
+  std::string mode;              // the sweep's mode when the sweep mixes modes, else ""
+  bool bound = false;            // oracle / lookahead: upper bounds, not policies
+  std::optional<Budget> budget;  // nullopt: the full cache
+  QuantSpec quant;
+  bool quant_measured = false;   // the sweep replayed this quantization (its metric includes it)
+  std::optional<double> metric;  // the target's metric at this budget (sweep plans)
+  bool met = true;               // false: no budget of the sweep meets the target
+  KvLayout layout;
+  Footprint footprint;
+  int64_t max_sequences = 0;
+  double gain = 0;         // max_sequences / the full fp cache's
+  double compression = 0;  // bytes per sequence of the full fp cache / this row's
+};
+// Fills layout, footprint, max_sequences, gain and compression of `row` (policy, budget,
+// quant set); `reference` is the full cache at full precision (its own gain is 1).
+void fill_row(const PlanSetup& setup, const MemoryPlan& memory, PlanRow& row, const PlanRow* reference);
+
+// ---- choosing a budget from a sweep ----
+
+// "retention>=0.95", "retention_p5>=0.9", "output_error<=0.05": a column of the sweep CSV
+// (metric, or metric_mean) and a bound. Throws InputError.
+struct Target {
+  std::string text;
+  std::string column;  // e.g. retention_mean
+  bool at_least = true;
+  double value = 0;
+  bool met(double metric) const;
+};
+Target parse_target(const std::string& text);
+
+// One row of a sweep CSV (kvsim sweep --csv); extra columns are ignored.
+struct SweepRow {
+  std::string policy, params, budget, mode, quant;  // quant: "" when the CSV has no quant column
+  double budget_tokens_mean = 0, budget_share_mean = 0;
+  double metric = 0;  // the target's column; NaN when empty
+  double retention_mean = 0;
+};
+struct SweepTable {
+  std::vector<SweepRow> rows;
+  bool has_quant = false;
+  bool mixed_modes = false;
+};
+// Parses the CSV text (RFC 4180 quoting); needs the columns policy, params, budget,
+// budget_share_mean, retention_mean and the target's column. `file` names it in errors.
+SweepTable parse_sweep_csv(const std::string& text, const std::string& file, const std::string& metric_column);
+
+// One policy's choice: the smallest budget (by budget_share_mean, then budget_tokens_mean)
+// whose metric meets the target, or none.
+struct SweepChoice {
+  std::string policy, params, mode, quant;  // quant "" = the CSV has no quant column
+  std::vector<SweepRow> rows;               // every budget of this policy, ascending
+  std::optional<size_t> chosen;             // index into rows
+};
+// Groups the rows per (policy, params, mode, quant) in order of first appearance.
+std::vector<SweepChoice> choose_budgets(const SweepTable& table, const Target& target);
+
+// ---- contexts ----
+// "4096", "3000+1096" (prompt + generation); throws InputError. Not a file.
+std::optional<int64_t> parse_context_number(const std::string& text);
+// A CSV of lengths: one integer per line, or a header naming a column context, length,
+// tokens or n_tokens, or prompt (prompt_tokens, input_tokens) plus generation
+// (output_tokens, completion_tokens, max_tokens) columns to add. Blank and # lines skipped.
+std::vector<int64_t> parse_context_csv(const std::string& text, const std::string& file);
+
+}  // namespace kvsim

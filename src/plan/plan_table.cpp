@@ -1,0 +1,329 @@
+#include "kvsim/core/json_text.hpp"
+#include "kvsim/plan/plan_table.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "kvsim/core/policy.hpp"
+#include "kvsim/policies/registry.hpp"
+#include "kvtrace/error.hpp"
+
+namespace kvsim {
+namespace {
+
+[[noreturn]] void bad_option(const std::string& option, const std::string& problem) {
+  throw kvtrace::InputError("", "", "--" + option + ": " + problem);
+}
+
+bool has_sweep(const PlanRequest& r) { return !r.sweep.empty() || !r.sweep_text.empty(); }
+
+// --gpu: a card, or a memory size per GPU when it starts with a digit.
+GpuCard gpu_of(const PlanRequest& r) {
+  const bool is_size = (std::isdigit(static_cast<unsigned char>(r.gpu[0])) || r.gpu[0] == '.') &&
+                       r.gpu.find(".json") == std::string::npos;
+  if (!is_size) return find_gpu_card(r.gpu, r.cards + "/gpus");
+  GpuCard gpu;
+  gpu.memory_bytes = parse_memory(r.gpu, "gpu");
+  if (gpu.memory_bytes == 0) bad_option("gpu", "memory must be positive");
+  gpu.name = gpu.display_name = r.gpu;
+  gpu.source = "--gpu " + r.gpu;
+  return gpu;
+}
+
+void set_contexts(const PlanRequest& r, Plan& plan) {
+  std::vector<int64_t>& contexts = plan.setup.contexts;
+  if (!r.context_text.empty()) {
+    plan.context_file = r.context.empty() ? "contexts" : r.context;
+    contexts = parse_context_csv(r.context_text, plan.context_file);
+  } else if (r.context.empty()) {
+    contexts = {plan.setup.model.max_context};
+  } else if (const auto number = parse_context_number(r.context)) {
+    contexts = {*number};
+  } else {
+    plan.context_file = r.context;
+    contexts = parse_context_csv(read_text_file(r.context, "the context lengths"), r.context);
+  }
+}
+
+class RowBuilder {
+ public:
+  explicit RowBuilder(Plan& plan) : plan_(plan) {}
+
+  void add(PlanRow row) {
+    fill_row(plan_.setup, plan_.memory, row, &plan_.reference);
+    plan_.rows.push_back(std::move(row));
+  }
+
+  // The full cache in a quantized format.
+  void full_with(const QuantSpec& q, std::optional<double> metric, bool measured) {
+    PlanRow row;
+    row.policy = "full";
+    row.quant = q;
+    row.quant_measured = measured;
+    row.metric = metric;
+    plan_.unmeasured |= !measured;
+    add(row);
+  }
+
+  // --budget: every budget for any policy, in every format.
+  void budgets(const std::vector<QuantSpec>& quants) {
+    plan_.rows.push_back(plan_.reference);
+    for (const auto& q : quants) full_with(q, std::nullopt, false);
+    for (const auto& budget : plan_.budgets) {
+      for (size_t q = 0; q <= quants.size(); ++q) {
+        PlanRow row;
+        row.policy = "any policy";
+        row.budget = budget;
+        if (q > 0) row.quant = quants[q - 1];
+        add(row);
+      }
+    }
+  }
+
+  // --sweep: per policy (and quantization) the smallest budget of the sweep meeting the target.
+  void sweep(const std::vector<QuantSpec>& quants) {
+    const Target& target = *plan_.target;
+    const SweepTable& table = plan_.sweep;
+    plan_.reference.metric = target.at_least ? 1.0 : 0.0;
+    plan_.rows.push_back(plan_.reference);
+    const double full_metric = *plan_.reference.metric;
+    if (!table.has_quant)
+      for (const auto& q : quants) full_with(q, full_metric, false);
+    std::set<std::string> wanted_quants;
+    for (const auto& q : quants) wanted_quants.insert(q.name);
+    std::vector<std::string> unbudgeted;
+    for (const auto& choice : choose_budgets(table, target)) {
+      const PolicyInfo* info = nullptr;
+      try {
+        info = &find_policy(choice.policy);
+      } catch (const kvtrace::InputError&) {}
+      const bool is_full = choice.policy == "full";
+      if (info && !info->budgeted && !is_full) {
+        unbudgeted.push_back(choice.policy);
+        continue;
+      }
+      std::vector<std::pair<QuantSpec, bool>> formats;  // quantization, measured by the sweep
+      if (table.has_quant) {
+        const QuantSpec q = choice.quant.empty() ? QuantSpec{} : parse_quant(choice.quant);
+        if (q.enabled() && !wanted_quants.empty() && !wanted_quants.count(q.name)) continue;
+        if (is_full && !q.enabled()) continue;  // the reference row
+        formats.emplace_back(q, true);
+      } else {
+        if (is_full) continue;
+        formats.emplace_back(QuantSpec{}, true);
+        for (const auto& q : quants) formats.emplace_back(q, false);
+      }
+      for (const auto& [q, measured] : formats) add(chosen_row(choice, info, q, measured));
+    }
+    if (!unbudgeted.empty()) {
+      std::string names;
+      for (const auto& n : unbudgeted) names += (names.empty() ? "" : ", ") + n;
+      plan_.notes.push_back(names + ": no fixed budget (the memory it needs is its peak occupancy), not planned");
+    }
+  }
+
+ private:
+  PlanRow chosen_row(const SweepChoice& choice, const PolicyInfo* info, const QuantSpec& q, bool measured) {
+    const Target& target = *plan_.target;
+    const bool is_full = choice.policy == "full";
+    PlanRow row;
+    row.policy = choice.policy + (choice.params.empty() ? "" : "(" + choice.params + ")");
+    row.mode = plan_.sweep.mixed_modes ? choice.mode : "";
+    row.bound = info && info->engine == Engine::bound;
+    plan_.any_bound |= row.bound;
+    row.quant = q;
+    row.quant_measured = measured;
+    plan_.unmeasured |= !measured && q.enabled();
+    if (choice.chosen) {
+      const SweepRow& chosen = choice.rows[*choice.chosen];
+      if (!is_full) row.budget = Budget::parse(chosen.budget);
+      row.metric = chosen.metric;
+    } else {
+      row.met = false;
+      double best = std::nan("");
+      for (const auto& r : choice.rows)
+        if (!std::isnan(r.metric) && (std::isnan(best) || (target.at_least ? r.metric > best : r.metric < best)))
+          best = r.metric;
+      if (!std::isnan(best)) row.metric = best;
+      if (!choice.rows.empty() && !is_full) row.budget = Budget::parse(choice.rows.back().budget);
+    }
+    return row;
+  }
+
+  Plan& plan_;
+};
+
+}  // namespace
+
+void check_plan_request(const PlanRequest& r) {
+  if (r.model.empty()) bad_option("model", "required (kvsim plan --list shows the cards)");
+  if (r.gpu.empty()) bad_option("gpu", "required: a GPU card (kvsim plan --list) or a memory size such as 80GB");
+  if (!r.budget.empty() && has_sweep(r)) bad_option("budget", "give either --budget or --sweep, not both");
+  if (!r.target.empty() && !has_sweep(r)) bad_option("target", "needs --sweep (the sweep's metric at each budget)");
+}
+
+Plan make_plan(const PlanRequest& r) {
+  check_plan_request(r);
+  Plan plan;
+  PlanSetup& setup = plan.setup;
+  setup.model = find_model_card(r.model, r.cards + "/models");
+  setup.gpu = gpu_of(r);
+  setup.gpus = r.gpus;
+  setup.weight_dtype = r.weight_dtype;
+  setup.kv_dtype = r.kv_dtype;
+  kv_dtype_bits(r.kv_dtype);
+  weight_bytes_per_param(r.weight_dtype);
+  setup.utilization = r.utilization;
+  setup.reserve_bytes = parse_memory(r.reserve, "reserve");
+  setup.block_size = r.block_size;
+  set_contexts(r, plan);
+  plan.memory = plan_memory(setup);
+  std::vector<QuantSpec> quants;  // --kv-quant, "none" left out
+  if (!r.kv_quant.empty())
+    for (auto& q : parse_quant_list(r.kv_quant))
+      if (q.enabled()) quants.push_back(q);
+
+  plan.reference.policy = "full";
+  plan.reference.metric = 1.0;
+  fill_row(setup, plan.memory, plan.reference, nullptr);
+  RowBuilder rows(plan);
+  if (!has_sweep(r)) {
+    if (!r.budget.empty()) plan.budgets = parse_budgets(r.budget);
+    rows.budgets(quants);
+  } else {
+    plan.target = parse_target(r.target.empty() ? "retention>=0.95" : r.target);
+    plan.sweep_name = r.sweep;
+    const std::string text = r.sweep_text.empty() ? read_text_file(r.sweep, "the sweep") : r.sweep_text;
+    plan.sweep = parse_sweep_csv(text, r.sweep, plan.target->column);
+    rows.sweep(quants);
+  }
+  return plan;
+}
+
+std::string plan_json(const Plan& plan) {
+  using nlohmann::json;
+  const PlanSetup& setup = plan.setup;
+  const ModelCard& model = setup.model;
+  const MemoryPlan& memory = plan.memory;
+  const int kv_bits = kv_dtype_bits(setup.kv_dtype);
+  json j_rows = json::array();
+  for (const auto& row : plan.rows) {
+    json r = {{"policy", row.policy},
+              {"bound", row.bound},
+              {"budget", row.budget ? json(row.budget->text) : json(nullptr)},
+              {"budget_tokens_mean", row.footprint.budget_tokens},
+              {"tokens_held_mean", row.footprint.tokens},
+              {"quant", row.quant.enabled() ? row.quant.name : setup.kv_dtype},
+              {"quant_spec", row.quant.canonical()},
+              {"quant_measured", row.quant_measured || !row.quant.enabled()},
+              {"bits_per_element", row.quant.enabled() ? bits_per_element(row.quant, model.head_dim, kv_bits)
+                                                       : static_cast<double>(kv_bits)},
+              {"residual_tokens", row.layout.residual},
+              {"kv_bytes_per_token", row.layout.bytes_per_token()},
+              {"block_bytes", row.layout.block_bytes},
+              {"kv_bytes_per_sequence", row.footprint.bytes},
+              {"blocks_per_sequence", row.footprint.blocks},
+              {"target_met", row.met},
+              {"max_sequences", row.met ? json(row.max_sequences) : json(nullptr)},
+              {"gain", row.met ? json(row.gain) : json(nullptr)},
+              {"compression", row.compression}};
+    if (!row.mode.empty()) r["mode"] = row.mode;
+    if (plan.target) r[plan.target->column] = row.metric ? json(*row.metric) : json(nullptr);
+    j_rows.push_back(r);
+  }
+  json doc = {
+      {"model",
+       {{"name", model.name},
+        {"display_name", model.display_name},
+        {"hf_id", model.hf_id},
+        {"n_layers", model.n_layers},
+        {"n_heads", model.n_heads},
+        {"n_kv_heads", model.n_kv_heads},
+        {"head_dim", model.head_dim},
+        {"parameters", model.parameters},
+        {"max_context", model.max_context}}},
+      {"gpu",
+       {{"name", setup.gpu.name}, {"display_name", setup.gpu.display_name}, {"memory_bytes", setup.gpu.memory_bytes}}},
+      {"gpus", setup.gpus},
+      {"weight_dtype", setup.weight_dtype},
+      {"kv_dtype", setup.kv_dtype},
+      {"utilization", setup.utilization},
+      {"block_size", setup.block_size},
+      {"contexts", setup.contexts},
+      {"memory_per_gpu",
+       {{"usable_bytes", memory.usable_bytes},
+        {"weight_bytes", memory.weight_bytes},
+        {"reserve_bytes", memory.reserve_bytes},
+        {"kv_bytes", memory.kv_bytes},
+        {"kv_heads", memory.kv_heads_per_gpu}}},
+      {"rows", j_rows}};
+  if (plan.target) {
+    const Target& target = *plan.target;
+    doc["sweep"] = plan.sweep_name;
+    doc["target"] = {{"metric", target.column}, {"op", target.at_least ? ">=" : "<="}, {"value", target.value}};
+  }
+  return json_text(std::move(doc), 2);
+}
+
+std::vector<PlanSeries> plan_series(const Plan& plan) {
+  const PlanSetup& setup = plan.setup;
+  // Budgets on the x axis: the sweep's (or --budget's), as a share of the context.
+  std::vector<Budget> budgets;
+  std::set<std::string> seen;
+  if (plan.target) {
+    for (const auto& row : plan.sweep.rows)
+      if (row.policy != "full" && seen.insert(row.budget).second) budgets.push_back(Budget::parse(row.budget));
+  } else {
+    budgets = plan.budgets;
+  }
+  std::vector<QuantSpec> formats = {QuantSpec{}};
+  for (const auto& row : plan.rows)
+    if (row.quant.enabled() &&
+        std::none_of(formats.begin(), formats.end(), [&](const QuantSpec& q) { return q.name == row.quant.name; }))
+      formats.push_back(row.quant);
+  auto share_of = [&](const Budget& b) {
+    double share = 0;
+    for (int64_t c : setup.contexts) share += static_cast<double>(b.resolve(c)) / static_cast<double>(c);
+    return 100.0 * share / static_cast<double>(setup.contexts.size());
+  };
+  std::vector<PlanSeries> out;
+  for (const auto& q : formats) {
+    const std::string format = q.enabled() ? q.name : setup.kv_dtype;
+    PlanRow full;
+    full.quant = q;
+    fill_row(setup, plan.memory, full, &plan.reference);
+    PlanSeries line{format + ", budget B", {}, false};
+    for (const auto& b : budgets) {
+      PlanRow row;
+      row.budget = b;
+      row.quant = q;
+      fill_row(setup, plan.memory, row, &plan.reference);
+      line.points.emplace_back(share_of(b), static_cast<double>(row.max_sequences));
+    }
+    std::sort(line.points.begin(), line.points.end());
+    const double lo = line.points.empty() ? 0.0 : line.points.front().first, hi = 100.0;
+    const auto level = static_cast<double>(full.max_sequences);
+    if (!line.points.empty()) out.push_back(std::move(line));
+    out.push_back({format + ", full cache", {{lo, level}, {hi, level}}, true});
+  }
+  // Each policy's chosen budget as a dot on its format's line, policies at the same point together.
+  std::vector<std::pair<std::string, PlanSeries>> dots;
+  for (const auto& row : plan.rows) {
+    if (!row.budget || !row.met || !plan.target) continue;
+    const std::string format = row.quant.enabled() ? row.quant.name : setup.kv_dtype;
+    const std::string key = format + " " + row.budget->text;
+    auto found = std::find_if(dots.begin(), dots.end(), [&](const auto& d) { return d.first == key; });
+    if (found == dots.end()) {
+      dots.push_back({key, {key + ":", {{share_of(*row.budget), static_cast<double>(row.max_sequences)}}, false}});
+      found = dots.end() - 1;
+    }
+    found->second.name += " " + row.policy + (row.bound ? "*" : "");
+  }
+  for (auto& dot : dots) out.push_back(std::move(dot.second));
+  return out;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,232 @@
+// The capacity arithmetic of the planner (kvsim/plan/planner.hpp): memory sizes and dtypes, KV
+// bytes per token and per block, a sequence's blocks under a budget, maximum concurrency, and
+// choosing each policy's budget from a sweep. Cards, sweep CSV files and contexts are read in
+// planner_inputs.cpp.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "kvsim/plan/planner.hpp"
+#include "kvtrace/error.hpp"
+#include "kvsim/core/text_util.hpp"
+
+namespace kvsim {
+namespace {
+
+using text::lower;
+using text::trim;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+// ---- sizes and dtypes ----
+
+uint64_t parse_memory(const std::string& original, const std::string& option) {
+  auto fail = [&](const std::string& problem) -> uint64_t {
+    throw kvtrace::InputError("", "", "--" + option + ": '" + original + "' " + problem);
+  };
+  const std::string text = lower(trim(original));
+  size_t digits = 0;
+  while (digits < text.size() && (std::isdigit(static_cast<unsigned char>(text[digits])) || text[digits] == '.'))
+    ++digits;
+  if (digits == 0) return fail("is not a size (write e.g. 80GB, 80GiB or 512MiB)");
+  char* end = nullptr;
+  const std::string number = text.substr(0, digits);
+  const double value = std::strtod(number.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(value) || value < 0) return fail("is not a size");
+  const std::string unit = text.substr(digits);
+  static const std::map<std::string, double> units = {
+      {"b", 1.0},         {"kb", 1e3},           {"mb", 1e6},
+      {"gb", 1e9},        {"tb", 1e12},          {"kib", 1024.0},
+      {"mib", 1048576.0}, {"gib", 1073741824.0}, {"tib", 1099511627776.0}};
+  if (unit.empty()) {
+    if (value == 0) return 0;
+    return fail("needs a unit: GB (10^9 bytes) or GiB (2^30 bytes), e.g. 80GB");
+  }
+  const auto found = units.find(unit);
+  if (found == units.end()) return fail("has an unknown unit '" + unit + "' (B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)");
+  const double bytes = value * found->second;
+  if (bytes > 1e18) return fail("is absurdly large");
+  return static_cast<uint64_t>(std::llround(bytes));
+}
+
+double weight_bytes_per_param(const std::string& dtype) {
+  const std::string d = lower(dtype);
+  if (d == "fp32" || d == "float32" || d == "f32") return 4;
+  if (d == "fp16" || d == "float16" || d == "f16" || d == "bf16" || d == "bfloat16") return 2;
+  if (d == "fp8" || d == "int8" || d == "float8") return 1;
+  if (d == "int4" || d == "fp4" || d == "nf4") return 0.5;
+  throw kvtrace::InputError("", "",
+                            "--weight-dtype: unknown dtype '" + dtype + "' (fp32, bf16, fp16, fp8, int8, int4)");
+}
+
+int kv_dtype_bits(const std::string& dtype) {
+  const std::string d = lower(dtype);
+  if (d == "fp32" || d == "float32" || d == "f32") return 32;
+  if (d == "fp16" || d == "float16" || d == "f16" || d == "bf16" || d == "bfloat16") return 16;
+  if (d == "fp8" || d == "float8" || d == "fp8_e4m3" || d == "fp8_e5m2") return 8;
+  throw kvtrace::InputError("", "", "--kv-dtype: unknown dtype '" + dtype + "' (fp32, fp16, bf16, fp8)");
+}
+
+// ---- memory ----
+
+int kv_heads_per_gpu(const ModelCard& model, int gpus) {
+  auto fail = [&](const std::string& problem) -> int {
+    throw kvtrace::InputError("", "", "--gpus " + std::to_string(gpus) + ": " + problem);
+  };
+  if (gpus < 1) return fail("must be at least 1");
+  if (model.n_heads % gpus != 0)
+    return fail(model.display_name + "'s " + std::to_string(model.n_heads) +
+                " attention heads do not split evenly (tensor parallelism needs gpus to divide them)");
+  if (model.n_kv_heads >= gpus) {
+    if (model.n_kv_heads % gpus != 0)
+      return fail(model.display_name + "'s " + std::to_string(model.n_kv_heads) + " kv heads do not split evenly");
+    return model.n_kv_heads / gpus;
+  }
+  if (gpus % model.n_kv_heads != 0)
+    return fail("more GPUs than kv heads (" + std::to_string(model.n_kv_heads) +
+                ") needs gpus to be a multiple of them, so each kv head is replicated evenly");
+  return 1;  // each GPU holds one kv head, replicated gpus / n_kv_heads times
+}
+
+MemoryPlan plan_memory(const PlanSetup& setup) {
+  const ModelCard& model = setup.model;
+  if (!(setup.utilization > 0 && setup.utilization <= 1))
+    throw kvtrace::InputError("", "", "--utilization must be in (0, 1]");
+  if (setup.block_size < 1) throw kvtrace::InputError("", "", "--block-size must be at least 1");
+  if (setup.contexts.empty()) throw kvtrace::InputError("", "", "--context: no context lengths");
+  for (int64_t context : setup.contexts) {
+    if (context < 1) throw kvtrace::InputError("", "", "--context: lengths must be at least 1 token");
+    if (context > model.max_context)
+      throw kvtrace::InputError("", "",
+                                "--context: " + std::to_string(context) + " tokens exceed " + model.display_name +
+                                    "'s maximum context of " + std::to_string(model.max_context));
+  }
+  MemoryPlan memory;
+  memory.kv_heads_per_gpu = kv_heads_per_gpu(model, setup.gpus);
+  memory.gpu_bytes = setup.gpu.memory_bytes;
+  memory.usable_bytes =
+      static_cast<int64_t>(std::floor(static_cast<double>(setup.gpu.memory_bytes) * setup.utilization));
+  const double weights = static_cast<double>(model.parameters) * weight_bytes_per_param(setup.weight_dtype);
+  memory.weight_bytes = static_cast<int64_t>(std::ceil(weights / setup.gpus));
+  memory.reserve_bytes = static_cast<int64_t>(setup.reserve_bytes);
+  memory.kv_bytes = memory.usable_bytes - memory.weight_bytes - memory.reserve_bytes;
+  if (memory.kv_bytes <= 0) {
+    std::ostringstream problem;
+    problem.precision(3);
+    problem << model.display_name << " does not fit: " << setup.gpus << " x " << setup.gpu.display_name << " at "
+            << setup.utilization << " utilisation give " << memory.usable_bytes / 1e9 << " GB per GPU, the "
+            << setup.weight_dtype << " weights take " << memory.weight_bytes / 1e9 << " GB and the reserve "
+            << memory.reserve_bytes / 1e9 << " GB, leaving nothing for the KV cache (more --gpus, a smaller "
+            << "--weight-dtype or --reserve?)";
+    throw kvtrace::InputError("", "", problem.str());
+  }
+  return memory;
+}
+
+KvLayout kv_layout(const PlanSetup& setup, const QuantSpec& quant) {
+  const ModelCard& model = setup.model;
+  const int heads = kv_heads_per_gpu(model, setup.gpus);
+  const int full_bits = kv_dtype_bits(setup.kv_dtype);
+  const double elements = static_cast<double>(model.n_layers) * heads * model.head_dim;  // per token, k or v
+  KvLayout layout;
+  layout.full_bits_per_token = 2 * elements * full_bits;
+  layout.bits_per_token =
+      quant.enabled() ? 2 * elements * bits_per_element(quant, model.head_dim, full_bits) : layout.full_bits_per_token;
+  layout.block_bytes = static_cast<int64_t>(std::ceil(setup.block_size * layout.bits_per_token / 8 - 1e-9));
+  layout.full_block_bytes = static_cast<int64_t>(std::ceil(setup.block_size * layout.full_bits_per_token / 8 - 1e-9));
+  layout.residual = quant.enabled() ? quant.residual : 0;
+  return layout;
+}
+
+int64_t tokens_held(int64_t context, std::optional<int64_t> budget) {
+  if (!budget) return context;
+  return std::min(context, *budget + 1);
+}
+
+int64_t blocks_for(int64_t tokens, int block_size) { return tokens <= 0 ? 0 : ceil_div(tokens, block_size); }
+
+Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::optional<Budget>& budget) {
+  Footprint out;
+  for (int64_t context : setup.contexts) {
+    const std::optional<int64_t> b = budget ? std::optional<int64_t>(budget->resolve(context)) : std::nullopt;
+    const int64_t held = tokens_held(context, b);
+    const int64_t residual = std::min<int64_t>(held, layout.residual);
+    const int64_t full_blocks = blocks_for(residual, setup.block_size);
+    const int64_t quant_blocks = blocks_for(held - residual, setup.block_size);
+    out.tokens += static_cast<double>(held);
+    out.blocks += static_cast<double>(full_blocks + quant_blocks);
+    out.bytes += static_cast<double>(full_blocks * layout.full_block_bytes + quant_blocks * layout.block_bytes);
+    out.budget_tokens += static_cast<double>(b ? *b : context);
+  }
+  const double n = static_cast<double>(setup.contexts.size());
+  out.tokens /= n;
+  out.blocks /= n;
+  out.bytes /= n;
+  out.budget_tokens /= n;
+  return out;
+}
+
+int64_t max_sequences(const MemoryPlan& memory, const Footprint& footprint) {
+  if (footprint.bytes <= 0) return 0;
+  // Exact in integers for one context length (bytes is a whole number of blocks then).
+  const double rounded = std::round(footprint.bytes);
+  if (std::abs(footprint.bytes - rounded) < 1e-9 && rounded >= 1)
+    return memory.kv_bytes / static_cast<int64_t>(rounded);
+  return static_cast<int64_t>(std::floor(static_cast<double>(memory.kv_bytes) / footprint.bytes));
+}
+
+double compression_factor(const Footprint& full, const Footprint& compressed) {
+  return compressed.bytes > 0 ? full.bytes / compressed.bytes : 0.0;
+}
+
+void fill_row(const PlanSetup& setup, const MemoryPlan& memory, PlanRow& row, const PlanRow* reference) {
+  row.layout = kv_layout(setup, row.quant);
+  row.footprint = footprint(setup, row.layout, row.budget);
+  row.max_sequences = max_sequences(memory, row.footprint);
+  if (reference) {
+    row.gain = reference->max_sequences > 0 ? static_cast<double>(row.max_sequences) / reference->max_sequences : 0.0;
+    row.compression = compression_factor(reference->footprint, row.footprint);
+  } else {
+    row.gain = 1;
+    row.compression = 1;
+  }
+}
+
+// ---- targets and sweeps ----
+
+bool Target::met(double metric) const {
+  if (std::isnan(metric)) return false;
+  return at_least ? metric >= value : metric <= value;
+}
+
+std::vector<SweepChoice> choose_budgets(const SweepTable& table, const Target& target) {
+  std::vector<SweepChoice> out;
+  for (const auto& row : table.rows) {
+    auto found = std::find_if(out.begin(), out.end(), [&](const SweepChoice& c) {
+      return c.policy == row.policy && c.params == row.params && c.mode == row.mode && c.quant == row.quant;
+    });
+    if (found == out.end()) {
+      out.push_back({row.policy, row.params, row.mode, row.quant, {}, std::nullopt});
+      found = out.end() - 1;
+    }
+    found->rows.push_back(row);
+  }
+  for (auto& choice : out) {
+    std::stable_sort(choice.rows.begin(), choice.rows.end(), [](const SweepRow& a, const SweepRow& b) {
+      if (a.budget_share_mean != b.budget_share_mean) return a.budget_share_mean < b.budget_share_mean;
+      return a.budget_tokens_mean < b.budget_tokens_mean;
+    });
+    for (size_t r = 0; r < choice.rows.size(); ++r)
+      if (target.met(choice.rows[r].metric)) {
+        choice.chosen = r;
+        break;
+      }
+  }
+  return out;
+}
+
+}  // namespace kvsim

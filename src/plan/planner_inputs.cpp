@@ -1,0 +1,375 @@
+// The planner's inputs (kvsim/plan/planner.hpp): model and GPU cards (JSON files, found by name),
+// quality targets, sweep CSV files and context lengths. The capacity arithmetic is in
+// planner.cpp.
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kvsim/plan/planner.hpp"
+#include "kvtrace/error.hpp"
+#include "kvsim/core/text_util.hpp"
+
+namespace kvsim {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using text::lower;
+using text::trim;
+
+[[noreturn]] void bad_card(const std::string& file, const std::string& problem) {
+  throw kvtrace::InputError(file, "", problem);
+}
+
+json parse_json(const std::string& text, const std::string& file) {
+  try {
+    json document = json::parse(text);
+    if (!document.is_object()) bad_card(file, "not a JSON object");
+    return document;
+  } catch (const json::parse_error& e) {
+    bad_card(file, std::string("not valid JSON: ") + e.what());
+  }
+}
+
+std::string text_field(const json& card, const std::string& key, const std::string& file, bool required = true) {
+  if (!card.contains(key)) {
+    if (required) bad_card(file, "missing \"" + key + "\"");
+    return "";
+  }
+  if (!card[key].is_string()) bad_card(file, "\"" + key + "\" must be a string");
+  return card[key].get<std::string>();
+}
+
+int64_t int_field(const json& card, const std::string& key, const std::string& file) {
+  if (!card.contains(key)) bad_card(file, "missing \"" + key + "\"");
+  const json& value = card[key];
+  if (!value.is_number_integer() && !value.is_number_unsigned()) bad_card(file, "\"" + key + "\" must be an integer");
+  const int64_t out = value.get<int64_t>();
+  if (out <= 0) bad_card(file, "\"" + key + "\" must be positive");
+  return out;
+}
+
+// RFC 4180 records: fields separated by commas, optionally quoted with "" for a quote.
+std::vector<std::vector<std::string>> parse_csv(const std::string& text, const std::string& file) {
+  std::vector<std::vector<std::string>> records;
+  std::vector<std::string> record;
+  std::string field;
+  bool quoted = false, field_started = false;
+  size_t line = 1;
+  auto end_record = [&] {
+    record.push_back(field);
+    field.clear();
+    field_started = false;
+    if (!(record.size() == 1 && trim(record[0]).empty())) records.push_back(record);
+    record.clear();
+  };
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quoted) {
+      if (c == '"') {
+        if (i + 1 < text.size() && text[i + 1] == '"') {
+          field += '"';
+          ++i;
+        } else {
+          quoted = false;
+        }
+      } else {
+        if (c == '\n') ++line;
+        field += c;
+      }
+    } else if (c == '"' && !field_started) {
+      quoted = field_started = true;
+    } else if (c == ',') {
+      record.push_back(field);
+      field.clear();
+      field_started = false;
+    } else if (c == '\n') {
+      end_record();
+      ++line;
+    } else if (c != '\r') {
+      field += c;
+      field_started = true;
+    }
+  }
+  if (quoted) throw kvtrace::InputError(file, "", "line " + std::to_string(line) + ": unterminated quoted field");
+  if (!field.empty() || !record.empty()) end_record();
+  return records;
+}
+
+double csv_number(const std::string& text, const std::string& file, size_t line, const std::string& column) {
+  const std::string value = trim(text);
+  if (value.empty()) return std::numeric_limits<double>::quiet_NaN();
+  char* end = nullptr;
+  const double out = std::strtod(value.c_str(), &end);
+  if (*end != '\0')
+    throw kvtrace::InputError(file, "",
+                              "line " + std::to_string(line) + ": " + column + " '" + value + "' is not a number");
+  return out;
+}
+
+// A card by path (anything ending in .json), by file name in `dir`, or by display name or
+// Hugging Face id (case-insensitive).
+template <typename Card, typename Parse>
+Card find_card(const std::string& value, const std::string& dir, const std::string& option, Parse parse) {
+  if (value.size() > 5 && value.substr(value.size() - 5) == ".json")
+    return parse(read_text_file(value, "the card"), value);
+  const std::string wanted = lower(value);
+  const fs::path direct = fs::path(dir) / (wanted + ".json");
+  if (fs::exists(direct)) return parse(read_text_file(direct.string(), "the card"), direct.string());
+  std::string known;
+  for (const auto& path : card_files(dir)) {
+    const Card card = parse(read_text_file(path, "the card"), path);
+    if (lower(card.display_name) == wanted || lower(card.name) == wanted) return card;
+    if constexpr (requires { card.hf_id; }) {
+      if (!card.hf_id.empty() && lower(card.hf_id) == wanted) return card;
+    }
+    known += (known.empty() ? "" : ", ") + card.name;
+  }
+  if (known.empty())
+    throw kvtrace::InputError(dir, "", "no cards here (--cards names the folder holding models/ and gpus/)");
+  throw kvtrace::InputError("", "",
+                            "--" + option + ": no card '" + value + "' (known: " + known + "; or give a card file)");
+}
+
+}  // namespace
+
+// ---- cards ----
+
+ModelCard parse_model_card(const std::string& json_text, const std::string& file) {
+  const json card = parse_json(json_text, file);
+  ModelCard model;
+  model.name = text_field(card, "name", file);
+  model.display_name = text_field(card, "display_name", file, false);
+  if (model.display_name.empty()) model.display_name = model.name;
+  model.hf_id = text_field(card, "hf_id", file, false);
+  model.source = text_field(card, "source", file);
+  model.n_layers = static_cast<int>(int_field(card, "n_layers", file));
+  model.n_heads = static_cast<int>(int_field(card, "n_heads", file));
+  model.n_kv_heads = static_cast<int>(int_field(card, "n_kv_heads", file));
+  model.head_dim = static_cast<int>(int_field(card, "head_dim", file));
+  model.parameters = int_field(card, "parameters", file);
+  model.max_context = int_field(card, "max_context", file);
+  if (model.n_heads % model.n_kv_heads != 0)
+    bad_card(file, "n_heads (" + std::to_string(model.n_heads) + ") is not a multiple of n_kv_heads (" +
+                       std::to_string(model.n_kv_heads) + ")");
+  return model;
+}
+
+GpuCard parse_gpu_card(const std::string& json_text, const std::string& file) {
+  const json card = parse_json(json_text, file);
+  GpuCard gpu;
+  gpu.name = text_field(card, "name", file);
+  gpu.display_name = text_field(card, "display_name", file, false);
+  if (gpu.display_name.empty()) gpu.display_name = gpu.name;
+  gpu.source = text_field(card, "source", file);
+  if (card.contains("memory_mib"))
+    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_mib", file)) << 20;
+  else if (card.contains("memory_bytes"))
+    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_bytes", file));
+  else
+    bad_card(file, "missing \"memory_mib\" (or \"memory_bytes\")");
+  return gpu;
+}
+
+std::string read_text_file(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw kvtrace::InputError(path, "", "cannot read " + what);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<std::string> card_files(const std::string& dir) {
+  std::vector<fs::path> paths;
+  std::error_code error;
+  for (const auto& entry : fs::directory_iterator(dir, error))
+    if (entry.path().extension() == ".json") paths.push_back(entry.path());
+  std::sort(paths.begin(), paths.end());
+  return {paths.begin(), paths.end()};
+}
+
+ModelCard find_model_card(const std::string& value, const std::string& dir) {
+  return find_card<ModelCard>(value, dir, "model", parse_model_card);
+}
+
+GpuCard find_gpu_card(const std::string& value, const std::string& dir) {
+  return find_card<GpuCard>(value, dir, "gpu", parse_gpu_card);
+}
+
+// ---- targets and sweeps ----
+
+Target parse_target(const std::string& original) {
+  Target target;
+  target.text = original;
+  std::string text;
+  for (char c : original)
+    if (!std::isspace(static_cast<unsigned char>(c))) text += c;
+  size_t op = text.find(">=");
+  target.at_least = op != std::string::npos;
+  if (op == std::string::npos) op = text.find("<=");
+  if (op == std::string::npos || op == 0)
+    throw kvtrace::InputError(
+        "", "", "--target '" + original + "': write METRIC>=VALUE or METRIC<=VALUE, e.g. retention>=0.95");
+  std::string metric = lower(text.substr(0, op));
+  const std::string number = text.substr(op + 2);
+  char* end = nullptr;
+  target.value = std::strtod(number.c_str(), &end);
+  if (number.empty() || *end != '\0' || !std::isfinite(target.value))
+    throw kvtrace::InputError("", "", "--target '" + original + "': '" + number + "' is not a number");
+  if (metric == "retention" || metric == "output_error") metric += "_mean";
+  static const std::vector<std::string> higher = {"retention_mean", "retention_p5", "retention_min"};
+  static const std::vector<std::string> lower_better = {"output_error_mean", "output_error_p95", "output_error_max"};
+  const bool is_higher = std::find(higher.begin(), higher.end(), metric) != higher.end();
+  const bool is_lower = std::find(lower_better.begin(), lower_better.end(), metric) != lower_better.end();
+  if (!is_higher && !is_lower)
+    throw kvtrace::InputError("", "",
+                              "--target '" + original + "': unknown metric '" + metric +
+                                  "' (retention, retention_p5, retention_min with >=; output_error, "
+                                  "output_error_p95, output_error_max with <=)");
+  if (is_higher != target.at_least)
+    throw kvtrace::InputError("", "",
+                              "--target '" + original + "': " + metric + " is " +
+                                  (is_higher ? "better higher: use >=" : "better lower: use <="));
+  target.column = metric;
+  return target;
+}
+
+SweepTable parse_sweep_csv(const std::string& text, const std::string& file, const std::string& metric_column) {
+  const auto records = parse_csv(text, file);
+  if (records.empty()) throw kvtrace::InputError(file, "", "empty: expected the CSV kvsim sweep --csv writes");
+  std::map<std::string, size_t> columns;
+  for (size_t c = 0; c < records[0].size(); ++c) columns[trim(records[0][c])] = c;
+  auto column = [&](const std::string& name, bool required) -> std::optional<size_t> {
+    const auto found = columns.find(name);
+    if (found != columns.end()) return found->second;
+    if (required)
+      throw kvtrace::InputError(file, "", "no '" + name + "' column (expected the CSV kvsim sweep --csv writes)");
+    return std::nullopt;
+  };
+  const size_t policy = *column("policy", true), budget = *column("budget", true);
+  const size_t share = *column("budget_share_mean", true), retention = *column("retention_mean", true);
+  const size_t metric = *column(metric_column, true);
+  const auto params = column("params", false), tokens = column("budget_tokens_mean", false);
+  const auto mode = column("mode", false), quant = column("quant", false);
+  SweepTable table;
+  for (size_t r = 1; r < records.size(); ++r) {
+    const auto& record = records[r];
+    const size_t line = r + 1;
+    if (record.size() < records[0].size())
+      throw kvtrace::InputError(file, "",
+                                "line " + std::to_string(line) + ": " + std::to_string(record.size()) +
+                                    " fields, the header has " + std::to_string(records[0].size()));
+    SweepRow row;
+    row.policy = trim(record[policy]);
+    if (row.policy.empty()) throw kvtrace::InputError(file, "", "line " + std::to_string(line) + ": empty policy");
+    row.params = params ? trim(record[*params]) : "";
+    row.budget = trim(record[budget]);
+    row.mode = mode ? trim(record[*mode]) : "";
+    row.quant = quant ? trim(record[*quant]) : "";
+    row.budget_share_mean = csv_number(record[share], file, line, "budget_share_mean");
+    row.budget_tokens_mean = tokens ? csv_number(record[*tokens], file, line, "budget_tokens_mean") : 0.0;
+    row.retention_mean = csv_number(record[retention], file, line, "retention_mean");
+    row.metric = csv_number(record[metric], file, line, metric_column);
+    if (!table.rows.empty() && row.mode != table.rows.front().mode) table.mixed_modes = true;
+    table.rows.push_back(std::move(row));
+  }
+  if (table.rows.empty()) throw kvtrace::InputError(file, "", "no rows after the header");
+  // `sweep --csv` always writes the column: a sweep that quantized nothing is unquantized.
+  table.has_quant = std::any_of(table.rows.begin(), table.rows.end(),
+                                [](const SweepRow& row) { return !row.quant.empty() && row.quant != "none"; });
+  return table;
+}
+
+// ---- contexts ----
+
+std::optional<int64_t> parse_context_number(const std::string& original) {
+  const std::string text = trim(original);
+  if (text.empty() || text.find_first_not_of("0123456789+ ") != std::string::npos) return std::nullopt;
+  int64_t total = 0;
+  std::stringstream stream(text);
+  std::string part;
+  while (std::getline(stream, part, '+')) {
+    part = trim(part);
+    if (part.empty() || part.size() > 12)
+      throw kvtrace::InputError(
+          "", "", "--context '" + original + "': write TOKENS or PROMPT+GENERATION, e.g. 4096 or 3072+1024");
+    total += std::stoll(part);
+  }
+  if (total < 1) throw kvtrace::InputError("", "", "--context '" + original + "': must be at least 1 token");
+  return total;
+}
+
+std::vector<int64_t> parse_context_csv(const std::string& text, const std::string& file) {
+  std::vector<std::vector<std::string>> records;
+  {
+    std::stringstream stream(text);
+    std::string line;
+    while (std::getline(stream, line)) {
+      const std::string t = trim(line);
+      if (t.empty() || t[0] == '#') {
+        records.push_back({});  // keeps line numbers
+        continue;
+      }
+      std::vector<std::string> fields;
+      std::stringstream fs(t);
+      std::string field;
+      while (std::getline(fs, field, ',')) fields.push_back(lower(trim(field)));
+      records.push_back(fields);
+    }
+  }
+  auto is_number = [](const std::string& s) {
+    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+  };
+  size_t header = 0;
+  while (header < records.size() && records[header].empty()) ++header;
+  if (header == records.size()) throw kvtrace::InputError(file, "", "no context lengths");
+  std::vector<size_t> sum_columns;
+  size_t first_data = header;
+  if (!is_number(records[header][0])) {
+    const auto& names = records[header];
+    auto find = [&](std::initializer_list<const char*> candidates) -> std::optional<size_t> {
+      for (const char* name : candidates)
+        for (size_t c = 0; c < names.size(); ++c)
+          if (names[c] == name) return c;
+      return std::nullopt;
+    };
+    if (const auto total = find({"context", "length", "tokens", "n_tokens", "total_tokens"})) {
+      sum_columns = {*total};
+    } else {
+      const auto prompt = find({"prompt", "prompt_tokens", "prompt_len", "input_tokens", "input_len"});
+      const auto generation =
+          find({"generation", "output_tokens", "completion_tokens", "max_tokens", "output_len", "generation_tokens"});
+      if (!prompt || !generation)
+        throw kvtrace::InputError(file, "",
+                                  "header names no length column (context, length, tokens, n_tokens, or "
+                                  "prompt_tokens + output_tokens)");
+      sum_columns = {*prompt, *generation};
+    }
+    first_data = header + 1;
+  } else {
+    sum_columns = {0};
+  }
+  std::vector<int64_t> out;
+  for (size_t r = first_data; r < records.size(); ++r) {
+    if (records[r].empty()) continue;
+    int64_t total = 0;
+    for (size_t column : sum_columns) {
+      if (column >= records[r].size() || !is_number(records[r][column]) || records[r][column].size() > 12)
+        throw kvtrace::InputError(file, "", "line " + std::to_string(r + 1) + ": not a token count");
+      total += std::stoll(records[r][column]);
+    }
+    if (total < 1)
+      throw kvtrace::InputError(file, "", "line " + std::to_string(r + 1) + ": a length must be at least 1");
+    out.push_back(total);
+  }
+  if (out.empty()) throw kvtrace::InputError(file, "", "no context lengths");
+  return out;
+}
+
+}  // namespace kvsim

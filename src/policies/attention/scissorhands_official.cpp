@@ -1,0 +1,129 @@
+// scissorhands-official: the rule the authors' released simulation applies (lzcemma/Scissorhands,
+// Decentralized_FM_alpha/modules/hf_opt_dropkv.py, OPTAttention.forward, the compress_flag
+// branch, lines 302-355). Per head and row j, the threshold tau_j is the value at ascending
+// rank floor(0.9 n) of the full, unrenormalised row a_j zero-padded to the sequence length n
+// (lines 314-316: the softmax rows sorted before anything is masked). Row i >= start (100,
+// line 460) keeps a key k < i - recent only if some row j in [max(i - window, 0), i) gave it
+// more than tau_j in the row the model used at j, which is renormalised over the keys kept at
+// j (lines 319-337, 344-355). A key that fails once is 0 in every later row, so it is evicted
+// for good. No budget. The authors compressed layers 5-35 (lines 458-460).
+//
+// kvsim's step structure: what row i masks is evicted at the end of step i - 1, so steps
+// start-1 .. n-2 evict. Under GQA a key stays while any query head of its group keeps it.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kvsim/core/lists.hpp"
+#include "kvsim/core/policy.hpp"
+
+namespace kvsim {
+namespace {
+
+class ScissorhandsOfficial final : public Policy {
+ public:
+  explicit ScissorhandsOfficial(const Params& params)
+      : window_(params.integer("window")),
+        recent_(params.integer("recent")),
+        start_(params.integer("start")),
+        quantile_(params.real("quantile")),
+        layers_(params.text("layers")) {}
+
+  void reset(const GroupContext& group) override {
+    n_ = group.n_tokens;
+    rows_ = group.full_rows;
+    applies_ = index_selected(layers_, group.layer);
+    last_hit_.assign(static_cast<size_t>(n_), std::numeric_limits<int64_t>::min() / 2);
+    // int(0.9 * src_len) in Python: the product in double, truncated. A quantile of 1 would
+    // slice past the row there; here it takes the row's largest value.
+    rank_ = std::min<int64_t>(static_cast<int64_t>(quantile_ * static_cast<double>(n_)), n_ - 1);
+  }
+
+  void observe(int64_t step, std::span<const int32_t> cache, std::span<const float>) override {
+    if (!applies_) return;
+    const bool masked = static_cast<int64_t>(cache.size()) < step + 1;  // has row `step` lost a key?
+    for (int head = 0; head < rows_->n_heads(); ++head) {
+      const std::span<const float> row = rows_->row(head);  // a_step[0..step]
+      const float tau = threshold(row, step);
+      // The row the model used: a_step renormalised over the cache. As the softmax over the
+      // kept keys that the authors recompute, in float32: the ratio of the float sums over
+      // all positions and over the cache, so that a mask whose mass float32 cannot resolve
+      // leaves the row unchanged bit for bit.
+      float scale = 1;
+      if (masked) {
+        float all = 0, kept = 0;
+        for (float a : row) all += a;
+        for (int32_t position : cache) kept += row[static_cast<size_t>(position)];
+        scale = all / kept;
+      }
+      for (int32_t position : cache)
+        if (row[static_cast<size_t>(position)] * scale > tau) last_hit_[static_cast<size_t>(position)] = step;
+    }
+  }
+
+  void evict(int64_t step, std::span<const int32_t> cache, int64_t, bool, std::vector<int32_t>& victims) override {
+    const int64_t next = step + 1;  // the row whose mask this eviction applies
+    if (!applies_ || next < start_ || next >= n_) return;
+    for (int32_t position : cache) {
+      if (position >= next - recent_) break;  // the recent window, ascending to the end
+      if (last_hit_[static_cast<size_t>(position)] < next - window_) victims.push_back(position);
+    }
+  }
+
+ private:
+  // The value at ascending rank rank_ of a_step zero-padded to n: 0 while the padding
+  // (n - step - 1 zeros, the future positions) covers that rank.
+  float threshold(std::span<const float> row, int64_t step) {
+    const int64_t padding = n_ - step - 1;
+    if (rank_ < padding) return 0;
+    sorted_.assign(row.begin(), row.end());
+    const auto nth = sorted_.begin() + (rank_ - padding);
+    std::nth_element(sorted_.begin(), nth, sorted_.end());
+    return *nth;
+  }
+
+  int64_t window_, recent_, start_;
+  double quantile_;
+  std::string layers_;
+  int64_t n_ = 0, rank_ = 0;
+  bool applies_ = true;
+  const FullRows* rows_ = nullptr;
+  std::vector<int64_t> last_hit_;  // by position: the last row that gave it more than tau
+  std::vector<float> sorted_;
+};
+
+}  // namespace
+
+PolicyInfo scissorhands_official_policy() {
+  PolicyInfo info;
+  info.name = "scissorhands-official";
+  info.summary =
+      "the authors' released simulation: a key stays while one of the last 100 rows gave it more than "
+      "that row's 90% value over the sequence length, or while it is among the 10 most recent; no budget";
+  info.params = {
+      {"window", ParamType::integer, "100", "rows looked back (LRU_WINDOW)", 1, 1e9, {}},
+      {"recent", ParamType::integer, "10", "most recent keys always kept (POSITION_WINDOW)", 0, 1e9, {}},
+      {"quantile",
+       ParamType::real,
+       "0.9",
+       "rank of the threshold in the row zero-padded to n, as a fraction of n",
+       0,
+       1,
+       {}},
+      {"start", ParamType::integer, "100", "first row that masks (start_compress_length)", 0, 1e9, {}},
+      {"layers",
+       ParamType::index_set,
+       "all",
+       "layers it compresses: all, or a list such as 5-35 (the authors': 5-35 of OPT-66B's 64)",
+       0,
+       1e9,
+       {}},
+  };
+  info.budgeted = false;
+  info.needs_attention = false;
+  info.needs_full_rows = true;
+  info.make = [](const Params& params) { return std::make_unique<ScissorhandsOfficial>(params); };
+  return info;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,83 @@
+// scissorhands-xlayer: the blog post's reading of Scissorhands (seeds/000), offered so both
+// hypotheses can be measured. One cache per layer, shared by its heads. local_l[i] is token
+// i's accumulated â in layer l (averaged over the layer's heads); fused_0 = local_0 and
+// fused_l = alpha * fused_{l-1} + (1 - alpha) * local_l, where fused_{l-1}[i] is 0 once layer
+// l-1 no longer holds i (its eviction at this step included). Each layer evicts its lowest
+// fused score, one per step. The engine steps the layers of a sequence together.
+#include <algorithm>
+
+#include "kvsim/core/policy.hpp"
+#include "../select.hpp"
+
+namespace kvsim {
+namespace {
+
+struct FusedLayers {
+  double alpha = 0.5;
+  std::vector<std::vector<double>> fused;  // [layer][position], valid where held
+  std::vector<std::vector<uint8_t>> held;  // [layer][position]
+};
+
+class ScissorhandsXLayer final : public Policy {
+ public:
+  void reset(const GroupContext& group) override {
+    layers_ = std::static_pointer_cast<FusedLayers>(group.sequence_state);
+    layer_ = static_cast<size_t>(group.layer);
+    local_.assign(static_cast<size_t>(group.n_tokens), 0.0);
+  }
+
+  void observe(int64_t, std::span<const int32_t> cache, std::span<const float> attention) override {
+    std::vector<double>& fused = layers_->fused[layer_];
+    std::vector<uint8_t>& held = layers_->held[layer_];
+    const double alpha = layers_->alpha;
+    for (size_t j = 0; j < cache.size(); ++j) {
+      const auto position = static_cast<size_t>(cache[j]);
+      local_[position] += attention[j];
+      held[position] = 1;
+      if (layer_ == 0) {
+        fused[position] = local_[position];
+      } else {
+        const double below = layers_->held[layer_ - 1][position] ? layers_->fused[layer_ - 1][position] : 0.0;
+        fused[position] = alpha * below + (1.0 - alpha) * local_[position];
+      }
+    }
+  }
+
+  void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
+    if (excess <= 0) return;
+    scores_.resize(cache.size());
+    for (size_t j = 0; j < cache.size(); ++j) scores_[j] = layers_->fused[layer_][static_cast<size_t>(cache[j])];
+    const size_t before = victims.size();
+    evict_lowest(cache, scores_, excess, victims);
+    for (size_t v = before; v < victims.size(); ++v) layers_->held[layer_][static_cast<size_t>(victims[v])] = 0;
+  }
+
+ private:
+  std::shared_ptr<FusedLayers> layers_;
+  size_t layer_ = 0;
+  std::vector<double> local_;  // by position
+  std::vector<double> scores_;
+};
+
+}  // namespace
+
+PolicyInfo scissorhands_xlayer_policy() {
+  PolicyInfo info;
+  info.name = "scissorhands-xlayer";
+  info.summary =
+      "the blog's cross-layer reading: per layer, evict the lowest alpha-fused score of this and earlier layers";
+  info.params = {{"alpha", ParamType::real, "0.5", "weight of the layer below in the fused score", 0, 1, {}}};
+  info.grouping = Grouping::layer;
+  info.engine = Engine::cross_layer;
+  info.make = [](const Params&) { return std::make_unique<ScissorhandsXLayer>(); };
+  info.make_sequence_state = [](const Params& params, int n_layers, int64_t n_tokens) {
+    auto state = std::make_shared<FusedLayers>();
+    state->alpha = params.real("alpha");
+    state->fused.assign(static_cast<size_t>(n_layers), std::vector<double>(static_cast<size_t>(n_tokens), 0.0));
+    state->held.assign(static_cast<size_t>(n_layers), std::vector<uint8_t>(static_cast<size_t>(n_tokens), 0));
+    return std::static_pointer_cast<void>(state);
+  };
+  return info;
+}
+
+}  // namespace kvsim

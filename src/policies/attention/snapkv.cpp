@@ -1,0 +1,204 @@
+// snapkv: SnapKV (Li et al.). A token's score is the attention it received from the last W
+// query rows (the observation window), max-pooled with kernel 5 along the cached positions;
+// the W most recent positions (the window) are always kept, and the top B-W of the rest by
+// pooled score; applied at the end of the prompt (prefill) and again whenever decode pushes
+// the cache past B. With B <= W the window shrinks to B.
+#include <algorithm>
+#include <cmath>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include "kvsim/core/policy.hpp"
+#include "../select.hpp"
+
+namespace kvsim {
+namespace {
+
+class SnapKV final : public Policy {
+ public:
+  explicit SnapKV(const Params& params) : window_(params.integer("window")), kernel_(params.integer("kernel")) {}
+
+  void reset(const GroupContext& group) override {
+    budget_ = group.budget;
+    n_tokens_ = static_cast<size_t>(group.n_tokens);
+    window_sum_.assign(n_tokens_, 0.0);
+    slot_of_.assign(n_tokens_, 0);
+    size_ = 0;
+    stride_ = std::min<size_t>(n_tokens_, static_cast<size_t>(budget_) + 1);
+    rows_.assign(static_cast<size_t>(window_) * stride_, 0.0f);
+    written_at_.assign(static_cast<size_t>(window_), -1);
+    free_slots_.clear();
+    next_slot_ = 0;
+    observed_ = 0;
+  }
+
+  bool adopt(const Policy& other) override {  // budget_ stays this budget's
+    const auto& from = static_cast<const SnapKV&>(other);
+    window_sum_ = from.window_sum_;
+    slot_of_ = from.slot_of_;
+    size_ = from.size_;
+    stride_ = from.stride_;
+    rows_ = from.rows_;
+    written_at_ = from.written_at_;
+    free_slots_ = from.free_slots_;
+    next_slot_ = from.next_slot_;
+    observed_ = from.observed_;
+    return true;
+  }
+
+  // window_sum_ holds, per cached token (in cache order, select.hpp), the sum of â over the
+  // last W observed rows; rows_ is a ring of those rows, so the oldest can be taken out again.
+  // A row is stored by slot: each cached token holds one slot of the B + 1 (slot_of_), from
+  // the step it is appended until it is evicted, when the next token takes the slot over; so
+  // the ring stays as small as the cache. The row leaving the ring was written at step
+  // written_at_[r]: tokens born after it (positions above that step) had nothing in it.
+  void observe(int64_t step, std::span<const int32_t> cache, std::span<const float> attention) override {
+    take_slot();
+    window_sum_[size_++] = 0.0;  // the new token
+    const auto r = static_cast<size_t>(observed_ % window_);
+    float* __restrict row = rows_.data() + r * stride_;
+    double* __restrict sum = window_sum_.data();
+    const uint32_t* __restrict slot = slot_of_.data();
+    const float* __restrict observed = attention.data();
+    // Tokens in the leaving row: the cached positions up to written_at_[r], a prefix.
+    const size_t held =
+        static_cast<size_t>(std::upper_bound(cache.begin(), cache.end(), written_at_[r]) - cache.begin());
+    size_t j = 0;
+    for (; j < held; ++j) {
+      sum[j] = (sum[j] - row[slot[j]]) + observed[j];
+      row[slot[j]] = observed[j];
+    }
+    for (; j < cache.size(); ++j) {
+      sum[j] += observed[j];
+      row[slot[j]] = observed[j];
+    }
+    written_at_[r] = step;
+    ++observed_;
+  }
+
+  void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
+    if (excess <= 0) return;
+    const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
+    const size_t open = cache.size() > protect ? cache.size() - protect : 0;
+    if (open == 0) return;
+    if (excess == 1) {  // one per step: pooled and searched in one pass
+      const size_t index = lowest_pooled(open);
+      victims.push_back(cache[index]);
+      erased_.assign(1, index);
+    } else {
+      pooled_.resize(open);
+      for (size_t j = 0; j < open; ++j) pooled_[j] = pooled(j, open);
+      evict_lowest(cache.first(open), pooled_, excess, victims, &erased_);
+    }
+    for (size_t index : erased_) free_slots_.push_back(slot_of_[index]);
+    erase_indices(window_sum_.data(), size_, erased_);
+    erase_indices(slot_of_.data(), size_, erased_);
+    size_ -= erased_.size();
+  }
+
+ private:
+  // A slot for the token being appended: a freed one, or a new one (the ring grows when the
+  // cache outgrows B + 1, as in prefill, where the whole prompt is cached before compressing).
+  void take_slot() {
+    uint32_t slot;
+    if (!free_slots_.empty()) {
+      slot = free_slots_.back();
+      free_slots_.pop_back();
+    } else {
+      slot = next_slot_++;
+      if (slot >= stride_) {
+        const size_t stride = std::min(n_tokens_, 2 * stride_);
+        std::vector<float> rows(static_cast<size_t>(window_) * stride, 0.0f);
+        for (size_t r = 0; r < static_cast<size_t>(window_); ++r)
+          std::copy_n(rows_.data() + r * stride_, stride_, rows.data() + r * stride);
+        rows_.swap(rows);
+        stride_ = stride;
+      }
+    }
+    slot_of_[size_] = slot;
+  }
+
+  // Max-pooling of the candidates' window sums over [j - kernel/2, j + kernel/2], clipped to
+  // the `open` candidates.
+  double pooled(size_t j, size_t open) const {
+    const auto half = static_cast<size_t>(kernel_ / 2);
+    const size_t lo = j >= half ? j - half : 0, hi = std::min(open - 1, j + half);
+    double value = window_sum_[lo];
+    for (size_t i = lo + 1; i <= hi; ++i) value = std::max(value, window_sum_[i]);
+    return value;
+  }
+
+  // The first candidate with the lowest pooled score (what evict_lowest picks for one).
+  // As a scan from the first candidate would (`if (value < lowest)`), NaN included.
+  size_t lowest_pooled(size_t open) const {
+    size_t j = 1, best = 0;
+    double lowest = pooled(0, open);
+#if defined(__AVX2__)
+    const auto half = static_cast<size_t>(kernel_ / 2);
+    // Kernel 5 away from the edges: four candidates at a time, each lane keeping its first
+    // lowest; the lanes' results are merged by value, then index.
+    if (half == 2 && open >= 12) {
+      if (const double value = pooled(1, open); value < lowest) lowest = value, best = 1;
+      j = 2;
+      const double* sum = window_sum_.data();
+      __m256d lane_lowest = _mm256_set1_pd(INFINITY);
+      __m256i lane_best = _mm256_setzero_si256();
+      __m256i index = _mm256_setr_epi64x(2, 3, 4, 5);
+      const __m256i four = _mm256_set1_epi64x(4);
+      for (; j + 4 + half <= open; j += 4) {
+        const __m256d value =
+            _mm256_max_pd(_mm256_max_pd(_mm256_max_pd(_mm256_loadu_pd(sum + j - 2), _mm256_loadu_pd(sum + j - 1)),
+                                        _mm256_max_pd(_mm256_loadu_pd(sum + j + 1), _mm256_loadu_pd(sum + j + 2))),
+                          _mm256_loadu_pd(sum + j));
+        const __m256d lower = _mm256_cmp_pd(value, lane_lowest, _CMP_LT_OQ);
+        lane_lowest = _mm256_blendv_pd(lane_lowest, value, lower);
+        lane_best =
+            _mm256_castpd_si256(_mm256_blendv_pd(_mm256_castsi256_pd(lane_best), _mm256_castsi256_pd(index), lower));
+        index = _mm256_add_epi64(index, four);
+      }
+      double values[4];
+      int64_t indices[4];
+      _mm256_storeu_pd(values, lane_lowest);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(indices), lane_best);
+      for (size_t l = 0; l < 4; ++l)
+        if (values[l] < lowest || (values[l] == lowest && static_cast<size_t>(indices[l]) < best))
+          lowest = values[l], best = static_cast<size_t>(indices[l]);
+    }
+#endif
+    for (; j < open; ++j)
+      if (const double value = pooled(j, open); value < lowest) lowest = value, best = j;
+    return best;
+  }
+
+  int64_t window_, kernel_;
+  int64_t budget_ = 0;
+  size_t n_tokens_ = 0;
+  std::vector<double> window_sum_;  // in cache order
+  std::vector<uint32_t> slot_of_;   // in cache order: the token's slot in rows_
+  size_t size_ = 0;
+  size_t stride_ = 0;                // slots per row
+  std::vector<float> rows_;          // [W][slot]: the ring of the last W rows
+  std::vector<int64_t> written_at_;  // per ring row: the step it was written at (-1: never)
+  std::vector<uint32_t> free_slots_;
+  uint32_t next_slot_ = 0;
+  int64_t observed_ = 0;
+  std::vector<double> pooled_;
+  std::vector<size_t> erased_;
+};
+
+}  // namespace
+
+PolicyInfo snapkv_policy() {
+  PolicyInfo info;
+  info.name = "snapkv";
+  info.summary = "SnapKV: attention from the last 32 rows, max-pooled (kernel 5); keep the window + top B-W";
+  info.params = {
+      {"window", ParamType::integer, "32", "observation window W (query rows, and recent positions kept)", 1, 1e9, {}},
+      {"kernel", ParamType::integer, "5", "max-pool kernel size along positions (odd)", 1, 1e9, {}},
+  };
+  info.make = [](const Params& params) { return std::make_unique<SnapKV>(params); };
+  return info;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,27 @@
+// recent: a sliding window of the last B positions.
+#include "kvsim/core/policy.hpp"
+
+namespace kvsim {
+namespace {
+
+class Recent final : public Policy {
+ public:
+  void reset(const GroupContext&) override {}
+  bool adopt(const Policy&) override { return true; }  // no state
+  void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
+    for (int64_t j = 0; j < excess; ++j) victims.push_back(cache[static_cast<size_t>(j)]);
+  }
+};
+
+}  // namespace
+
+PolicyInfo recent_policy() {
+  PolicyInfo info;
+  info.name = "recent";
+  info.summary = "sliding window of the last B positions";
+  info.needs_attention = false;
+  info.make = [](const Params&) { return std::make_unique<Recent>(); };
+  return info;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,16 @@
+#pragma once
+// Every policy kvsim knows, one line each: X(identifier) where src/policies/<identifier>.cpp
+// defines `PolicyInfo <identifier>_policy()`.
+#define KVSIM_POLICIES(X)  \
+  X(full)                  \
+  X(scissorhands)          \
+  X(scissorhands_official) \
+  X(scissorhands_xlayer)   \
+  X(h2o)                   \
+  X(streaming)             \
+  X(tova)                  \
+  X(snapkv)                \
+  X(recent)                \
+  X(random)                \
+  X(oracle)                \
+  X(lookahead)

@@ -1,0 +1,72 @@
+// kvsim._kvsim: the Python binding of the kvtrace and kvsim libraries (pybind11). The public,
+// documented API is kvsim/_api.py, which normalises arguments and calls the functions here.
+// Numbers come out as numpy arrays that own the library's vectors (no copies); attention
+// given as a numpy array is read in place. Every kvtrace::InputError becomes kvsim.InputError,
+// a ValueError carrying the same one-line message the CLI prints.
+//
+// This file holds the module's general functions; each area is in its own file (module.hpp).
+#include <pybind11/stl.h>
+
+#include "kvsim/core/data_dir.hpp"
+#include "kvsim/core/policy.hpp"
+#include "kvsim/core/version.hpp"
+#include "kvsim/policies/registry.hpp"
+#include "module.hpp"
+
+namespace kvsim::python {
+namespace {
+
+const char* grouping_name(Grouping g) { return g == Grouping::layer ? "layer" : "kv_head"; }
+
+// ---- policies ----
+
+py::list policies_list() {
+  py::list out;
+  for (const PolicyInfo& info : policies()) {
+    py::list params;
+    for (const ParamSpec& spec : info.params) {
+      py::dict p;
+      p["name"] = spec.name;
+      p["type"] = param_type_name(spec.type);
+      p["default"] = spec.default_value.empty() ? py::object(py::none()) : py::object(py::str(spec.default_value));
+      p["help"] = spec.help;
+      if (spec.type == ParamType::choice) {
+        p["choices"] = spec.choices;
+      } else if (spec.type != ParamType::index_set) {
+        p["min"] = spec.min;
+        p["max"] = spec.max;
+      }
+      params.append(p);
+    }
+    py::dict d;
+    d["name"] = info.name;
+    d["summary"] = info.summary;
+    d["grouping"] = grouping_name(info.grouping);
+    d["budgeted"] = info.budgeted;
+    d["bound"] = info.engine == Engine::bound;
+    d["cross_layer"] = info.engine == Engine::cross_layer;
+    d["params"] = params;
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
+}  // namespace kvsim::python
+
+PYBIND11_MODULE(_kvsim, m) {
+  using namespace kvsim::python;
+  namespace ks = kvsim;
+  m.doc() = "kvsim's compiled core (kvtrace + kvsim libraries); use the functions of the kvsim package";
+
+  py::register_exception<InputError>(m, "InputError", PyExc_ValueError);
+
+  m.def("version", [] { return std::string(ks::version()); });
+  m.def("data_dir", &ks::data_dir, "the folder holding the model and GPU cards and the bundled traces");
+  m.def("policies", &policies_list);
+
+  bind_trace(m);
+  bind_replay(m);
+  bind_analysis(m);
+  bind_plan(m);
+}

@@ -1,0 +1,373 @@
+// kvsim._kvsim, replaying: the policies, replay and sweep over a trace (off the calling thread,
+// so Ctrl-C stops them), and replay_rows over attention given as a numpy array.
+#include <pybind11/stl.h>
+
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <future>
+#include <map>
+#include <thread>
+
+#include "array_source.hpp"
+#include "kvsim/analysis/analysis.hpp"
+#include "kvsim/replay/replay.hpp"
+#include "kvsim/replay/report.hpp"
+#include "kvsim/core/summary.hpp"
+#include "module.hpp"
+
+namespace kvsim::python {
+namespace {
+
+// Runs replay_trace off the calling thread with the GIL released. Ctrl-C (KeyboardInterrupt
+// in the main thread) cancels it: the replay stops at its next work item and the interrupt is
+// raised; otherwise its result or exception comes back.
+ReplayResults interruptible_replay(const kvtrace::TraceReader& reader, ReplayConfig& config) {
+  std::atomic<bool> cancel{false};
+  config.cancel = &cancel;
+  std::packaged_task<ReplayResults()> task([&] { return replay_trace(reader, config); });
+  std::future<ReplayResults> result = task.get_future();
+  bool interrupted = false;
+  {
+    py::gil_scoped_release release;
+    std::thread worker(std::move(task));
+    while (result.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      py::gil_scoped_acquire acquire;
+      if (PyErr_CheckSignals() != 0) {  // leaves the KeyboardInterrupt set
+        interrupted = true;
+        cancel = true;
+        break;
+      }
+    }
+    worker.join();
+  }
+  config.cancel = nullptr;
+  if (interrupted) {
+    try {
+      result.get();
+    } catch (...) {}
+    throw py::error_already_set();
+  }
+  return result.get();
+}
+
+// ---- replay and sweep ----
+
+struct ReplayOptions {
+  std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto", quant,
+              layer_budget = "uniform";
+  std::vector<int> sequences, layers;
+  int threads = 0;
+};
+
+void apply_options(const ReplayOptions& o, const kvtrace::TraceReader& reader, ReplayConfig& config) {
+  config.mode = parse_mode(o.mode);
+  config.aggregate = parse_aggregate(o.aggregate);
+  config.rows = parse_rows(o.rows);
+  config.output_error = parse_output_error(o.output_error);
+  for (int i : o.sequences)
+    if (i < 0) bad_option("seqs", "'" + std::to_string(i) + "' is not an index");
+  for (int i : o.layers)
+    if (i < 0) bad_option("layers", "'" + std::to_string(i) + "' is not an index");
+  config.sequences = o.sequences;
+  config.layers = o.layers;
+  if (o.threads < 0) bad_option("threads", "must be >= 0");
+  config.threads = o.threads;
+  config.schedule = layer_schedule(o.layer_budget, reader, config.sequences, config.rows, config.threads);
+  if (!o.quant.empty()) config.quant = parse_quant_list(o.quant);
+}
+
+// As the CLI's --param (kvsim::choose_policies), with at least one policy.
+std::vector<PolicyChoice> chosen_policies(const std::vector<std::string>& names,
+                                          const std::vector<std::pair<std::string, std::string>>& params) {
+  if (names.empty()) bad_option("policies", "no policy given");
+  return choose_policies(names, params);
+}
+
+py::dict summary_dict(const CellResult& cell, Mode mode) {
+  py::dict d;
+  d["policy"] = cell.info ? cell.info->name : cell.policy;
+  d["label"] = cell.policy;
+  d["params"] = cell.params;
+  d["budget"] = cell.budget.text;
+  d["quant"] = cell.quant.name;
+  d["bits_per_element"] = cell.bits_per_element;
+  d["budget_tokens_mean"] = cell.budget_tokens_mean;
+  d["budget_share_mean"] = cell.budget_share_mean;
+  d["mode"] = mode_name(mode);
+  d["retention_mean"] = cell.retention.mean;
+  d["retention_p5"] = cell.retention.p5;
+  d["retention_min"] = cell.retention.min;
+  d["output_error_mean"] = cell.output_error.mean;
+  d["output_error_p95"] = cell.output_error.p95;
+  d["output_error_max"] = cell.output_error.max;
+  d["occupancy_mean"] = cell.occupancy_mean;
+  d["occupancy_peak"] = cell.occupancy_peak;
+  d["evictions"] = cell.evictions;
+  d["samples"] = cell.retention.count;
+  return d;
+}
+
+py::dict group_dict(GroupRecord&& record, bool with_position) {
+  SimulationResult& r = record.result;
+  py::dict d;
+  if (with_position) {
+    d["seq"] = record.seq;
+    d["layer"] = record.layer;
+  }
+  d["group"] = record.group;
+  d["layer_wide"] = record.layer_wide;
+  d["heads"] = to_numpy(std::vector<int32_t>(record.heads.begin(), record.heads.end()));
+  d["first_step"] = r.first_step;
+  std::vector<int64_t> steps(static_cast<size_t>(r.n_steps));
+  for (int64_t s = 0; s < r.n_steps; ++s) steps[static_cast<size_t>(s)] = r.first_step + s;
+  d["steps"] = to_numpy(std::move(steps));
+  const auto heads = static_cast<py::ssize_t>(r.n_heads), n_steps = static_cast<py::ssize_t>(r.n_steps);
+  d["retention"] = to_numpy(std::move(r.retention), {heads, n_steps});
+  if (r.output_error.empty())
+    d["output_error"] = py::none();
+  else
+    d["output_error"] = to_numpy(std::move(r.output_error), {heads, n_steps});
+  d["occupancy"] = to_numpy(std::move(r.occupancy));
+  d["eviction_step"] = to_numpy(std::move(r.eviction_step));
+  d["evictions"] = r.evictions;
+  d["budget"] = r.budget;
+  return d;
+}
+
+py::dict replay(const Trace& trace, const std::string& policy, const std::string& budget,
+                const std::vector<std::pair<std::string, std::string>>& params, const ReplayOptions& options,
+                bool records) {
+  const auto held = trace.hold();
+  const kvtrace::TraceReader& reader = *held;
+  ReplayConfig config;
+  config.policies = chosen_policies({policy}, params);
+  config.budgets = {Budget::parse(budget)};
+  {
+    py::gil_scoped_release release;
+    apply_options(options, reader, config);
+    if (config.quant.size() > 1) bad_option("quant", "replay takes one quantization spec (sweep takes a list)");
+  }
+  config.keep_records = records;
+  ReplayResults results = interruptible_replay(reader, config);
+  CellResult& cell = results.cells.front();
+  py::dict out = summary_dict(cell, results.mode);
+  out["output_error"] = results.output_error;
+  out["sequences"] = results.sequences;
+  out["n_layers"] = results.layers;
+  out["n_heads"] = results.heads;
+  // Per layer: layers_csv's columns without the "all" row (that is the summary above).
+  const size_t n = cell.layers.size();
+  std::vector<int64_t> layer(n);
+  std::vector<double> rmean(n), rp5(n), rmin(n), emean(n), ep95(n), occupancy(n);
+  for (size_t i = 0; i < n; ++i) {
+    const LayerSummary& l = cell.layers[i];
+    layer[i] = l.layer;
+    rmean[i] = l.retention.mean;
+    rp5[i] = l.retention.p5;
+    rmin[i] = l.retention.min;
+    emean[i] = l.output_error.mean;
+    ep95[i] = l.output_error.p95;
+    occupancy[i] = l.occupancy_mean;
+  }
+  py::dict layers;
+  layers["layer"] = to_numpy(std::move(layer));
+  layers["retention_mean"] = to_numpy(std::move(rmean));
+  layers["retention_p5"] = to_numpy(std::move(rp5));
+  layers["retention_min"] = to_numpy(std::move(rmin));
+  layers["output_error_mean"] = to_numpy(std::move(emean));
+  layers["output_error_p95"] = to_numpy(std::move(ep95));
+  layers["occupancy_mean"] = to_numpy(std::move(occupancy));
+  out["layers"] = layers;
+  py::dict groups;
+  for (GroupRecord& record : cell.records) {
+    const py::tuple key = py::make_tuple(record.seq, record.layer, record.group);
+    groups[key] = group_dict(std::move(record), true);
+  }
+  out["groups"] = groups;
+  out["note"] = kTeacherForcedNote;
+  return out;
+}
+
+py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
+               const std::vector<std::string>& budgets, const std::vector<std::pair<std::string, std::string>>& params,
+               const ReplayOptions& options) {
+  const auto held = trace.hold();
+  const kvtrace::TraceReader& reader = *held;
+  ReplayConfig config;
+  config.policies = chosen_policies(policy_names, params);
+  if (budgets.empty()) bad_option("budgets", "no budget given");
+  for (const auto& b : budgets) config.budgets.push_back(Budget::parse(b));
+  {
+    py::gil_scoped_release release;
+    apply_options(options, reader, config);
+    if (!config.quant.empty()) config.quant = parse_quant_list("none," + options.quant);  // added to the plain grid
+  }
+  ReplayResults results = interruptible_replay(reader, config);
+  // sweep_csv's columns, in its order.
+  const size_t n = results.cells.size();
+  py::list policy, label, params_col, budget, quant, mode;
+  std::vector<double> bits(n), tokens(n), share(n), rmean(n), rp5(n), rmin(n), emean(n), ep95(n), emax(n), occupancy(n);
+  std::vector<int64_t> peak(n), evictions(n), samples(n);
+  for (size_t i = 0; i < n; ++i) {
+    const CellResult& c = results.cells[i];
+    policy.append(c.info ? c.info->name : c.policy);
+    label.append(c.policy);
+    params_col.append(c.params);
+    budget.append(c.budget.text);
+    quant.append(c.quant.name);
+    mode.append(mode_name(results.mode));
+    bits[i] = c.bits_per_element;
+    tokens[i] = c.budget_tokens_mean;
+    share[i] = c.budget_share_mean;
+    rmean[i] = c.retention.mean;
+    rp5[i] = c.retention.p5;
+    rmin[i] = c.retention.min;
+    emean[i] = c.output_error.mean;
+    ep95[i] = c.output_error.p95;
+    emax[i] = c.output_error.max;
+    occupancy[i] = c.occupancy_mean;
+    peak[i] = c.occupancy_peak;
+    evictions[i] = c.evictions;
+    samples[i] = c.retention.count;
+  }
+  py::dict out;
+  out["policy"] = policy;
+  out["params"] = params_col;
+  out["budget"] = budget;
+  out["quant"] = quant;
+  out["bits_per_element"] = to_numpy(std::move(bits));
+  out["budget_tokens_mean"] = to_numpy(std::move(tokens));
+  out["budget_share_mean"] = to_numpy(std::move(share));
+  out["mode"] = mode;
+  out["retention_mean"] = to_numpy(std::move(rmean));
+  out["retention_p5"] = to_numpy(std::move(rp5));
+  out["retention_min"] = to_numpy(std::move(rmin));
+  out["output_error_mean"] = to_numpy(std::move(emean));
+  out["output_error_p95"] = to_numpy(std::move(ep95));
+  out["output_error_max"] = to_numpy(std::move(emax));
+  out["occupancy_mean"] = to_numpy(std::move(occupancy));
+  out["occupancy_peak"] = to_numpy(std::move(peak));
+  out["evictions"] = to_numpy(std::move(evictions));
+  out["samples"] = to_numpy(std::move(samples));
+  out["label"] = label;
+  return out;
+}
+
+py::dict replay_rows(const py::object& attention, const std::string& policy_name, const std::string& budget_text,
+                     int n_kv_heads, const std::vector<std::pair<std::string, std::string>>& params,
+                     const std::string& mode, int64_t prompt_len, const std::string& aggregate,
+                     const py::object& values_object, const std::vector<int>& origin_in) {
+  Rows rows = rows_of(attention);
+  std::map<std::string, std::string> overrides(params.begin(), params.end());
+  const PolicyChoice policy = choose_policy(policy_name, overrides);
+  const Budget budget = Budget::parse(budget_text);
+  EngineOptions options;
+  options.mode = parse_mode(mode);
+  options.aggregate = parse_aggregate(aggregate);
+  if (n_kv_heads == 0) n_kv_heads = rows.n_heads;
+  if (options.mode == Mode::prefill) {
+    if (prompt_len < 1 || prompt_len > rows.n_tokens)
+      bad_option("prompt-len",
+                 "prefill needs a prompt length from 1 to the " + std::to_string(rows.n_tokens) + " rows");
+    options.prompt_len = prompt_len;
+  } else if (prompt_len < 0) {
+    bad_option("prompt-len", "must be >= 0");
+  }
+  std::vector<std::vector<float>> values;
+  int head_dim = 0;
+  if (!values_object.is_none()) {
+    FloatArray v = FloatArray::ensure(values_object);
+    if (!v || v.ndim() != 3 || v.shape(0) != n_kv_heads || v.shape(1) != rows.n_tokens)
+      throw InputError("", "values",
+                       "expected a float array [n_kv_heads = " + std::to_string(n_kv_heads) +
+                           ", n = " + std::to_string(rows.n_tokens) + ", head_dim]");
+    head_dim = static_cast<int>(v.shape(2));
+    if (head_dim < 1) throw InputError("", "values", "head_dim must be at least 1");
+    const size_t size = static_cast<size_t>(rows.n_tokens) * static_cast<size_t>(head_dim);
+    for (int g = 0; g < n_kv_heads; ++g) {
+      const float* begin = v.data() + static_cast<size_t>(g) * size;
+      for (size_t i = 0; i < size; ++i)
+        if (!std::isfinite(begin[i]))
+          throw InputError("", "values",
+                           std::string(std::isnan(begin[i]) ? "NaN" : "Inf") + " at kv head " + std::to_string(g) +
+                               ", row " + std::to_string(i / static_cast<size_t>(head_dim)));
+      values.emplace_back(begin, begin + size);
+    }
+  }
+  RowsOrigin origin;
+  if (origin_in.size() != 3 || origin_in[0] < 0 || origin_in[1] < 0 || origin_in[2] < 0)
+    throw InputError("", "", "origin: (sequence, layer, first kv head), each >= 0");
+  origin.seq = origin_in[0];
+  origin.layer = origin_in[1];
+  origin.first_kv_head = origin_in[2];
+  const int64_t b = budget.resolve(rows.n_tokens);
+  std::vector<GroupRecord> records;
+  {
+    py::gil_scoped_release release;
+    ArrayAttentionSource source(rows.array.data(), rows.n_heads, rows.n_tokens, rows.packed);
+    records = replay_rows(source, n_kv_heads, policy, b, options, values, head_dim, origin);
+  }
+  // Per query head [heads, steps], in the array's head order, besides the groups.
+  int64_t n_steps = records.empty() ? 0 : records.front().result.n_steps;
+  const bool with_error = !records.empty() && !records.front().result.output_error.empty();
+  std::vector<float> retention(static_cast<size_t>(rows.n_heads) * static_cast<size_t>(n_steps));
+  std::vector<float> error(with_error ? retention.size() : 0);
+  std::vector<float> all;
+  for (const GroupRecord& record : records)
+    for (size_t i = 0; i < record.heads.size(); ++i) {
+      const auto src = static_cast<size_t>(i) * static_cast<size_t>(n_steps);
+      const auto dst = static_cast<size_t>(record.heads[i]) * static_cast<size_t>(n_steps);
+      std::copy_n(record.result.retention.begin() + static_cast<std::ptrdiff_t>(src), n_steps,
+                  retention.begin() + static_cast<std::ptrdiff_t>(dst));
+      if (with_error)
+        std::copy_n(record.result.output_error.begin() + static_cast<std::ptrdiff_t>(src), n_steps,
+                    error.begin() + static_cast<std::ptrdiff_t>(dst));
+    }
+  const Summary retention_summary = summarize(retention);
+  const Summary error_summary = summarize(error);
+  py::dict out;
+  out["policy"] = policy.info->name;
+  out["label"] = policy.label;
+  out["params"] = policy.changed;
+  out["budget"] = b;
+  out["mode"] = mode;
+  out["n_tokens"] = rows.n_tokens;
+  out["n_heads"] = rows.n_heads;
+  out["n_kv_heads"] = n_kv_heads;
+  out["retention_mean"] = retention_summary.mean;
+  out["retention_p5"] = retention_summary.p5;
+  out["retention_min"] = retention_summary.min;
+  out["output_error_mean"] = error_summary.mean;
+  out["output_error_p95"] = error_summary.p95;
+  out["output_error_max"] = error_summary.max;
+  const py::ssize_t h = rows.n_heads, s = static_cast<py::ssize_t>(n_steps);
+  out["retention"] = to_numpy(std::move(retention), {h, s});
+  out["output_error"] = with_error ? py::object(to_numpy(std::move(error), {h, s})) : py::object(py::none());
+  py::list groups;
+  for (GroupRecord& record : records) groups.append(group_dict(std::move(record), false));
+  out["groups"] = groups;
+  out["note"] = kTeacherForcedNote;
+  return out;
+}
+
+}  // namespace
+
+void bind_replay(py::module_& m) {
+  py::class_<ReplayOptions>(m, "_ReplayOptions")
+      .def(py::init<>())
+      .def_readwrite("mode", &ReplayOptions::mode)
+      .def_readwrite("aggregate", &ReplayOptions::aggregate)
+      .def_readwrite("rows", &ReplayOptions::rows)
+      .def_readwrite("output_error", &ReplayOptions::output_error)
+      .def_readwrite("quant", &ReplayOptions::quant)
+      .def_readwrite("layer_budget", &ReplayOptions::layer_budget)
+      .def_readwrite("sequences", &ReplayOptions::sequences)
+      .def_readwrite("layers", &ReplayOptions::layers)
+      .def_readwrite("threads", &ReplayOptions::threads);
+  m.def("_replay", &replay);
+  m.def("_sweep", &sweep);
+  m.def("_replay_rows", &replay_rows);
+}
+
+}  // namespace kvsim::python

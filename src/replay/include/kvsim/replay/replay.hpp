@@ -1,0 +1,134 @@
+#pragma once
+// Replay of a whole trace: every (policy, budget) cell over every sequence, layer and cache
+// group, the rows of each layer computed once for all cells, work spread over threads, and
+// the results aggregated in a fixed order so they are identical bit for bit whatever the
+// thread count. This is the one place of kvsim/ that reads trace files.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <stdexcept>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvsim/core/budget.hpp"
+#include "kvsim/core/engine.hpp"
+#include "kvsim/core/policy.hpp"
+#include "kvsim/policies/registry.hpp"
+#include "kvsim/quant/quant.hpp"
+#include "kvsim/core/summary.hpp"
+#include "kvsim/replay/work_split.hpp"
+#include "kvtrace/attention_source.hpp"
+
+namespace kvtrace {
+class TraceReader;
+}
+
+namespace kvsim {
+
+struct PolicyChoice {
+  std::string label;    // name, plus the parameters that differ from the defaults
+  std::string changed;  // those parameters, "k=v,k=v" ("" when all are defaults)
+  const PolicyInfo* info = nullptr;
+  Params params;
+};
+// Throws InputError for an unknown policy or parameter.
+PolicyChoice choose_policy(const std::string& name, const std::map<std::string, std::string>& overrides = {});
+// The policies `names` with their parameters given as the CLI's --param (and the Python
+// module's params): key=value goes to every chosen policy that takes key (with one policy,
+// to it, so an unknown key is named with the parameters it takes); policy.key=value to that
+// policy only. Throws InputError naming --param. (replay_options.cpp)
+std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
+                                          const std::vector<std::pair<std::string, std::string>>& params);
+// The same with each parameter written "key=value".
+std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
+                                          const std::vector<std::string>& assignments);
+
+enum class OutputErrorMode { automatic, on, off };
+
+struct ReplayConfig {
+  std::vector<PolicyChoice> policies;
+  std::vector<Budget> budgets;
+  std::vector<QuantSpec> quant;  // KV quantization specs (empty: none); each multiplies the grid
+  LayerSchedule schedule;
+  Mode mode = Mode::stream;
+  Aggregate aggregate = Aggregate::mean;
+  kvtrace::RowsFrom rows = kvtrace::RowsFrom::automatic;
+  std::vector<int> sequences;                                 // empty: all
+  std::vector<int> layers;                                    // empty: all
+  OutputErrorMode output_error = OutputErrorMode::automatic;  // automatic: when every layer has v
+  int threads = 0;                                            // 0: all cores
+  bool keep_records = false;                  // keep every group's per-step result (survival, plots, GUI)
+  const std::atomic<bool>* cancel = nullptr;  // when set, replay_trace stops and throws Cancelled
+  WorkSplit* split = nullptr;                 // several processes share the work (MPI); see work_split.hpp
+};
+
+// One simulation's result on one cache group.
+struct GroupRecord {
+  int seq = 0, layer = 0;
+  int group = 0;  // kv head, or 0 for a layer-wide group
+  bool layer_wide = false;
+  std::vector<int> heads;  // query heads
+  SimulationResult result;
+};
+
+struct LayerSummary {
+  int layer = 0;
+  Summary retention, output_error;
+  double occupancy_mean = 0;
+};
+
+struct CellResult {
+  std::string policy;  // label: the policy, its changed parameters, "+quant" when quantized
+  std::string params;  // the changed parameters, "k=v,k=v"
+  const PolicyInfo* info = nullptr;
+  Budget budget;
+  QuantSpec quant;
+  double bits_per_element = 16;   // stored bits per k/v element, scales and zero points included
+  double budget_tokens_mean = 0;  // resolved B, averaged over (sequence, layer)
+  double budget_share_mean = 0;   // B / n_tokens, averaged likewise
+  Summary retention, output_error;
+  double occupancy_mean = 0;  // positions attended per step, over every group and step
+  int64_t occupancy_peak = 0;
+  int64_t evictions = 0;
+  std::vector<LayerSummary> layers;
+  std::vector<GroupRecord> records;  // with keep_records, in (sequence, layer, group) order
+};
+
+struct ReplayResults {
+  bool gathered = true;           // false on the ranks other than 0 of a split replay: no cells there
+  std::vector<CellResult> cells;  // cells[(p * quants + q) * budgets + b]
+  bool output_error = false;
+  Mode mode = Mode::stream;
+  int64_t sequences = 0, layers = 0, heads = 0;
+};
+
+struct Cancelled : std::runtime_error {
+  Cancelled() : std::runtime_error("cancelled") {}
+};
+
+ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfig& config,
+                           const std::function<void(int64_t, int64_t)>& progress = {});
+
+// One policy at one budget over the rows of one layer given directly, no trace file: the
+// source's heads are grouped by kv head (n_kv_heads of them) or as one layer, as the policy
+// groups. values (optional): one [n_tokens * head_dim] array per kv head.
+// Where the rows come from, so seeded policies draw what replay_trace draws for the same
+// groups: group g of the source is kv head first_kv_head + g of (seq, layer).
+struct RowsOrigin {
+  int seq = 0, layer = 0, first_kv_head = 0;
+};
+std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_heads, const PolicyChoice& policy,
+                                     int64_t budget, const EngineOptions& options,
+                                     const std::vector<std::vector<float>>& values = {}, int head_dim = 0,
+                                     const RowsOrigin& origin = {});
+
+const char* mode_name(Mode mode);
+Mode parse_mode(const std::string& text);
+Aggregate parse_aggregate(const std::string& text);
+kvtrace::RowsFrom parse_rows(const std::string& text);
+// auto, on or off; throws InputError naming --output-error. (replay_options.cpp)
+OutputErrorMode parse_output_error(const std::string& text);
+
+}  // namespace kvsim

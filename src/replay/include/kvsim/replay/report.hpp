@@ -1,0 +1,41 @@
+#pragma once
+// Replay results as people and programs read them: human tables, CSV, JSON and the survival
+// table. Shared by the CLI, the Python module and the GUI so every front end prints the
+// same numbers.
+#include <string>
+#include <vector>
+
+#include "kvsim/replay/replay.hpp"
+
+namespace kvsim {
+
+inline constexpr const char* kTeacherForcedNote =
+    "teacher-forced replay: rows come from the full-cache run, so the drift a compressed model "
+    "would accumulate is not modelled (kvsim eval measures it)";
+
+// Human text fits 100 columns: every line longer than `width` is broken at spaces, its
+// continuation lines indented as it was. (Tables are laid out to fit; this wraps the prose.)
+// `hang`: spaces added to the indentation of continuation lines.
+std::string wrap_text(const std::string& text, size_t width = 100, size_t hang = 0);
+
+// Retention vs budget, one column per policy (the miss-ratio curve of this field), then p5
+// retention and mean occupancy tables.
+std::string sweep_table(const ReplayResults& results);
+// One cell in detail: per layer and overall mean/p5/min retention, output error, occupancy.
+std::string replay_table(const CellResult& cell, bool output_error);
+
+// One row per (policy, budget, quant).
+std::string sweep_csv(const ReplayResults& results);
+std::string sweep_csv_header();
+std::string sweep_csv_row(const CellResult& cell, Mode mode);
+// A sweep_csv row read back: the cell's summary numbers (not its per-layer detail).
+// Throws InputError for a row that is not one.
+CellResult parse_sweep_csv_row(const std::string& line);
+std::vector<std::string> split_csv_line(const std::string& line);
+// Per layer rows plus an "all" row for each cell.
+std::string layers_csv(const ReplayResults& results);
+std::string results_json(const ReplayResults& results, const std::string& trace, const std::string& model);
+// Per token, group and policy: the step it was evicted (-1: kept to the end). Needs records.
+std::string survival_csv(const ReplayResults& results, const std::vector<std::vector<std::string>>& token_text);
+
+}  // namespace kvsim

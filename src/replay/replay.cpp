@@ -1,0 +1,358 @@
+#include "kvsim/replay/replay.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <thread>
+
+#include "kvsim/core/lists.hpp"
+#include "kvtrace/error.hpp"
+#include "kvtrace/reader.hpp"
+#include "kvsim/quant/quantized_layer.hpp"
+#include "aggregate.hpp"
+#include "kvsim/core/parallel_for.hpp"
+#include "kvsim/policies/registry.hpp"
+#include "record_io.hpp"
+
+namespace kvsim {
+
+PolicyChoice choose_policy(const std::string& name, const std::map<std::string, std::string>& overrides) {
+  PolicyChoice choice;
+  choice.info = &find_policy(name);
+  choice.params = resolve_params(*choice.info, overrides);
+  choice.label = name;
+  std::string changed;
+  for (const auto& entry : overrides) {
+    // Not a structured binding: clang before 16 cannot capture one in the lambda.
+    const std::string& key = entry.first;
+    const std::string& value = entry.second;
+    const auto spec = std::find_if(choice.info->params.begin(), choice.info->params.end(),
+                                   [&](const ParamSpec& s) { return s.name == key; });
+    if (spec->default_value != value) changed += (changed.empty() ? "" : ",") + key + "=" + value;
+  }
+  if (!changed.empty()) choice.label += "(" + changed + ")";
+  choice.changed = changed;
+  return choice;
+}
+
+const char* mode_name(Mode mode) { return mode == Mode::stream ? "stream" : "prefill"; }
+
+Mode parse_mode(const std::string& text) {
+  if (text == "stream") return Mode::stream;
+  if (text == "prefill") return Mode::prefill;
+  throw kvtrace::InputError("", "", "--mode: '" + text + "' is not stream or prefill");
+}
+
+Aggregate parse_aggregate(const std::string& text) {
+  if (text == "mean") return Aggregate::mean;
+  if (text == "max") return Aggregate::max;
+  if (text == "sum") return Aggregate::sum;
+  throw kvtrace::InputError("", "", "--aggregate: '" + text + "' is not mean, max or sum");
+}
+
+kvtrace::RowsFrom parse_rows(const std::string& text) {
+  if (text == "auto") return kvtrace::RowsFrom::automatic;
+  if (text == "attn") return kvtrace::RowsFrom::attn;
+  if (text == "qk") return kvtrace::RowsFrom::qk;
+  throw kvtrace::InputError("", "", "--rows: '" + text + "' is not auto, attn or qk");
+}
+
+namespace {
+
+// A cell of the grid: cells[(policy * quants + quant) * budgets + budget].
+struct CellKey {
+  size_t policy, quant, budget;
+};
+
+size_t quant_count(const ReplayConfig& config) { return std::max<size_t>(1, config.quant.size()); }
+
+CellKey decode(size_t cell, const ReplayConfig& config) {
+  const size_t budgets = config.budgets.size(), quants = quant_count(config);
+  return {cell / budgets / quants, cell / budgets % quants, cell % budgets};
+}
+
+const QuantSpec& quant_of(const ReplayConfig& config, size_t quant) {
+  static const QuantSpec none;
+  return config.quant.empty() ? none : config.quant[quant];
+}
+
+// Cells replayed together over the rows of some layers of one sequence: one layer for
+// ordinary cells, every chosen layer (stepped together) for cross-layer cells.
+struct WorkItem {
+  int seq = 0;
+  std::vector<int> layers;
+  std::vector<size_t> cells;
+  std::vector<GroupRecord> records;  // per cell, then layer, then group
+  std::vector<size_t> cell_of_record;
+};
+
+SimulationSpec make_spec(const PolicyChoice& policy, int64_t budget, int group, int layer,
+                         std::shared_ptr<void> sequence_state = nullptr) {
+  SimulationSpec spec;
+  spec.policy = policy.info;
+  spec.params = policy.params;
+  spec.budget = budget;
+  spec.group = group;
+  spec.layer = layer;
+  spec.sequence_state = std::move(sequence_state);
+  return spec;
+}
+
+void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bool output_error, WorkItem& item) {
+  const kvtrace::TraceMeta& meta = reader.meta();
+  const int64_t n = reader.sequence(item.seq).n_tokens;
+  std::vector<int> all_heads(static_cast<size_t>(meta.n_heads));
+  for (int h = 0; h < meta.n_heads; ++h) all_heads[static_cast<size_t>(h)] = h;
+
+  // The quantization specs this item needs, and the view each gets in every lane.
+  std::vector<QuantSpec> quantized_specs;
+  std::vector<int> view_of(quant_count(config), -1);
+  for (size_t c : item.cells) {
+    const CellKey key = decode(c, config);
+    const QuantSpec& spec = quant_of(config, key.quant);
+    if (spec.enabled() && view_of[key.quant] < 0) {
+      view_of[key.quant] = static_cast<int>(quantized_specs.size());
+      quantized_specs.push_back(spec);
+    }
+  }
+
+  struct LaneData {
+    std::vector<std::vector<float>> values;         // per kv head
+    std::vector<std::vector<float>> queries, keys;  // for quantized views
+    std::vector<CacheGroup> groups;
+    std::vector<SimulationSpec> specs;
+    std::unique_ptr<kvtrace::AttentionSource> source;
+    QuantizedLayer quantized;
+  };
+  std::vector<LaneData> lanes(item.layers.size());
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    LaneData& lane = lanes[l];
+    const int layer = item.layers[l];
+    if (output_error)
+      for (int kv = 0; kv < meta.n_kv_heads; ++kv)
+        lane.values.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::v, kv));
+    lane.groups = layer_cache_groups(meta.n_heads, meta.n_kv_heads, item.seq, layer, lane.values, meta.head_dim);
+    lane.source = kvtrace::open_attention_source(reader, item.seq, layer, all_heads, config.rows);
+    if (quantized_specs.empty()) continue;
+    const kvtrace::LayerForm& form = reader.layer(item.seq, layer);
+    if (!form.has_qk())
+      reader.fail(kvtrace::layer_path(item.seq, layer),
+                  "KV quantization needs q and k (and v for output error): this layer has only attn");
+    for (int h = 0; h < meta.n_heads; ++h)
+      lane.queries.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::q, h));
+    for (int kv = 0; kv < meta.n_kv_heads; ++kv)
+      lane.keys.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::k, kv));
+    const kvtrace::SoftmaxOptions softmax{meta.attn_scale, form.sliding_window, form.logit_softcap};
+    lane.quantized = build_quantized_layer(quantized_specs, n, meta.head_dim, lane.queries, lane.keys, lane.values,
+                                           lane.groups, softmax);
+  }
+
+  std::vector<std::pair<size_t, size_t>> where;  // per record: lane and index of its spec
+  for (size_t c : item.cells) {
+    const CellKey key = decode(c, config);
+    const PolicyChoice& policy = config.policies[key.policy];
+    std::shared_ptr<void> state;
+    if (policy.info->make_sequence_state)
+      state = policy.info->make_sequence_state(policy.params, static_cast<int>(lanes.size()), n);
+    const bool layer_wide = policy.info->grouping == Grouping::layer;
+    const GroupRange range = policy_groups(*policy.info, meta.n_kv_heads);
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      const int layer = item.layers[l];
+      const int64_t budget = config.schedule.apply(config.budgets[key.budget].resolve(n), layer);
+      for (int g = range.first; g < range.last; ++g) {
+        where.emplace_back(l, lanes[l].specs.size());
+        // A cross-layer chain runs over the chosen layers in order: its links are the lanes.
+        SimulationSpec spec = make_spec(policy, budget, g, state ? static_cast<int>(l) : layer, state);
+        spec.quant = view_of[key.quant];
+        lanes[l].specs.push_back(std::move(spec));
+        GroupRecord record;
+        record.seq = item.seq;
+        record.layer = layer;
+        record.group = layer_wide ? 0 : g;
+        record.layer_wide = layer_wide;
+        record.heads = lanes[l].groups[static_cast<size_t>(g)].heads;
+        item.records.push_back(std::move(record));
+        item.cell_of_record.push_back(c);
+      }
+    }
+  }
+  std::vector<Lane> engine_lanes;
+  for (auto& lane : lanes)
+    engine_lanes.push_back(Lane{lane.source.get(), lane.groups, lane.specs, lane.quantized.views});
+  EngineOptions options;
+  options.mode = config.mode;
+  options.prompt_len = reader.sequence(item.seq).prompt_len;
+  options.aggregate = config.aggregate;
+  options.output_error = output_error;
+  std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
+  for (size_t r = 0; r < item.records.size(); ++r)
+    item.records[r].result = std::move(results[where[r].first][where[r].second]);
+}
+
+// The items on `threads` threads (parallel_for.hpp); progress from the calling thread only,
+// between its items, since a progress callback need not be thread-safe.
+void run_items(const std::vector<WorkItem*>& items, int threads, const std::function<void(WorkItem&)>& work,
+               const std::function<void(int64_t, int64_t)>& progress) {
+  std::atomic<int64_t> done{0};
+  const std::thread::id caller = std::this_thread::get_id();
+  parallel_for(
+      items.size(), threads, [&](size_t i) { work(*items[i]); },
+      [&]() {
+        const int64_t finished = ++done;
+        if (progress && std::this_thread::get_id() == caller) progress(finished, static_cast<int64_t>(items.size()));
+      });
+}
+
+}  // namespace
+
+std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_heads, const PolicyChoice& policy,
+                                     int64_t budget, const EngineOptions& options,
+                                     const std::vector<std::vector<float>>& values, int head_dim,
+                                     const RowsOrigin& origin) {
+  const int n_heads = source.n_heads();
+  if (n_kv_heads < 1 || n_heads % n_kv_heads != 0)
+    throw kvtrace::InputError("", "",
+                              "the number of heads (" + std::to_string(n_heads) +
+                                  ") must be a multiple of the kv heads (" + std::to_string(n_kv_heads) + ")");
+  if (!values.empty() && static_cast<int>(values.size()) != n_kv_heads)
+    throw kvtrace::InputError("", "", "values must be given for every kv head");
+  EngineOptions engine_options = options;
+  engine_options.output_error = !values.empty();
+  std::vector<CacheGroup> groups =
+      layer_cache_groups(n_heads, n_kv_heads, origin.seq, origin.layer, values, head_dim, origin.first_kv_head);
+  const bool layer_wide = policy.info->grouping == Grouping::layer;
+  std::vector<SimulationSpec> specs;
+  std::vector<GroupRecord> records;
+  const GroupRange range = policy_groups(*policy.info, n_kv_heads);
+  for (int g = range.first; g < range.last; ++g) {
+    std::shared_ptr<void> state;
+    if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, 1, source.n_tokens());
+    specs.push_back(make_spec(policy, budget, g, state ? 0 : origin.layer, state));
+    GroupRecord record;
+    record.group = layer_wide ? 0 : g;
+    record.layer_wide = layer_wide;
+    record.heads = groups[static_cast<size_t>(g)].heads;
+    records.push_back(std::move(record));
+  }
+  std::vector<SimulationResult> results = run_engine(source, groups, specs, engine_options);
+  for (size_t r = 0; r < results.size(); ++r) records[r].result = std::move(results[r]);
+  return records;
+}
+
+ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfig& config,
+                           const std::function<void(int64_t, int64_t)>& progress) {
+  if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
+  if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
+  const kvtrace::TraceMeta& meta = reader.meta();
+  const std::vector<int> sequences = chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path());
+  const std::vector<int> layers = chosen_or_all(config.layers, meta.n_layers, "layer", reader.path());
+  if (!config.schedule.weights.empty() && static_cast<int>(config.schedule.weights.size()) != meta.n_layers)
+    reader.fail("", "the layer budget schedule has " + std::to_string(config.schedule.weights.size()) +
+                        " weights for " + std::to_string(meta.n_layers) + " layers");
+
+  bool has_values = true;
+  for (int seq : sequences)
+    for (int layer : layers) has_values = has_values && reader.layer(seq, layer).has_v;
+  if (config.output_error == OutputErrorMode::on && !has_values)
+    reader.fail("", "output error needs v in every replayed layer, and some layer has none");
+  const bool output_error = config.output_error != OutputErrorMode::off && has_values;
+
+  const size_t cells = config.policies.size() * quant_count(config) * config.budgets.size();
+  std::vector<size_t> layer_cells, cross_layer_cells;
+  for (size_t c = 0; c < cells; ++c)
+    (config.policies[decode(c, config).policy].info->engine == Engine::cross_layer ? cross_layer_cells : layer_cells)
+        .push_back(c);
+  std::vector<WorkItem> items;
+  for (int seq : sequences) {
+    if (!layer_cells.empty())
+      for (int layer : layers) {
+        WorkItem item;
+        item.seq = seq;
+        item.layers = {layer};
+        item.cells = layer_cells;
+        items.push_back(std::move(item));
+      }
+    if (!cross_layer_cells.empty()) {
+      WorkItem item;
+      item.seq = seq;
+      item.layers = layers;
+      item.cells = cross_layer_cells;
+      items.push_back(std::move(item));
+    }
+  }
+  const int threads =
+      config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  // Under a split, this process replays its share only.
+  std::vector<size_t> own;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (!config.split || config.split->mine(i)) own.push_back(i);
+  std::vector<WorkItem*> mine;
+  for (size_t i : own) mine.push_back(&items[i]);
+  run_items(
+      mine, threads,
+      [&](WorkItem& item) {
+        if (config.cancel && config.cancel->load()) throw Cancelled();
+        run_item(reader, config, output_error, item);
+      },
+      progress);
+  if (config.split) {
+    std::vector<std::pair<uint64_t, std::string>> bytes;
+    for (size_t i : own) bytes.emplace_back(i, serialize_records(items[i].records, items[i].cell_of_record));
+    const std::vector<std::string> all = config.split->gather(bytes, items.size());
+    if (config.split->rank() != 0) {
+      ReplayResults elsewhere;
+      elsewhere.gathered = false;
+      return elsewhere;
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (config.split->mine(i)) continue;
+      items[i].records.clear();
+      items[i].cell_of_record.clear();
+      deserialize_records(all[i], items[i].records, items[i].cell_of_record);
+    }
+  }
+
+  ReplayResults results;
+  results.output_error = output_error;
+  results.mode = config.mode;
+  results.sequences = static_cast<int64_t>(sequences.size());
+  results.layers = static_cast<int64_t>(layers.size());
+  results.heads = meta.n_heads;
+  // The cells are aggregated independently (exact percentiles over every sample): in parallel.
+  results.cells.resize(cells);
+  parallel_for(
+      cells, threads,
+      [&](size_t c) {
+        CellResult& cell = results.cells[c];
+        const CellKey key = decode(c, config);
+        cell.info = config.policies[key.policy].info;
+        cell.budget = config.budgets[key.budget];
+        cell.quant = quant_of(config, key.quant);
+        cell.policy = config.policies[key.policy].label + (cell.quant.enabled() ? "+" + cell.quant.name : "");
+        cell.params = config.policies[key.policy].changed;
+        cell.bits_per_element = bits_per_element(cell.quant, meta.head_dim);
+        std::vector<const GroupRecord*> records;
+        double budget_sum = 0, share_sum = 0;
+        int64_t budget_count = 0;
+        for (int seq : sequences)
+          for (int layer : layers) {
+            const int64_t n = reader.sequence(seq).n_tokens;
+            const int64_t budget = config.schedule.apply(cell.budget.resolve(n), layer);
+            budget_sum += static_cast<double>(budget);
+            share_sum += static_cast<double>(budget) / static_cast<double>(n);
+            ++budget_count;
+          }
+        for (const WorkItem& item : items)
+          for (size_t r = 0; r < item.records.size(); ++r)
+            if (item.cell_of_record[r] == c) records.push_back(&item.records[r]);
+        cell.budget_tokens_mean = budget_sum / static_cast<double>(budget_count);
+        cell.budget_share_mean = share_sum / static_cast<double>(budget_count);
+        aggregate_cell(cell, records, meta.n_layers, output_error);
+        if (config.keep_records)
+          for (const GroupRecord* record : records) cell.records.push_back(*record);
+      },
+      [] {});
+  return results;
+}
+
+}  // namespace kvsim

@@ -1,0 +1,78 @@
+// The replay's options as the front ends (the CLI and the Python module) write them: policy
+// parameters routed to the chosen policies, and --output-error.
+#include <algorithm>
+#include <map>
+
+#include "kvsim/replay/replay.hpp"
+#include "kvsim/policies/registry.hpp"
+#include "kvtrace/error.hpp"
+
+namespace kvsim {
+namespace {
+
+[[noreturn]] void bad_option(const std::string& option, const std::string& problem) {
+  throw kvtrace::InputError("", "", "--" + option + ": " + problem);
+}
+
+using Overrides = std::vector<std::map<std::string, std::string>>;
+
+// Routes one parameter to the overrides of the policies it is for.
+void route(const std::vector<std::string>& names, std::string key, const std::string& value, Overrides& overrides) {
+  if (key.empty()) bad_option("param", "'=" + value + "' is not key=value");
+  std::string target;
+  const size_t dot = key.find('.');
+  if (dot != std::string::npos) {
+    target = key.substr(0, dot);
+    key = key.substr(dot + 1);
+  }
+  bool used = false;
+  for (size_t p = 0; p < names.size(); ++p) {
+    const PolicyInfo& info = find_policy(names[p]);
+    const bool takes =
+        std::any_of(info.params.begin(), info.params.end(), [&](const ParamSpec& s) { return s.name == key; });
+    // With one policy every plain key goes to it, so an unknown one is named with the
+    // parameters it does take.
+    if (target.empty() ? takes || names.size() == 1 : names[p] == target) {
+      overrides[p][key] = value;
+      used = true;
+    }
+  }
+  if (!used)
+    bad_option("param", target.empty() ? "no chosen policy takes '" + key + "'"
+                                       : "policy '" + target + "' is not among those chosen");
+}
+
+std::vector<PolicyChoice> choose(const std::vector<std::string>& names, const Overrides& overrides) {
+  std::vector<PolicyChoice> out;
+  for (size_t p = 0; p < names.size(); ++p) out.push_back(choose_policy(names[p], overrides[p]));
+  return out;
+}
+
+}  // namespace
+
+std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
+                                          const std::vector<std::pair<std::string, std::string>>& params) {
+  Overrides overrides(names.size());
+  for (const auto& [key, value] : params) route(names, key, value, overrides);
+  return choose(names, overrides);
+}
+
+std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
+                                          const std::vector<std::string>& assignments) {
+  Overrides overrides(names.size());
+  for (const auto& param : assignments) {
+    const size_t equals = param.find('=');
+    if (equals == std::string::npos || equals == 0) bad_option("param", "'" + param + "' is not key=value");
+    route(names, param.substr(0, equals), param.substr(equals + 1), overrides);
+  }
+  return choose(names, overrides);
+}
+
+OutputErrorMode parse_output_error(const std::string& text) {
+  if (text == "auto") return OutputErrorMode::automatic;
+  if (text == "on") return OutputErrorMode::on;
+  if (text == "off") return OutputErrorMode::off;
+  bad_option("output-error", "'" + text + "' is not auto, on or off");
+}
+
+}  // namespace kvsim

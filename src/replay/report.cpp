@@ -1,0 +1,292 @@
+#include "kvsim/core/json_text.hpp"
+#include "kvsim/replay/report.hpp"
+
+#include <cstdio>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "kvtrace/error.hpp"
+#include "kvsim/core/text_util.hpp"
+#include "kvsim/policies/registry.hpp"
+
+namespace kvsim {
+namespace {
+
+using text::csv_field;
+using text::fixed;
+using text::left;
+using text::number;
+
+// Token text in one CSV cell on one line: control characters written as \n, \t, \r.
+std::string one_line(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    if (c == '\n')
+      out += "\\n";
+    else if (c == '\t')
+      out += "\\t";
+    else if (c == '\r')
+      out += "\\r";
+    else
+      out += c;
+  }
+  return out;
+}
+
+std::vector<std::string> policy_labels(const ReplayResults& results) {
+  std::vector<std::string> labels;
+  for (const auto& cell : results.cells)
+    if (labels.empty() || labels.back() != cell.policy) labels.push_back(cell.policy);
+  return labels;
+}
+
+std::string params_text(const CellResult& cell) { return cell.params; }
+
+std::string base_name(const CellResult& cell) { return cell.info ? cell.info->name : cell.policy; }
+
+}  // namespace
+
+std::string wrap_text(const std::string& text, size_t width, size_t hang) {
+  std::string out;
+  size_t begin = 0;
+  while (begin < text.size()) {
+    size_t end = text.find('\n', begin);
+    const bool newline = end != std::string::npos;
+    if (!newline) end = text.size();
+    std::string line = text.substr(begin, end - begin);
+    const size_t first = line.find_first_not_of(' ');
+    const std::string indent = std::string(first == std::string::npos ? 0 : first, ' ') + std::string(hang, ' ');
+    while (line.size() > width) {
+      size_t cut = line.rfind(' ', width);
+      if (cut == std::string::npos || cut <= indent.size()) cut = line.find(' ', width);
+      if (cut == std::string::npos) break;
+      out += line.substr(0, cut) + "\n";
+      line = indent + line.substr(line.find_first_not_of(' ', cut) == std::string::npos
+                                      ? line.size()
+                                      : line.find_first_not_of(' ', cut));
+    }
+    out += line;
+    if (newline) out += "\n";
+    begin = end + 1;
+  }
+  return out;
+}
+
+std::string sweep_table(const ReplayResults& results) {
+  const std::vector<std::string> labels = policy_labels(results);
+  const size_t budgets = labels.empty() ? 0 : results.cells.size() / labels.size();
+  // Columns as wide as their labels, in blocks of at most 100 characters a line: a wide grid
+  // is printed as several tables of the same rows, one under the other.
+  constexpr size_t kLine = 100, kFirst = 10;
+  std::vector<size_t> width(labels.size());
+  std::vector<std::pair<size_t, size_t>> blocks;  // [first, last) policies
+  for (size_t p = 0, used = kFirst; p < labels.size(); ++p) {
+    width[p] = std::max<size_t>(9, labels[p].size() + 2);
+    if (blocks.empty() || used + width[p] > kLine) {
+      blocks.push_back({p, p});
+      used = kFirst;
+    }
+    used += width[p];
+    blocks.back().second = p + 1;
+  }
+  std::ostringstream out;
+  auto table = [&](const std::string& title, auto value, int decimals) {
+    out << title << "\n";
+    for (const auto& [first, last] : blocks) {
+      out << left("budget", kFirst);
+      for (size_t p = first; p < last; ++p) out << std::string(width[p] - labels[p].size(), ' ') << labels[p];
+      out << "\n";
+      for (size_t b = 0; b < budgets; ++b) {
+        out << left(results.cells[b].budget.text, kFirst);
+        for (size_t p = first; p < last; ++p)
+          out << fixed(value(results.cells[p * budgets + b]), static_cast<int>(width[p]), decimals);
+        out << "\n";
+      }
+      out << "\n";
+    }
+  };
+  table(
+      "mean attention-mass retention", [](const CellResult& c) { return c.retention.mean; }, 4);
+  table(
+      "p5 retention", [](const CellResult& c) { return c.retention.p5; }, 4);
+  table(
+      "min retention", [](const CellResult& c) { return c.retention.min; }, 4);
+  if (results.output_error)
+    table(
+        "mean relative output error |o - o~| / |o|", [](const CellResult& c) { return c.output_error.mean; }, 4);
+  table(
+      "mean occupancy (positions attended per step; memory must still hold the peak)",
+      [](const CellResult& c) { return c.occupancy_mean; }, 1);
+  out << "budget B per sequence and layer, mean:";
+  for (size_t b = 0; b < budgets; ++b)
+    out << " " << results.cells[b].budget.text << "=" << number(results.cells[b].budget_tokens_mean, "%.1f");
+  out << "\nmode " << mode_name(results.mode) << "; " << results.sequences << " sequences x " << results.layers
+      << " layers x " << results.heads << " heads; " << kTeacherForcedNote << "\n";
+  return wrap_text(out.str());
+}
+
+std::string replay_table(const CellResult& cell, bool output_error) {
+  std::ostringstream out;
+  out << "policy " << cell.policy << ", budget " << cell.budget.text
+      << " (B = " << number(cell.budget_tokens_mean, "%.1f") << " tokens on average)\n\n";
+  out << "layer   ret.mean  ret.p5  ret.min";
+  if (output_error) out << "  err.mean  err.p95";
+  out << "  occupancy\n";
+  auto line = [&](const std::string& name, const Summary& retention, const Summary& error, double occupancy) {
+    out << left(name, 6) << fixed(retention.mean, 10, 4) << fixed(retention.p5, 8, 4) << fixed(retention.min, 9, 4);
+    if (output_error) out << fixed(error.mean, 10, 4) << fixed(error.p95, 9, 4);
+    out << fixed(occupancy, 11, 1) << "\n";
+  };
+  for (const auto& layer : cell.layers)
+    line(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean);
+  line("all", cell.retention, cell.output_error, cell.occupancy_mean);
+  out << "\npeak occupancy " << cell.occupancy_peak << ", evictions " << cell.evictions << "\n";
+  return out.str();
+}
+
+std::string sweep_csv_header() {
+  return "policy,params,budget,quant,bits_per_element,budget_tokens_mean,budget_share_mean,mode,retention_mean,"
+         "retention_p5,retention_min,output_error_mean,output_error_p95,output_error_max,occupancy_mean,occupancy_peak,"
+         "evictions,samples\n";
+}
+
+std::string sweep_csv_row(const CellResult& cell, Mode mode) {
+  std::ostringstream out;
+  out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << cell.quant.name
+      << "," << number(cell.bits_per_element) << "," << number(cell.budget_tokens_mean) << ","
+      << number(cell.budget_share_mean) << "," << mode_name(mode) << "," << number(cell.retention.mean) << ","
+      << number(cell.retention.p5) << "," << number(cell.retention.min) << "," << number(cell.output_error.mean) << ","
+      << number(cell.output_error.p95) << "," << number(cell.output_error.max) << "," << number(cell.occupancy_mean)
+      << "," << cell.occupancy_peak << "," << cell.evictions << "," << cell.retention.count << "\n";
+  return out.str();
+}
+
+std::string sweep_csv(const ReplayResults& results) {
+  std::string out = sweep_csv_header();
+  for (const auto& cell : results.cells) out += sweep_csv_row(cell, results.mode);
+  return out;
+}
+
+std::vector<std::string> split_csv_line(const std::string& line) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"')
+        fields.back() += '"', ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        fields.back() += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  return fields;
+}
+
+CellResult parse_sweep_csv_row(const std::string& line) {
+  const std::vector<std::string> f = split_csv_line(line);
+  if (f.size() != 18) throw kvtrace::InputError("", "", "not a kvsim sweep row: " + line);
+  auto real = [&](size_t i) { return f[i].empty() ? NAN : std::stod(f[i]); };
+  CellResult cell;
+  cell.info = &find_policy(f[0]);
+  cell.params = f[1];
+  cell.budget = Budget::parse(f[2]);
+  cell.quant = parse_quant(f[3]);
+  cell.policy = f[0] + (f[1].empty() ? "" : "(" + f[1] + ")") + (cell.quant.enabled() ? "+" + cell.quant.name : "");
+  cell.bits_per_element = real(4);
+  cell.budget_tokens_mean = real(5);
+  cell.budget_share_mean = real(6);
+  cell.retention.mean = real(8), cell.retention.p5 = real(9), cell.retention.min = real(10);
+  cell.output_error.mean = real(11), cell.output_error.p95 = real(12), cell.output_error.max = real(13);
+  cell.output_error.count = f[11].empty() ? 0 : 1;
+  cell.occupancy_mean = real(14);
+  cell.occupancy_peak = std::stoll(f[15]);
+  cell.evictions = std::stoll(f[16]);
+  cell.retention.count = std::stoll(f[17]);
+  return cell;
+}
+
+std::string layers_csv(const ReplayResults& results) {
+  std::ostringstream out;
+  out << "policy,params,budget,quant,layer,retention_mean,retention_p5,retention_min,output_error_mean,output_error_"
+         "p95,"
+         "occupancy_mean\n";
+  for (const auto& cell : results.cells) {
+    auto row = [&](const std::string& layer, const Summary& retention, const Summary& error, double occupancy) {
+      out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << cell.quant.name
+          << "," << layer << "," << number(retention.mean) << "," << number(retention.p5) << ","
+          << number(retention.min) << "," << number(error.mean) << "," << number(error.p95) << "," << number(occupancy)
+          << "\n";
+    };
+    for (const auto& layer : cell.layers)
+      row(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean);
+    row("all", cell.retention, cell.output_error, cell.occupancy_mean);
+  }
+  return out.str();
+}
+
+std::string results_json(const ReplayResults& results, const std::string& trace, const std::string& model) {
+  auto summary = [](const Summary& s) -> nlohmann::json {
+    if (s.count == 0) return nullptr;
+    return {{"mean", s.mean}, {"p5", s.p5}, {"min", s.min}, {"p95", s.p95}, {"max", s.max}, {"count", s.count}};
+  };
+  nlohmann::json cells = nlohmann::json::array();
+  for (const auto& cell : results.cells) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& layer : cell.layers)
+      layers.push_back({{"layer", layer.layer},
+                        {"retention", summary(layer.retention)},
+                        {"output_error", summary(layer.output_error)},
+                        {"occupancy_mean", layer.occupancy_mean}});
+    cells.push_back({{"policy", base_name(cell)},
+                     {"label", cell.policy},
+                     {"params", params_text(cell)},
+                     {"budget", cell.budget.text},
+                     {"quant", cell.quant.name},
+                     {"bits_per_element", cell.bits_per_element},
+                     {"budget_tokens_mean", cell.budget_tokens_mean},
+                     {"budget_share_mean", cell.budget_share_mean},
+                     {"retention", summary(cell.retention)},
+                     {"output_error", summary(cell.output_error)},
+                     {"occupancy_mean", cell.occupancy_mean},
+                     {"occupancy_peak", cell.occupancy_peak},
+                     {"evictions", cell.evictions},
+                     {"layers", layers}});
+  }
+  nlohmann::json out = {{"trace", trace},
+                        {"model", model},
+                        {"mode", mode_name(results.mode)},
+                        {"sequences", results.sequences},
+                        {"layers", results.layers},
+                        {"heads", results.heads},
+                        {"note", kTeacherForcedNote},
+                        {"cells", cells}};
+  return json_text(std::move(out), 1);
+}
+
+std::string survival_csv(const ReplayResults& results, const std::vector<std::vector<std::string>>& token_text) {
+  std::ostringstream out;
+  out << "policy,params,budget,quant,seq,layer,group,position,token,eviction_step\n";
+  for (const auto& cell : results.cells) {
+    if (cell.info && cell.info->engine == Engine::bound) continue;  // a bound keeps no cache
+    for (const auto& record : cell.records) {
+      const auto& text = token_text[static_cast<size_t>(record.seq)];
+      const std::string group = record.layer_wide ? "layer" : "kv" + std::to_string(record.group);
+      for (size_t position = 0; position < record.result.eviction_step.size(); ++position)
+        out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << ","
+            << cell.quant.name << "," << record.seq << "," << record.layer << "," << group << "," << position << ","
+            << csv_field(position < text.size() ? one_line(text[position]) : "") << ","
+            << record.result.eviction_step[position] << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace kvsim

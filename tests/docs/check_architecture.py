@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""docs/architecture.md's table of components against CMake's target links.
+
+Usage: check_architecture.py docs/architecture.md BUILD/component_links.txt
+
+Every target in the table must exist with exactly the kvsim links the table lists, every
+kvsim target CMake has must be in the table, and no component may link one listed below it
+(the table is in the order data flows, so nothing points back up).
+"""
+import re
+import sys
+
+
+def table(path):
+    text = open(path, encoding="utf-8").read()
+    body = text.split("<!-- components:", 1)[1].split("<!-- end components -->", 1)[0]
+    rows = []
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 4 or cells[2] in ("target", "---"):
+            continue
+        target = cells[2].strip("`")
+        links = re.findall(r"`([^`]+)`", cells[3])
+        rows.append((target, links))
+    return rows
+
+
+def main():
+    doc, graph = sys.argv[1], sys.argv[2]
+    actual = {}
+    for line in open(graph, encoding="utf-8"):
+        if ":" in line:
+            target, links = line.rstrip("\n").split(":", 1)
+            actual[target] = links.split()
+    rows = table(doc)
+    problems = []
+    order = [target for target, _ in rows]
+    for index, (target, links) in enumerate(rows):
+        if target not in actual:
+            # Optional targets (Qt, pybind11) may be missing from a build without them.
+            if target not in ("kvsim_plot", "kvsim_python", "kvsim_gui_lib"):
+                problems.append(f"{target}: in the table but not a CMake target")
+            continue
+        if sorted(links) != sorted(actual[target]):
+            problems.append(f"{target}: the table says it links {sorted(links)}, CMake {sorted(actual[target])}")
+        for link in actual[target]:
+            if link in order and order.index(link) >= index:
+                problems.append(f"{target} links {link}, which is not above it: a dependency points back up")
+    for target in actual:
+        if target not in order:
+            problems.append(f"{target}: a CMake target missing from the table")
+    for problem in problems:
+        print(f"{doc}: {problem}")
+    if not problems:
+        print(f"{doc}: {len(rows)} components match CMake's target links")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
