@@ -127,16 +127,9 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
       std::vector<SimulationSpec> specs;
       loop.simulation_of_head.resize(static_cast<size_t>(config_.n_heads));
       for (int g = range.first; g < range.last; ++g) {
-        SimulationSpec spec;
-        spec.policy = policy_->info;
-        spec.params = policy_->params;
-        spec.budget = budget;
-        spec.group = g;
-        spec.layer = l;
-        spec.sequence_state = state;
         for (int head : groups[static_cast<size_t>(g)].heads)
           loop.simulation_of_head[static_cast<size_t>(head)] = specs.size();
-        specs.push_back(std::move(spec));
+        specs.push_back(simulation_spec(*policy_, budget, g, l, state));
         GroupRecord& record = loop.records.emplace_back();
         record.seq = options_.sequence;
         record.layer = l;

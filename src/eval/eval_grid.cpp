@@ -68,15 +68,8 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
     const GroupRange range = policy_groups(*policy.info, n_kv);
     for (int l = 0; l < c.n_layers; ++l)
       for (int g = range.first; g < range.last; ++g) {
-        SimulationSpec spec;
-        spec.policy = policy.info;
-        spec.params = policy.params;
-        spec.budget = budget;
-        spec.group = g;
-        spec.layer = l;
-        spec.sequence_state = state;
         where[cell].emplace_back(static_cast<size_t>(l), lanes[static_cast<size_t>(l)].specs.size());
-        lanes[static_cast<size_t>(l)].specs.push_back(std::move(spec));
+        lanes[static_cast<size_t>(l)].specs.push_back(simulation_spec(policy, budget, g, l, state));
       }
   }
   std::vector<Lane> engine_lanes;

@@ -86,18 +86,6 @@ struct WorkItem {
   std::vector<size_t> cell_of_record;
 };
 
-SimulationSpec make_spec(const PolicyChoice& policy, int64_t budget, int group, int layer,
-                         std::shared_ptr<void> sequence_state = nullptr) {
-  SimulationSpec spec;
-  spec.policy = policy.info;
-  spec.params = policy.params;
-  spec.budget = budget;
-  spec.group = group;
-  spec.layer = layer;
-  spec.sequence_state = std::move(sequence_state);
-  return spec;
-}
-
 void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bool output_error, WorkItem& item) {
   const kvtrace::TraceMeta& meta = reader.meta();
   const int64_t n = reader.sequence(item.seq).n_tokens;
@@ -162,7 +150,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
       for (int g = range.first; g < range.last; ++g) {
         where.emplace_back(l, lanes[l].specs.size());
         // A cross-layer chain runs over the chosen layers in order: its links are the lanes.
-        SimulationSpec spec = make_spec(policy, budget, g, state ? static_cast<int>(l) : layer, state);
+        SimulationSpec spec = simulation_spec(policy, budget, g, state ? static_cast<int>(l) : layer, state);
         spec.quant = view_of[key.quant];
         lanes[l].specs.push_back(std::move(spec));
         GroupRecord record;
@@ -227,7 +215,7 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
   for (int g = range.first; g < range.last; ++g) {
     std::shared_ptr<void> state;
     if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, 1, source.n_tokens());
-    specs.push_back(make_spec(policy, budget, g, state ? 0 : origin.layer, state));
+    specs.push_back(simulation_spec(policy, budget, g, state ? 0 : origin.layer, state));
     GroupRecord record;
     record.group = layer_wide ? 0 : g;
     record.layer_wide = layer_wide;
@@ -353,6 +341,18 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
       },
       [] {});
   return results;
+}
+
+SimulationSpec simulation_spec(const PolicyChoice& policy, int64_t budget, int group, int layer,
+                               std::shared_ptr<void> sequence_state) {
+  SimulationSpec spec;
+  spec.policy = policy.info;
+  spec.params = policy.params;
+  spec.budget = budget;
+  spec.group = group;
+  spec.layer = layer;
+  spec.sequence_state = std::move(sequence_state);
+  return spec;
 }
 
 }  // namespace kvsim

@@ -151,16 +151,8 @@ void expect_engines_agree(const Llama2Model& model, const std::vector<int>& toke
       sources.push_back(std::make_unique<kvtrace::PackedAttentionSource>(n, run.rows[static_cast<size_t>(l)]));
       futures.push_back(std::make_unique<kvtrace::PackedAttentionSource>(n, full.rows[static_cast<size_t>(l)]));
       groups.push_back(kvsim::layer_cache_groups(c.n_heads, c.n_kv_heads, 2, l));
-      for (int g = range.first; g < range.last; ++g) {
-        kvsim::SimulationSpec spec;
-        spec.policy = policy.info;
-        spec.params = policy.params;
-        spec.budget = budget;
-        spec.group = g;
-        spec.layer = l;
-        spec.sequence_state = state;
-        specs[static_cast<size_t>(l)].push_back(spec);
-      }
+      for (int g = range.first; g < range.last; ++g)
+        specs[static_cast<size_t>(l)].push_back(kvsim::simulation_spec(policy, budget, g, l, state));
     }
     for (int l = 0; l < c.n_layers; ++l)
       lanes.push_back({sources[static_cast<size_t>(l)].get(), groups[static_cast<size_t>(l)],

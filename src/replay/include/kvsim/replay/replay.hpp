@@ -8,6 +8,7 @@
 #include <functional>
 #include <stdexcept>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,10 @@ struct PolicyChoice {
   const PolicyInfo* info = nullptr;
   Params params;
 };
+// The engine's simulation of `policy` at `budget` on cache group `group` of `layer`
+// (cross-layer policies: their link in the chain, and the chain's shared state).
+SimulationSpec simulation_spec(const PolicyChoice& policy, int64_t budget, int group, int layer,
+                               std::shared_ptr<void> sequence_state = nullptr);
 // Throws InputError for an unknown policy or parameter.
 PolicyChoice choose_policy(const std::string& name, const std::map<std::string, std::string>& overrides = {});
 // The policies `names` with their parameters given as the CLI's --param (and the Python
