@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "kvsim/replay/report.hpp"
+#include "kvsim/replay/sweep_table.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
@@ -49,10 +50,20 @@ void append(int fd, const std::string& text, const std::string& path) {
 }
 
 // The identifying fields of a row (policy, params, budget, quant) must match the grid cell.
-bool same_cell(const std::string& row, const CellResult& expected) {
-  const std::vector<std::string> fields = split_csv_line(row.substr(0, row.size() - 1));
-  return fields.size() > 4 && fields[0] == expected.info->name && fields[1] == expected.params &&
-         fields[2] == expected.budget.text && fields[3] == expected.quant.name;
+bool same_cell(const SweepRow& row, const CellResult& expected) {
+  return row.policy == expected.info->name && row.params == expected.params && row.budget == expected.budget.text &&
+         row.quant == expected.quant.name;
+}
+
+// The complete rows found, read as the sweep CSV they are (every column required).
+std::vector<SweepRow> read_rows(const std::string& path, const std::string& header,
+                                const std::vector<std::string>& lines) {
+  if (lines.empty()) return {};
+  std::string text = header;
+  for (const auto& line : lines) text += line;
+  std::vector<std::string> all;
+  for (const auto& column : sweep_columns()) all.push_back(column.name);
+  return read_sweep_csv(text, path, all).rows;
 }
 
 // What identifies the trace without reading it whole: its size, modification time, and a
@@ -153,13 +164,15 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   std::vector<std::string> rows = complete_rows(path, header);
   const std::string settings = settings_of(reader, config, values);
   check_settings(path, settings, !rows.empty());
+  std::vector<SweepRow> found = read_rows(path, header, rows);
   size_t done = 0;
-  while (done < rows.size() && done < total && same_cell(rows[done], expected[done])) ++done;
+  while (done < found.size() && done < total && same_cell(found[done], expected[done])) ++done;
   if (done < rows.size())
     throw kvtrace::InputError(path, "",
                               "--resume: row " + std::to_string(done + 1) +
                                   " is not this sweep's (other policies, budgets or quantization?)");
   rows.resize(done);
+  found.resize(done);
 
   // Rewrite the file to exactly the header and the complete rows, then append as we go.
   {
@@ -188,7 +201,7 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
       const ReplayResults results = replay_trace(reader, chunk, progress.callback());
       std::string text;
       for (size_t c = 0; c < results.cells.size(); ++c)
-        if (p * per_policy + c >= done) text += sweep_csv_row(results.cells[c], results.mode);
+        if (p * per_policy + c >= done) text += sweep_csv_line(sweep_row(results.cells[c], results.mode));
       append(fd, text, path);
       done = (p + 1) * per_policy;
     }
@@ -208,8 +221,8 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   all.sequences = config.sequences.empty() ? reader.n_sequences() : static_cast<int64_t>(config.sequences.size());
   all.layers = config.layers.empty() ? reader.meta().n_layers : static_cast<int64_t>(config.layers.size());
   all.heads = reader.meta().n_heads;
-  for (const auto& row : complete_rows(path, header)) {
-    all.cells.push_back(parse_sweep_csv_row(row.substr(0, row.size() - 1)));
+  for (const SweepRow& row : read_rows(path, header, complete_rows(path, header))) {
+    all.cells.push_back(cell_of_sweep_row(row));
     all.output_error = all.output_error || all.cells.back().output_error.count > 0;
   }
   return all;

@@ -18,7 +18,7 @@ namespace {
   throw kvtrace::InputError("", "", "--" + option + ": " + problem);
 }
 
-bool has_sweep(const PlanRequest& r) { return !r.sweep.empty() || !r.sweep_text.empty(); }
+bool has_sweep(const PlanRequest& r) { return !r.sweep.empty() || !r.sweep_text.empty() || r.sweep_rows; }
 
 // --gpu: a card, or a memory size per GPU when it starts with a digit.
 GpuCard gpu_of(const PlanRequest& r) {
@@ -138,7 +138,7 @@ class RowBuilder {
     row.quant_measured = measured;
     plan_.unmeasured |= !measured && q.enabled();
     if (choice.chosen) {
-      const SweepRow& chosen = choice.rows[*choice.chosen];
+      const TargetRow& chosen = choice.rows[*choice.chosen];
       if (!is_full) row.budget = Budget::parse(chosen.budget);
       row.metric = chosen.metric;
     } else {
@@ -196,8 +196,12 @@ Plan make_plan(const PlanRequest& r) {
   } else {
     plan.target = parse_target(r.target.empty() ? "retention>=0.95" : r.target);
     plan.sweep_name = r.sweep;
-    const std::string text = r.sweep_text.empty() ? read_text_file(r.sweep, "the sweep") : r.sweep_text;
-    plan.sweep = parse_sweep_csv(text, r.sweep, plan.target->column);
+    if (r.sweep_rows) {
+      plan.sweep = sweep_table(r.sweep_rows->rows, r.sweep_rows->columns, r.sweep, plan.target->column);
+    } else {
+      const std::string text = r.sweep_text.empty() ? read_text_file(r.sweep, "the sweep") : r.sweep_text;
+      plan.sweep = parse_sweep_csv(text, r.sweep, plan.target->column);
+    }
     rows.sweep(quants);
   }
   return plan;

@@ -216,7 +216,7 @@ std::vector<SweepChoice> choose_budgets(const SweepTable& table, const Target& t
     found->rows.push_back(row);
   }
   for (auto& choice : out) {
-    std::stable_sort(choice.rows.begin(), choice.rows.end(), [](const SweepRow& a, const SweepRow& b) {
+    std::stable_sort(choice.rows.begin(), choice.rows.end(), [](const TargetRow& a, const TargetRow& b) {
       if (a.budget_share_mean != b.budget_share_mean) return a.budget_share_mean < b.budget_share_mean;
       return a.budget_tokens_mean < b.budget_tokens_mean;
     });

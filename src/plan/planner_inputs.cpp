@@ -55,64 +55,6 @@ int64_t int_field(const json& card, const std::string& key, const std::string& f
   return out;
 }
 
-// RFC 4180 records: fields separated by commas, optionally quoted with "" for a quote.
-std::vector<std::vector<std::string>> parse_csv(const std::string& text, const std::string& file) {
-  std::vector<std::vector<std::string>> records;
-  std::vector<std::string> record;
-  std::string field;
-  bool quoted = false, field_started = false;
-  size_t line = 1;
-  auto end_record = [&] {
-    record.push_back(field);
-    field.clear();
-    field_started = false;
-    if (!(record.size() == 1 && trim(record[0]).empty())) records.push_back(record);
-    record.clear();
-  };
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (quoted) {
-      if (c == '"') {
-        if (i + 1 < text.size() && text[i + 1] == '"') {
-          field += '"';
-          ++i;
-        } else {
-          quoted = false;
-        }
-      } else {
-        if (c == '\n') ++line;
-        field += c;
-      }
-    } else if (c == '"' && !field_started) {
-      quoted = field_started = true;
-    } else if (c == ',') {
-      record.push_back(field);
-      field.clear();
-      field_started = false;
-    } else if (c == '\n') {
-      end_record();
-      ++line;
-    } else if (c != '\r') {
-      field += c;
-      field_started = true;
-    }
-  }
-  if (quoted) throw kvtrace::InputError(file, "", "line " + std::to_string(line) + ": unterminated quoted field");
-  if (!field.empty() || !record.empty()) end_record();
-  return records;
-}
-
-double csv_number(const std::string& text, const std::string& file, size_t line, const std::string& column) {
-  const std::string value = trim(text);
-  if (value.empty()) return std::numeric_limits<double>::quiet_NaN();
-  char* end = nullptr;
-  const double out = std::strtod(value.c_str(), &end);
-  if (*end != '\0')
-    throw kvtrace::InputError(file, "",
-                              "line " + std::to_string(line) + ": " + column + " '" + value + "' is not a number");
-  return out;
-}
-
 // A card by path (anything ending in .json), by file name in `dir`, or by display name or
 // Hugging Face id (case-insensitive).
 template <typename Card, typename Parse>
@@ -240,50 +182,31 @@ Target parse_target(const std::string& original) {
   return target;
 }
 
-SweepTable parse_sweep_csv(const std::string& text, const std::string& file, const std::string& metric_column) {
-  const auto records = parse_csv(text, file);
-  if (records.empty()) throw kvtrace::InputError(file, "", "empty: expected the CSV kvsim sweep --csv writes");
-  std::map<std::string, size_t> columns;
-  for (size_t c = 0; c < records[0].size(); ++c) columns[trim(records[0][c])] = c;
-  auto column = [&](const std::string& name, bool required) -> std::optional<size_t> {
-    const auto found = columns.find(name);
-    if (found != columns.end()) return found->second;
-    if (required)
-      throw kvtrace::InputError(file, "", "no '" + name + "' column (expected the CSV kvsim sweep --csv writes)");
-    return std::nullopt;
-  };
-  const size_t policy = *column("policy", true), budget = *column("budget", true);
-  const size_t share = *column("budget_share_mean", true), retention = *column("retention_mean", true);
-  const size_t metric = *column(metric_column, true);
-  const auto params = column("params", false), tokens = column("budget_tokens_mean", false);
-  const auto mode = column("mode", false), quant = column("quant", false);
+SweepTable sweep_table(const std::vector<SweepRow>& rows, const std::vector<std::string>& columns,
+                       const std::string& source, const std::string& metric_column) {
+  for (const std::string name : {"policy", "budget", "budget_share_mean", "retention_mean", metric_column.c_str()})
+    if (std::find(columns.begin(), columns.end(), name) == columns.end())
+      throw kvtrace::InputError(source, "", "no '" + name + "' column (expected the CSV kvsim sweep --csv writes)");
+  const SweepColumn* metric = find_sweep_column(metric_column);
+  if (!metric || !metric->real) throw kvtrace::InputError(source, "", "'" + metric_column + "' is not a metric");
   SweepTable table;
-  for (size_t r = 1; r < records.size(); ++r) {
-    const auto& record = records[r];
-    const size_t line = r + 1;
-    if (record.size() < records[0].size())
-      throw kvtrace::InputError(file, "",
-                                "line " + std::to_string(line) + ": " + std::to_string(record.size()) +
-                                    " fields, the header has " + std::to_string(records[0].size()));
-    SweepRow row;
-    row.policy = trim(record[policy]);
-    if (row.policy.empty()) throw kvtrace::InputError(file, "", "line " + std::to_string(line) + ": empty policy");
-    row.params = params ? trim(record[*params]) : "";
-    row.budget = trim(record[budget]);
-    row.mode = mode ? trim(record[*mode]) : "";
-    row.quant = quant ? trim(record[*quant]) : "";
-    row.budget_share_mean = csv_number(record[share], file, line, "budget_share_mean");
-    row.budget_tokens_mean = tokens ? csv_number(record[*tokens], file, line, "budget_tokens_mean") : 0.0;
-    row.retention_mean = csv_number(record[retention], file, line, "retention_mean");
-    row.metric = csv_number(record[metric], file, line, metric_column);
+  for (const SweepRow& row : rows) {
+    TargetRow target;
+    static_cast<SweepRow&>(target) = row;
+    target.metric = row.*metric->real;
     if (!table.rows.empty() && row.mode != table.rows.front().mode) table.mixed_modes = true;
-    table.rows.push_back(std::move(row));
+    table.rows.push_back(std::move(target));
   }
-  if (table.rows.empty()) throw kvtrace::InputError(file, "", "no rows after the header");
+  if (table.rows.empty()) throw kvtrace::InputError(source, "", "no rows after the header");
   // `sweep --csv` always writes the column: a sweep that quantized nothing is unquantized.
   table.has_quant = std::any_of(table.rows.begin(), table.rows.end(),
                                 [](const SweepRow& row) { return !row.quant.empty() && row.quant != "none"; });
   return table;
+}
+
+SweepTable parse_sweep_csv(const std::string& text, const std::string& file, const std::string& metric_column) {
+  const SweepCsv csv = read_sweep_csv(text, file, {"policy", "budget", "budget_share_mean", "retention_mean", metric_column});
+  return sweep_table(csv.rows, csv.columns, file, metric_column);
 }
 
 // ---- contexts ----

@@ -84,27 +84,19 @@ std::vector<PolicyChoice> chosen_policies(const std::vector<std::string>& names,
   return choose_policies(names, params);
 }
 
+// One sweep row's columns (kvsim/replay/sweep_table.hpp), with "label" after the policy.
 py::dict summary_dict(const CellResult& cell, Mode mode) {
+  const SweepRow row = sweep_row(cell, mode);
   py::dict d;
-  d["policy"] = cell.info ? cell.info->name : cell.policy;
-  d["label"] = cell.policy;
-  d["params"] = cell.params;
-  d["budget"] = cell.budget.text;
-  d["quant"] = cell.quant.name;
-  d["bits_per_element"] = cell.bits_per_element;
-  d["budget_tokens_mean"] = cell.budget_tokens_mean;
-  d["budget_share_mean"] = cell.budget_share_mean;
-  d["mode"] = mode_name(mode);
-  d["retention_mean"] = cell.retention.mean;
-  d["retention_p5"] = cell.retention.p5;
-  d["retention_min"] = cell.retention.min;
-  d["output_error_mean"] = cell.output_error.mean;
-  d["output_error_p95"] = cell.output_error.p95;
-  d["output_error_max"] = cell.output_error.max;
-  d["occupancy_mean"] = cell.occupancy_mean;
-  d["occupancy_peak"] = cell.occupancy_peak;
-  d["evictions"] = cell.evictions;
-  d["samples"] = cell.retention.count;
+  for (const auto& column : sweep_columns()) {
+    if (column.text)
+      d[column.name] = row.*column.text;
+    else if (column.real)
+      d[column.name] = row.*column.real;
+    else
+      d[column.name] = row.*column.integer;
+    if (column.text == &SweepRow::policy) d["label"] = cell.policy;
+  }
   return d;
 }
 
@@ -204,52 +196,27 @@ py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
     if (!config.quant.empty()) config.quant = parse_quant_list("none," + options.quant);  // added to the plain grid
   }
   ReplayResults results = interruptible_replay(reader, config);
-  // sweep_csv's columns, in its order.
-  const size_t n = results.cells.size();
-  py::list policy, label, params_col, budget, quant, mode;
-  std::vector<double> bits(n), tokens(n), share(n), rmean(n), rp5(n), rmin(n), emean(n), ep95(n), emax(n), occupancy(n);
-  std::vector<int64_t> peak(n), evictions(n), samples(n);
-  for (size_t i = 0; i < n; ++i) {
-    const CellResult& c = results.cells[i];
-    policy.append(c.info ? c.info->name : c.policy);
-    label.append(c.policy);
-    params_col.append(c.params);
-    budget.append(c.budget.text);
-    quant.append(c.quant.name);
-    mode.append(mode_name(results.mode));
-    bits[i] = c.bits_per_element;
-    tokens[i] = c.budget_tokens_mean;
-    share[i] = c.budget_share_mean;
-    rmean[i] = c.retention.mean;
-    rp5[i] = c.retention.p5;
-    rmin[i] = c.retention.min;
-    emean[i] = c.output_error.mean;
-    ep95[i] = c.output_error.p95;
-    emax[i] = c.output_error.max;
-    occupancy[i] = c.occupancy_mean;
-    peak[i] = c.occupancy_peak;
-    evictions[i] = c.evictions;
-    samples[i] = c.retention.count;
-  }
+  // The sweep table's columns, in its order, then "label".
+  std::vector<SweepRow> rows;
+  for (const CellResult& cell : results.cells) rows.push_back(sweep_row(cell, results.mode));
   py::dict out;
-  out["policy"] = policy;
-  out["params"] = params_col;
-  out["budget"] = budget;
-  out["quant"] = quant;
-  out["bits_per_element"] = to_numpy(std::move(bits));
-  out["budget_tokens_mean"] = to_numpy(std::move(tokens));
-  out["budget_share_mean"] = to_numpy(std::move(share));
-  out["mode"] = mode;
-  out["retention_mean"] = to_numpy(std::move(rmean));
-  out["retention_p5"] = to_numpy(std::move(rp5));
-  out["retention_min"] = to_numpy(std::move(rmin));
-  out["output_error_mean"] = to_numpy(std::move(emean));
-  out["output_error_p95"] = to_numpy(std::move(ep95));
-  out["output_error_max"] = to_numpy(std::move(emax));
-  out["occupancy_mean"] = to_numpy(std::move(occupancy));
-  out["occupancy_peak"] = to_numpy(std::move(peak));
-  out["evictions"] = to_numpy(std::move(evictions));
-  out["samples"] = to_numpy(std::move(samples));
+  for (const auto& column : sweep_columns()) {
+    if (column.text) {
+      py::list values;
+      for (const SweepRow& row : rows) values.append(row.*column.text);
+      out[column.name] = values;
+    } else if (column.real) {
+      std::vector<double> values;
+      for (const SweepRow& row : rows) values.push_back(row.*column.real);
+      out[column.name] = to_numpy(std::move(values));
+    } else {
+      std::vector<int64_t> values;
+      for (const SweepRow& row : rows) values.push_back(row.*column.integer);
+      out[column.name] = to_numpy(std::move(values));
+    }
+  }
+  py::list label;
+  for (const CellResult& cell : results.cells) label.append(cell.policy);
   out["label"] = label;
   return out;
 }

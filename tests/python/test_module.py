@@ -347,11 +347,22 @@ class ModuleTest(unittest.TestCase):
             "--json", self.out("plan2.json"))
         with open(self.out("plan2.json"), encoding="utf-8") as f:
             self.assertEqual(got, json.load(f))
-        # A sweep() result plans as its CSV does.
+        # A sweep() result plans as its CSV does. Its rows reach the planner as they are, not
+        # through CSV text, so its numbers are the CSV's before their rounding to 10 digits.
         s = kvsim.sweep(TRACE, "scissorhands,h2o,oracle", "20%,40%,60%", seqs=[0])
         from_columns = kvsim.plan("llama-3.1-8b", "h100-80gb", gpus=2, context=[1024, 4096, 3000], sweep=s,
                                   target="retention>=0.9")
-        self.assertEqual(from_columns["rows"], got["rows"])
+        self.assertEqual(len(from_columns["rows"]), len(got["rows"]))
+        for mine, theirs in zip(from_columns["rows"], got["rows"]):
+            self.assertEqual(mine.keys(), theirs.keys())
+            for key, value in theirs.items():
+                if isinstance(value, float):
+                    self.assertAlmostEqual(mine[key], value, delta=1e-9 * max(1.0, abs(value)), msg=key)
+                else:
+                    self.assertEqual(mine[key], value, key)
+        with self.assertRaisesRegex(kvsim.InputError, "the columns retention_mean are missing"):
+            kvsim.plan("llama-3.1-8b", "h100-80gb", sweep={k: v for k, v in s.items() if k != "retention_mean"})
+        self.assertEqual(list(s)[:len(kvsim.SWEEP_COLUMNS)], list(kvsim.SWEEP_COLUMNS))
         self.assertEqual([r["policy"] for r in got["rows"]], ["full", "scissorhands", "h2o", "oracle"])
 
     # ---- the guide's example ----

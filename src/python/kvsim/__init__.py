@@ -7,6 +7,7 @@ project; numpy arrays in and out):
   kvsim.replay(trace, policy, budget, **params)    per-step retention, output error, occupancy
   kvsim.replay_rows(attention, policy, budget)     the same on rows given as a numpy array
   kvsim.sweep(trace, policies, budgets)            columns for pandas.DataFrame(...)
+  kvsim.SWEEP_COLUMNS                              their names, as `kvsim sweep --csv` orders them
   kvsim.analyze(trace) / kvsim.analyze_rows(rows)  persistence of importance
   kvsim.plan(model, gpu, ...)                      capacity planning, as `kvsim plan --json`
   kvsim.policies(), kvsim.data_dir(), kvsim.bundled_trace(), kvsim.InputError (a ValueError)
@@ -22,7 +23,7 @@ Submodules (import them explicitly):
 __version__ = "0.1.0"
 
 _NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "analyze", "analyze_rows",
-                 "plan", "policies", "data_dir", "bundled_trace")
+                 "plan", "policies", "data_dir", "bundled_trace", "SWEEP_COLUMNS")
 
 
 def __getattr__(name):

@@ -11,9 +11,7 @@ model would accumulate is not modelled.
 
 from __future__ import annotations
 
-import csv
 import io
-import math
 import os
 
 try:
@@ -33,11 +31,9 @@ InputError = _native.InputError
 DEFAULT_SWEEP_POLICIES = ("scissorhands", "h2o", "streaming", "tova", "recent", "oracle")
 DEFAULT_SWEEP_BUDGETS = ("10%", "20%", "30%", "40%", "50%", "60%", "70%", "80%", "90%")
 
-# The columns of `kvsim sweep --csv`, in order (sweep() returns them, plus "label").
-SWEEP_COLUMNS = ("policy", "params", "budget", "quant", "bits_per_element", "budget_tokens_mean",
-                 "budget_share_mean", "mode", "retention_mean", "retention_p5", "retention_min",
-                 "output_error_mean", "output_error_p95", "output_error_max", "occupancy_mean",
-                 "occupancy_peak", "evictions", "samples")
+# The columns of `kvsim sweep --csv`, in order (sweep() returns them, plus "label"): the
+# library's one list of them (kvsim/replay/sweep_table.hpp).
+SWEEP_COLUMNS = _native.SWEEP_COLUMNS
 
 
 def _text(value) -> str:
@@ -320,32 +316,6 @@ def analyze_rows(attention, *, lags=(1, 4, 16, 64), topk="10%", min_positions=8,
     return _native._analyze_rows(attention, options)
 
 
-def _sweep_csv(columns) -> str:
-    """A sweep() result (or any mapping with the sweep CSV's columns) as `kvsim sweep --csv` text."""
-    missing = [c for c in ("policy", "params", "budget", "budget_share_mean", "retention_mean") if c not in columns]
-    if missing:
-        raise InputError("--sweep: the columns " + ", ".join(missing) + " are missing (pass kvsim.sweep()'s result "
-                         "or a sweep CSV file)")
-    names = [c for c in SWEEP_COLUMNS if c in columns] + [c for c in columns if c not in SWEEP_COLUMNS]
-    lengths = {len(columns[c]) for c in names}
-    if len(lengths) != 1:
-        raise InputError("--sweep: the columns have different lengths")
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(names)
-
-    def cell(v):
-        if isinstance(v, (float, np.floating)):
-            return "" if math.isnan(v) else "%.10g" % v  # as kvsim sweep --csv writes them
-        if isinstance(v, np.integer):
-            return str(int(v))
-        return str(v)
-
-    for i in range(lengths.pop()):
-        writer.writerow([cell(columns[c][i]) for c in names])
-    return out.getvalue()
-
-
 def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
          reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None) -> dict:
     """Capacity planning (kvsim plan): the document `kvsim plan --json` writes, with its 'rows'
@@ -392,11 +362,10 @@ def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=N
             except OSError:
                 raise InputError(f"{path}: cannot read the sweep") from None
             a.sweep_name = path
+            if not a.sweep_text:
+                raise InputError(f"{path}: the sweep is empty")
         else:
-            a.sweep_text = _sweep_csv(sweep)
-            a.sweep_name = "sweep()"
-        if not a.sweep_text:
-            raise InputError(f"{a.sweep_name}: the sweep is empty")
+            a.set_sweep_columns(dict(sweep))
     if target is not None:
         a.target = str(target)
     if cards is not None:

@@ -28,6 +28,7 @@ struct PlanRequest {
   std::string budget;        // comma-separated budgets for any policy ("" : none)
   std::string sweep;         // a kvsim sweep --csv file ("": no sweep); the JSON names the sweep so
   std::string sweep_text;    // the sweep's text, used instead of reading `sweep` when not empty
+  std::optional<SweepCsv> sweep_rows;  // the sweep's rows themselves (Python), instead of either
   std::string target;        // with a sweep: "retention>=0.95" (the default when empty), ...
   std::string cards;         // the folder holding models/ and gpus/ (data_dir() holds the bundled ones)
 };

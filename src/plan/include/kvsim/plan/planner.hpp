@@ -23,6 +23,7 @@
 
 #include "kvsim/core/budget.hpp"
 #include "kvsim/quant/quant.hpp"
+#include "kvsim/replay/sweep_table.hpp"
 
 namespace kvsim {
 
@@ -154,27 +155,27 @@ struct Target {
 };
 Target parse_target(const std::string& text);
 
-// One row of a sweep CSV (kvsim sweep --csv); extra columns are ignored.
-struct SweepRow {
-  std::string policy, params, budget, mode, quant;  // quant: "" when the CSV has no quant column
-  double budget_tokens_mean = 0, budget_share_mean = 0;
+// A sweep's rows (kvsim/replay/sweep_table.hpp) with the target's column picked out.
+struct TargetRow : SweepRow {
   double metric = 0;  // the target's column; NaN when empty
-  double retention_mean = 0;
 };
 struct SweepTable {
-  std::vector<SweepRow> rows;
-  bool has_quant = false;
+  std::vector<TargetRow> rows;
+  bool has_quant = false;  // a quant column holding more than "none"
   bool mixed_modes = false;
 };
-// Parses the CSV text (RFC 4180 quoting); needs the columns policy, params, budget,
-// budget_share_mean, retention_mean and the target's column. `file` names it in errors.
+// `columns`: those the rows came with (SweepCsv::columns); they must hold policy, budget,
+// budget_share_mean, retention_mean and the target's column. `source` names them in errors.
+SweepTable sweep_table(const std::vector<SweepRow>& rows, const std::vector<std::string>& columns,
+                       const std::string& source, const std::string& metric_column);
+// The same from a sweep CSV's text (read_sweep_csv). `file` names it in errors.
 SweepTable parse_sweep_csv(const std::string& text, const std::string& file, const std::string& metric_column);
 
 // One policy's choice: the smallest budget (by budget_share_mean, then budget_tokens_mean)
 // whose metric meets the target, or none.
 struct SweepChoice {
   std::string policy, params, mode, quant;  // quant "" = the CSV has no quant column
-  std::vector<SweepRow> rows;               // every budget of this policy, ascending
+  std::vector<TargetRow> rows;              // every budget of this policy, ascending
   std::optional<size_t> chosen;             // index into rows
 };
 // Groups the rows per (policy, params, mode, quant) in order of first appearance.

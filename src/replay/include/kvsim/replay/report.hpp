@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kvsim/replay/replay.hpp"
+#include "kvsim/replay/sweep_table.hpp"
 
 namespace kvsim {
 
@@ -24,14 +25,7 @@ std::string sweep_table(const ReplayResults& results);
 // One cell in detail: per layer and overall mean/p5/min retention, output error, occupancy.
 std::string replay_table(const CellResult& cell, bool output_error);
 
-// One row per (policy, budget, quant).
-std::string sweep_csv(const ReplayResults& results);
-std::string sweep_csv_header();
-std::string sweep_csv_row(const CellResult& cell, Mode mode);
-// A sweep_csv row read back: the cell's summary numbers (not its per-layer detail).
-// Throws InputError for a row that is not one.
-CellResult parse_sweep_csv_row(const std::string& line);
-std::vector<std::string> split_csv_line(const std::string& line);
+// The sweep CSV (one row per policy, budget and quant): kvsim/replay/sweep_table.hpp.
 // Per layer rows plus an "all" row for each cell.
 std::string layers_csv(const ReplayResults& results);
 std::string results_json(const ReplayResults& results, const std::string& trace, const std::string& model);

@@ -1,0 +1,54 @@
+#pragma once
+// A sweep's results as one table: a row per cell (policy x budget x quantization), with the
+// columns sweep_columns() lists, in the order the sweep CSV has them. The CSV writer and its
+// reader (the planner's --sweep, sweep --resume), Python's sweep() and plan(sweep=...) all
+// take the column names and values from this one list.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kvsim/replay/replay.hpp"
+
+namespace kvsim {
+
+struct SweepRow {
+  std::string policy, params, budget, quant, mode;
+  double bits_per_element = 0, budget_tokens_mean = 0, budget_share_mean = 0;
+  double retention_mean = 0, retention_p5 = 0, retention_min = 0;
+  double output_error_mean = 0, output_error_p95 = 0, output_error_max = 0;  // NaN without values
+  double occupancy_mean = 0;
+  int64_t occupancy_peak = 0, evictions = 0, samples = 0;
+};
+
+// One column: its name and the member holding it (one of the three is set).
+struct SweepColumn {
+  const char* name;
+  std::string SweepRow::*text = nullptr;
+  double SweepRow::*real = nullptr;
+  int64_t SweepRow::*integer = nullptr;
+};
+const std::vector<SweepColumn>& sweep_columns();
+const SweepColumn* find_sweep_column(const std::string& name);  // null when there is none
+
+SweepRow sweep_row(const CellResult& cell, Mode mode);
+// The cell a sweep row stands for, as far as the row tells (summaries without their p95 and
+// max of retention; no per-layer results or records): what sweep --resume continues from.
+CellResult cell_of_sweep_row(const SweepRow& row);
+
+// The sweep CSV: a header of the column names, then one line per row (RFC 4180 quoting,
+// numbers as %.10g, NaN as an empty field).
+std::string sweep_csv_header();
+std::string sweep_csv_line(const SweepRow& row);
+std::string sweep_csv(const ReplayResults& results);
+
+// A sweep CSV read back: columns are found by name, in any order; those it lacks are left at
+// their defaults (and not listed in `columns`); other columns are ignored. `required` must
+// be there. Empty numeric fields read as NaN. Every problem is an InputError naming `file`
+// and the line.
+struct SweepCsv {
+  std::vector<SweepRow> rows;
+  std::vector<std::string> columns;  // the known columns the file has
+};
+SweepCsv read_sweep_csv(const std::string& text, const std::string& file, const std::vector<std::string>& required);
+
+}  // namespace kvsim
