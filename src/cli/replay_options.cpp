@@ -40,16 +40,17 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
 }
 
 void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader& reader, ReplayConfig& config) {
-  config.mode = parse_mode(v.mode);
-  config.aggregate = parse_aggregate(v.aggregate);
-  config.rows = parse_rows(v.rows);
-  config.output_error = parse_output_error(v.output_error);
-  config.sequences = parse_indices("seqs", v.sequences);
-  config.layers = parse_indices("layers", v.layers);
-  if (v.threads < 0) bad_option("threads", "must be >= 0");
-  config.threads = v.threads;
+  ReplayRequest request;
+  request.mode = v.mode;
+  request.aggregate = v.aggregate;
+  request.rows = v.rows;
+  request.output_error = v.output_error;
+  request.quant = v.quant;
+  request.sequences = parse_indices("seqs", v.sequences);
+  request.layers = parse_indices("layers", v.layers);
+  request.threads = v.threads;
+  apply_replay_request(request, config);
   config.schedule = layer_schedule(v.layer_budget, reader, config.sequences, config.rows, config.threads);
-  if (!v.quant.empty()) config.quant = parse_quant_list(v.quant);
   config.keep_records = !v.survival.empty();
   check_plot_path("plot", v.plot);
   prepare_outputs({v.trace}, {v.csv, v.json, v.survival}, {v.plot});

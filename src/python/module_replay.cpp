@@ -53,28 +53,14 @@ ReplayResults interruptible_replay(const kvtrace::TraceReader& reader, ReplayCon
 
 // ---- replay and sweep ----
 
-struct ReplayOptions {
-  std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto", quant,
-              layer_budget = "uniform";
-  std::vector<int> sequences, layers;
-  int threads = 0;
+// A ReplayRequest and the layer schedule, as the Python keywords give them.
+struct ReplayOptions : ReplayRequest {
+  std::string layer_budget = "uniform";
 };
 
 void apply_options(const ReplayOptions& o, const kvtrace::TraceReader& reader, ReplayConfig& config) {
-  config.mode = parse_mode(o.mode);
-  config.aggregate = parse_aggregate(o.aggregate);
-  config.rows = parse_rows(o.rows);
-  config.output_error = parse_output_error(o.output_error);
-  for (int i : o.sequences)
-    if (i < 0) bad_option("seqs", "'" + std::to_string(i) + "' is not an index");
-  for (int i : o.layers)
-    if (i < 0) bad_option("layers", "'" + std::to_string(i) + "' is not an index");
-  config.sequences = o.sequences;
-  config.layers = o.layers;
-  if (o.threads < 0) bad_option("threads", "must be >= 0");
-  config.threads = o.threads;
+  apply_replay_request(o, config);
   config.schedule = layer_schedule(o.layer_budget, reader, config.sequences, config.rows, config.threads);
-  if (!o.quant.empty()) config.quant = parse_quant_list(o.quant);
 }
 
 // As the CLI's --param (kvsim::choose_policies), with at least one policy.

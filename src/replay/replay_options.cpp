@@ -1,5 +1,5 @@
 // The replay's options as the front ends (the CLI and the Python module) write them: policy
-// parameters routed to the chosen policies, and --output-error.
+// parameters routed to the chosen policies, and the rest of a ReplayRequest.
 #include <algorithm>
 #include <map>
 
@@ -73,6 +73,21 @@ OutputErrorMode parse_output_error(const std::string& text) {
   if (text == "on") return OutputErrorMode::on;
   if (text == "off") return OutputErrorMode::off;
   bad_option("output-error", "'" + text + "' is not auto, on or off");
+}
+
+void apply_replay_request(const ReplayRequest& request, ReplayConfig& config) {
+  config.mode = parse_mode(request.mode);
+  config.aggregate = parse_aggregate(request.aggregate);
+  config.rows = parse_rows(request.rows);
+  config.output_error = parse_output_error(request.output_error);
+  for (const auto& [option, indices] : {std::pair{"seqs", &request.sequences}, std::pair{"layers", &request.layers}})
+    for (int i : *indices)
+      if (i < 0) bad_option(option, std::string(1, '\'').append(std::to_string(i)).append("' is not an index"));
+  config.sequences = request.sequences;
+  config.layers = request.layers;
+  if (request.threads < 0) bad_option("threads", "must be >= 0");
+  config.threads = request.threads;
+  if (!request.quant.empty()) config.quant = parse_quant_list(request.quant);
 }
 
 }  // namespace kvsim

@@ -136,4 +136,17 @@ kvtrace::RowsFrom parse_rows(const std::string& text);
 // auto, on or off; throws InputError naming --output-error. (replay_options.cpp)
 OutputErrorMode parse_output_error(const std::string& text);
 
+// The options every front end gives a replay (the CLI's flags, Python's keywords), as they
+// give them: the one mapping onto a ReplayConfig. (replay_options.cpp)
+struct ReplayRequest {
+  std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto";
+  std::string quant;                   // KV quantization specs, comma-separated ("": none)
+  std::vector<int> sequences, layers;  // empty: all
+  int threads = 0;                     // 0: one per core
+};
+// Everything in `config` but the policies, the budgets and the layer schedule (which
+// kvsim/analysis's layer_schedule makes, since it may measure the trace). Throws InputError
+// naming the option.
+void apply_replay_request(const ReplayRequest& request, ReplayConfig& config);
+
 }  // namespace kvsim
