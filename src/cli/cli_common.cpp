@@ -94,19 +94,6 @@ void require_model_file(const std::string& path, const std::string& what, const 
         path, "", what + " not found; run scripts/fetch-model.sh to download stories15M (or " + instead + ")");
 }
 
-std::string human_bytes(uint64_t bytes) {
-  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1000.0 && unit < 4) {
-    value /= 1000.0;
-    ++unit;
-  }
-  char buffer[32];
-  std::snprintf(buffer, sizeof buffer, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
-  return buffer;
-}
-
 Progress::Progress(std::string label) : label_(std::move(label)), enabled_(::isatty(STDERR_FILENO) != 0) {}
 
 Progress::~Progress() {

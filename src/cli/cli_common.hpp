@@ -65,7 +65,6 @@ kvtrace::TraceReader open_trace(const std::string& path);
 std::string default_model_dir();
 // Throws InputError telling the user how to get the model when `path` is not a file.
 void require_model_file(const std::string& path, const std::string& what, const std::string& instead);
-std::string human_bytes(uint64_t bytes);
 
 // A progress bar on stderr, shown only when stderr is a terminal.
 class Progress {

@@ -57,6 +57,11 @@ void set_sweep_columns(PlanRequest& request, const py::dict& columns) {
   request.sweep = "sweep()";
 }
 
+std::string plan_table_text(PlanRequest request) {
+  if (request.cards.empty()) request.cards = data_dir();
+  return plan_text(make_plan(request));
+}
+
 }  // namespace
 
 void bind_plan(py::module_& m) {
@@ -80,6 +85,7 @@ void bind_plan(py::module_& m) {
       .def_readwrite("cards", &PlanRequest::cards)
       .def("set_sweep_columns", &set_sweep_columns);
   m.def("_plan", &plan);
+  m.def("_plan_text", &plan_table_text);
   py::tuple names(sweep_columns().size());
   for (size_t c = 0; c < sweep_columns().size(); ++c) names[c] = sweep_columns()[c].name;
   m.attr("SWEEP_COLUMNS") = names;

@@ -347,6 +347,12 @@ class ModuleTest(unittest.TestCase):
             "--json", self.out("plan2.json"))
         with open(self.out("plan2.json"), encoding="utf-8") as f:
             self.assertEqual(got, json.load(f))
+        # The table as the CLI prints it.
+        table = kvsim.plan_text("Llama-3.1-8B", "h100-80gb", gpus=2, context=self.out("contexts.csv"),
+                                sweep=self.out("plan-sweep.csv"), target="retention>=0.9")
+        printed = cli("plan", "--model", "Llama-3.1-8B", "--gpu", "h100-80gb", "--gpus", "2", "--context",
+                      self.out("contexts.csv"), "--sweep", self.out("plan-sweep.csv"), "--target", "retention>=0.9")
+        self.assertEqual(table, printed.stdout)
         # A sweep() result plans as its CSV does. Its rows reach the planner as they are, not
         # through CSV text, so its numbers are the CSV's before their rounding to 10 digits.
         s = kvsim.sweep(TRACE, "scissorhands,h2o,oracle", "20%,40%,60%", seqs=[0])

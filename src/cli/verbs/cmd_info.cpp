@@ -5,6 +5,7 @@
 #include <set>
 
 #include "../cli_common.hpp"
+#include "kvsim/core/text_util.hpp"
 #include "kvsim/core/json_text.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/reader.hpp"
@@ -53,7 +54,7 @@ int cmd_info(const std::vector<std::string>& args) {
       meta.n_kv_heads == meta.n_heads
           ? "MHA"
           : (meta.n_kv_heads == 1 ? "MQA" : "GQA, " + std::to_string(meta.group_size()) + " query heads per kv head");
-  std::printf("file       %s (%s)\n", reader.path().c_str(), human_bytes(reader.file_size()).c_str());
+  std::printf("file       %s (%s)\n", reader.path().c_str(), text::human_bytes(reader.file_size()).c_str());
   std::printf("model      %s\n", meta.model.c_str());
   std::printf("source     %s   created %s   by %s\n", meta.source.c_str(), meta.created.c_str(), meta.tool.c_str());
   std::printf("shape      %d layers x %d heads, %d kv heads (%s), head_dim %d, attn_scale %.6g\n", meta.n_layers,

@@ -10,6 +10,7 @@ project; numpy arrays in and out):
   kvsim.SWEEP_COLUMNS                              their names, as `kvsim sweep --csv` orders them
   kvsim.analyze(trace) / kvsim.analyze_rows(rows)  persistence of importance
   kvsim.plan(model, gpu, ...)                      capacity planning, as `kvsim plan --json`
+  kvsim.plan_text(model, gpu, ...)                 the same plan as the table `kvsim plan` prints
   kvsim.policies(), kvsim.data_dir(), kvsim.bundled_trace(), kvsim.InputError (a ValueError)
 These names load the compiled module on first use; `import kvsim` alone imports nothing heavy,
 so the pure-Python tools below work on machines that only have the .py files.
@@ -23,7 +24,7 @@ Submodules (import them explicitly):
 __version__ = "0.1.0"
 
 _NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "analyze", "analyze_rows",
-                 "plan", "policies", "data_dir", "bundled_trace", "SWEEP_COLUMNS")
+                 "plan", "plan_text", "policies", "data_dir", "bundled_trace", "SWEEP_COLUMNS")
 
 
 def __getattr__(name):

@@ -329,6 +329,19 @@ def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=N
     (the default with a sweep), 'output_error<=0.05', ... kv_quant: 'flexgen4', 'kivi2', specs.
     cards: the folder holding models/ and gpus/ (default data_dir()).
     """
+    return _native._plan(_plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve,
+                                    block_size, context, budget, sweep, target, cards))
+
+
+def plan_text(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
+              reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None) -> str:
+    """The same plan as the table `kvsim plan` prints (print(kvsim.plan_text(...)))."""
+    return _native._plan_text(_plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve,
+                                         block_size, context, budget, sweep, target, cards))
+
+
+def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve, block_size, context, budget,
+               sweep, target, cards):
     a = _native._PlanArgs()
     a.model = _text(model)
     a.gpu = _text(gpu)
@@ -370,4 +383,4 @@ def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=N
         a.target = str(target)
     if cards is not None:
         a.cards = os.fspath(cards)
-    return _native._plan(a)
+    return a

@@ -3,6 +3,7 @@
 // whitespace, numbers as the tables and CSV files write them, CSV quoting, JSON nulls.
 #include <cctype>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -43,6 +44,20 @@ inline std::string left(const std::string& text, size_t width) {
 }
 inline std::string right(const std::string& text, size_t width) {
   return text.size() >= width ? text : std::string(width - text.size(), ' ') + text;
+}
+
+// A size as people read it: 512 B, 19.2 MB, 1.3 TB (powers of 1000).
+inline std::string human_bytes(uint64_t bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1000.0 && unit < 4) {
+    value /= 1000.0;
+    ++unit;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, unit == 0 ? "%.0f %s" : "%.1f %s", value, units[unit]);
+  return buffer;
 }
 
 // RFC 4180: quoted (quotes doubled) when it holds a comma, a quote or a line break.

@@ -56,6 +56,11 @@ Plan make_plan(const PlanRequest& request);
 
 // The document `kvsim plan --json` writes (indented, ending in a newline).
 std::string plan_json(const Plan& plan);
+// The plan as a table (what `kvsim plan` prints): the setup, the memory, one line per row,
+// and what the marks mean, wrapped at 100 columns. (plan_text.cpp)
+std::string plan_text(const Plan& plan);
+// `value` with `decimals` decimals, as the table writes numbers.
+std::string plan_decimals(double value, int decimals);
 
 // What `kvsim plan --plot` draws: per cache format, maximum concurrent sequences against the
 // budget as a share of the context (%), the full cache's level (dashed), and with a sweep a
