@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <memory>
 
 #include "hand_cases.hpp"
 #include "kvtrace/error.hpp"
@@ -18,21 +20,23 @@ struct Choice {
   std::string policy;
   std::map<std::string, std::string> params;
 };
+// Every registered policy that keeps a cache within the budget, at its defaults (streaming's
+// sinks adapted to B), and a few settings that make them evict differently: a new policy
+// gets the contract tests below without editing a list.
 std::vector<Choice> budgeted_policies(int64_t budget) {
-  const std::string sinks = budget > 4 ? "4" : std::to_string(std::max<int64_t>(0, budget - 1));
-  return {
-      {"scissorhands", {}},
-      {"scissorhands", {{"w", "2"}, {"r", "0"}, {"m", "1"}}},
-      {"scissorhands", {{"w", "3"}, {"r", "1"}, {"threshold", "paper"}}},
-      {"h2o", {}},
-      {"streaming", {{"sinks", sinks}}},
-      {"tova", {}},
-      {"snapkv", {}},
-      {"snapkv", {{"window", "2"}, {"kernel", "3"}}},
-      {"recent", {}},
-      {"random", {{"seed", "7"}}},
-      {"lookahead", {}},
-  };
+  std::vector<Choice> choices;
+  for (const kvsim::PolicyInfo& info : kvsim::policies()) {
+    if (!info.budgeted || info.engine == kvsim::Engine::bound) continue;
+    std::map<std::string, std::string> params;
+    for (const auto& param : info.params)
+      if (param.name == "sinks") params["sinks"] = budget > 4 ? "4" : std::to_string(std::max<int64_t>(0, budget - 1));
+    choices.push_back({info.name, params});
+  }
+  choices.push_back({"scissorhands", {{"w", "2"}, {"r", "0"}, {"m", "1"}}});
+  choices.push_back({"scissorhands", {{"w", "3"}, {"r", "1"}, {"threshold", "paper"}}});
+  choices.push_back({"snapkv", {{"window", "2"}, {"kernel", "3"}}});
+  choices.push_back({"random", {{"seed", "7"}}});
+  return choices;
 }
 
 // Random-ish rows for 2 heads, 8 tokens: softmax of fixed pseudo-random logits.
@@ -91,16 +95,13 @@ std::vector<kvsim::CacheGroup> consecutive_groups(int n_heads, int group_size,
 
 // One simulation of `policy` per budget and group.
 std::vector<kvsim::SimulationSpec> specs_for(const kvsim::PolicyChoice& policy, const std::vector<int64_t>& budgets,
-                                             int n_groups) {
+                                             int n_groups, int64_t n_tokens) {
   std::vector<kvsim::SimulationSpec> specs;
   for (int64_t budget : budgets)
     for (int g = 0; g < n_groups; ++g) {
-      kvsim::SimulationSpec spec;
-      spec.policy = policy.info;
-      spec.params = policy.params;
-      spec.budget = budget;
-      spec.group = g;
-      specs.push_back(spec);
+      std::shared_ptr<void> state;  // cross-layer policies: a chain of one layer
+      if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, 1, n_tokens);
+      specs.push_back(kvsim::simulation_spec(policy, budget, g, 0, state));
     }
   return specs;
 }
@@ -328,10 +329,10 @@ TEST(EngineBudget, SharedBudgetsEqualSeparateRuns) {
       options.output_error = true;
       const kvsim::PolicyChoice policy = kvsim::choose_policy(choice.policy, choice.params);
       kvtrace::PackedAttentionSource together_source(n, hand::pack(heads));
-      const auto together = kvsim::run_engine(together_source, groups, specs_for(policy, budgets, 2), options);
+      const auto together = kvsim::run_engine(together_source, groups, specs_for(policy, budgets, 2, n), options);
       for (size_t b = 0; b < budgets.size(); ++b) {
         kvtrace::PackedAttentionSource alone_source(n, hand::pack(heads));
-        const auto alone = kvsim::run_engine(alone_source, groups, specs_for(policy, {budgets[b]}, 2), options);
+        const auto alone = kvsim::run_engine(alone_source, groups, specs_for(policy, {budgets[b]}, 2, n), options);
         for (size_t g = 0; g < 2; ++g) {
           const kvsim::SimulationResult& shared = together[2 * b + g];
           const kvsim::SimulationResult& own = alone[g];
@@ -362,7 +363,7 @@ TEST(EngineInterleave, FourHeadsPerLoadEqualOneAtATime) {
         SCOPED_TRACE(choice.policy + " groups of " + std::to_string(group_size) +
                      (mode == kvsim::Mode::prefill ? " prefill" : ""));
         const kvsim::PolicyChoice policy = kvsim::choose_policy(choice.policy, choice.params);
-        const auto specs = specs_for(policy, {50, 9, 30, 20}, static_cast<int>(groups.size()));
+        const auto specs = specs_for(policy, {50, 9, 30, 20}, static_cast<int>(groups.size()), n);
         kvsim::EngineOptions options;
         options.mode = mode;
         options.prompt_len = mode == kvsim::Mode::prefill ? 25 : 0;
