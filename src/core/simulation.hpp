@@ -68,6 +68,7 @@ class Simulation {
     result_.eviction_step.assign(static_cast<size_t>(n_tokens), -1);
     in_cache_.assign(static_cast<size_t>(n_tokens), 0);
     mass_.resize(group.heads.size());
+    if (options.output_error) partials_.resize(group.heads.size());
     retained_.resize(group.heads.size());
     // The vectors reach these sizes anyway; reserving them spares the doublings (a few per
     // vector and simulation, which add up over a sweep's thousands of simulations).
@@ -138,8 +139,19 @@ class Simulation {
     }
     if (t >= prefill_end_) {
       result_.occupancy[static_cast<size_t>(t - prefill_end_)] = static_cast<int32_t>(cache_.size());
-      for (size_t k = 0; k < heads; ++k)
-        record_head(rows, model, k, by_evicted && !quantized_ ? evicted_ : cache_, by_evicted && !quantized_);
+      // Output error sums over the shorter of the cache and the evicted positions (o_t is
+      // shared, so the cached part is o_t minus the evicted part), whatever the mass used.
+      const bool complement = !quantized_ && evicted_.size() < cache_.size();
+      const std::span<const int32_t> positions = complement ? evicted_ : cache_;
+      if (options_.output_error && !stored_values()) {
+        // A run's sum costs at most two checkpoint intervals of positions (StepRows::range_output).
+        if (runs > 0 && !quantized_ && static_cast<size_t>(2 * 64 * runs) < positions.size())
+          run_partials(model, runs);
+        else
+          shared_partials(model, positions);
+      }
+      for (size_t k = 0; k < heads; ++k) record_head(rows, model, k, positions, complement);
+      partials_ready_ = partials_are_cached_ = false;
     }
     if (observes) observe_row();
     if (observes || spec_.policy->needs_full_rows) {
@@ -265,29 +277,72 @@ class Simulation {
     if (!options_.output_error) return;
     const float* row = model.row(group_.heads[k]);
     const auto d = static_cast<size_t>(group_.head_dim);
-    const StoredValues* stored =
-        quantized_ && !quantized_->values.empty() ? quantized_->values[static_cast<size_t>(spec_.group)][k] : nullptr;
-    partial_.assign(d, 0.0);
-    if (stored) {
+    std::vector<double>& partial = partials_[k];
+    if (stored_values()) {
+      const StoredValues* stored = quantized_->values[static_cast<size_t>(spec_.group)][k];
+      partial.assign(d, 0.0);
       for (int32_t position : positions) {
         const double weight = row[position];
         const float* v = stored->row(position, t).data();
-        for (size_t c = 0; c < d; ++c) partial_[c] += weight * v[c];
+        for (size_t c = 0; c < d; ++c) partial[c] += weight * v[c];
       }
-    } else {
-      weighted_value_sum(row, positions, group_.values[k], d, partial_.data());
+    } else if (!partials_ready_) {  // a bound's per-head cache
+      partial.resize(d);
+      weighted_value_sum(row, positions, group_.values[k], d, partial.data());
     }
-    const std::vector<double>& full = rows.full_output(group_index(), k);
-    if (complement)
-      for (size_t c = 0; c < d; ++c) partial_[c] = full[c] - partial_[c];
+    const double* full = rows.full_output(group_index(), k);
+    if (complement && !partials_are_cached_)
+      for (size_t c = 0; c < d; ++c) partial[c] = full[c] - partial[c];
     double difference = 0, norm = 0;
     for (size_t c = 0; c < d; ++c) {
-      const double approx = partial_[c] / mass_[k];
+      const double approx = partial[c] / mass_[k];
       difference += (full[c] - approx) * (full[c] - approx);
       norm += full[c] * full[c];
     }
     result_.output_error[k * steps + step] =
         norm > 0 ? static_cast<float>(std::sqrt(difference / norm)) : (difference > 0 ? 1.0f : 0.0f);
+  }
+
+  bool stored_values() const { return quantized_ && !quantized_->values.empty(); }
+
+  // record_head's partials when the cache is runs of consecutive positions (recent,
+  // streaming): each run's sum from the checkpoints of o_t's pass (StepRows::range_output).
+  void run_partials(StepRows& model, int runs) {
+    const auto d = static_cast<size_t>(group_.head_dim);
+    run_sum_.resize(d);
+    for (size_t k = 0; k < group_.heads.size(); ++k) {
+      std::vector<double>& partial = partials_[k];
+      partial.assign(d, 0.0);
+      for (int r = 0; r < runs; ++r) {
+        model.range_output(spec_.group, k, run_begin_[r], run_end_[r], run_sum_.data());
+        for (size_t c = 0; c < d; ++c) partial[c] += run_sum_[c];
+      }
+    }
+    partials_ready_ = true;
+    partials_are_cached_ = true;
+  }
+
+  // Each head's sum of row[i] * v_i over `positions` (record_head's partial), for every head of
+  // the group at once: the heads of one kv head share the positions and the values, so each
+  // v_i is read once for them (shared_weighted_value_sums).
+  void shared_partials(StepRows& model, std::span<const int32_t> positions) {
+    const auto d = static_cast<size_t>(group_.head_dim);
+    const size_t heads = group_.heads.size();
+    for (size_t k = 0; k < heads;) {
+      size_t end = k + 1;
+      while (end < heads && group_.values[end] == group_.values[k]) ++end;
+      shared_rows_.clear();
+      shared_out_.clear();
+      for (size_t h = k; h < end; ++h) {
+        partials_[h].resize(d);
+        shared_rows_.push_back(model.row(group_.heads[h]));
+        shared_out_.push_back(partials_[h].data());
+      }
+      shared_weighted_value_sums(shared_rows_.data(), end - k, positions, group_.values[k], d, shared_out_.data(),
+                                 shared_weights_);
+      k = end;
+    }
+    partials_ready_ = true;
   }
 
   // Bounds keep no cache: each head gets its own best cache (chosen on the true row) at
@@ -383,7 +438,13 @@ class Simulation {
   int64_t last_step_ = -1;
   Simulation* leader_ = nullptr;  // while dormant (budget sharing)
   std::vector<Simulation*> followers_;
-  std::vector<double> partial_;
+  std::vector<std::vector<double>> partials_;  // per head: its output over the cache, unnormalised
+  bool partials_ready_ = false;                // shared_partials or run_partials filled them for this step
+  bool partials_are_cached_ = false;           // run_partials: over the cache, not its complement
+  std::vector<double> run_sum_;
+  std::vector<const float*> shared_rows_;
+  std::vector<double*> shared_out_;
+  std::vector<double> shared_weights_;
 };
 
 }  // namespace kvsim

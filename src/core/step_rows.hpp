@@ -56,13 +56,15 @@ inline double gather_and_sum(const float* row, std::span<const int32_t> position
 }
 
 // out[c] = sum over positions i of row[i] * v_i[first + c], for c < Width; returns Width.
+// With `accumulate`, the sums continue from out's values (a pass split into pieces gives the
+// same bits as one pass).
 template <size_t Width>
 size_t weighted_sum(const float* row, std::span<const int32_t> positions, const float* values, size_t d, size_t first,
-                    double* out) {
+                    double* out, bool accumulate = false) {
 #if defined(__AVX2__) && defined(__FMA__)
   if constexpr (Width % 4 == 0) {  // Width / 4 accumulators of 4 doubles: registers
     __m256d sum[Width / 4];
-    for (auto& lanes : sum) lanes = _mm256_setzero_pd();
+    for (size_t c = 0; c < Width / 4; ++c) sum[c] = accumulate ? _mm256_loadu_pd(out + 4 * c) : _mm256_setzero_pd();
     for (int32_t position : positions) {
       const __m256d weight = _mm256_set1_pd(row[position]);
       const float* v = values + static_cast<size_t>(position) * d + first;
@@ -74,6 +76,7 @@ size_t weighted_sum(const float* row, std::span<const int32_t> positions, const 
   }
 #endif
   double sum[Width] = {};
+  if (accumulate) std::copy_n(out, Width, sum);
   for (int32_t position : positions) {
     const double weight = row[position];
     const float* v = values + static_cast<size_t>(position) * d + first;
@@ -87,18 +90,153 @@ size_t weighted_sum(const float* row, std::span<const int32_t> positions, const 
 // positions in order: up to 32 channels at a time, so that their partial sums stay in
 // registers across all positions instead of going through memory at every position.
 inline void weighted_value_sum(const float* row, std::span<const int32_t> positions, const float* values, size_t d,
-                               double* out) {
+                               double* out, bool accumulate = false) {
   for (size_t first = 0; first < d;) {
     const size_t left = d - first;
     if (left >= 32)
-      first += weighted_sum<32>(row, positions, values, d, first, out + first);
+      first += weighted_sum<32>(row, positions, values, d, first, out + first, accumulate);
     else if (left >= 16)
-      first += weighted_sum<16>(row, positions, values, d, first, out + first);
+      first += weighted_sum<16>(row, positions, values, d, first, out + first, accumulate);
     else if (left >= 4)
-      first += weighted_sum<4>(row, positions, values, d, first, out + first);
+      first += weighted_sum<4>(row, positions, values, d, first, out + first, accumulate);
     else
-      first += weighted_sum<1>(row, positions, values, d, first, out + first);
+      first += weighted_sum<1>(row, positions, values, d, first, out + first, accumulate);
   }
+}
+
+// weighted_value_sum for several heads that read the same values (the query heads of one kv
+// head): out[k][c] = sum over positions i of rows[k][i] * v_i[c]. Each (k, c) is the same
+// chain of operations as weighted_value_sum's, so the results are the same bits; with AVX2
+// each v_i is loaded and converted once for up to four heads (a small matrix product:
+// the heads' weights over the positions times the positions' values), instead of once per
+// head. `weights` is scratch.
+#if defined(__AVX2__) && defined(__FMA__)
+// Channels [first, first + 4 * Blocks) of K heads; weights[j * K + k] = rows[k][positions[j]].
+template <size_t K, size_t Blocks>
+void shared_weighted_block(const double* weights, std::span<const int32_t> positions, const float* values, size_t d,
+                           size_t first, double* const* out, bool accumulate) {
+  auto start = [&](size_t k, size_t b) {
+    return accumulate ? _mm256_loadu_pd(out[k] + first + 4 * b) : _mm256_setzero_pd();
+  };
+  if constexpr (K == 4 && Blocks == 2) {
+    // Spelled out: GCC 12 keeps a 2-D array of accumulators in memory, storing it at every
+    // position (measured 2x slower).
+    __m256d s00 = start(0, 0), s01 = start(0, 1), s10 = start(1, 0), s11 = start(1, 1), s20 = start(2, 0),
+            s21 = start(2, 1), s30 = start(3, 0), s31 = start(3, 1);
+    for (size_t j = 0; j < positions.size(); ++j) {
+      const float* v = values + static_cast<size_t>(positions[j]) * d + first;
+      const __m256d v0 = _mm256_cvtps_pd(_mm_loadu_ps(v)), v1 = _mm256_cvtps_pd(_mm_loadu_ps(v + 4));
+      const double* w = weights + j * 4;
+      __m256d weight = _mm256_broadcast_sd(w);
+      s00 = _mm256_fmadd_pd(weight, v0, s00), s01 = _mm256_fmadd_pd(weight, v1, s01);
+      weight = _mm256_broadcast_sd(w + 1);
+      s10 = _mm256_fmadd_pd(weight, v0, s10), s11 = _mm256_fmadd_pd(weight, v1, s11);
+      weight = _mm256_broadcast_sd(w + 2);
+      s20 = _mm256_fmadd_pd(weight, v0, s20), s21 = _mm256_fmadd_pd(weight, v1, s21);
+      weight = _mm256_broadcast_sd(w + 3);
+      s30 = _mm256_fmadd_pd(weight, v0, s30), s31 = _mm256_fmadd_pd(weight, v1, s31);
+    }
+    _mm256_storeu_pd(out[0] + first, s00), _mm256_storeu_pd(out[0] + first + 4, s01);
+    _mm256_storeu_pd(out[1] + first, s10), _mm256_storeu_pd(out[1] + first + 4, s11);
+    _mm256_storeu_pd(out[2] + first, s20), _mm256_storeu_pd(out[2] + first + 4, s21);
+    _mm256_storeu_pd(out[3] + first, s30), _mm256_storeu_pd(out[3] + first + 4, s31);
+    return;
+  }
+  if constexpr (K == 4 && Blocks == 3) {  // twelve chains: enough to cover the FMA latency
+    __m256d s00 = start(0, 0), s01 = start(0, 1), s02 = start(0, 2), s10 = start(1, 0), s11 = start(1, 1),
+            s12 = start(1, 2);
+    __m256d s20 = start(2, 0), s21 = start(2, 1), s22 = start(2, 2), s30 = start(3, 0), s31 = start(3, 1),
+            s32 = start(3, 2);
+    for (size_t j = 0; j < positions.size(); ++j) {
+      const float* v = values + static_cast<size_t>(positions[j]) * d + first;
+      const __m256d v0 = _mm256_cvtps_pd(_mm_loadu_ps(v)), v1 = _mm256_cvtps_pd(_mm_loadu_ps(v + 4)),
+                    v2 = _mm256_cvtps_pd(_mm_loadu_ps(v + 8));
+      const double* w = weights + j * 4;
+      __m256d weight = _mm256_broadcast_sd(w);
+      s00 = _mm256_fmadd_pd(weight, v0, s00), s01 = _mm256_fmadd_pd(weight, v1, s01);
+      s02 = _mm256_fmadd_pd(weight, v2, s02);
+      weight = _mm256_broadcast_sd(w + 1);
+      s10 = _mm256_fmadd_pd(weight, v0, s10), s11 = _mm256_fmadd_pd(weight, v1, s11);
+      s12 = _mm256_fmadd_pd(weight, v2, s12);
+      weight = _mm256_broadcast_sd(w + 2);
+      s20 = _mm256_fmadd_pd(weight, v0, s20), s21 = _mm256_fmadd_pd(weight, v1, s21);
+      s22 = _mm256_fmadd_pd(weight, v2, s22);
+      weight = _mm256_broadcast_sd(w + 3);
+      s30 = _mm256_fmadd_pd(weight, v0, s30), s31 = _mm256_fmadd_pd(weight, v1, s31);
+      s32 = _mm256_fmadd_pd(weight, v2, s32);
+    }
+    double* o0 = out[0] + first;
+    double* o1 = out[1] + first;
+    double* o2 = out[2] + first;
+    double* o3 = out[3] + first;
+    _mm256_storeu_pd(o0, s00), _mm256_storeu_pd(o0 + 4, s01), _mm256_storeu_pd(o0 + 8, s02);
+    _mm256_storeu_pd(o1, s10), _mm256_storeu_pd(o1 + 4, s11), _mm256_storeu_pd(o1 + 8, s12);
+    _mm256_storeu_pd(o2, s20), _mm256_storeu_pd(o2 + 4, s21), _mm256_storeu_pd(o2 + 8, s22);
+    _mm256_storeu_pd(o3, s30), _mm256_storeu_pd(o3 + 4, s31), _mm256_storeu_pd(o3 + 8, s32);
+    return;
+  }
+  __m256d sum[K][Blocks];
+  for (size_t k = 0; k < K; ++k)
+    for (size_t b = 0; b < Blocks; ++b) sum[k][b] = start(k, b);
+  for (size_t j = 0; j < positions.size(); ++j) {
+    const float* v = values + static_cast<size_t>(positions[j]) * d + first;
+    __m256d value[Blocks];
+    for (size_t b = 0; b < Blocks; ++b) value[b] = _mm256_cvtps_pd(_mm_loadu_ps(v + 4 * b));
+    for (size_t k = 0; k < K; ++k) {
+      const __m256d weight = _mm256_broadcast_sd(weights + j * K + k);
+      for (size_t b = 0; b < Blocks; ++b) sum[k][b] = _mm256_fmadd_pd(weight, value[b], sum[k][b]);
+    }
+  }
+  for (size_t k = 0; k < K; ++k)
+    for (size_t b = 0; b < Blocks; ++b) _mm256_storeu_pd(out[k] + first + 4 * b, sum[k][b]);
+}
+
+template <size_t K>
+void shared_weighted_heads(const float* const* rows, std::span<const int32_t> positions, const float* values, size_t d,
+                           double* const* out, std::vector<double>& weights, bool accumulate) {
+  weights.resize(positions.size() * K);
+  for (size_t j = 0; j < positions.size(); ++j)
+    for (size_t k = 0; k < K; ++k) weights[j * K + k] = rows[k][positions[j]];
+  size_t first = 0;
+  if constexpr (K == 4)
+    for (; first + 12 <= d; first += 12)
+      shared_weighted_block<K, 3>(weights.data(), positions, values, d, first, out, accumulate);
+  for (; first + 8 <= d; first += 8)
+    shared_weighted_block<K, 2>(weights.data(), positions, values, d, first, out, accumulate);
+  for (; first + 4 <= d; first += 4)
+    shared_weighted_block<K, 1>(weights.data(), positions, values, d, first, out, accumulate);
+  for (size_t c = first; c < d; ++c)  // the last d % 4 channels, one at a time as weighted_value_sum adds them
+    for (size_t k = 0; k < K; ++k) weighted_sum<1>(rows[k], positions, values, d, c, out[k] + c, accumulate);
+}
+#endif
+
+inline void shared_weighted_value_sums(const float* const* rows, size_t heads, std::span<const int32_t> positions,
+                                       const float* values, size_t d, double* const* out, std::vector<double>& weights,
+                                       bool accumulate = false) {
+#if defined(__AVX2__) && defined(__FMA__)
+  for (size_t k = 0; k < heads;) {
+    switch (std::min<size_t>(heads - k, 4)) {
+      case 4:
+        shared_weighted_heads<4>(rows + k, positions, values, d, out + k, weights, accumulate);
+        k += 4;
+        break;
+      case 3:
+        shared_weighted_heads<3>(rows + k, positions, values, d, out + k, weights, accumulate);
+        k += 3;
+        break;
+      case 2:
+        shared_weighted_heads<2>(rows + k, positions, values, d, out + k, weights, accumulate);
+        k += 2;
+        break;
+      default:
+        shared_weighted_heads<1>(rows + k, positions, values, d, out + k, weights, accumulate);
+        k += 1;
+    }
+  }
+#else
+  (void)weights;
+  for (size_t k = 0; k < heads; ++k) weighted_value_sum(rows[k], positions, values, d, out[k], accumulate);
+#endif
 }
 
 // What every simulation of a lane may need at one step, computed at most once: each head's
@@ -118,7 +256,11 @@ class StepRows {
         prefixes_(static_cast<size_t>(n_heads)),
         prefix_step_(static_cast<size_t>(n_heads), -1),
         quad_of_head_(static_cast<size_t>(n_heads), {kNoQuad, 0}),
-        outputs_(groups.size()),
+        outputs_(static_cast<size_t>(n_heads)),
+        output_block_(static_cast<size_t>(n_heads), -1),
+        checkpoints_(static_cast<size_t>(n_heads)),
+        checkpoint_step_(static_cast<size_t>(n_heads), -1),
+        output_done_(static_cast<size_t>(n_heads)),
         quad_index_(groups.size()) {
     for (size_t g = 0; g < groups.size(); ++g) {
       const std::vector<int>& heads = groups[g].heads;
@@ -204,7 +346,45 @@ class StepRows {
   }
 
   // o_t = sum over i <= t of a_t[i] v_i of head k of a group.
-  const std::vector<double>& full_output(int group, size_t k) const { return outputs_[static_cast<size_t>(group)][k]; }
+  // o_t of the group's head k (head_dim doubles).
+  const double* full_output(int group, size_t k) const {
+    const auto head = static_cast<size_t>(groups_[static_cast<size_t>(group)].heads[k]);
+    return outputs_[head].data() +
+           static_cast<size_t>(t_ - block_->first) * static_cast<size_t>(groups_[static_cast<size_t>(group)].head_dim);
+  }
+
+  // sum over i in [begin, end) of a_t[i] v_i of the group's head k (head_dim doubles into
+  // out), from o_t's checkpoints where the range spans them: at most 2 kCheckpoint positions
+  // summed, whatever its length. (The same sum as adding the positions directly, to rounding.)
+  void range_output(int group, size_t k, int64_t begin, int64_t end, double* out) {
+    const CacheGroup& cache_group = groups_[static_cast<size_t>(group)];
+    const auto head = static_cast<size_t>(cache_group.heads[k]);
+    const auto d = static_cast<size_t>(cache_group.head_dim);
+    if (checkpoint_step_[head] != t_) {  // o_t was kept from another group's pass: pass again, with its kv head's heads
+      shared_heads_.clear();
+      for (size_t h = 0; h < cache_group.heads.size(); ++h)
+        if (cache_group.values[h] == cache_group.values[k] &&
+            checkpoint_step_[static_cast<size_t>(cache_group.heads[h])] != t_)
+          shared_heads_.push_back(static_cast<size_t>(cache_group.heads[h]));
+      output_pass(shared_heads_, cache_group.values[k], d);
+    }
+    const auto first = static_cast<size_t>(begin), last = static_cast<size_t>(end);
+    const size_t inner_begin = (first + kCheckpoint - 1) / kCheckpoint, inner_end = last / kCheckpoint;
+    const float* row_of_head = row(static_cast<int>(head));
+    auto direct = [&](size_t from, size_t to, bool accumulate) {
+      weighted_value_sum(row_of_head, std::span<const int32_t>(every_position_.data() + from, to - from),
+                         cache_group.values[k], d, out, accumulate);
+    };
+    if (inner_begin >= inner_end) {
+      direct(first, last, false);
+      return;
+    }
+    const double* upper = checkpoints_[head].data() + inner_end * d;
+    const double* lower = checkpoints_[head].data() + inner_begin * d;
+    for (size_t c = 0; c < d; ++c) out[c] = upper[c] - lower[c];
+    if (first < inner_begin * kCheckpoint) direct(first, inner_begin * kCheckpoint, true);
+    if (inner_end * kCheckpoint < last) direct(inner_end * kCheckpoint, last, true);
+  }
 
   // The rows of heads 4q..4q+3 of cache group `group` (which has 4k heads), interleaved:
   // [4 i + k] = a_t[i] of the group's head 4q + k, i <= t.
@@ -323,17 +503,62 @@ class StepRows {
 #endif
   }
 
+  // o_t of the group's heads not computed yet at this step (a head's o_t is the same in
+  // every group that holds it: its kv head's values). The pass over the positions stops
+  // every kCheckpoint positions to keep its partial sums (one chain of operations, the same
+  // bits as one uninterrupted pass): range_output reads them.
   void compute_outputs(size_t g) {
     const CacheGroup& group = groups_[g];
     const auto d = static_cast<size_t>(group.head_dim);
-    outputs_[g].resize(group.heads.size());
+    const auto in_block = static_cast<size_t>(t_ - block_->first);
+    // Consecutive heads that read the same values go together.
+    for (size_t k = 0; k < group.heads.size();) {
+      size_t end = k + 1;
+      while (end < group.heads.size() && group.values[end] == group.values[k]) ++end;
+      shared_heads_.clear();
+      for (size_t h = k; h < end; ++h) {
+        const auto head = static_cast<size_t>(group.heads[h]);
+        // Kept for the whole block: the groups of a lane may take its steps one group after
+        // another (engine.cpp), and a head's o_t serves every group holding it.
+        if (output_block_[head] != block_->first) {
+          output_block_[head] = block_->first;
+          output_done_[head].assign(static_cast<size_t>(block_->count), 0);
+          outputs_[head].resize(static_cast<size_t>(block_->count) * d);
+        }
+        if (output_done_[head][in_block]) continue;
+        output_done_[head][in_block] = 1;
+        shared_heads_.push_back(head);
+      }
+      if (!shared_heads_.empty()) output_pass(shared_heads_, group.values[k], d);
+      k = end;
+    }
+  }
+
+  // o_t of `heads` (which read `values`) for this step, and their checkpoints.
+  void output_pass(const std::vector<size_t>& heads, const float* values, size_t d) {
     while (static_cast<int64_t>(every_position_.size()) <= t_)
       every_position_.push_back(static_cast<int32_t>(every_position_.size()));
-    const std::span<const int32_t> positions(every_position_.data(), static_cast<size_t>(t_) + 1);
-    for (size_t k = 0; k < group.heads.size(); ++k) {
-      std::vector<double>& o = outputs_[g][k];
-      o.resize(d);
-      weighted_value_sum(row(group.heads[k]), positions, group.values[k], d, o.data());
+    const auto in_block = static_cast<size_t>(t_ - block_->first);
+    const auto count = static_cast<size_t>(t_) + 1;
+    const size_t checkpoints = count / kCheckpoint + 1;  // prefix sums at 0, 64, 128, ... <= count
+    shared_rows_.clear();
+    shared_out_.clear();
+    for (size_t head : heads) {
+      shared_rows_.push_back(row(static_cast<int>(head)));
+      double* o = outputs_[head].data() + in_block * d;
+      std::fill(o, o + d, 0.0);
+      shared_out_.push_back(o);
+      checkpoints_[head].assign(checkpoints * d, 0.0);
+      checkpoint_step_[head] = t_;
+    }
+    for (size_t begin = 0; begin < count; begin += kCheckpoint) {
+      const size_t end = std::min(count, begin + kCheckpoint);
+      shared_weighted_value_sums(shared_rows_.data(), heads.size(),
+                                 std::span<const int32_t>(every_position_.data() + begin, end - begin), values, d,
+                                 shared_out_.data(), shared_weights_, begin > 0);
+      if (end % kCheckpoint == 0)
+        for (size_t h = 0; h < heads.size(); ++h)
+          std::copy_n(shared_out_[h], d, checkpoints_[heads[h]].data() + end / kCheckpoint * d);
     }
   }
 
@@ -347,9 +572,18 @@ class StepRows {
   std::vector<int64_t> ranked_step_;
   std::vector<std::vector<double>> prefixes_;  // heads outside any quad
   std::vector<int64_t> prefix_step_;
-  std::vector<std::pair<size_t, size_t>> quad_of_head_;    // per head: (quad, lane), or (kNoQuad, 0)
-  std::vector<std::vector<std::vector<double>>> outputs_;  // [group][head]
-  std::vector<int32_t> every_position_;                    // 0, 1, 2, ...
+  std::vector<std::pair<size_t, size_t>> quad_of_head_;  // per head: (quad, lane), or (kNoQuad, 0)
+  std::vector<const float*> shared_rows_;                // compute_outputs' scratch
+  std::vector<double*> shared_out_;
+  std::vector<double> shared_weights_;
+  std::vector<std::vector<double>> outputs_;  // [head][step of the block][channel]: o_t
+  std::vector<int64_t> output_block_;         // [head]: the first step of the block outputs_ holds
+  static constexpr size_t kCheckpoint = 64;
+  std::vector<std::vector<double>> checkpoints_;  // [head][c][channel]: sum of a_t[i] v_i over i < 64 c
+  std::vector<int64_t> checkpoint_step_;          // [head]: the step they are of
+  std::vector<size_t> shared_heads_;
+  std::vector<std::vector<uint8_t>> output_done_;  // [head][step of the block]
+  std::vector<int32_t> every_position_;            // 0, 1, 2, ...
   // Quads: their heads, interleaved rows and interleaved prefix sums, each with the step held.
   std::vector<std::vector<size_t>> quad_index_;  // [group][quad of the group] -> quad
   std::vector<std::array<int, 4>> quad_heads_;

@@ -449,6 +449,41 @@ TEST(EngineRecords, RetentionOccupancyAndOutputErrorFollowTheCache) {
   }
 }
 
+TEST(EngineRecords, LongCachesMatchTheDirectOutputError) {
+  // The fast paths of output error: four heads on one kv head (their values read once for
+  // all four), the shorter of the cache and its complement, runs of consecutive positions
+  // summed from the checkpoints of o_t's pass (recent, streaming, and every policy before its
+  // first eviction), head_dim 13 (blocks of 12 and a scalar channel). Every step of every
+  // head equals the direct computation of docs/semantics.md, section 3, within 1e-6.
+  const int n = 400, d = 13;
+  const auto heads = random_ish(4, n);
+  std::vector<std::vector<double>> values(static_cast<size_t>(n), std::vector<double>(d));
+  uint32_t state = 4242;
+  for (auto& row : values)
+    for (double& x : row) {
+      state = state * 1664525u + 1013904223u;
+      x = static_cast<double>(static_cast<float>((state >> 8) % 2001) / 1000.0f - 1.0f);  // exact in float
+    }
+  auto choices = budgeted_policies(150);
+  choices.push_back({"full", {}});
+  for (int64_t budget : {150, 250}) {
+    for (const auto& choice : choices) {
+      SCOPED_TRACE(choice.policy + " B=" + std::to_string(budget));
+      const auto records =
+          hand::replay(heads, 1, choice.policy, budget, choice.params, kvsim::Mode::stream, 0, {values});
+      for (int h = 0; h < 4; ++h) {
+        const auto [r, k] = head_of(records, h);
+        ASSERT_NE(r, nullptr);
+        for (int64_t t = 0; t < n; t += 7) {
+          const double expected = hand::direct_error(heads[static_cast<size_t>(h)], values, t, hand::attended(*r, t));
+          EXPECT_NEAR(hand::output_error(*r, k, t), expected, 1e-6 * std::max(1.0, expected))
+              << "head " << h << " step " << t;
+        }
+      }
+    }
+  }
+}
+
 TEST(EngineRecords, H2OOutputErrorByHand) {
   // h2o B=3 on C (caches in PolicyH2O.BudgetThreeProtectsOne), values kValuesC.
   // t4: C={0,2,3,4}: o = .24(1,0)+.05(0,1)+.36(1,1)+.05(2,-1)+.3(-1,2) = (.4,.96);
