@@ -309,14 +309,18 @@ class Simulation {
   // streaming): each run's sum from the checkpoints of o_t's pass (StepRows::range_output).
   void run_partials(StepRows& model, int runs) {
     const auto d = static_cast<size_t>(group_.head_dim);
-    run_sum_.resize(d);
-    for (size_t k = 0; k < group_.heads.size(); ++k) {
-      std::vector<double>& partial = partials_[k];
-      partial.assign(d, 0.0);
-      for (int r = 0; r < runs; ++r) {
-        model.range_output(spec_.group, k, run_begin_[r], run_end_[r], run_sum_.data());
-        for (size_t c = 0; c < d; ++c) partial[c] += run_sum_[c];
-      }
+    const size_t heads = group_.heads.size();
+    run_sums_.resize(heads);
+    run_out_.resize(heads);
+    for (size_t k = 0; k < heads; ++k) {
+      partials_[k].assign(d, 0.0);
+      run_sums_[k].resize(d);
+      run_out_[k] = run_sums_[k].data();
+    }
+    for (int r = 0; r < runs; ++r) {
+      model.range_outputs(spec_.group, run_begin_[r], run_end_[r], run_out_.data());
+      for (size_t k = 0; k < heads; ++k)
+        for (size_t c = 0; c < d; ++c) partials_[k][c] += run_sums_[k][c];
     }
     partials_ready_ = true;
     partials_are_cached_ = true;
@@ -441,7 +445,8 @@ class Simulation {
   std::vector<std::vector<double>> partials_;  // per head: its output over the cache, unnormalised
   bool partials_ready_ = false;                // shared_partials or run_partials filled them for this step
   bool partials_are_cached_ = false;           // run_partials: over the cache, not its complement
-  std::vector<double> run_sum_;
+  std::vector<std::vector<double>> run_sums_;  // run_partials' scratch: per head, one run's sum
+  std::vector<double*> run_out_;
   std::vector<const float*> shared_rows_;
   std::vector<double*> shared_out_;
   std::vector<double> shared_weights_;

@@ -353,37 +353,48 @@ class StepRows {
            static_cast<size_t>(t_ - block_->first) * static_cast<size_t>(groups_[static_cast<size_t>(group)].head_dim);
   }
 
-  // sum over i in [begin, end) of a_t[i] v_i of the group's head k (head_dim doubles into
-  // out), from o_t's checkpoints where the range spans them: at most 2 kCheckpoint positions
-  // summed, whatever its length. (The same sum as adding the positions directly, to rounding.)
-  void range_output(int group, size_t k, int64_t begin, int64_t end, double* out) {
+  // out[k] = sum over i in [begin, end) of a_t[i] v_i for every head k of the group (head_dim
+  // doubles each), from o_t's checkpoints where the range spans them: at most two checkpoint
+  // intervals of positions summed, whatever its length. (The same sums as adding the
+  // positions directly, to rounding.)
+  void range_outputs(int group, int64_t begin, int64_t end, double* const* out) {
     const CacheGroup& cache_group = groups_[static_cast<size_t>(group)];
-    const auto head = static_cast<size_t>(cache_group.heads[k]);
     const auto d = static_cast<size_t>(cache_group.head_dim);
-    if (checkpoint_step_[head] != t_) {  // o_t was kept from another group's pass: pass again, with its kv head's heads
-      shared_heads_.clear();
-      for (size_t h = 0; h < cache_group.heads.size(); ++h)
-        if (cache_group.values[h] == cache_group.values[k] &&
-            checkpoint_step_[static_cast<size_t>(cache_group.heads[h])] != t_)
-          shared_heads_.push_back(static_cast<size_t>(cache_group.heads[h]));
-      output_pass(shared_heads_, cache_group.values[k], d);
-    }
     const auto first = static_cast<size_t>(begin), last = static_cast<size_t>(end);
     const size_t inner_begin = (first + kCheckpoint - 1) / kCheckpoint, inner_end = last / kCheckpoint;
-    const float* row_of_head = row(static_cast<int>(head));
-    auto direct = [&](size_t from, size_t to, bool accumulate) {
-      weighted_value_sum(row_of_head, std::span<const int32_t>(every_position_.data() + from, to - from),
-                         cache_group.values[k], d, out, accumulate);
-    };
-    if (inner_begin >= inner_end) {
-      direct(first, last, false);
-      return;
+    const bool spans = inner_begin < inner_end;
+    for (size_t k = 0; k < cache_group.heads.size();) {
+      size_t run_end = k + 1;
+      while (run_end < cache_group.heads.size() && cache_group.values[run_end] == cache_group.values[k]) ++run_end;
+      const float* values = cache_group.values[k];
+      if (spans) {
+        shared_heads_.clear();  // o_t kept from another group's pass: pass again
+        for (size_t h = k; h < run_end; ++h)
+          if (checkpoint_step_[static_cast<size_t>(cache_group.heads[h])] != t_)
+            shared_heads_.push_back(static_cast<size_t>(cache_group.heads[h]));
+        if (!shared_heads_.empty()) output_pass(shared_heads_, values, d);
+        for (size_t h = k; h < run_end; ++h) {
+          const auto head = static_cast<size_t>(cache_group.heads[h]);
+          const double* upper = checkpoints_[head].data() + inner_end * d;
+          const double* lower = checkpoints_[head].data() + inner_begin * d;
+          for (size_t c = 0; c < d; ++c) out[h][c] = upper[c] - lower[c];
+        }
+      }
+      range_rows_.clear();
+      for (size_t h = k; h < run_end; ++h) range_rows_.push_back(row(cache_group.heads[h]));
+      auto direct = [&](size_t from, size_t to, bool accumulate) {
+        shared_weighted_value_sums(range_rows_.data(), run_end - k,
+                                   std::span<const int32_t>(every_position_.data() + from, to - from), values, d,
+                                   out + k, shared_weights_, accumulate);
+      };
+      if (!spans) {
+        direct(first, last, false);
+      } else {
+        if (first < inner_begin * kCheckpoint) direct(first, inner_begin * kCheckpoint, true);
+        if (inner_end * kCheckpoint < last) direct(inner_end * kCheckpoint, last, true);
+      }
+      k = run_end;
     }
-    const double* upper = checkpoints_[head].data() + inner_end * d;
-    const double* lower = checkpoints_[head].data() + inner_begin * d;
-    for (size_t c = 0; c < d; ++c) out[c] = upper[c] - lower[c];
-    if (first < inner_begin * kCheckpoint) direct(first, inner_begin * kCheckpoint, true);
-    if (inner_end * kCheckpoint < last) direct(inner_end * kCheckpoint, last, true);
   }
 
   // The rows of heads 4q..4q+3 of cache group `group` (which has 4k heads), interleaved:
@@ -582,6 +593,7 @@ class StepRows {
   std::vector<std::vector<double>> checkpoints_;  // [head][c][channel]: sum of a_t[i] v_i over i < 64 c
   std::vector<int64_t> checkpoint_step_;          // [head]: the step they are of
   std::vector<size_t> shared_heads_;
+  std::vector<const float*> range_rows_;
   std::vector<std::vector<uint8_t>> output_done_;  // [head][step of the block]
   std::vector<int32_t> every_position_;            // 0, 1, 2, ...
   // Quads: their heads, interleaved rows and interleaved prefix sums, each with the step held.
