@@ -4,6 +4,7 @@
 #include <QApplication>
 #include <QDragEnterEvent>
 #include <QDropEvent>
+#include <QDialog>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QGroupBox>
@@ -111,6 +112,7 @@ void MainWindow::buildMenus() {
   file->addAction(tr("&Quit"), QKeySequence::Quit, qApp, &QApplication::quit);
   QMenu* view = menuBar()->addMenu(tr("&View"));
   view->addAction(tr("Show the whole heatmap"), QKeySequence(tr("Ctrl+0")), this, [this]() { heatmap_->resetView(); });
+  view->addAction(tr("Overview in a &window"), QKeySequence(tr("Ctrl+L")), this, &MainWindow::showOverviewWindow);
   QMenu* help = menuBar()->addMenu(tr("&Help"));
   help->addAction(tr("How to read the views"), this, [this]() {
     QMessageBox::information(
@@ -204,6 +206,27 @@ bool save_image(const QImage& image, const QString& path, QString* error) {
 }
 
 }  // namespace
+
+// The layer x head overview at a size where every cell shows its value (32 layers x 32 heads
+// and more): a second OverviewGrid on the same session, in a window of its own.
+void MainWindow::showOverviewWindow() {
+  if (!overview_window_) {
+    overview_window_ = new QDialog(this);
+    overview_window_->setAttribute(Qt::WA_DeleteOnClose);
+    overview_window_->setWindowTitle(tr("Overview: every layer \u00d7 head"));
+    auto* layout = new QVBoxLayout(overview_window_);
+    layout->setContentsMargins(4, 4, 4, 4);
+    auto* grid = new OverviewGrid(session_);
+    grid->setObjectName("overviewWindowGrid");
+    grid->setMetric(overview_->metric());
+    layout->addWidget(grid);
+    const std::shared_ptr<const kvtrace::TraceReader> reader = session_->reader();
+    const int heads = reader ? reader->meta().n_heads : 6, layers = reader ? reader->meta().n_layers : 6;
+    overview_window_->resize(std::min(1500, 28 * heads + 120), std::min(1000, 28 * layers + 160));
+  }
+  overview_window_->show();
+  overview_window_->raise();
+}
 
 bool MainWindow::exportViews(const QString& path, QString* error) {
   waitIdle();

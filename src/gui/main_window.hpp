@@ -3,7 +3,9 @@
 // heatmap with evictions in the middle, charts on the right, the token strip below. Opens
 // traces from the file dialog, by drag and drop or from the command line, remembers recent
 // files, and exports the views as PNG and the survival table as CSV.
+#include <QDialog>
 #include <QMainWindow>
+#include <QPointer>
 #include <QString>
 
 class QMenu;
@@ -39,6 +41,9 @@ class MainWindow : public QMainWindow {
   HeatmapView* heatmap() const { return heatmap_; }
   TokenStrip* tokens() const { return tokens_; }
   OverviewGrid* overview() const { return overview_; }
+  // View > Overview in a window: the grid at a size where every cell shows its value.
+  void showOverviewWindow();
+  QDialog* overviewWindow() const { return overview_window_; }
   ChartsPanel* charts() const { return charts_; }
 
  protected:
@@ -58,6 +63,7 @@ class MainWindow : public QMainWindow {
   Session* session_;
   ControlsPanel* controls_;
   OverviewGrid* overview_;
+  QPointer<QDialog> overview_window_;  // View > Overview in a window, while it is open
   HeatmapView* heatmap_;
   ChartsPanel* charts_;
   TokenStrip* tokens_;

@@ -4,6 +4,7 @@
 // With KVSIM_GUI_SHOTS=DIR the main states are also saved there as PNG (to look at them).
 #include <QApplication>
 #include <QComboBox>
+#include <QDialog>
 #include <QDragEnterEvent>
 #include <QDropEvent>
 #include <QFileInfo>
@@ -314,6 +315,41 @@ class GuiTest : public QObject {
         lowest = std::abs(qRed(image.pixel(x, y)) - 68) <= 6 && qGreen(image.pixel(x, y)) <= 7 &&
                  std::abs(qBlue(image.pixel(x, y)) - 84) <= 6;
     QVERIFY2(lowest, "the colour bar's bottom (viridis 0) is not in the image");
+  }
+
+  void overviewWindowAtThirtyTwoLayersAndHeads() {
+    // 32 layers x 32 heads: View > Overview in a window gives cells large enough for their
+    // values (20 px or more) and clicks that choose the head; its values are the panel's.
+    kvtest::TempDir dir;
+    kvtrace::SynthOptions options;
+    options.n_layers = 32;
+    options.n_heads = 32;
+    options.n_kv_heads = 8;
+    options.head_dim = 8;
+    options.n_tokens = 48;
+    options.n_sequences = 1;
+    const QString path = QString::fromStdString(dir.file("wide.h5"));
+    kvtrace::write_synthetic_trace(path.toStdString(), options);
+    MainWindow window;
+    window.resize(1600, 1000);
+    window.show();
+    QVERIFY(window.openFile(path));
+    window.showOverviewWindow();
+    QDialog* dialog = window.overviewWindow();
+    QVERIFY(dialog);
+    auto* grid = dialog->findChild<kvgui::OverviewGrid*>("overviewWindowGrid");
+    QVERIFY(grid);
+    QVERIFY(QTest::qWaitForWindowExposed(dialog));
+    window.waitIdle();
+    grid->waitIdle();
+    QVERIFY2(grid->cellRect(0, 0).width() >= 20, qPrintable(QString::number(grid->cellRect(0, 0).width())));
+    QCOMPARE(grid->value(31, 31), window.overview()->value(31, 31));
+    QTest::mouseClick(grid, Qt::LeftButton, {}, grid->cellRect(30, 17).center());
+    QCOMPARE(window.session()->layer(), 30);
+    QCOMPARE(window.session()->head(), 17);
+    shot(window, "08-overview-window-32x32");
+    const QString out = qEnvironmentVariable("KVSIM_GUI_SHOTS");
+    if (!out.isEmpty()) dialog->grab().save(out + "/08-overview-window-32x32-dialog.png");
   }
 
   void overviewCellTextKeepsItsLeadingDigit() {

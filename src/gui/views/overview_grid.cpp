@@ -48,6 +48,7 @@ OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
   connect(session_, &Session::settingsChanged, this, &OverviewGrid::schedule);
   connect(session_, &Session::locationChanged, this, &OverviewGrid::schedule);
   connect(runner_, &JobRunner::failed, this, [this](const QString& message) { caption_->setText(message); });
+  if (session_->reader()) schedule();  // made after the trace was opened (View > Overview in a window)
 }
 
 void OverviewGrid::setMetric(Metric metric) { metric_->setCurrentIndex(static_cast<int>(metric)); }
@@ -144,7 +145,8 @@ void OverviewGrid::compute() {
     return [this, values, caption, key]() {
       if (key != computed_for_) return;
       values_ = values;
-      caption_->setText(caption);
+      const bool small = cellRect(0, 0).width() < 20;  // too small for the values
+      caption_->setText(small ? caption + tr(" View > Overview in a window (Ctrl+L) shows every value.") : caption);
       update();
     };
   });
@@ -193,8 +195,12 @@ void OverviewGrid::paintEvent(QPaintEvent*) {
   QFont small = font();
   small.setPointSizeF(font().pointSizeF() * (side >= 30 ? 0.9 : 0.75));
   painter.setFont(small);
-  painter.drawText(QRect(first.left(), first.top() - 18, side * heads_, 16), Qt::AlignLeft,
-                   tr("heads \u2192   (rows: layers)"));
+  if (side >= 20)  // room for the head numbers above their columns
+    for (int h = 0; h < heads_; ++h)
+      painter.drawText(QRect(cellRect(0, h).left(), first.top() - 16, side, 14), Qt::AlignCenter, QString::number(h));
+  else
+    painter.drawText(QRect(first.left(), first.top() - 18, side * heads_, 16), Qt::AlignLeft,
+                     tr("heads \u2192   (rows: layers)"));
   for (int l = 0; l < layers_; ++l)
     painter.drawText(QRect(0, cellRect(l, 0).top(), first.left() - 3, side), Qt::AlignRight | Qt::AlignVCenter,
                      QString::number(l));

@@ -30,6 +30,8 @@ class OverviewGrid : public QWidget {
   bool busy() const;
   void waitIdle();
   QSize sizeHint() const override { return {300, 240}; }
+  // Where (layer, head) is drawn (empty before a trace is open).
+  QRect cellRect(int layer, int head) const;
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -40,7 +42,6 @@ class OverviewGrid : public QWidget {
   void schedule();
   void compute();
   QRect gridRect() const;
-  QRect cellRect(int layer, int head) const;
   bool cellAt(QPoint point, int* layer, int* head) const;
   void colourRange(double* lo, double* hi) const;
 
