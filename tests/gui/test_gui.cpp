@@ -10,6 +10,8 @@
 #include <QFileInfo>
 #include <QImage>
 #include <QMimeData>
+#include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QUrl>
 #include <QRadioButton>
@@ -350,6 +352,43 @@ class GuiTest : public QObject {
     shot(window, "08-overview-window-32x32");
     const QString out = qEnvironmentVariable("KVSIM_GUI_SHOTS");
     if (!out.isEmpty()) dialog->grab().save(out + "/08-overview-window-32x32-dialog.png");
+  }
+
+  void tokenStripFindsAndGoesToTokensOfALongSequence() {
+    // 4,096 tokens: find a token by its text (case-insensitive, the next after the last found,
+    // wrapping) and go to a position; either selects the token and scrolls to it.
+    kvtest::TempDir dir;
+    kvtrace::SynthOptions options;
+    options.n_layers = 1;
+    options.n_heads = 4;
+    options.n_kv_heads = 2;
+    options.head_dim = 8;
+    options.n_tokens = 4096;
+    options.n_sequences = 1;
+    const QString path = QString::fromStdString(dir.file("long.h5"));
+    kvtrace::write_synthetic_trace(path.toStdString(), options);
+    MainWindow window;
+    window.resize(1600, 1000);
+    window.show();
+    QVERIFY(window.openFile(path));
+    window.waitIdle();
+    kvgui::TokenStrip* strip = window.tokens();
+    const QString word = window.session()->tokenLabel(3000).trimmed();
+    int64_t first = -1;
+    for (int64_t i = 0; i < 4096 && first < 0; ++i)
+      if (window.session()->tokenLabel(i).contains(word, Qt::CaseInsensitive)) first = i;
+    QCOMPARE(strip->findNext(word.toUpper()), first);
+    QCOMPARE(window.session()->selection(), QList<qint64>{first});
+    const int64_t second = strip->findNext(word);
+    QVERIFY(second > first);
+    QVERIFY(window.session()->tokenLabel(second).contains(word, Qt::CaseInsensitive));
+    QCOMPARE(strip->findNext("no such token text"), int64_t{-1});
+    strip->goToToken(4000);
+    QCOMPARE(window.session()->selection(), QList<qint64>{4000});
+    auto* scroll = strip->findChild<QScrollArea*>();
+    QVERIFY(scroll);
+    QVERIFY(scroll->verticalScrollBar()->value() > 0);
+    shot(window, "09-token-strip-4096");
   }
 
   void overviewCellTextKeepsItsLeadingDigit() {

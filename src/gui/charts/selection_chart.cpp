@@ -78,6 +78,7 @@ void SelectionChart::redraw() {
   top_ = std::max(1e-6, top * 1.05);
   x_->setRange(0, static_cast<double>(std::max<int64_t>(1, n - 1)));
   y_->setRange(0, top_);
+  y_->setLabelFormat(top_ >= 0.1 ? "%.2f" : top_ >= 0.01 ? "%.3f" : "%.1e");  // small attention keeps its digits
   charts::nice_ticks(x_);
   charts::nice_ticks(y_);
   full_->replace(full);

@@ -2,6 +2,7 @@
 
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLineEdit>
 #include <QPushButton>
 #include <QScrollArea>
 #include <QScrollBar>
@@ -64,6 +65,24 @@ TokenStrip::TokenStrip(Session* session, QWidget* parent) : QWidget(parent), ses
   legend->addWidget(clear_);
   layout->addLayout(legend);
 
+  // Long sequences (4k tokens and more): find a token by its text or go to it by position.
+  auto* navigation = new QHBoxLayout;
+  navigation->addWidget(new QLabel(tr("Find text:")));
+  find_ = new QLineEdit;
+  find_->setObjectName("findToken");
+  find_->setPlaceholderText(tr("a word of the sequence; Enter finds the next"));
+  find_->setClearButtonEnabled(true);
+  navigation->addWidget(find_, 1);
+  navigation->addWidget(new QLabel(tr("Go to token:")));
+  position_ = new QSpinBox;
+  position_->setObjectName("goToToken");
+  position_->setPrefix(tr("i = "));
+  navigation->addWidget(position_);
+  found_ = new QLabel;
+  found_->setMinimumWidth(200);
+  navigation->addWidget(found_);
+  layout->addLayout(navigation);
+
   flow_ = new TokenFlow(session_);
   scroll_ = new QScrollArea;
   scroll_->setWidget(flow_);
@@ -75,6 +94,9 @@ TokenStrip::TokenStrip(Session* session, QWidget* parent) : QWidget(parent), ses
   connect(slider_, &QSlider::valueChanged, session_, &Session::setStep);
   connect(spin_, qOverload<int>(&QSpinBox::valueChanged), session_, &Session::setStep);
   connect(clear_, &QPushButton::clicked, session_, [this]() { session_->setSelection({}); });
+  connect(find_, &QLineEdit::returnPressed, this, [this]() { findNext(find_->text()); });
+  connect(find_, &QLineEdit::textEdited, this, [this]() { last_found_ = -1; });
+  connect(position_, qOverload<int>(&QSpinBox::valueChanged), this, [this](int i) { goToToken(i); });
   connect(session_, &Session::locationChanged, this, &TokenStrip::locationChanged);
   connect(session_, &Session::stepChanged, this, &TokenStrip::stepChanged);
   connect(session_, &Session::replayed, this, &TokenStrip::updateSummary);
@@ -94,7 +116,12 @@ void TokenStrip::locationChanged() {
     slider_->setRange(0, last);
     spin_->setRange(0, last);
     spin_->setSuffix(tr(" of %1").arg(last));
+    const QSignalBlocker c(position_);
+    position_->setRange(0, last);
+    position_->setEnabled(session_->isOpen());
   }
+  find_->setEnabled(session_->isOpen());
+  last_found_ = -1;
   clear_->setEnabled(!session_->selection().isEmpty());
   stepChanged();
 }
@@ -133,6 +160,34 @@ void TokenStrip::updateSummary() {
                      .arg(100.0 * kept, 0, 'f', 1);
   if (replay.bound()) text += tr(" (upper bound: its best cache for this step)");
   summary_->setText(text);
+}
+
+int64_t TokenStrip::findNext(const QString& text) {
+  const QString wanted = text.trimmed();
+  const int64_t n = session_->nTokens();
+  if (wanted.isEmpty() || n == 0) return -1;
+  for (int64_t k = 1; k <= n; ++k) {  // after the last found, wrapping around
+    const int64_t i = (last_found_ + k) % n;
+    if (session_->tokenLabel(i).contains(wanted, Qt::CaseInsensitive)) {
+      last_found_ = i;
+      goToToken(i);
+      found_->setText(tr("found at token %1").arg(i));
+      return i;
+    }
+  }
+  found_->setText(tr("no token contains \u201c%1\u201d").arg(wanted));
+  return -1;
+}
+
+void TokenStrip::goToToken(int64_t position) {
+  if (position < 0 || position >= session_->nTokens()) return;
+  {
+    const QSignalBlocker block(position_);
+    position_->setValue(static_cast<int>(position));
+  }
+  session_->setSelection({position});
+  const QRect box = flow_->tokenRect(position);
+  if (!box.isEmpty()) scroll_->ensureVisible(box.center().x(), box.center().y(), 10, box.height());
 }
 
 }  // namespace kvgui

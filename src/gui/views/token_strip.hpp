@@ -4,6 +4,7 @@
 #include <QWidget>
 
 class QLabel;
+class QLineEdit;
 class QPushButton;
 class QScrollArea;
 class QSlider;
@@ -20,6 +21,11 @@ class TokenStrip : public QWidget {
   explicit TokenStrip(Session* session, QWidget* parent = nullptr);
   TokenFlow* flow() const { return flow_; }
   QSlider* stepSlider() const { return slider_; }
+  // Find: the next token after the last found (or the start) whose text contains `text`
+  // (case-insensitive), selected and scrolled to; -1 when none does.
+  int64_t findNext(const QString& text);
+  // Go to token `position`: selected and scrolled to.
+  void goToToken(int64_t position);
 
  private:
   void locationChanged();
@@ -33,6 +39,10 @@ class TokenStrip : public QWidget {
   QPushButton* clear_;
   QScrollArea* scroll_;
   TokenFlow* flow_;
+  QLineEdit* find_;
+  QSpinBox* position_;
+  QLabel* found_;
+  int64_t last_found_ = -1;
 };
 
 }  // namespace kvgui
