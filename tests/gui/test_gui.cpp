@@ -79,6 +79,21 @@ void image_stats(const QImage& image, double* varied, int* colours) {
   *colours = static_cast<int>(counts.size());
 }
 
+// A synthetic trace of one sequence in `dir`, synth's defaults otherwise: its path.
+QString synth_trace(const kvtest::TempDir& dir, const std::string& name, int layers, int heads, int kv_heads,
+                    int head_dim, int tokens) {
+  kvtrace::SynthOptions options;
+  options.n_layers = layers;
+  options.n_heads = heads;
+  options.n_kv_heads = kv_heads;
+  options.head_dim = head_dim;
+  options.n_tokens = tokens;
+  options.n_sequences = 1;
+  const QString path = QString::fromStdString(dir.file(name));
+  kvtrace::write_synthetic_trace(path.toStdString(), options);
+  return path;
+}
+
 void shot(MainWindow& window, const QString& name) {
   const QString dir = qEnvironmentVariable("KVSIM_GUI_SHOTS");
   if (dir.isEmpty()) return;
@@ -323,15 +338,7 @@ class GuiTest : public QObject {
     // 32 layers x 32 heads: View > Overview in a window gives cells large enough for their
     // values (20 px or more) and clicks that choose the head; its values are the panel's.
     kvtest::TempDir dir;
-    kvtrace::SynthOptions options;
-    options.n_layers = 32;
-    options.n_heads = 32;
-    options.n_kv_heads = 8;
-    options.head_dim = 8;
-    options.n_tokens = 48;
-    options.n_sequences = 1;
-    const QString path = QString::fromStdString(dir.file("wide.h5"));
-    kvtrace::write_synthetic_trace(path.toStdString(), options);
+    const QString path = synth_trace(dir, "wide.h5", 32, 32, 8, 8, 48);
     MainWindow window;
     window.resize(1600, 1000);
     window.show();
@@ -358,15 +365,7 @@ class GuiTest : public QObject {
     // 4,096 tokens: find a token by its text (case-insensitive, the next after the last found,
     // wrapping) and go to a position; either selects the token and scrolls to it.
     kvtest::TempDir dir;
-    kvtrace::SynthOptions options;
-    options.n_layers = 1;
-    options.n_heads = 4;
-    options.n_kv_heads = 2;
-    options.head_dim = 8;
-    options.n_tokens = 4096;
-    options.n_sequences = 1;
-    const QString path = QString::fromStdString(dir.file("long.h5"));
-    kvtrace::write_synthetic_trace(path.toStdString(), options);
+    const QString path = synth_trace(dir, "long.h5", 1, 4, 2, 8, 4096);
     MainWindow window;
     window.resize(1600, 1000);
     window.show();
@@ -447,15 +446,7 @@ class GuiTest : public QObject {
 
   void groupedQueryAttentionAndLayerPolicies() {
     kvtest::TempDir dir;
-    kvtrace::SynthOptions options;
-    options.n_layers = 2;
-    options.n_heads = 4;
-    options.n_kv_heads = 2;
-    options.head_dim = 16;
-    options.n_tokens = 96;
-    options.n_sequences = 1;
-    const QString path = QString::fromStdString(dir.file("gqa.h5"));
-    kvtrace::write_synthetic_trace(path.toStdString(), options);
+    const QString path = synth_trace(dir, "gqa.h5", 2, 4, 2, 16, 96);
     MainWindow window;
     window.show();
     QVERIFY(window.openFile(path));
