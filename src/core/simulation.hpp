@@ -141,17 +141,20 @@ class Simulation {
       result_.occupancy[static_cast<size_t>(t - prefill_end_)] = static_cast<int32_t>(cache_.size());
       // Output error sums over the shorter of the cache and the evicted positions (o_t is
       // shared, so the cached part is o_t minus the evicted part), whatever the mass used.
-      const bool complement = !quantized_ && evicted_.size() < cache_.size();
+      bool complement = !quantized_ && evicted_.size() < cache_.size();
       const std::span<const int32_t> positions = complement ? evicted_ : cache_;
-      if (options_.output_error && !stored_values()) {
-        // A run's sum costs at most two checkpoint intervals of positions (StepRows::range_output).
-        if (runs > 0 && !quantized_ && static_cast<size_t>(2 * 64 * runs) < positions.size())
+      if (options_.output_error) {
+        if (stored_values()) {
+          for (size_t k = 0; k < heads; ++k) stored_partial(model, k, positions);
+        } else if (runs > 0 && !quantized_ && static_cast<size_t>(2 * 64 * runs) < positions.size()) {
+          // A run's sum costs at most two checkpoint intervals of positions (StepRows::range_outputs).
           run_partials(model, runs);
-        else
+          complement = false;  // the runs are the cache itself
+        } else {
           shared_partials(model, positions);
+        }
       }
-      for (size_t k = 0; k < heads; ++k) record_head(rows, model, k, positions, complement);
-      partials_ready_ = partials_are_cached_ = false;
+      for (size_t k = 0; k < heads; ++k) record_head(rows, k, complement);
     }
     if (observes) observe_row();
     if (observes || spec_.policy->needs_full_rows) {
@@ -266,32 +269,19 @@ class Simulation {
   }
 
   // Retention (retained_[k]) and output error of head k: o_t against the output of the
-  // model's row renormalised over the cache (mass_[k]) with the values the model reads.
-  // `positions` are the cached positions, or (complement, full precision only) those evicted
-  // so far, whichever the caller found shorter.
-  void record_head(StepRows& rows, StepRows& model, size_t k, std::span<const int32_t> positions, bool complement) {
+  // model's row renormalised over the cache (mass_[k]) with the values the model reads. The
+  // caller has put into partials_[k] the sum of row[i] v_i over the cached positions or, with
+  // `complement` (full precision only), over those evicted so far, whichever was shorter.
+  void record_head(StepRows& rows, size_t k, bool complement) {
     const int64_t t = rows.t();
     const auto step = static_cast<size_t>(t - prefill_end_);
     const auto steps = static_cast<size_t>(result_.n_steps);
     result_.retention[k * steps + step] = static_cast<float>(retained_[k]);
     if (!options_.output_error) return;
-    const float* row = model.row(group_.heads[k]);
     const auto d = static_cast<size_t>(group_.head_dim);
     std::vector<double>& partial = partials_[k];
-    if (stored_values()) {
-      const StoredValues* stored = quantized_->values[static_cast<size_t>(spec_.group)][k];
-      partial.assign(d, 0.0);
-      for (int32_t position : positions) {
-        const double weight = row[position];
-        const float* v = stored->row(position, t).data();
-        for (size_t c = 0; c < d; ++c) partial[c] += weight * v[c];
-      }
-    } else if (!partials_ready_) {  // a bound's per-head cache
-      partial.resize(d);
-      weighted_value_sum(row, positions, group_.values[k], d, partial.data());
-    }
     const double* full = rows.full_output(group_index(), k);
-    if (complement && !partials_are_cached_)
+    if (complement)
       for (size_t c = 0; c < d; ++c) partial[c] = full[c] - partial[c];
     double difference = 0, norm = 0;
     for (size_t c = 0; c < d; ++c) {
@@ -301,6 +291,21 @@ class Simulation {
     }
     result_.output_error[k * steps + step] =
         norm > 0 ? static_cast<float>(std::sqrt(difference / norm)) : (difference > 0 ? 1.0f : 0.0f);
+  }
+
+  // Head k's partial with the values a quantized cache stores.
+  void stored_partial(StepRows& model, size_t k, std::span<const int32_t> positions) {
+    const int64_t t = model.t();
+    const float* row = model.row(group_.heads[k]);
+    const auto d = static_cast<size_t>(group_.head_dim);
+    const StoredValues* stored = quantized_->values[static_cast<size_t>(spec_.group)][k];
+    std::vector<double>& partial = partials_[k];
+    partial.assign(d, 0.0);
+    for (int32_t position : positions) {
+      const double weight = row[position];
+      const float* v = stored->row(position, t).data();
+      for (size_t c = 0; c < d; ++c) partial[c] += weight * v[c];
+    }
   }
 
   bool stored_values() const { return quantized_ && !quantized_->values.empty(); }
@@ -322,8 +327,6 @@ class Simulation {
       for (size_t k = 0; k < heads; ++k)
         for (size_t c = 0; c < d; ++c) partials_[k][c] += run_sums_[k][c];
     }
-    partials_ready_ = true;
-    partials_are_cached_ = true;
   }
 
   // Each head's sum of row[i] * v_i over `positions` (record_head's partial), for every head of
@@ -331,22 +334,17 @@ class Simulation {
   // v_i is read once for them (shared_weighted_value_sums).
   void shared_partials(StepRows& model, std::span<const int32_t> positions) {
     const auto d = static_cast<size_t>(group_.head_dim);
-    const size_t heads = group_.heads.size();
-    for (size_t k = 0; k < heads;) {
-      size_t end = k + 1;
-      while (end < heads && group_.values[end] == group_.values[k]) ++end;
+    for_each_values_run(group_.values, [&](size_t first, size_t last) {
       shared_rows_.clear();
       shared_out_.clear();
-      for (size_t h = k; h < end; ++h) {
+      for (size_t h = first; h < last; ++h) {
         partials_[h].resize(d);
         shared_rows_.push_back(model.row(group_.heads[h]));
         shared_out_.push_back(partials_[h].data());
       }
-      shared_weighted_value_sums(shared_rows_.data(), end - k, positions, group_.values[k], d, shared_out_.data(),
-                                 shared_weights_);
-      k = end;
-    }
-    partials_ready_ = true;
+      shared_weighted_value_sums(shared_rows_.data(), last - first, positions, group_.values[first], d,
+                                 shared_out_.data(), shared_weights_);
+    });
   }
 
   // Bounds keep no cache: each head gets its own best cache (chosen on the true row) at
@@ -365,7 +363,16 @@ class Simulation {
         mass_[k] = gather_sum(model.row(head), bound_cache_);
         retained_[k] = shared_mass(rows.row(head), model.row(head), mass_[k], bound_cache_);
       }
-      record_head(rows, model, k, bound_cache_, false);
+      if (options_.output_error) {
+        if (stored_values()) {
+          stored_partial(model, k, bound_cache_);
+        } else {
+          partials_[k].resize(static_cast<size_t>(group_.head_dim));
+          weighted_value_sum(model.row(head), bound_cache_, group_.values[k], static_cast<size_t>(group_.head_dim),
+                             partials_[k].data());
+        }
+      }
+      record_head(rows, k, false);
     }
     result_.occupancy[static_cast<size_t>(t - prefill_end_)] =
         static_cast<int32_t>(std::min<int64_t>(t + 1, spec_.budget + 1));
@@ -443,8 +450,6 @@ class Simulation {
   Simulation* leader_ = nullptr;  // while dormant (budget sharing)
   std::vector<Simulation*> followers_;
   std::vector<std::vector<double>> partials_;  // per head: its output over the cache, unnormalised
-  bool partials_ready_ = false;                // shared_partials or run_partials filled them for this step
-  bool partials_are_cached_ = false;           // run_partials: over the cache, not its complement
   std::vector<std::vector<double>> run_sums_;  // run_partials' scratch: per head, one run's sum
   std::vector<double*> run_out_;
   std::vector<const float*> shared_rows_;

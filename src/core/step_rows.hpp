@@ -180,9 +180,7 @@ class StepRows {
     const auto first = static_cast<size_t>(begin), last = static_cast<size_t>(end);
     const size_t inner_begin = (first + kCheckpoint - 1) / kCheckpoint, inner_end = last / kCheckpoint;
     const bool spans = inner_begin < inner_end;
-    for (size_t k = 0; k < cache_group.heads.size();) {
-      size_t run_end = k + 1;
-      while (run_end < cache_group.heads.size() && cache_group.values[run_end] == cache_group.values[k]) ++run_end;
+    for_each_values_run(cache_group.values, [&](size_t k, size_t run_end) {
       const float* values = cache_group.values[k];
       if (spans) {
         shared_heads_.clear();  // o_t kept from another group's pass: pass again
@@ -210,8 +208,7 @@ class StepRows {
         if (first < inner_begin * kCheckpoint) direct(first, inner_begin * kCheckpoint, true);
         if (inner_end * kCheckpoint < last) direct(inner_end * kCheckpoint, last, true);
       }
-      k = run_end;
-    }
+    });
   }
 
   // The rows of heads 4q..4q+3 of cache group `group` (which has 4k heads), interleaved:
@@ -339,10 +336,7 @@ class StepRows {
     const CacheGroup& group = groups_[g];
     const auto d = static_cast<size_t>(group.head_dim);
     const auto in_block = static_cast<size_t>(t_ - block_->first);
-    // Consecutive heads that read the same values go together.
-    for (size_t k = 0; k < group.heads.size();) {
-      size_t end = k + 1;
-      while (end < group.heads.size() && group.values[end] == group.values[k]) ++end;
+    for_each_values_run(group.values, [&](size_t k, size_t end) {
       shared_heads_.clear();
       for (size_t h = k; h < end; ++h) {
         const auto head = static_cast<size_t>(group.heads[h]);
@@ -358,8 +352,7 @@ class StepRows {
         shared_heads_.push_back(head);
       }
       if (!shared_heads_.empty()) output_pass(shared_heads_, group.values[k], d);
-      k = end;
-    }
+    });
   }
 
   // o_t of `heads` (which read `values`) for this step, and their checkpoints.
