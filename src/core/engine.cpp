@@ -145,6 +145,9 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
       for (int64_t t = first; t < first + count; ++t)
         for (size_t l = 0; l < lanes.size(); ++l) step(lanes[l], states[l], t, -1);
     }
+    if (options.sink)
+      for (size_t l = 0; l < lanes.size(); ++l)
+        for (size_t s = 0; s < states[l].running.size(); ++s) states[l].running[s].flush(first, count, l, s);
   }
   std::vector<std::vector<SimulationResult>> results(lanes.size());
   for (size_t l = 0; l < lanes.size(); ++l) {
@@ -180,6 +183,7 @@ struct SteppedEngine::State {
 SteppedEngine::SteppedEngine(int n_heads, std::vector<CacheGroup> groups, std::vector<SimulationSpec> simulations,
                              int64_t n_tokens, const EngineOptions& options, kvtrace::AttentionSource* future) {
   if (options.output_error) throw std::logic_error("the stepped engine records no output error");
+  if (options.sink) throw std::logic_error("the stepped engine keeps its results");
   state_ = std::make_unique<State>(n_heads, std::move(groups), std::move(simulations), options);
   State& state = *state_;
   state.futures.resize(state.groups.size());

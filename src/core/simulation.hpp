@@ -61,11 +61,13 @@ class Simulation {
     result_.first_step = prefill_end_;
     result_.n_steps = n_tokens - prefill_end_;
     result_.budget = spec.budget;
-    const auto cells = static_cast<size_t>(result_.n_heads) * static_cast<size_t>(result_.n_steps);
+    // With a sink the per-step values are kept for one block of steps (slot()), else for all.
+    window_ = static_cast<size_t>(options.sink ? kvtrace::kRowBlockSize : result_.n_steps);
+    const auto cells = static_cast<size_t>(result_.n_heads) * window_;
     result_.retention.assign(cells, 0.0f);
     if (options.output_error) result_.output_error.assign(cells, 0.0f);
-    result_.occupancy.assign(static_cast<size_t>(result_.n_steps), 0);
-    result_.eviction_step.assign(static_cast<size_t>(n_tokens), -1);
+    result_.occupancy.assign(window_, 0);
+    if (!options.sink) result_.eviction_step.assign(static_cast<size_t>(n_tokens), -1);
     in_cache_.assign(static_cast<size_t>(n_tokens), 0);
     mass_.resize(group.heads.size());
     if (options.output_error) partials_.resize(group.heads.size());
@@ -138,7 +140,7 @@ class Simulation {
       retained_[k] = quantized_ ? shared_mass(rows.row(head), model.row(head), mass_[k], cache_) : mass_[k];
     }
     if (t >= prefill_end_) {
-      result_.occupancy[static_cast<size_t>(t - prefill_end_)] = static_cast<int32_t>(cache_.size());
+      result_.occupancy[slot(t)] = static_cast<int32_t>(cache_.size());
       // Output error sums over the shorter of the cache and the evicted positions (o_t is
       // shared, so the cached part is o_t minus the evicted part), whatever the mass used.
       bool complement = !quantized_ && evicted_.size() < cache_.size();
@@ -188,6 +190,25 @@ class Simulation {
     leader_ = nullptr;
   }
   SimulationResult take() { return std::move(result_); }
+
+  // With a sink: hands it the recorded steps of the block [first, first + count) of steps
+  // (a follower still dormant recorded what its leader did).
+  void flush(int64_t first, int64_t count, size_t lane, size_t index) const {
+    const int64_t from = std::max(first, prefill_end_), to = first + count;
+    if (from >= to) return;
+    const SimulationResult& recorded = dormant() ? leader_->result_ : result_;
+    StepBlock block;
+    block.lane = lane;
+    block.simulation = index;
+    block.first = from - prefill_end_;
+    block.count = to - from;
+    block.n_heads = result_.n_heads;
+    block.stride = window_;
+    block.retention = recorded.retention.data() + slot(from);
+    block.output_error = options_.output_error ? recorded.output_error.data() + slot(from) : nullptr;
+    block.occupancy = recorded.occupancy.data() + slot(from);
+    (*options_.sink)(block);
+  }
   std::span<const int32_t> cache() const { return cache_; }
 
  private:
@@ -273,10 +294,8 @@ class Simulation {
   // caller has put into partials_[k] the sum of row[i] v_i over the cached positions or, with
   // `complement` (full precision only), over those evicted so far, whichever was shorter.
   void record_head(StepRows& rows, size_t k, bool complement) {
-    const int64_t t = rows.t();
-    const auto step = static_cast<size_t>(t - prefill_end_);
-    const auto steps = static_cast<size_t>(result_.n_steps);
-    result_.retention[k * steps + step] = static_cast<float>(retained_[k]);
+    const size_t at = k * window_ + slot(rows.t());
+    result_.retention[at] = static_cast<float>(retained_[k]);
     if (!options_.output_error) return;
     const auto d = static_cast<size_t>(group_.head_dim);
     std::vector<double>& partial = partials_[k];
@@ -289,7 +308,7 @@ class Simulation {
       difference += (full[c] - approx) * (full[c] - approx);
       norm += full[c] * full[c];
     }
-    result_.output_error[k * steps + step] =
+    result_.output_error[at] =
         norm > 0 ? static_cast<float>(std::sqrt(difference / norm)) : (difference > 0 ? 1.0f : 0.0f);
   }
 
@@ -374,11 +393,15 @@ class Simulation {
       }
       record_head(rows, k, false);
     }
-    result_.occupancy[static_cast<size_t>(t - prefill_end_)] =
-        static_cast<int32_t>(std::min<int64_t>(t + 1, spec_.budget + 1));
+    result_.occupancy[slot(t)] = static_cast<int32_t>(std::min<int64_t>(t + 1, spec_.budget + 1));
   }
 
   int group_index() const { return spec_.group; }
+
+  // Where step t's values go: its recorded step, or with a sink its place in the block.
+  size_t slot(int64_t t) const {
+    return static_cast<size_t>(options_.sink ? t % kvtrace::kRowBlockSize : t - prefill_end_);
+  }
 
   // When the cache is one run of consecutive positions, or a short first run and a second one
   // up to the newest position, fills run_begin_/run_end_ (half-open) and returns the count;
@@ -407,7 +430,7 @@ class Simulation {
         throw std::logic_error("policy " + spec_.policy->name + " evicted position " + std::to_string(victim) +
                                ", which is not cached at step " + std::to_string(t));
       in_cache_[static_cast<size_t>(victim)] = 0;
-      result_.eviction_step[static_cast<size_t>(victim)] = static_cast<int32_t>(t);
+      if (!options_.sink) result_.eviction_step[static_cast<size_t>(victim)] = static_cast<int32_t>(t);
       evicted_.push_back(victim);
     }
     if (spec_.policy->budgeted && static_cast<int64_t>(victims_.size()) < excess)
@@ -429,6 +452,7 @@ class Simulation {
   BoundPolicy* bound_;
   int64_t prefill_end_ = 0;
   SimulationResult result_;
+  size_t window_ = 0;               // steps the per-step values hold
   std::vector<int32_t> cache_;      // ascending positions
   std::vector<int32_t> evicted_;    // in the order they went
   std::vector<uint8_t> in_cache_;   // by position

@@ -2,61 +2,126 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
+#include <stdexcept>
 
 namespace kvsim {
 
-void aggregate_cell(CellResult& cell, std::vector<const GroupRecord*>& records, int n_layers, bool output_error) {
-  std::vector<float> retention, errors;
-  std::vector<std::vector<float>> layer_retention(static_cast<size_t>(n_layers)),
-      layer_errors(static_cast<size_t>(n_layers));
-  std::vector<double> layer_occupancy(static_cast<size_t>(n_layers), 0.0);
-  std::vector<int64_t> layer_steps(static_cast<size_t>(n_layers), 0);
-  double occupancy_sum = 0;
-  int64_t occupancy_steps = 0;
-  // Sized up front: growing these vectors by doubling copies and faults in fresh pages.
-  std::vector<size_t> layer_values(static_cast<size_t>(n_layers), 0);
-  size_t values = 0;
-  for (const GroupRecord* record : records) {
-    values += record->result.retention.size();
-    layer_values[static_cast<size_t>(record->layer)] += record->result.retention.size();
-  }
-  retention.reserve(values);
-  if (output_error) errors.reserve(values);
-  for (int l = 0; l < n_layers; ++l) {
-    layer_retention[static_cast<size_t>(l)].reserve(layer_values[static_cast<size_t>(l)]);
-    if (output_error) layer_errors[static_cast<size_t>(l)].reserve(layer_values[static_cast<size_t>(l)]);
-  }
-  for (const GroupRecord* record : records) {
-    const SimulationResult& result = record->result;
-    retention.insert(retention.end(), result.retention.begin(), result.retention.end());
-    auto& lr = layer_retention[static_cast<size_t>(record->layer)];
-    lr.insert(lr.end(), result.retention.begin(), result.retention.end());
-    if (output_error) {
-      errors.insert(errors.end(), result.output_error.begin(), result.output_error.end());
-      auto& le = layer_errors[static_cast<size_t>(record->layer)];
-      le.insert(le.end(), result.output_error.begin(), result.output_error.end());
+SweepAggregator::SweepAggregator(const std::vector<Expected>& cells, bool output_error) : output_error_(output_error) {
+  for (const Expected& expected : cells) {
+    auto cell = std::make_unique<Cell>();
+    int64_t total = 0;
+    for (int64_t values : expected.values) {
+      cell->layers.push_back(make_tails(values));
+      total += values;
     }
-    for (int32_t occupancy : result.occupancy) {
-      occupancy_sum += occupancy;
-      layer_occupancy[static_cast<size_t>(record->layer)] += occupancy;
-      cell.occupancy_peak = std::max<int64_t>(cell.occupancy_peak, occupancy);
-    }
-    occupancy_steps += result.n_steps;
-    layer_steps[static_cast<size_t>(record->layer)] += result.n_steps;
-    cell.evictions += result.evictions;
+    cell->all = make_tails(total);
+    cell->items_left = expected.layer_items;
+    cell->all_items_left = expected.items;
+    cells_.push_back(std::move(cell));
   }
-  cell.retention = summarize(retention);
-  cell.output_error = summarize(errors);
-  cell.occupancy_mean = occupancy_steps ? occupancy_sum / static_cast<double>(occupancy_steps) : NAN;
-  for (int l = 0; l < n_layers; ++l) {
-    if (layer_steps[static_cast<size_t>(l)] == 0) continue;
+}
+
+SweepAggregator::Tails SweepAggregator::make_tails(int64_t values) const {
+  Tails tails;
+  if (values == 0) return tails;
+  tails.retention_p5 = std::make_unique<TailQuantile>(values, 0.05);
+  if (output_error_) tails.error_p95 = std::make_unique<TailQuantile>(values, 0.95);
+  return tails;
+}
+
+void SweepAggregator::close(Tails& tails) {
+  if (tails.retention_p5) tails.retention_p5_value = tails.retention_p5->value();
+  if (tails.error_p95) tails.error_p95_value = tails.error_p95->value();
+  tails.retention_p5.reset();
+  tails.error_p95.reset();
+}
+
+void SweepAggregator::add(size_t cell, int layer, RecordSums& sums, const StepBlock& block) {
+  const auto count = static_cast<size_t>(block.count);
+  for (int k = 0; k < block.n_heads; ++k) {
+    sums.retention.add(std::span<const float>(block.retention + static_cast<size_t>(k) * block.stride, count));
+    if (block.output_error)
+      sums.output_error.add(std::span<const float>(block.output_error + static_cast<size_t>(k) * block.stride, count));
+  }
+  for (size_t i = 0; i < count; ++i) {
+    sums.occupancy_sum += block.occupancy[i];
+    sums.occupancy_peak = std::max<int64_t>(sums.occupancy_peak, block.occupancy[i]);
+  }
+  Cell& c = *cells_[cell];
+  const std::lock_guard<std::mutex> hold(c.lock);
+  for (Tails* tails : {&c.all, &c.layers[static_cast<size_t>(layer)]})
+    for (int k = 0; k < block.n_heads; ++k) {
+      const size_t at = static_cast<size_t>(k) * block.stride;
+      if (tails->retention_p5) tails->retention_p5->add(std::span<const float>(block.retention + at, count));
+      if (tails->error_p95 && block.output_error)
+        tails->error_p95->add(std::span<const float>(block.output_error + at, count));
+    }
+}
+
+void SweepAggregator::add(size_t cell, int layer, RecordSums& sums, const SimulationResult& result) {
+  const int64_t end = result.first_step + result.n_steps;  // in steps of the sequence
+  for (int64_t from = result.first_step; from < end;) {
+    const int64_t to = std::min(end, (from / kvtrace::kRowBlockSize + 1) * kvtrace::kRowBlockSize);
+    const auto at = static_cast<size_t>(from - result.first_step);
+    StepBlock block;
+    block.first = from - result.first_step;
+    block.count = to - from;
+    block.n_heads = result.n_heads;
+    block.stride = static_cast<size_t>(result.n_steps);
+    block.retention = result.retention.data() + at;
+    block.output_error = result.output_error.empty() ? nullptr : result.output_error.data() + at;
+    block.occupancy = result.occupancy.data() + at;
+    add(cell, layer, sums, block);
+    from = to;
+  }
+}
+
+void SweepAggregator::item_done(const std::vector<size_t>& cells, const std::vector<int>& layers) {
+  for (size_t c : cells) {
+    Cell& cell = *cells_[c];
+    const std::lock_guard<std::mutex> hold(cell.lock);
+    for (int l : layers)
+      if (--cell.items_left[static_cast<size_t>(l)] == 0) close(cell.layers[static_cast<size_t>(l)]);
+    if (--cell.all_items_left == 0) close(cell.all);
+  }
+}
+
+void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& records,
+                             const std::vector<const RecordSums*>& sums, CellResult& out) {
+  Cell& cell = *cells_[c];
+  const size_t n_layers = cell.layers.size();
+  Moments retention, errors;
+  std::vector<Moments> layer_retention(n_layers), layer_errors(n_layers);
+  std::vector<int64_t> layer_occupancy(n_layers, 0), layer_steps(n_layers, 0);
+  int64_t occupancy_sum = 0, occupancy_steps = 0;
+  for (size_t r = 0; r < records.size(); ++r) {
+    const auto l = static_cast<size_t>(records[r]->layer);
+    const RecordSums& s = *sums[r];
+    retention.add(s.retention);
+    errors.add(s.output_error);
+    layer_retention[l].add(s.retention);
+    layer_errors[l].add(s.output_error);
+    occupancy_sum += s.occupancy_sum;
+    layer_occupancy[l] += s.occupancy_sum;
+    out.occupancy_peak = std::max(out.occupancy_peak, s.occupancy_peak);
+    occupancy_steps += records[r]->result.n_steps;
+    layer_steps[l] += records[r]->result.n_steps;
+    out.evictions += records[r]->result.evictions;
+  }
+  if (cell.all_items_left != 0) throw std::logic_error("a cell is finished before its work items");
+  out.retention = summary_of(retention, cell.all.retention_p5_value, NAN);
+  out.output_error = summary_of(errors, NAN, cell.all.error_p95_value);
+  out.occupancy_mean =
+      occupancy_steps ? static_cast<double>(occupancy_sum) / static_cast<double>(occupancy_steps) : NAN;
+  for (size_t l = 0; l < n_layers; ++l) {
+    if (layer_steps[l] == 0) continue;
     LayerSummary summary;
-    summary.layer = l;
-    summary.retention = summarize(layer_retention[static_cast<size_t>(l)]);
-    summary.output_error = summarize(layer_errors[static_cast<size_t>(l)]);
-    summary.occupancy_mean =
-        layer_occupancy[static_cast<size_t>(l)] / static_cast<double>(layer_steps[static_cast<size_t>(l)]);
-    cell.layers.push_back(summary);
+    summary.layer = static_cast<int>(l);
+    summary.retention = summary_of(layer_retention[l], cell.layers[l].retention_p5_value, NAN);
+    summary.output_error = summary_of(layer_errors[l], NAN, cell.layers[l].error_p95_value);
+    summary.occupancy_mean = static_cast<double>(layer_occupancy[l]) / static_cast<double>(layer_steps[l]);
+    out.layers.push_back(summary);
   }
 }
 

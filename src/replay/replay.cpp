@@ -84,9 +84,13 @@ struct WorkItem {
   std::vector<size_t> cells;
   std::vector<GroupRecord> records;  // per cell, then layer, then group
   std::vector<size_t> cell_of_record;
+  std::vector<RecordSums> sums;  // per record
 };
 
-void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bool output_error, WorkItem& item) {
+// streaming: the engine hands each block of steps to it, and the records keep no per-step
+// values; null: the records keep them all.
+void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bool output_error, WorkItem& item,
+              SweepAggregator* streaming) {
   const kvtrace::TraceMeta& meta = reader.meta();
   const int64_t n = reader.sequence(item.seq).n_tokens;
   std::vector<int> all_heads(static_cast<size_t>(meta.n_heads));
@@ -172,6 +176,18 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
   options.prompt_len = reader.sequence(item.seq).prompt_len;
   options.aggregate = config.aggregate;
   options.output_error = output_error;
+  item.sums.resize(item.records.size());
+  std::vector<std::vector<size_t>> record_of(lanes.size());  // [lane][simulation]
+  for (size_t r = 0; r < where.size(); ++r) {
+    auto& of_lane = record_of[where[r].first];
+    if (of_lane.size() <= where[r].second) of_lane.resize(where[r].second + 1);
+    of_lane[where[r].second] = r;
+  }
+  const StepSink sink = [&](const StepBlock& block) {
+    const size_t r = record_of[block.lane][block.simulation];
+    streaming->add(item.cell_of_record[r], item.records[r].layer, item.sums[r], block);
+  };
+  if (streaming) options.sink = &sink;
   std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
   for (size_t r = 0; r < item.records.size(); ++r)
     item.records[r].result = std::move(results[where[r].first][where[r].second]);
@@ -250,24 +266,55 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   for (size_t c = 0; c < cells; ++c)
     (config.policies[decode(c, config).policy].info->engine == Engine::cross_layer ? cross_layer_cells : layer_cells)
         .push_back(c);
+  // Layer by layer, so a layer's tails are freed once its sequences are done
+  // (SweepAggregator); the cells read their records in (sequence, layer) order.
   std::vector<WorkItem> items;
-  for (int seq : sequences) {
-    if (!layer_cells.empty())
-      for (int layer : layers) {
+  if (!layer_cells.empty())
+    for (int layer : layers)
+      for (int seq : sequences) {
         WorkItem item;
         item.seq = seq;
         item.layers = {layer};
         item.cells = layer_cells;
         items.push_back(std::move(item));
       }
-    if (!cross_layer_cells.empty()) {
+  if (!cross_layer_cells.empty())
+    for (int seq : sequences) {
       WorkItem item;
       item.seq = seq;
       item.layers = layers;
       item.cells = cross_layer_cells;
       items.push_back(std::move(item));
     }
+  std::vector<size_t> report_order(items.size());
+  for (size_t i = 0; i < items.size(); ++i) report_order[i] = i;
+  std::stable_sort(report_order.begin(), report_order.end(), [&](size_t a, size_t b) {
+    return std::pair(items[a].seq, items[a].layers.front()) < std::pair(items[b].seq, items[b].layers.front());
+  });
+
+  // What each cell will record, per layer: every query head at every recorded step.
+  std::vector<SweepAggregator::Expected> expected(cells);
+  for (size_t c = 0; c < cells; ++c) {
+    auto& e = expected[c];
+    e.values.assign(static_cast<size_t>(meta.n_layers), 0);
+    e.layer_items.assign(static_cast<size_t>(meta.n_layers), 0);
+    for (int layer : layers)
+      for (int seq : sequences) {
+        const kvtrace::SequenceMeta& info = reader.sequence(seq);
+        const int64_t prefilled = config.mode == Mode::prefill ? std::min(info.prompt_len, info.n_tokens) : 0;
+        e.values[static_cast<size_t>(layer)] += static_cast<int64_t>(meta.n_heads) * (info.n_tokens - prefilled);
+        ++e.layer_items[static_cast<size_t>(layer)];
+      }
   }
+  for (const WorkItem& item : items)
+    for (size_t c : item.cells) ++expected[c].items;
+  SweepAggregator aggregator(expected, output_error);
+  // Kept records (and a split, whose ranks trade records) are reduced after the run.
+  const bool streaming = !config.keep_records && !config.split;
+  auto reduce = [&](WorkItem& item) {
+    for (size_t r = 0; r < item.records.size(); ++r)
+      aggregator.add(item.cell_of_record[r], item.records[r].layer, item.sums[r], item.records[r].result);
+  };
   const int threads =
       config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   // Under a split, this process replays its share only.
@@ -280,7 +327,8 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
       mine, threads,
       [&](WorkItem& item) {
         if (config.cancel && config.cancel->load()) throw Cancelled();
-        run_item(reader, config, output_error, item);
+        run_item(reader, config, output_error, item, streaming ? &aggregator : nullptr);
+        if (streaming) aggregator.item_done(item.cells, item.layers);
       },
       progress);
   if (config.split) {
@@ -297,8 +345,17 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
       items[i].records.clear();
       items[i].cell_of_record.clear();
       deserialize_records(all[i], items[i].records, items[i].cell_of_record);
+      items[i].sums.assign(items[i].records.size(), RecordSums{});
     }
   }
+  if (!streaming)
+    parallel_for(
+        items.size(), threads,
+        [&](size_t i) {
+          reduce(items[i]);
+          aggregator.item_done(items[i].cells, items[i].layers);
+        },
+        [] {});
 
   ReplayResults results;
   results.output_error = output_error;
@@ -320,6 +377,7 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
         cell.params = config.policies[key.policy].changed;
         cell.bits_per_element = bits_per_element(cell.quant, meta.head_dim);
         std::vector<const GroupRecord*> records;
+        std::vector<const RecordSums*> sums;
         double budget_sum = 0, share_sum = 0;
         int64_t budget_count = 0;
         for (int seq : sequences)
@@ -330,12 +388,15 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
             share_sum += static_cast<double>(budget) / static_cast<double>(n);
             ++budget_count;
           }
-        for (const WorkItem& item : items)
-          for (size_t r = 0; r < item.records.size(); ++r)
-            if (item.cell_of_record[r] == c) records.push_back(&item.records[r]);
+        for (size_t i : report_order)
+          for (size_t r = 0; r < items[i].records.size(); ++r)
+            if (items[i].cell_of_record[r] == c) {
+              records.push_back(&items[i].records[r]);
+              sums.push_back(&items[i].sums[r]);
+            }
         cell.budget_tokens_mean = budget_sum / static_cast<double>(budget_count);
         cell.budget_share_mean = share_sum / static_cast<double>(budget_count);
-        aggregate_cell(cell, records, meta.n_layers, output_error);
+        aggregator.finish(c, records, sums, cell);
         if (config.keep_records)
           for (const GroupRecord* record : records) cell.records.push_back(*record);
       },

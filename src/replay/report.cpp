@@ -164,17 +164,22 @@ std::string layers_csv(const ReplayResults& results) {
 }
 
 std::string results_json(const ReplayResults& results, const std::string& trace, const std::string& model) {
-  auto summary = [](const Summary& s) -> nlohmann::json {
+  // Retention keeps its lower tail (p5), output error its upper (p95): the percentile a sweep has.
+  auto summary = [](const Summary& s, bool lower_tail) -> nlohmann::json {
     if (s.count == 0) return nullptr;
-    return {{"mean", s.mean}, {"p5", s.p5}, {"min", s.min}, {"p95", s.p95}, {"max", s.max}, {"count", s.count}};
+    return {{"mean", s.mean},
+            {lower_tail ? "p5" : "p95", lower_tail ? s.p5 : s.p95},
+            {"min", s.min},
+            {"max", s.max},
+            {"count", s.count}};
   };
   nlohmann::json cells = nlohmann::json::array();
   for (const auto& cell : results.cells) {
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& layer : cell.layers)
       layers.push_back({{"layer", layer.layer},
-                        {"retention", summary(layer.retention)},
-                        {"output_error", summary(layer.output_error)},
+                        {"retention", summary(layer.retention, true)},
+                        {"output_error", summary(layer.output_error, false)},
                         {"occupancy_mean", layer.occupancy_mean}});
     cells.push_back({{"policy", base_name(cell)},
                      {"label", cell.policy},
@@ -184,8 +189,8 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
                      {"bits_per_element", cell.bits_per_element},
                      {"budget_tokens_mean", cell.budget_tokens_mean},
                      {"budget_share_mean", cell.budget_share_mean},
-                     {"retention", summary(cell.retention)},
-                     {"output_error", summary(cell.output_error)},
+                     {"retention", summary(cell.retention, true)},
+                     {"output_error", summary(cell.output_error, false)},
                      {"occupancy_mean", cell.occupancy_mean},
                      {"occupancy_peak", cell.occupancy_peak},
                      {"evictions", cell.evictions},

@@ -1,6 +1,6 @@
-// summarize(): mean, min, max and NumPy's linear 5th/95th percentiles. Large inputs take the
-// bracketed selection (a sample brackets each rank); it must give exactly what sorting gives,
-// whatever the order and ties of the values.
+// summarize(): mean, min, max and NumPy's linear 5th/95th percentiles, from the tails
+// TailQuantile keeps; it must give exactly what sorting gives, whatever the order and ties of
+// the values, and however they come in pieces.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -111,5 +111,50 @@ TEST(Summary, NanGivesNanNotAnOrder) {
     EXPECT_TRUE(std::isnan(summary.p5) && std::isnan(summary.p95) && std::isnan(summary.min) &&
                 std::isnan(summary.mean))
         << n << " values";
+  }
+}
+
+TEST(TailQuantile, HandWorkedTails) {
+  // 0..9: the 5th percentile at h = 0.45 between 0 and 1 (keeps the 2 smallest), the 95th at
+  // h = 8.55 between 8 and 9 (keeps the 2 largest).
+  kvsim::TailQuantile p5(10, 0.05), p95(10, 0.95);
+  const std::vector<float> values = {9, 3, 0, 7, 1, 8, 2, 6, 4, 5};
+  for (size_t i = 0; i < values.size(); i += 3) {
+    const std::span<const float> piece(values.data() + i, std::min<size_t>(3, values.size() - i));
+    p5.add(piece);
+    p95.add(piece);
+  }
+  const double h5 = 0.05 * 9, h95 = 0.95 * 9;
+  EXPECT_EQ(p5.value(), 0 + (h5 - 0) * (1 - 0));
+  EXPECT_EQ(p95.value(), 8 + (h95 - 8) * (9 - 8));
+  EXPECT_LE(p5.held(), 10u);
+  kvsim::TailQuantile short_of_values(11, 0.05);
+  short_of_values.add(values);
+  EXPECT_TRUE(std::isnan(short_of_values.value()));  // one value was announced and never came
+}
+
+TEST(TailQuantile, PiecesInAnyOrderGiveTheSameBits) {
+  // A sweep hands blocks over in whatever order its threads finish: the tail keeps only
+  // the values beyond its rank (plus slack), and its quantile must not depend on the order.
+  std::mt19937 random(3);
+  std::vector<float> values(64 * 4688);
+  std::exponential_distribution<float> tail(30.0f);
+  for (float& v : values) v = std::max(0.0f, 1.0f - tail(random));
+  const double p5 = sorted_percentile(values, 0.05), p95 = sorted_percentile(values, 0.95);
+  std::vector<size_t> pieces(values.size() / 64);
+  for (size_t i = 0; i < pieces.size(); ++i) pieces[i] = i;
+  for (int trial = 0; trial < 3; ++trial) {
+    kvsim::TailQuantile low(static_cast<int64_t>(values.size()), 0.05), high(static_cast<int64_t>(values.size()), 0.95);
+    size_t peak = 0;
+    for (size_t i : pieces) {
+      const std::span<const float> piece(values.data() + 64 * i, 64);
+      low.add(piece);
+      high.add(piece);
+      peak = std::max({peak, low.held(), high.held()});
+    }
+    EXPECT_EQ(low.value(), p5);
+    EXPECT_EQ(high.value(), p95);
+    EXPECT_LT(peak, values.size() / 15);  // about 5% and its slack, never all
+    std::shuffle(pieces.begin(), pieces.end(), random);
   }
 }

@@ -4,6 +4,7 @@
 // every simulation (a policy, a budget, a cache group) in lockstep, so the rows are computed
 // once for all of them. It knows nothing of files.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
@@ -54,6 +55,19 @@ struct SimulationSpec {
   std::shared_ptr<void> sequence_state;  // cross-layer policies
 };
 
+// One block of one simulation's recorded steps, handed over as the engine finishes the block
+// (EngineOptions::sink). Steps are recorded-step indices, as in SimulationResult.
+struct StepBlock {
+  size_t lane = 0, simulation = 0;  // the lane (run_engine: 0) and the simulation's index in it
+  int64_t first = 0, count = 0;     // recorded steps [first, first + count)
+  int n_heads = 0;
+  size_t stride = 0;                    // from one head's values to the next
+  const float* retention = nullptr;     // [head * stride + i], i < count
+  const float* output_error = nullptr;  // likewise; null without output error
+  const int32_t* occupancy = nullptr;   // [i]
+};
+using StepSink = std::function<void(const StepBlock&)>;
+
 struct EngineOptions {
   Mode mode = Mode::stream;
   int64_t prompt_len = 0;  // prefill mode: steps [0, prompt_len) are the prompt
@@ -62,10 +76,15 @@ struct EngineOptions {
   // Groups of 4k heads read four heads per load from interleaved rows (src/core/step_rows.hpp).
   // The results are the same bit for bit either way; false is for tests and benchmarks.
   bool interleave = true;
+  // With a sink, every block of recorded steps goes to it and SimulationResult keeps no
+  // per-step values (retention, output_error, occupancy and eviction_step stay empty), so
+  // memory does not grow with the steps. The sink is called from the engine's thread.
+  const StepSink* sink = nullptr;
 };
 
 // What one simulation did on its group. Steps are the recorded ones: all steps in stream
-// mode, the decode steps (prompt_len .. n-1) in prefill mode.
+// mode, the decode steps (prompt_len .. n-1) in prefill mode. With EngineOptions::sink the
+// per-step vectors are empty.
 struct SimulationResult {
   int n_heads = 0;
   int64_t first_step = 0;
@@ -123,8 +142,8 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
 class SteppedEngine {
  public:
   // future: the rows that policies needing the future read (null when none does).
-  SteppedEngine(int n_heads, std::vector<CacheGroup> groups, std::vector<SimulationSpec> simulations,
-                int64_t n_tokens, const EngineOptions& options, kvtrace::AttentionSource* future = nullptr);
+  SteppedEngine(int n_heads, std::vector<CacheGroup> groups, std::vector<SimulationSpec> simulations, int64_t n_tokens,
+                const EngineOptions& options, kvtrace::AttentionSource* future = nullptr);
   ~SteppedEngine();
   SteppedEngine(SteppedEngine&&) noexcept;
   SteppedEngine& operator=(SteppedEngine&&) noexcept;
