@@ -2,6 +2,9 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#ifdef __F16C__
+#include <immintrin.h>
+#endif
 #include <cstring>
 #include <cstdint>
 #include <cmath>
@@ -55,6 +58,27 @@ QKAttentionSource::QKAttentionSource(int64_t n_tokens, int head_dim, std::vector
     if (k.size() != size) throw InputError("", "k", "key head has the wrong size");
   for (int index : key_of_)
     if (index < 0 || index >= static_cast<int>(keys_.size())) throw InputError("", "k", "no such key head");
+  half_queries_.resize(queries_.size());
+#ifdef __F16C__
+  for (size_t h = 0; h < queries_.size(); ++h) {
+    std::vector<float>& q = queries_[h];
+    std::vector<uint16_t> half(q.size());
+    bool exact = true;
+    size_t i = 0;
+    for (; exact && i + 8 <= q.size(); i += 8) {
+      const __m256 wide = _mm256_loadu_ps(q.data() + i);
+      const __m128i narrow = _mm256_cvtps_ph(wide, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      const __m256 back = _mm256_cvtph_ps(narrow);
+      // Bitwise, so -0 and subnormals count as they are.
+      exact = _mm256_movemask_ps(_mm256_castsi256_ps(
+                  _mm256_cmpeq_epi32(_mm256_castps_si256(wide), _mm256_castps_si256(back)))) == 0xff;
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(half.data() + i), narrow);
+    }
+    if (!exact || i != q.size()) continue;  // (a head_dim that is a multiple of 8 fills whole registers)
+    half_queries_[h] = std::move(half);
+    std::vector<float>().swap(q);
+  }
+#endif
 }
 
 namespace {
@@ -151,24 +175,48 @@ void causal_softmax_row(float* row, int64_t t, const SoftmaxOptions& options) {
   for (int64_t i = 0; i < n; ++i) begin[i] *= inverse;
 }
 
-void qk_logits(const float* queries, const float* keys, int head_dim, int64_t first, int64_t count, double scale,
-               float* out, int64_t stride) {
+namespace {
+
+// The logits of rows [first, first + count) from those rows' queries ([count * head_dim]).
+void block_logits(const float* block_queries, const float* keys, int head_dim, int64_t first, int64_t count,
+                  double scale, float* out, int64_t stride) {
   using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
   const int64_t width = first + count;
-  Eigen::Map<const RowMajor> q(queries + first * head_dim, count, head_dim);
+  Eigen::Map<const RowMajor> q(block_queries, count, head_dim);
   Eigen::Map<const RowMajor> k(keys, width, head_dim);
   Eigen::Map<RowMajor, 0, Eigen::OuterStride<>> logits(out, count, width, Eigen::OuterStride<>(stride));
   logits.noalias() = q * k.transpose();
   logits *= static_cast<float>(scale);
 }
 
+}  // namespace
+
+void qk_logits(const float* queries, const float* keys, int head_dim, int64_t first, int64_t count, double scale,
+               float* out, int64_t stride) {
+  block_logits(queries + first * head_dim, keys, head_dim, first, count, scale, out, stride);
+}
+
 void QKAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) {
   const int64_t width = first + count;
   block.reshape(first, count, width, n_heads());
   for (int h = 0; h < n_heads(); ++h) {
-    qk_logits(queries_[static_cast<size_t>(h)].data(),
-              keys_[static_cast<size_t>(key_of_[static_cast<size_t>(h)])].data(), head_dim_, first, count,
-              options_.scale, block.row(h, first), block.stride);
+    const float* keys = keys_[static_cast<size_t>(key_of_[static_cast<size_t>(h)])].data();
+    const auto d = static_cast<size_t>(head_dim_);
+    const std::vector<uint16_t>& half = half_queries_[static_cast<size_t>(h)];
+    if (half.empty()) {
+      block_logits(queries_[static_cast<size_t>(h)].data() + first * head_dim_, keys, head_dim_, first, count,
+                   options_.scale, block.row(h, first), block.stride);
+    } else {
+#ifdef __F16C__
+      block_queries_.resize(static_cast<size_t>(count) * d);
+      const uint16_t* from = half.data() + static_cast<size_t>(first) * d;
+      for (size_t i = 0; i < block_queries_.size(); i += 8)
+        _mm256_storeu_ps(block_queries_.data() + i,
+                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i))));
+#endif
+      block_logits(block_queries_.data(), keys, head_dim_, first, count, options_.scale, block.row(h, first),
+                   block.stride);
+    }
     for (int64_t t = first; t < width; ++t) causal_softmax_row(block.row(h, t), t, options_);
   }
 }

@@ -127,6 +127,26 @@ TEST(AttentionSource, RowsAreTheSameWhateverTheBlocking) {
     for (int64_t i = 0; i <= t; ++i) ASSERT_EQ(a.row(0, t)[i], b.row(3, t)[i]);
 }
 
+TEST(AttentionSource, Float16QueriesHeldHalfGiveTheSameRows) {
+  // Queries that are all float16 values are held as float16 and widened per block: the rows
+  // must equal those of the same queries with one entry off float16 (so held as float32).
+  const int64_t n = 80;
+  const int d = 8;
+  std::vector<float> keys(n * d), half(n * d);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i] = static_cast<float>((i * 37) % 23) / 8.0f - 1.0f;
+    half[i] = static_cast<float>((i * 11) % 19) / 16.0f - 0.5f;  // multiples of 1/16: exact in float16
+  }
+  QKAttentionSource held_half(n, d, {half}, {keys}, {0}, SoftmaxOptions{0.35, 0, 0.0});
+  half.back() = 1.0f + 1.0f / 4096.0f;  // 13 significant bits: not a float16 (row 79 only)
+  QKAttentionSource held_wide(n, d, {half}, {keys}, {0}, SoftmaxOptions{0.35, 0, 0.0});
+  RowBlock a, b;
+  held_half.rows(0, 64, a);
+  held_wide.rows(0, 64, b);
+  for (int64_t t = 0; t < 64; ++t)
+    for (int64_t i = 0; i <= t; ++i) ASSERT_EQ(a.row(0, t)[i], b.row(0, t)[i]) << t << " " << i;
+}
+
 TEST(Synth, SameSeedSameValuesOtherSeedDiffers) {
   kvtest::TempDir dir;
   SynthOptions options = small_gqa(DType::f16);

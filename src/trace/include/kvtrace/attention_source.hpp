@@ -75,7 +75,12 @@ class QKAttentionSource final : public AttentionSource {
  private:
   int64_t n_tokens_;
   int head_dim_;
+  // A query row is read once, for its own row of logits: a head whose queries are all
+  // float16 values (as a float16 trace's are) is held as float16, half the memory, and each
+  // block's rows are widened again. Bit for bit the same logits.
   std::vector<std::vector<float>> queries_, keys_;
+  std::vector<std::vector<uint16_t>> half_queries_;  // per head: empty, or its queries as float16
+  std::vector<float> block_queries_;
   std::vector<int> key_of_;
   SoftmaxOptions options_;
 };
