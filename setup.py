@@ -69,7 +69,11 @@ class CMakeBuild(build_ext):
             self.announce(" ".join(args), level=2)
             subprocess.check_call(args)
         jobs = os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL") or str(self.parallel or os.cpu_count() or 1)
-        subprocess.check_call(["cmake", "--build", build, "--target", "kvsim_python", "kvsim", "-j", jobs])
+        try:
+            subprocess.check_call(["cmake", "--build", build, "--target", "kvsim_python", "kvsim", "-j", jobs])
+        except subprocess.CalledProcessError:
+            sys.exit(f"kvsim setup.py: building kvsim_python and kvsim in {build} failed (above); the module "
+                     "needs pybind11-dev and python3-dev (scripts/setup.sh) and -DKVSIM_PYTHON=ON")
 
         suffix = sysconfig.get_config_var("EXT_SUFFIX")
         built = glob.glob(os.path.join(build, "python", "kvsim", "_kvsim*.so"))
