@@ -25,8 +25,8 @@ def main():
         try:
             __import__(module)
         except ImportError as e:
-            print(f"SKIP: {sys.executable} cannot import {module} ({e}); Debian: python3-nbconvert "
-                  "python3-ipykernel python3-pandas python3-matplotlib (scripts/setup.sh)")
+            print(f"SKIP: {os.path.basename(notebook)}: {sys.executable} cannot import {module} ({e}); "
+                  "Debian: python3-nbconvert python3-ipykernel python3-pandas python3-matplotlib (scripts/setup.sh)")
             return SKIP
     with open(notebook, encoding="utf-8") as f:
         stored = json.load(f)

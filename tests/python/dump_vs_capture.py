@@ -71,7 +71,7 @@ def main():
     if reason is None and not os.path.isfile(os.path.join(models, "stories15M.bin")):
         reason = f"{models}/stories15M.bin is not there (scripts/fetch-model.sh fetches it)"
     if reason:
-        print(f"SKIP: {reason}")
+        print(f"SKIP: the dumper's transformers path against kvsim capture: {reason}")
         return SKIP
     sys.path.insert(0, SRC_PYTHON)
     from kvsim import tracefile

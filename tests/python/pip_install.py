@@ -61,8 +61,8 @@ def main():
     source, build, work = (os.path.abspath(a) for a in sys.argv[1:4])
     for module in ("venv", "ensurepip", "setuptools", "wheel", "build"):
         if importlib.util.find_spec(module) is None:
-            print(f"SKIP: {sys.executable} has no module {module}; Debian: python3-venv python3-setuptools "
-                  "python3-wheel python3-build (scripts/setup.sh)")
+            print(f"SKIP: pip install into a venv: {sys.executable} has no module {module}; Debian: "
+                  "python3-venv python3-setuptools python3-wheel python3-build (scripts/setup.sh)")
             return SKIP
     shutil.rmtree(work, ignore_errors=True)
     os.makedirs(work)
