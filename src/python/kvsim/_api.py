@@ -2,8 +2,10 @@
 by the kvsim package: kvsim.open, kvsim.replay, ...).
 
 Everything runs in the compiled module kvsim._kvsim (the same C++ libraries as the `kvsim`
-CLI, so the numbers are the CLI's bit for bit). Results are plain dicts: numbers as numpy
-arrays, tables as dicts of equal-length columns that pandas.DataFrame(...) takes as they are.
+CLI, so the numbers are the CLI's bit for bit). sweep, replay, analyze and plan return a
+pandas DataFrame with the columns of the CLI's CSV (plan: of its JSON rows) when pandas
+imports; as_frame=False (or kvsim.set_dataframes(False) for the session) returns dicts, with
+numbers as numpy arrays and tables as dicts of equal-length columns, and the per-step records.
 Bad input raises kvsim.InputError, a ValueError whose message is the CLI's one-line message.
 All replays are teacher-forced: rows come from the full-cache run, so the drift a compressed
 model would accumulate is not modelled.
@@ -31,9 +33,36 @@ InputError = _native.InputError
 DEFAULT_SWEEP_POLICIES = ("scissorhands", "h2o", "streaming", "tova", "recent", "oracle")
 DEFAULT_SWEEP_BUDGETS = ("10%", "20%", "30%", "40%", "50%", "60%", "70%", "80%", "90%")
 
-# The columns of `kvsim sweep --csv`, in order (sweep() returns them, plus "label"): the
-# library's one list of them (kvsim/replay/sweep_table.hpp).
+# The columns of `kvsim sweep --csv`, in order (sweep() returns them, its dict also "label"):
+# the library's one list of them (kvsim/replay/sweep_table.hpp).
 SWEEP_COLUMNS = _native.SWEEP_COLUMNS
+# The columns of `kvsim replay --csv` (one row per layer, then "all"), as the library writes them.
+REPLAY_COLUMNS = _native.REPLAY_COLUMNS
+
+_dataframes = None  # None: DataFrames when pandas imports
+
+
+def set_dataframes(on=True):
+    """sweep, replay, analyze and plan return pandas DataFrames (on; the default when pandas
+    imports) or dicts (off), for calls that do not pass as_frame. None restores the default."""
+    global _dataframes
+    _dataframes = None if on is None else bool(on)
+
+
+def _pandas(as_frame):
+    """The pandas module when the result is to be a DataFrame, else None."""
+    if as_frame is None:
+        as_frame = _dataframes
+    if as_frame is False:
+        return None
+    try:
+        import pandas
+    except ImportError:
+        if as_frame:
+            raise ImportError("kvsim: DataFrames need pandas (Debian: python3-pandas); as_frame=False "
+                              "returns dicts") from None
+        return None
+    return pandas
 
 
 def _text(value) -> str:
@@ -211,8 +240,8 @@ def bundled_trace() -> str:
 
 
 def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto", seqs=None, layers=None,
-           output_error="auto", quant=None, layer_budget="uniform", threads=0, records=True, params=None,
-           **policy_params) -> dict:
+           output_error="auto", quant=None, layer_budget="uniform", threads=0, records=None, params=None,
+           as_frame=None, **policy_params):
     """Replay one policy at one budget over a trace (kvsim replay).
 
     trace: a kvsim.Trace or a path. budget: tokens (64) or a share of each sequence ('20%').
@@ -222,25 +251,44 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     quant (one spec: 'flexgen4', 'kivi2', 'int8', ...), layer_budget ('uniform', 'persistence'
     or one weight per layer), threads (0: all cores; results do not depend on it).
 
-    Returns a dict: the summary (as a `kvsim sweep --csv` row: retention_mean, retention_p5,
-    retention_min, output_error_*, occupancy_mean, occupancy_peak, evictions, samples, ...),
-    'layers' (columns per layer), and with records=True 'groups': {(seq, layer, group): {
-    'heads' int32 [h], 'steps' int64 [steps], 'retention' float32 [h, steps],
-    'output_error' float32 [h, steps] or None, 'occupancy' int32 [steps],
+    With pandas (and as_frame not False): a DataFrame, the table `kvsim replay --csv` writes
+    (REPLAY_COLUMNS: one row per layer, then the row whose layer is "all").
+    With as_frame=False: a dict, the summary (as a `kvsim sweep --csv` row: retention_mean,
+    retention_p5, retention_min, output_error_*, occupancy_mean, occupancy_peak, evictions,
+    samples, ...), 'layers' (columns per layer), and unless records=False 'groups':
+    {(seq, layer, group): {'heads' int32 [h], 'steps' int64 [steps], 'retention' float32
+    [h, steps], 'output_error' float32 [h, steps] or None, 'occupancy' int32 [steps],
     'eviction_step' int32 [positions] (-1: never evicted), 'evictions', 'budget', ...}}.
     Layer-wide policies (tova, scissorhands-xlayer) have one group 0 per layer.
     """
+    pandas = _pandas(as_frame)
+    if pandas is not None and records:
+        raise InputError("records=True: the per-step records come in the dict that as_frame=False returns")
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads)
-    return _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
-                           bool(records))
+    out = _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
+                          pandas is None and records is not False)
+    if pandas is None:
+        return out
+    layers = out["layers"]
+    n = len(layers["layer"])
+    columns = {}
+    for name in REPLAY_COLUMNS:
+        if name == "layer":
+            columns[name] = [int(v) for v in layers["layer"]] + ["all"]
+        elif name in layers:
+            columns[name] = np.append(layers[name], out[name])
+        else:
+            columns[name] = [out[name]] * (n + 1)
+    return pandas.DataFrame(columns)
 
 
 def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean", rows="auto", seqs=None,
           layers=None, output_error="auto", quant=None, layer_budget="uniform", threads=0, params=None,
-          **policy_params) -> dict:
-    """The policies x budgets grid (kvsim sweep), as columns: the columns of `kvsim sweep --csv`
-    in its order (strings as lists, numbers as numpy arrays, NaN where the CSV is empty) plus
-    'label' (policy and changed parameters). pandas.DataFrame(kvsim.sweep(...)) is the CSV.
+          as_frame=None, **policy_params):
+    """The policies x budgets grid (kvsim sweep): with pandas a DataFrame with the columns of
+    `kvsim sweep --csv` (SWEEP_COLUMNS) in its order, one row per line, NaN where the CSV is
+    empty. With as_frame=False a dict of those columns (strings as lists, numbers as numpy
+    arrays) plus 'label' (policy and changed parameters).
 
     policies, budgets: lists or comma-separated strings (defaults as the CLI's). Parameters:
     key=value goes to every chosen policy that takes it; params={'scissorhands.w': 200} to one.
@@ -248,8 +296,12 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     """
     names = _comma_list(policies if policies is not None else DEFAULT_SWEEP_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
+    pandas = _pandas(as_frame)
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads)
-    return _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
+    out = _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
+    if pandas is None:
+        return out
+    return pandas.DataFrame({name: out[name] for name in SWEEP_COLUMNS})
 
 
 def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", prompt_len=0, aggregate="mean",
@@ -289,11 +341,13 @@ def _analyze_options(lags, topk, min_positions, max_steps, samples, correlations
 
 
 def analyze(trace, *, seqs=None, layers=None, lags=(1, 4, 16, 64), topk="10%", min_positions=8, max_steps=256,
-            samples=4, rows="auto", threads=0) -> dict:
+            samples=4, rows="auto", threads=0, as_frame=None):
     """Persistence of importance (kvsim analyze), on a trace or path; a numpy array of one
-    layer's rows goes to analyze_rows().
+    layer's rows goes to analyze_rows() (which returns a dict).
 
-    Returns 'heads' (per layer and head: the columns of `kvsim analyze --csv`), 'layer_means'
+    With pandas: a DataFrame, the table `kvsim analyze --csv` writes (its columns; a row per
+    layer and head, then per layer with head "mean", then layer "all", head "mean").
+    With as_frame=False a dict: 'heads' (per layer and head: those columns), 'layer_means'
     (head -1), 'overall' (one dict; layer and head -1), 'cross_layer' (layer_a, layer_b,
     spearman, spearman_normalised), 'per_sequence' (per sequence, layer and head: early, late,
     persistent, persistence, ever_pivotal, repeat_share, spearman_lag*, topk_recall_lag*,
@@ -303,9 +357,21 @@ def analyze(trace, *, seqs=None, layers=None, lags=(1, 4, 16, 64), topk="10%", m
     if isinstance(trace, np.ndarray):
         return analyze_rows(trace, lags=lags, topk=topk, min_positions=min_positions, max_steps=max_steps,
                             samples=samples)
+    pandas = _pandas(as_frame)
     options = _analyze_options(lags, topk, min_positions, max_steps, samples)
-    return _native._analyze(_trace(trace), options, str(rows), _indices(seqs, "seqs"), _indices(layers, "layers"),
-                            int(threads))
+    out = _native._analyze(_trace(trace), options, str(rows), _indices(seqs, "seqs"), _indices(layers, "layers"),
+                           int(threads))
+    if pandas is None:
+        return out
+    tables = [out["heads"], out["layer_means"], {k: [v] for k, v in out["overall"].items()}]
+    columns = {}
+    for name in out["heads"]:
+        values = [v for table in tables for v in table[name]]
+        if name in ("layer", "head"):
+            marker = "all" if name == "layer" else "mean"
+            values = [marker if v == -1 else int(v) for v in values]
+        columns[name] = values
+    return pandas.DataFrame(columns)
 
 
 def analyze_rows(attention, *, lags=(1, 4, 16, 64), topk="10%", min_positions=8, max_steps=256, samples=4) -> dict:
@@ -317,20 +383,29 @@ def analyze_rows(attention, *, lags=(1, 4, 16, 64), topk="10%", min_positions=8,
 
 
 def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
-         reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None) -> dict:
-    """Capacity planning (kvsim plan): the document `kvsim plan --json` writes, with its 'rows'
-    (a list of dicts, one per plan row: policy, budget, quant, kv_bytes_per_token,
-    blocks_per_sequence, max_sequences, gain, ...; pandas.DataFrame(result['rows'])).
+         reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None,
+         as_frame=None):
+    """Capacity planning (kvsim plan). With pandas: a DataFrame of the plan's rows, one per
+    policy and budget, with the keys of the rows of `kvsim plan --json` as columns (policy,
+    budget, quant, kv_bytes_per_token, blocks_per_sequence, max_sequences, gain, ...; the plan
+    has no CSV); the rest of that document is in the frame's .attrs. With as_frame=False: the
+    document `kvsim plan --json` writes, as a dict with its 'rows' as a list of dicts.
 
     model, gpu: card names (kvsim plan --list), display names, Hugging Face ids or card files;
     gpu also a size ('80GB', '80GiB'). context: tokens (4096), '3072+1024', a list of lengths
     (a mix) or a CSV file; default the model's maximum. budget: tokens or shares, a list or
-    '20%,512'. sweep: a sweep CSV file or kvsim.sweep()'s result; target: 'retention>=0.95'
+    '20%,512'. sweep: a sweep CSV file or kvsim.sweep()'s result (DataFrame or dict); target: 'retention>=0.95'
     (the default with a sweep), 'output_error<=0.05', ... kv_quant: 'flexgen4', 'kivi2', specs.
     cards: the folder holding models/ and gpus/ (default data_dir()).
     """
-    return _native._plan(_plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve,
-                                    block_size, context, budget, sweep, target, cards))
+    pandas = _pandas(as_frame)
+    out = _native._plan(_plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve,
+                                   block_size, context, budget, sweep, target, cards))
+    if pandas is None:
+        return out
+    frame = pandas.DataFrame(out["rows"])
+    frame.attrs.update({k: v for k, v in out.items() if k != "rows"})
+    return frame
 
 
 def plan_text(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
@@ -377,6 +452,8 @@ def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, 
             a.sweep_name = path
             if not a.sweep_text:
                 raise InputError(f"{path}: the sweep is empty")
+        elif hasattr(sweep, "columns") and hasattr(sweep, "to_dict"):  # a DataFrame
+            a.set_sweep_columns({str(c): sweep[c].tolist() for c in sweep.columns})
         else:
             a.set_sweep_columns(dict(sweep))
     if target is not None:

@@ -1,8 +1,9 @@
 """Record attention traces (kvsim trace schema v1) from a Hugging Face causal LM on a GPU.
 
     python3 -m kvsim.dump --model meta-llama/Llama-3.2-1B --prompts prompts.jsonl --out t.h5 \\
-        [--max-new-tokens 64] [--no-generate] [--dtype auto|float16|bfloat16|float32] \\
-        [--attn] [--store-dtype float16|float32] [--device cuda|cpu|auto]
+        [--max-new-tokens 64] [--no-generate] [--prompt-tokens N] \\
+        [--dtype auto|float16|bfloat16|float32] [--attn] [--store-dtype float16|float32] \\
+        [--device cuda|cpu|auto]
 
 Needs PyTorch and transformers with AttentionInterface (recent 4.x or 5.x); they are imported
 only when a dump starts, so this module imports without them.
@@ -11,7 +12,8 @@ prompts.jsonl holds one JSON object per line: {"prompt": "text"} or {"ids": [1, 
 (token ids, e.g. exactly those `kvsim capture` used, or for a model converted with
 kvsim.convert_llama2c, which has no HF tokenizer), with optional "max_new_tokens" and "id".
 
-For each prompt: greedy generation (unless --no-generate), then ONE forward pass over the full
+For each prompt (cut to its first --prompt-tokens tokens when given): greedy generation
+(unless --no-generate), then ONE forward pass over the full
 sequence (prompt + generated) with use_cache=False. A custom attention function registered as
 "kvsim_dump" sees every layer's post-RoPE query [1, n_heads, T, hd] and key/value
 [1, n_kv_heads, T, hd] (before GQA repetition), writes them to the trace (as float16 by
@@ -97,6 +99,22 @@ def token_texts(ids, tokenizer=None, pieces=None):
     if any(isinstance(t, str) and "\u2581" in t for t in sample):
         return ["" if t is None else t.replace("\u2581", " ") for t in toks]
     return [tokenizer.decode([i]) for i in ids]
+
+
+def prompt_ids(p, tokenizer=None, prompt_tokens=None):
+    """The token ids of one prompt (a dict as read_prompts returns), cut to its first
+    prompt_tokens when given; a shorter prompt is a DumpError."""
+    ids = p["ids"]
+    if ids is None:
+        if tokenizer is None:
+            raise DumpError(f"prompt {p['id']}: text prompt but no tokenizer; "
+                            'give {"ids": [...]} or --tokenizer')
+        ids = list(tokenizer(p["prompt"])["input_ids"])
+    if prompt_tokens is not None:
+        if len(ids) < prompt_tokens:
+            raise DumpError(f"prompt {p['id']}: {len(ids)} tokens, fewer than --prompt-tokens {prompt_tokens}")
+        ids = ids[:prompt_tokens]
+    return list(ids)
 
 
 def _require():
@@ -268,7 +286,7 @@ def _greedy(model, ids, n_new):
 
 def dump_model(model, prompts, out, *, model_name, tokenizer=None, pieces=None,
                max_new_tokens=64, generate=True, attn=False, store_dtype="float16",
-               inner="auto", log=None):
+               inner="auto", prompt_tokens=None, log=None):
     """Trace every prompt (dicts as read_prompts returns) of an already loaded model to out."""
     torch, _ = _require()
     from . import __version__
@@ -281,12 +299,7 @@ def dump_model(model, prompts, out, *, model_name, tokenizer=None, pieces=None,
     with TraceWriter(out, model=model_name, source="hf-dump", dtype=store_dtype,
                      tool=f"kvsim-dump {__version__}", **meta) as w:
         for p in prompts:
-            ids = p["ids"]
-            if ids is None:
-                if tokenizer is None:
-                    raise DumpError(f"prompt {p['id']}: text prompt but no tokenizer; "
-                                    'give {"ids": [...]} or --tokenizer')
-                ids = list(tokenizer(p["prompt"])["input_ids"])
+            ids = prompt_ids(p, tokenizer, prompt_tokens)
             n_new = max_new_tokens if p["max_new_tokens"] is None else p["max_new_tokens"]
             full = _greedy(model, ids, n_new if generate else 0)
             seq = w.begin_sequence(full, prompt_len=len(ids),
@@ -326,13 +339,16 @@ def load_model(name, dtype="auto", device="cuda", inner="auto"):
     return model.eval(), inner
 
 
-def main(argv=None):
+def build_parser():
+    """The command line of python3 -m kvsim.dump (docs/traces.md's commands are checked against it)."""
     ap = argparse.ArgumentParser(prog="python3 -m kvsim.dump", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="HF model name or local directory")
     ap.add_argument("--prompts", required=True, help="JSONL: {\"prompt\": ...} or {\"ids\": [...]}")
     ap.add_argument("--out", required=True, help="trace file to write (.h5)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--no-generate", action="store_true", help="trace the prompts only")
+    ap.add_argument("--prompt-tokens", type=int, metavar="N",
+                    help="cut each prompt to its first N tokens (a shorter prompt is an error)")
     ap.add_argument("--dtype", default="auto", choices=["auto", "float16", "bfloat16", "float32"],
                     help="dtype to run the model in")
     ap.add_argument("--store-dtype", default="float16", choices=["float16", "float32"])
@@ -342,11 +358,17 @@ def main(argv=None):
                     help="attention that does the computation (auto: eager if softcapped)")
     ap.add_argument("--tokenizer", help="tokenizer name or directory (default: --model)")
     ap.add_argument("--model-name", help="name stored in the trace (default: from --model)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
     try:
-        torch, _ = _require()
         if args.max_new_tokens < 0:
             raise DumpError("--max-new-tokens must be >= 0")
+        if args.prompt_tokens is not None and args.prompt_tokens < 1:
+            raise DumpError("--prompt-tokens must be >= 1")
+        torch, _ = _require()
         out_dir = os.path.dirname(os.path.abspath(args.out))
         if not os.path.isdir(out_dir):
             raise DumpError(f"{args.out}: directory {out_dir} does not exist")
@@ -368,7 +390,7 @@ def main(argv=None):
         meta = dump_model(model, prompts, args.out, model_name=name, tokenizer=tokenizer,
                           pieces=pieces, max_new_tokens=args.max_new_tokens,
                           generate=not args.no_generate, attn=args.attn,
-                          store_dtype=args.store_dtype, inner=inner,
+                          store_dtype=args.store_dtype, inner=inner, prompt_tokens=args.prompt_tokens,
                           log=lambda s: print(s, file=sys.stderr))
     except (DumpError, OSError, ValueError) as e:
         print(f"kvsim.dump: {e}", file=sys.stderr)
