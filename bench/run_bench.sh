@@ -3,7 +3,8 @@
 # bench/README.md.
 #   bash bench/run_bench.sh                  # kvsim vs the NumPy reference on the bundled trace
 #                                            # (agreement within 1e-6, speed ratios, the floor)
-#   BIG=1 bash bench/run_bench.sh            # also the Llama-3.1-8B-shaped target (bench/big_trace.sh)
+#   BIG=1 bash bench/run_bench.sh            # also the Llama-3.1-8B-shaped target (bench/big_trace.sh),
+#                                            # scaling with the context (scaling.sh), memory (memory.sh)
 #   MICRO=1 bash bench/run_bench.sh          # also the Google Benchmark micro-benchmarks
 #   bash bench/run_bench.sh --seqs 0,1       # arguments go to bench/compare.py
 # Environment: KVSIM_BUILD (default build/), LAYERS/THREADS/REPEAT/SKIP for big_trace.sh.
@@ -29,6 +30,10 @@ cmake --build "$build" -j"$(nproc)" --target "${targets[@]}"
 if [[ ${BIG:-0} == 1 ]]; then
   echo
   KVSIM_BUILD=$build bash "$root/bench/big_trace.sh"
+  echo
+  KVSIM_BUILD=$build bash "$root/bench/scaling.sh"
+  echo
+  KVSIM_BUILD=$build bash "$root/bench/memory.sh"
 fi
 if [[ ${MICRO:-0} == 1 ]]; then
   echo

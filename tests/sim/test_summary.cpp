@@ -8,17 +8,12 @@
 #include <random>
 #include <vector>
 
+#include "../support/sorted_percentile.hpp"
 #include "kvsim/core/summary.hpp"
 
-namespace {
+using kvtest::sorted_percentile;
 
-double sorted_percentile(std::vector<float> values, double q) {
-  std::sort(values.begin(), values.end());
-  const double h = q * static_cast<double>(values.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(h));
-  if (lo + 1 >= values.size()) return values[lo];
-  return values[lo] + (h - static_cast<double>(lo)) * (static_cast<double>(values[lo + 1]) - values[lo]);
-}
+namespace {
 
 void expect_exact(const std::vector<float>& values, const char* what) {
   const kvsim::Summary summary = kvsim::summarize(values);

@@ -7,12 +7,14 @@
 #include <cmath>
 #include <vector>
 
+#include "../support/sorted_percentile.hpp"
 #include "../support/temp_dir.hpp"
 #include "kvsim/replay/replay.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/synth.hpp"
 
 using namespace kvsim;
+using kvtest::sorted_percentile;
 
 namespace {
 
@@ -46,14 +48,6 @@ void expect_same(const Summary& a, const Summary& b, const std::string& what) {
   for (auto field : {&Summary::mean, &Summary::p5, &Summary::min, &Summary::p95, &Summary::max})
     EXPECT_TRUE(a.*field == b.*field || (std::isnan(a.*field) && std::isnan(b.*field)))
         << what << ": " << a.*field << " vs " << b.*field;
-}
-
-double sorted_percentile(std::vector<float> values, double q) {
-  std::sort(values.begin(), values.end());
-  const double h = q * static_cast<double>(values.size() - 1);
-  const auto lo = static_cast<size_t>(std::floor(h));
-  if (lo + 1 >= values.size()) return values[lo];
-  return values[lo] + (h - static_cast<double>(lo)) * (static_cast<double>(values[lo + 1]) - values[lo]);
 }
 
 }  // namespace
