@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "future.hpp"
+#include "output_batch.hpp"
 #include "step_rows.hpp"
 #include "kvsim/core/engine.hpp"
 #include "kvsim/core/row_ranking.hpp"
@@ -88,6 +89,10 @@ class Simulation {
       for (auto& gathered : gathered_) gathered.reserve(cached);
     }
     if (spec.policy->needs_attention) observed_.reserve(cached);
+#if defined(__AVX2__) && defined(__FMA__)
+    batched_ = options.output_error && options.interleave && !quantized && group.head_dim % 4 == 0;
+    for_each_values_run(group.values, [&](size_t first, size_t last) { batched_ = batched_ && last - first == 4; });
+#endif
   }
 
   // `rows`: the true rows; `model`: the rows the simulated model computes (the quantized
@@ -143,6 +148,7 @@ class Simulation {
       // shared, so the cached part is o_t minus the evicted part), whatever the mass used.
       bool complement = !quantized_ && evicted_.size() < cache_.size();
       const std::span<const int32_t> positions = complement ? evicted_ : cache_;
+      bool deferred = false;
       if (options_.output_error) {
         if (stored_values()) {
           for (size_t k = 0; k < heads; ++k) stored_partial(model, k, positions);
@@ -150,11 +156,16 @@ class Simulation {
           // A run's sum costs at most two checkpoint intervals of positions (StepRows::range_outputs).
           run_partials(model, runs);
           complement = false;  // the runs are the cache itself
+        } else if (batched_) {
+          if (!batch_.fits(t, complement, evicted_.size())) flush_batch(rows);
+          batch_.add(t, complement, cache_, evicted_.size(), mass_);
+          deferred = true;
         } else {
           shared_partials(model, positions);
         }
       }
-      for (size_t k = 0; k < heads; ++k) record_head(rows, k, complement);
+      for (size_t k = 0; k < heads; ++k) record_head(rows, k, complement, !deferred);
+      if (rows.last_of_block()) flush_batch(rows);  // its rows and o_t go with the block
     }
     if (observes) observe_row();
     if (observes || spec_.policy->needs_full_rows) {
@@ -163,8 +174,11 @@ class Simulation {
     }
     if (t + 1 < prefill_end_) return;  // the prompt is processed at once: no eviction inside it
     for (Simulation* follower : followers_)
-      if (follower->dormant() && spec_.policy->budgeted && static_cast<int64_t>(cache_.size()) > follower->spec_.budget)
+      if (follower->dormant() && spec_.policy->budgeted &&
+          static_cast<int64_t>(cache_.size()) > follower->spec_.budget) {
+        flush_batch(rows);  // the follower takes the results so far
         follower->take_over(t);
+      }
     evict(t);
   }
 
@@ -272,20 +286,26 @@ class Simulation {
   // model's row renormalised over the cache (mass_[k]) with the values the model reads. The
   // caller has put into partials_[k] the sum of row[i] v_i over the cached positions or, with
   // `complement` (full precision only), over those evicted so far, whichever was shorter.
-  void record_head(StepRows& rows, size_t k, bool complement) {
+  // Without `error`, the output error waits for the batch (flush_batch).
+  void record_head(StepRows& rows, size_t k, bool complement, bool error = true) {
     const int64_t t = rows.t();
     const auto step = static_cast<size_t>(t - prefill_end_);
     const auto steps = static_cast<size_t>(result_.n_steps);
     result_.retention[k * steps + step] = static_cast<float>(retained_[k]);
-    if (!options_.output_error) return;
+    if (options_.output_error && error) record_error(rows, t, k, partials_[k].data(), mass_[k], complement);
+  }
+
+  // Head k's output error at step t of the current block, from its partial (overwritten).
+  void record_error(const StepRows& rows, int64_t t, size_t k, double* partial, double mass, bool complement) {
+    const auto step = static_cast<size_t>(t - prefill_end_);
+    const auto steps = static_cast<size_t>(result_.n_steps);
     const auto d = static_cast<size_t>(group_.head_dim);
-    std::vector<double>& partial = partials_[k];
-    const double* full = rows.full_output(group_index(), k);
+    const double* full = rows.full_output(group_index(), k, t);
     if (complement)
       for (size_t c = 0; c < d; ++c) partial[c] = full[c] - partial[c];
     double difference = 0, norm = 0;
     for (size_t c = 0; c < d; ++c) {
-      const double approx = partial[c] / mass_[k];
+      const double approx = partial[c] / mass;
       difference += (full[c] - approx) * (full[c] - approx);
       norm += full[c] * full[c];
     }
@@ -309,6 +329,16 @@ class Simulation {
   }
 
   bool stored_values() const { return quantized_ && !quantized_->values.empty(); }
+
+  // The output errors of the steps batch_ holds (output_batch.hpp).
+  void flush_batch(const StepRows& rows) {
+    batch_.flush(
+        evicted_, group_.values, static_cast<size_t>(group_.head_dim),
+        [&](size_t k, int64_t t) { return rows.row(group_.heads[k], t); },
+        [&](int64_t t, size_t k, double* sums, double mass) {
+          record_error(rows, t, k, sums, mass, batch_.complement());
+        });
+  }
 
   // record_head's partials when the cache is runs of consecutive positions (recent,
   // streaming): each run's sum from the checkpoints of o_t's pass (StepRows::range_output).
@@ -455,6 +485,8 @@ class Simulation {
   std::vector<const float*> shared_rows_;
   std::vector<double*> shared_out_;
   std::vector<double> shared_weights_;
+  bool batched_ = false;  // output error's sums a block of steps at a time: AVX2, kv heads of 4
+  OutputBatch batch_;
 };
 
 }  // namespace kvsim

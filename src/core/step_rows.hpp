@@ -110,6 +110,9 @@ class StepRows {
   }
   int64_t t() const { return t_; }
   const float* row(int head) const { return block_->row(head, t_); }
+  // A head's row at step t of the current block.
+  const float* row(int head, int64_t t) const { return block_->row(head, t); }
+  bool last_of_block() const { return t_ + 1 == block_->first + block_->count; }
 
   // Sum of a_t[0..t] of a head, with row_sum's lanes (four heads at once in a quad).
   double total(int head) {
@@ -162,12 +165,12 @@ class StepRows {
     return rankings_[h];
   }
 
-  // o_t = sum over i <= t of a_t[i] v_i of head k of a group.
-  // o_t of the group's head k (head_dim doubles).
-  const double* full_output(int group, size_t k) const {
+  // o_t = sum over i <= t of a_t[i] v_i of the group's head k (head_dim doubles), at step t
+  // of the current block up to this one.
+  const double* full_output(int group, size_t k, int64_t t) const {
     const auto head = static_cast<size_t>(groups_[static_cast<size_t>(group)].heads[k]);
     return outputs_[head].data() +
-           static_cast<size_t>(t_ - block_->first) * static_cast<size_t>(groups_[static_cast<size_t>(group)].head_dim);
+           static_cast<size_t>(t - block_->first) * static_cast<size_t>(groups_[static_cast<size_t>(group)].head_dim);
   }
 
   // out[k] = sum over i in [begin, end) of a_t[i] v_i for every head k of the group (head_dim

@@ -1,0 +1,229 @@
+#pragma once
+// Output error a block of steps at a time (internal to src/core): one simulation's sums of
+// a_t[i] v_i over its cache, or over the positions it evicted, for up to a row block of
+// steps, as one matrix product per kv head: (steps x 4 heads) x positions times positions x
+// head_dim. A tile of V rows is converted to double once and serves every step of the batch
+// from L1, instead of being loaded and converted again at every step.
+//
+// Bit for bit the per-step sums (value_sums.hpp): the batch runs over the union of its steps'
+// positions, in the order each step sums them (the evicted positions in the order they went,
+// the cache ascending), and a position a step does not hold weighs 0 at that step. Each
+// (step, head, channel) sum is then the same chain of fused multiply-adds, with some
+// fma(0, v, s) = s in it (v is finite: the reader refuses NaN and Inf, and s is never -0).
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+namespace kvsim {
+
+#if defined(__AVX2__) && defined(__FMA__)
+// out[k][c] += sum over j < n of w[4 j + k] * packed[4 Blocks j + c], c < 4 Blocks, k < 4.
+template <size_t Blocks>
+void packed_block(const double* w, const double* packed, size_t n, double* const* out) {
+  constexpr size_t width = 4 * Blocks;
+  if constexpr (Blocks == 3) {  // spelled out: GCC 12 keeps arrays of accumulators in memory
+    __m256d s00 = _mm256_loadu_pd(out[0]), s01 = _mm256_loadu_pd(out[0] + 4), s02 = _mm256_loadu_pd(out[0] + 8);
+    __m256d s10 = _mm256_loadu_pd(out[1]), s11 = _mm256_loadu_pd(out[1] + 4), s12 = _mm256_loadu_pd(out[1] + 8);
+    __m256d s20 = _mm256_loadu_pd(out[2]), s21 = _mm256_loadu_pd(out[2] + 4), s22 = _mm256_loadu_pd(out[2] + 8);
+    __m256d s30 = _mm256_loadu_pd(out[3]), s31 = _mm256_loadu_pd(out[3] + 4), s32 = _mm256_loadu_pd(out[3] + 8);
+    for (size_t j = 0; j < n; ++j) {
+      const double* v = packed + width * j;
+      const __m256d v0 = _mm256_loadu_pd(v), v1 = _mm256_loadu_pd(v + 4), v2 = _mm256_loadu_pd(v + 8);
+      const double* weight = w + 4 * j;
+      __m256d x = _mm256_broadcast_sd(weight);
+      s00 = _mm256_fmadd_pd(x, v0, s00), s01 = _mm256_fmadd_pd(x, v1, s01), s02 = _mm256_fmadd_pd(x, v2, s02);
+      x = _mm256_broadcast_sd(weight + 1);
+      s10 = _mm256_fmadd_pd(x, v0, s10), s11 = _mm256_fmadd_pd(x, v1, s11), s12 = _mm256_fmadd_pd(x, v2, s12);
+      x = _mm256_broadcast_sd(weight + 2);
+      s20 = _mm256_fmadd_pd(x, v0, s20), s21 = _mm256_fmadd_pd(x, v1, s21), s22 = _mm256_fmadd_pd(x, v2, s22);
+      x = _mm256_broadcast_sd(weight + 3);
+      s30 = _mm256_fmadd_pd(x, v0, s30), s31 = _mm256_fmadd_pd(x, v1, s31), s32 = _mm256_fmadd_pd(x, v2, s32);
+    }
+    _mm256_storeu_pd(out[0], s00), _mm256_storeu_pd(out[0] + 4, s01), _mm256_storeu_pd(out[0] + 8, s02);
+    _mm256_storeu_pd(out[1], s10), _mm256_storeu_pd(out[1] + 4, s11), _mm256_storeu_pd(out[1] + 8, s12);
+    _mm256_storeu_pd(out[2], s20), _mm256_storeu_pd(out[2] + 4, s21), _mm256_storeu_pd(out[2] + 8, s22);
+    _mm256_storeu_pd(out[3], s30), _mm256_storeu_pd(out[3] + 4, s31), _mm256_storeu_pd(out[3] + 8, s32);
+  } else if constexpr (Blocks == 2) {
+    __m256d s00 = _mm256_loadu_pd(out[0]), s01 = _mm256_loadu_pd(out[0] + 4);
+    __m256d s10 = _mm256_loadu_pd(out[1]), s11 = _mm256_loadu_pd(out[1] + 4);
+    __m256d s20 = _mm256_loadu_pd(out[2]), s21 = _mm256_loadu_pd(out[2] + 4);
+    __m256d s30 = _mm256_loadu_pd(out[3]), s31 = _mm256_loadu_pd(out[3] + 4);
+    for (size_t j = 0; j < n; ++j) {
+      const double* v = packed + width * j;
+      const __m256d v0 = _mm256_loadu_pd(v), v1 = _mm256_loadu_pd(v + 4);
+      const double* weight = w + 4 * j;
+      __m256d x = _mm256_broadcast_sd(weight);
+      s00 = _mm256_fmadd_pd(x, v0, s00), s01 = _mm256_fmadd_pd(x, v1, s01);
+      x = _mm256_broadcast_sd(weight + 1);
+      s10 = _mm256_fmadd_pd(x, v0, s10), s11 = _mm256_fmadd_pd(x, v1, s11);
+      x = _mm256_broadcast_sd(weight + 2);
+      s20 = _mm256_fmadd_pd(x, v0, s20), s21 = _mm256_fmadd_pd(x, v1, s21);
+      x = _mm256_broadcast_sd(weight + 3);
+      s30 = _mm256_fmadd_pd(x, v0, s30), s31 = _mm256_fmadd_pd(x, v1, s31);
+    }
+    _mm256_storeu_pd(out[0], s00), _mm256_storeu_pd(out[0] + 4, s01);
+    _mm256_storeu_pd(out[1], s10), _mm256_storeu_pd(out[1] + 4, s11);
+    _mm256_storeu_pd(out[2], s20), _mm256_storeu_pd(out[2] + 4, s21);
+    _mm256_storeu_pd(out[3], s30), _mm256_storeu_pd(out[3] + 4, s31);
+  } else {
+    __m256d s0 = _mm256_loadu_pd(out[0]), s1 = _mm256_loadu_pd(out[1]), s2 = _mm256_loadu_pd(out[2]),
+            s3 = _mm256_loadu_pd(out[3]);
+    for (size_t j = 0; j < n; ++j) {
+      const __m256d v = _mm256_loadu_pd(packed + width * j);
+      const double* weight = w + 4 * j;
+      s0 = _mm256_fmadd_pd(_mm256_broadcast_sd(weight), v, s0);
+      s1 = _mm256_fmadd_pd(_mm256_broadcast_sd(weight + 1), v, s1);
+      s2 = _mm256_fmadd_pd(_mm256_broadcast_sd(weight + 2), v, s2);
+      s3 = _mm256_fmadd_pd(_mm256_broadcast_sd(weight + 3), v, s3);
+    }
+    _mm256_storeu_pd(out[0], s0), _mm256_storeu_pd(out[1], s1), _mm256_storeu_pd(out[2], s2);
+    _mm256_storeu_pd(out[3], s3);
+  }
+}
+
+// Channel blocks of 12, then 8, then 4: the blocking of shared_weighted_heads<4>.
+inline size_t block_width(size_t first, size_t d) { return first + 12 <= d ? 12 : first + 8 <= d ? 8 : 4; }
+
+// out[r][k * d + c] += sum over j of weights[r][4 j + k] * v_{positions[j]}[c], in order of
+// j, for the 4 heads k of each row r (a step): rows x 4 heads times positions x d, d a
+// multiple of 4, over one tile of at most kBatchTile positions. `packed` is scratch.
+inline constexpr size_t kBatchTile = 128;  // one channel block of a tile is 12 KiB: in L1
+inline void batched_value_sums(std::span<const double* const> weights, std::span<const int32_t> positions,
+                               const float* values, size_t d, std::span<double* const> out,
+                               std::vector<double>& packed) {
+  const size_t n = positions.size();
+  packed.resize(n * d);  // block after block, each [j][width]
+  for (size_t first = 0, at = 0; first < d; at += n * block_width(first, d), first += block_width(first, d)) {
+    const size_t width = block_width(first, d);
+    for (size_t j = 0; j < n; ++j) {
+      const float* v = values + static_cast<size_t>(positions[j]) * d + first;
+      for (size_t c = 0; c < width; c += 4)
+        _mm256_storeu_pd(packed.data() + at + j * width + c, _mm256_cvtps_pd(_mm_loadu_ps(v + c)));
+    }
+  }
+  for (size_t first = 0, at = 0; first < d; at += n * block_width(first, d), first += block_width(first, d)) {
+    const size_t width = block_width(first, d);
+    for (size_t r = 0; r < out.size(); ++r) {
+      double* const heads[4] = {out[r] + first, out[r] + d + first, out[r] + 2 * d + first, out[r] + 3 * d + first};
+      if (width == 12)
+        packed_block<3>(weights[r], packed.data() + at, n, heads);
+      else if (width == 8)
+        packed_block<2>(weights[r], packed.data() + at, n, heads);
+      else
+        packed_block<1>(weights[r], packed.data() + at, n, heads);
+    }
+  }
+}
+
+// The steps of one simulation whose output error waits for the batch's product: at most a
+// row block of steps (their rows and o_t are kept for the block), that sum the same kind of
+// positions (the cache, or the evicted ones), whose union is at most an eighth (plus 16)
+// longer than the first step's: the positions a step does not hold cost as much as the others.
+class OutputBatch {
+ public:
+  bool empty() const { return steps_.empty(); }
+  bool complement() const { return complement_; }
+
+  bool fits(int64_t t, bool complement, size_t evicted) const {
+    if (steps_.empty()) return true;
+    if (complement != complement_) return false;
+    const Step& first = steps_.front();
+    if (complement) return evicted - first.evicted <= first.evicted / 8 + 16;
+    return static_cast<size_t>(t - first.t) + (evicted - first.evicted) <= cache_.size() / 8 + 16;
+  }
+
+  // Step t: the cache (ascending), how many positions had been evicted, each head's mass.
+  void add(int64_t t, bool complement, std::span<const int32_t> cache, size_t evicted, std::span<const double> mass) {
+    if (steps_.empty()) {
+      complement_ = complement;
+      if (!complement) cache_.assign(cache.begin(), cache.end());
+      mass_.clear();
+    }
+    steps_.push_back({t, evicted});
+    mass_.insert(mass_.end(), mass.begin(), mass.end());
+  }
+
+  // For each step t and head k: record(t, k, sums, mass), sums = head k's sum of a_t[i] v_i
+  // over the step's positions (d doubles), mass = the head's mass given to add. `evicted`:
+  // the simulation's evicted positions in the order they went (it only grows); row(k, t):
+  // head k's a_t; values[k]: head k's values, runs of 4 heads sharing them. Empties the batch.
+  template <typename Row, typename Record>
+  void flush(std::span<const int32_t> evicted, std::span<const float* const> values, size_t d, Row&& row,
+             Record&& record) {
+    if (steps_.empty()) return;
+    const size_t heads = values.size(), count = steps_.size();
+    Scratch& s = scratch();
+    // The union, in the order the steps sum it, and each step's share of it: evicted
+    // positions j < steps_[i].evicted; cached positions up to t not evicted before the step.
+    s.positions.clear();
+    s.cut.clear();
+    if (complement_) {
+      s.positions.assign(evicted.begin(), evicted.begin() + static_cast<std::ptrdiff_t>(steps_.back().evicted));
+    } else {
+      s.positions = cache_;
+      for (int64_t p = steps_.front().t + 1; p <= steps_.back().t; ++p) s.positions.push_back(static_cast<int32_t>(p));
+      s.cut.assign(s.positions.size(), SIZE_MAX);
+      for (size_t i = steps_.front().evicted; i < steps_.back().evicted; ++i)
+        s.cut[static_cast<size_t>(std::lower_bound(s.positions.begin(), s.positions.end(), evicted[i]) -
+                                  s.positions.begin())] = i;
+    }
+    s.out.assign(count * heads * d, 0.0);
+    s.weights.resize(count * 4 * kBatchTile);
+    s.weight_rows.resize(count);
+    s.out_rows.resize(count);
+    for (size_t k = 0; k < heads; k += 4) {
+      for (size_t i = 0; i < count; ++i) {
+        s.weight_rows[i] = s.weights.data() + i * 4 * kBatchTile;
+        s.out_rows[i] = s.out.data() + (i * heads + k) * d;
+      }
+      for (size_t begin = 0; begin < s.positions.size(); begin += kBatchTile) {
+        const size_t n = std::min(kBatchTile, s.positions.size() - begin);
+        const int32_t* at = s.positions.data() + begin;
+        for (size_t i = 0; i < count; ++i) {
+          const float* rows[4] = {row(k, steps_[i].t), row(k + 1, steps_[i].t), row(k + 2, steps_[i].t),
+                                  row(k + 3, steps_[i].t)};
+          double* w = s.weights.data() + i * 4 * kBatchTile;
+          for (size_t j = 0; j < n; ++j) {
+            const bool held = complement_ ? begin + j < steps_[i].evicted
+                                          : at[j] <= steps_[i].t && s.cut[begin + j] >= steps_[i].evicted;
+            for (size_t h = 0; h < 4; ++h) w[4 * j + h] = held ? rows[h][at[j]] : 0.0;
+          }
+        }
+        batched_value_sums(s.weight_rows, std::span<const int32_t>(at, n), values[k], d, s.out_rows, s.packed);
+      }
+    }
+    for (size_t i = 0; i < count; ++i)
+      for (size_t k = 0; k < heads; ++k)
+        record(steps_[i].t, k, s.out.data() + (i * heads + k) * d, mass_[i * heads + k]);
+    steps_.clear();
+  }
+
+ private:
+  struct Step {
+    int64_t t;
+    size_t evicted;
+  };
+  struct Scratch {  // per thread: only a flush needs them
+    std::vector<int32_t> positions;
+    std::vector<size_t> cut;  // per cached position: its index in the evicted order, if it goes in the batch
+    std::vector<double> weights, out, packed;
+    std::vector<const double*> weight_rows;
+    std::vector<double*> out_rows;
+  };
+  static Scratch& scratch() {
+    thread_local Scratch s;
+    return s;
+  }
+  std::vector<Step> steps_;
+  bool complement_ = false;
+  std::vector<int32_t> cache_;  // at the first step (cached sums)
+  std::vector<double> mass_;    // [step][head]
+};
+#endif
+
+}  // namespace kvsim
