@@ -121,56 +121,78 @@ inline void batched_value_sums(std::span<const double* const> weights, std::span
 }
 
 // The steps of one simulation whose output error waits for the batch's product: at most a
-// row block of steps (their rows and o_t are kept for the block), that sum the same kind of
-// positions (the cache, or the evicted ones), whose union is at most an eighth (plus 16)
-// longer than the first step's: the positions a step does not hold cost as much as the others.
+// row block of steps (their o_t are kept for the block), that sum the same kind of positions
+// (the cache, or the evicted ones), whose union is at most an eighth (plus 16) longer than
+// the first step's: the positions a step does not hold cost as much as the others. Each
+// step's weights are gathered when it is added, from its rows while they are in cache.
 class OutputBatch {
  public:
+  static constexpr size_t kMaxWeights = size_t{1} << 20;  // floats: 4 MiB a batch (the layer-wide group's 32 heads)
+
   bool empty() const { return steps_.empty(); }
   bool complement() const { return complement_; }
 
-  bool fits(int64_t t, bool complement, size_t evicted) const {
+  bool fits(int64_t t, bool complement, size_t evicted, size_t heads) const {
     if (steps_.empty()) return true;
     if (complement != complement_) return false;
     const Step& first = steps_.front();
+    if (weights_.size() + heads * (complement ? evicted : cache_.size() + static_cast<size_t>(t - first.t)) >
+        kMaxWeights)
+      return false;
     if (complement) return evicted - first.evicted <= first.evicted / 8 + 16;
     return static_cast<size_t>(t - first.t) + (evicted - first.evicted) <= cache_.size() / 8 + 16;
   }
 
-  // Step t: the cache (ascending), how many positions had been evicted, each head's mass.
-  void add(int64_t t, bool complement, std::span<const int32_t> cache, size_t evicted, std::span<const double> mass) {
+  // Step t: the cache (ascending), the positions evicted so far in the order they went,
+  // which positions are cached, the interleaved rows of each run of 4 heads sharing values
+  // (StepRows::quad_rows), each head's mass.
+  void add(int64_t t, bool complement, std::span<const int32_t> cache, std::span<const int32_t> evicted,
+           std::span<const uint8_t> in_cache, std::span<const float* const> quads, std::span<const double> mass) {
     if (steps_.empty()) {
       complement_ = complement;
       if (!complement) cache_.assign(cache.begin(), cache.end());
       mass_.clear();
+      acquire(weights_);
     }
-    steps_.push_back({t, evicted});
+    const int64_t first_t = steps_.empty() ? t : steps_.front().t;
+    const size_t length = complement ? evicted.size() : cache_.size() + static_cast<size_t>(t - first_t);
+    const size_t offset = weights_.size();
+    steps_.push_back({t, evicted.size(), offset, length});
     mass_.insert(mass_.end(), mass.begin(), mass.end());
+    weights_.resize(offset + quads.size() * 4 * length);
+    for (size_t q = 0; q < quads.size(); ++q) {
+      float* w = weights_.data() + offset + q * 4 * length;
+      if (complement) {
+        for (size_t j = 0; j < length; ++j) std::copy_n(quads[q] + 4 * static_cast<size_t>(evicted[j]), 4, w + 4 * j);
+        continue;
+      }
+      for (size_t j = 0; j < length; ++j) {
+        const auto p =
+            j < cache_.size() ? static_cast<size_t>(cache_[j]) : static_cast<size_t>(first_t) + 1 + j - cache_.size();
+        if (in_cache[p])
+          std::copy_n(quads[q] + 4 * p, 4, w + 4 * j);
+        else
+          std::fill_n(w + 4 * j, 4, 0.0f);
+      }
+    }
   }
 
   // For each step t and head k: record(t, k, sums, mass), sums = head k's sum of a_t[i] v_i
   // over the step's positions (d doubles), mass = the head's mass given to add. `evicted`:
-  // the simulation's evicted positions in the order they went (it only grows); row(k, t):
-  // head k's a_t; values[k]: head k's values, runs of 4 heads sharing them. Empties the batch.
-  template <typename Row, typename Record>
-  void flush(std::span<const int32_t> evicted, std::span<const float* const> values, size_t d, Row&& row,
-             Record&& record) {
+  // the simulation's evicted positions (it only grows); values[k]: head k's values, runs of
+  // 4 heads sharing them. Empties the batch.
+  template <typename Record>
+  void flush(std::span<const int32_t> evicted, std::span<const float* const> values, size_t d, Record&& record) {
     if (steps_.empty()) return;
     const size_t heads = values.size(), count = steps_.size();
     Scratch& s = scratch();
-    // The union, in the order the steps sum it, and each step's share of it: evicted
-    // positions j < steps_[i].evicted; cached positions up to t not evicted before the step.
-    s.positions.clear();
-    s.cut.clear();
+    // The union, in the order the steps sum it: each step's positions are a prefix of it,
+    // with 0 weights at the cached positions evicted before the step.
     if (complement_) {
-      s.positions.assign(evicted.begin(), evicted.begin() + static_cast<std::ptrdiff_t>(steps_.back().evicted));
+      s.positions.assign(evicted.begin(), evicted.begin() + static_cast<std::ptrdiff_t>(steps_.back().length));
     } else {
       s.positions = cache_;
       for (int64_t p = steps_.front().t + 1; p <= steps_.back().t; ++p) s.positions.push_back(static_cast<int32_t>(p));
-      s.cut.assign(s.positions.size(), SIZE_MAX);
-      for (size_t i = steps_.front().evicted; i < steps_.back().evicted; ++i)
-        s.cut[static_cast<size_t>(std::lower_bound(s.positions.begin(), s.positions.end(), evicted[i]) -
-                                  s.positions.begin())] = i;
     }
     s.out.assign(count * heads * d, 0.0);
     s.weights.resize(count * 4 * kBatchTile);
@@ -183,46 +205,59 @@ class OutputBatch {
       }
       for (size_t begin = 0; begin < s.positions.size(); begin += kBatchTile) {
         const size_t n = std::min(kBatchTile, s.positions.size() - begin);
-        const int32_t* at = s.positions.data() + begin;
         for (size_t i = 0; i < count; ++i) {
-          const float* rows[4] = {row(k, steps_[i].t), row(k + 1, steps_[i].t), row(k + 2, steps_[i].t),
-                                  row(k + 3, steps_[i].t)};
+          const Step& step = steps_[i];
+          const size_t held = std::min(n, step.length > begin ? step.length - begin : 0);
+          const float* from = weights_.data() + step.offset + (k / 4 * step.length + begin) * 4;
           double* w = s.weights.data() + i * 4 * kBatchTile;
-          for (size_t j = 0; j < n; ++j) {
-            const bool held = complement_ ? begin + j < steps_[i].evicted
-                                          : at[j] <= steps_[i].t && s.cut[begin + j] >= steps_[i].evicted;
-            for (size_t h = 0; h < 4; ++h) w[4 * j + h] = held ? rows[h][at[j]] : 0.0;
-          }
+          for (size_t j = 0; j < held; ++j) _mm256_storeu_pd(w + 4 * j, _mm256_cvtps_pd(_mm_loadu_ps(from + 4 * j)));
+          std::fill(w + 4 * held, w + 4 * n, 0.0);
         }
-        batched_value_sums(s.weight_rows, std::span<const int32_t>(at, n), values[k], d, s.out_rows, s.packed);
+        batched_value_sums(s.weight_rows, std::span<const int32_t>(s.positions.data() + begin, n), values[k], d,
+                           s.out_rows, s.packed);
       }
     }
     for (size_t i = 0; i < count; ++i)
       for (size_t k = 0; k < heads; ++k)
         record(steps_[i].t, k, s.out.data() + (i * heads + k) * d, mass_[i * heads + k]);
     steps_.clear();
+    weights_.clear();
+    release(weights_);
   }
 
  private:
   struct Step {
     int64_t t;
-    size_t evicted;
+    size_t evicted;  // positions evicted before the step
+    size_t offset;   // of its weights: [run][j][4 heads], j < length
+    size_t length;   // the prefix of the union it holds
   };
   struct Scratch {  // per thread: only a flush needs them
     std::vector<int32_t> positions;
-    std::vector<size_t> cut;  // per cached position: its index in the evicted order, if it goes in the batch
     std::vector<double> weights, out, packed;
     std::vector<const double*> weight_rows;
     std::vector<double*> out_rows;
+    std::vector<std::vector<float>> pool;  // the weights of batches not pending, for reuse
   };
   static Scratch& scratch() {
     thread_local Scratch s;
     return s;
   }
+  static void acquire(std::vector<float>& weights) {
+    auto& pool = scratch().pool;
+    if (pool.empty()) return;
+    weights = std::move(pool.back());
+    pool.pop_back();
+  }
+  static void release(std::vector<float>& weights) {
+    scratch().pool.push_back(std::move(weights));
+    weights = {};
+  }
   std::vector<Step> steps_;
   bool complement_ = false;
   std::vector<int32_t> cache_;  // at the first step (cached sums)
   std::vector<double> mass_;    // [step][head]
+  std::vector<float> weights_;  // the steps' weights over the union: 4 heads per position
 };
 #endif
 

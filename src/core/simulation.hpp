@@ -157,8 +157,10 @@ class Simulation {
           run_partials(model, runs);
           complement = false;  // the runs are the cache itself
         } else if (batched_) {
-          if (!batch_.fits(t, complement, evicted_.size())) flush_batch(rows);
-          batch_.add(t, complement, cache_, evicted_.size(), mass_);
+          if (!batch_.fits(t, complement, evicted_.size(), heads)) flush_batch(rows);
+          batch_quads_.resize(heads / 4);
+          for (size_t q = 0; q < heads / 4; ++q) batch_quads_[q] = model.quad_rows(spec_.group, q);
+          batch_.add(t, complement, cache_, evicted_, in_cache_, batch_quads_, mass_);
           deferred = true;
         } else {
           shared_partials(model, positions);
@@ -332,12 +334,10 @@ class Simulation {
 
   // The output errors of the steps batch_ holds (output_batch.hpp).
   void flush_batch(const StepRows& rows) {
-    batch_.flush(
-        evicted_, group_.values, static_cast<size_t>(group_.head_dim),
-        [&](size_t k, int64_t t) { return rows.row(group_.heads[k], t); },
-        [&](int64_t t, size_t k, double* sums, double mass) {
-          record_error(rows, t, k, sums, mass, batch_.complement());
-        });
+    batch_.flush(evicted_, group_.values, static_cast<size_t>(group_.head_dim),
+                 [&](int64_t t, size_t k, double* sums, double mass) {
+                   record_error(rows, t, k, sums, mass, batch_.complement());
+                 });
   }
 
   // record_head's partials when the cache is runs of consecutive positions (recent,
@@ -487,6 +487,7 @@ class Simulation {
   std::vector<double> shared_weights_;
   bool batched_ = false;  // output error's sums a block of steps at a time: AVX2, kv heads of 4
   OutputBatch batch_;
+  std::vector<const float*> batch_quads_;
 };
 
 }  // namespace kvsim
