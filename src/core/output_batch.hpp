@@ -11,6 +11,7 @@
 // (step, head, channel) sum is then the same chain of fused multiply-adds, with some
 // fma(0, v, s) = s in it (v is finite: the reader refuses NaN and Inf, and s is never -0).
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
@@ -120,6 +121,42 @@ inline void batched_value_sums(std::span<const double* const> weights, std::span
   }
 }
 
+// errors[k] = |o - sums / mass| / |o| for 4 heads k (o = full[k], sums = sums[k], d doubles,
+// d a multiple of 4; with `complement`, sums[k] is over the evicted positions and is replaced
+// by o - sums first), as Simulation::record_error computes it for one head: lane k of each
+// vector is head k's chain of the same operations, in the same order, so the bits are its.
+inline void relative_errors(const double* const* full, double* const* sums, const double* mass, size_t d,
+                            bool complement, float* errors) {
+  auto transpose = [](__m256d& r0, __m256d& r1, __m256d& r2, __m256d& r3) {
+    const __m256d t0 = _mm256_unpacklo_pd(r0, r1), t1 = _mm256_unpackhi_pd(r0, r1);
+    const __m256d t2 = _mm256_unpacklo_pd(r2, r3), t3 = _mm256_unpackhi_pd(r2, r3);
+    r0 = _mm256_permute2f128_pd(t0, t2, 0x20), r1 = _mm256_permute2f128_pd(t1, t3, 0x20);
+    r2 = _mm256_permute2f128_pd(t0, t2, 0x31), r3 = _mm256_permute2f128_pd(t1, t3, 0x31);
+  };
+  const __m256d masses = _mm256_loadu_pd(mass);
+  __m256d difference = _mm256_setzero_pd(), norm = _mm256_setzero_pd();
+  for (size_t c = 0; c < d; c += 4) {
+    __m256d o[4] = {_mm256_loadu_pd(full[0] + c), _mm256_loadu_pd(full[1] + c), _mm256_loadu_pd(full[2] + c),
+                    _mm256_loadu_pd(full[3] + c)};
+    __m256d p[4] = {_mm256_loadu_pd(sums[0] + c), _mm256_loadu_pd(sums[1] + c), _mm256_loadu_pd(sums[2] + c),
+                    _mm256_loadu_pd(sums[3] + c)};
+    transpose(o[0], o[1], o[2], o[3]);
+    transpose(p[0], p[1], p[2], p[3]);
+    for (size_t i = 0; i < 4; ++i) {
+      const __m256d partial = complement ? _mm256_sub_pd(o[i], p[i]) : p[i];
+      const __m256d x = _mm256_sub_pd(o[i], _mm256_div_pd(partial, masses));
+      difference = _mm256_fmadd_pd(x, x, difference);
+      norm = _mm256_fmadd_pd(o[i], o[i], norm);
+    }
+  }
+  double differences[4], norms[4];
+  _mm256_storeu_pd(differences, difference);
+  _mm256_storeu_pd(norms, norm);
+  for (size_t k = 0; k < 4; ++k)
+    errors[k] =
+        norms[k] > 0 ? static_cast<float>(std::sqrt(differences[k] / norms[k])) : (differences[k] > 0 ? 1.0f : 0.0f);
+}
+
 // The steps of one simulation whose output error waits for the batch's product: at most a
 // row block of steps (their o_t are kept for the block), that sum the same kind of positions
 // (the cache, or the evicted ones), whose union is at most an eighth (plus 16) longer than
@@ -136,8 +173,7 @@ class OutputBatch {
     if (steps_.empty()) return true;
     if (complement != complement_) return false;
     const Step& first = steps_.front();
-    if (weights_.size() + heads * (complement ? evicted : cache_.size() + static_cast<size_t>(t - first.t)) >
-        kMaxWeights)
+    if (used_ + heads * (complement ? evicted : cache_.size() + static_cast<size_t>(t - first.t)) > kMaxWeights)
       return false;
     if (complement) return evicted - first.evicted <= first.evicted / 8 + 16;
     return static_cast<size_t>(t - first.t) + (evicted - first.evicted) <= cache_.size() / 8 + 16;
@@ -153,13 +189,15 @@ class OutputBatch {
       if (!complement) cache_.assign(cache.begin(), cache.end());
       mass_.clear();
       acquire(weights_);
+      used_ = 0;
     }
     const int64_t first_t = steps_.empty() ? t : steps_.front().t;
     const size_t length = complement ? evicted.size() : cache_.size() + static_cast<size_t>(t - first_t);
-    const size_t offset = weights_.size();
+    const size_t offset = used_;
     steps_.push_back({t, evicted.size(), offset, length});
     mass_.insert(mass_.end(), mass.begin(), mass.end());
-    weights_.resize(offset + quads.size() * 4 * length);
+    used_ += quads.size() * 4 * length;
+    if (weights_.size() < used_) weights_.resize(std::max(used_, 2 * weights_.size()));  // no fill at every step
     for (size_t q = 0; q < quads.size(); ++q) {
       float* w = weights_.data() + offset + q * 4 * length;
       if (complement) {
@@ -177,10 +215,10 @@ class OutputBatch {
     }
   }
 
-  // For each step t and head k: record(t, k, sums, mass), sums = head k's sum of a_t[i] v_i
-  // over the step's positions (d doubles), mass = the head's mass given to add. `evicted`:
-  // the simulation's evicted positions (it only grows); values[k]: head k's values, runs of
-  // 4 heads sharing them. Empties the batch.
+  // For each step t and run of 4 heads from k: record(t, k, sums, mass), sums[h] = head k +
+  // h's sum of a_t[i] v_i over the step's positions (d doubles), mass = the 4 heads' masses
+  // given to add. `evicted`: the simulation's evicted positions (it only grows); values[k]:
+  // head k's values, runs of 4 heads sharing them. Empties the batch.
   template <typename Record>
   void flush(std::span<const int32_t> evicted, std::span<const float* const> values, size_t d, Record&& record) {
     if (steps_.empty()) return;
@@ -218,10 +256,12 @@ class OutputBatch {
       }
     }
     for (size_t i = 0; i < count; ++i)
-      for (size_t k = 0; k < heads; ++k)
-        record(steps_[i].t, k, s.out.data() + (i * heads + k) * d, mass_[i * heads + k]);
+      for (size_t k = 0; k < heads; k += 4) {
+        double* sums[4];
+        for (size_t h = 0; h < 4; ++h) sums[h] = s.out.data() + (i * heads + k + h) * d;
+        record(steps_[i].t, k, sums, mass_.data() + i * heads + k);
+      }
     steps_.clear();
-    weights_.clear();
     release(weights_);
   }
 
@@ -258,6 +298,7 @@ class OutputBatch {
   std::vector<int32_t> cache_;  // at the first step (cached sums)
   std::vector<double> mass_;    // [step][head]
   std::vector<float> weights_;  // the steps' weights over the union: 4 heads per position
+  size_t used_ = 0;             // of weights_
 };
 #endif
 

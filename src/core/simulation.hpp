@@ -334,10 +334,15 @@ class Simulation {
 
   // The output errors of the steps batch_ holds (output_batch.hpp).
   void flush_batch(const StepRows& rows) {
-    batch_.flush(evicted_, group_.values, static_cast<size_t>(group_.head_dim),
-                 [&](int64_t t, size_t k, double* sums, double mass) {
-                   record_error(rows, t, k, sums, mass, batch_.complement());
-                 });
+    const auto d = static_cast<size_t>(group_.head_dim), steps = static_cast<size_t>(result_.n_steps);
+    batch_.flush(evicted_, group_.values, d, [&](int64_t t, size_t k, double* const* sums, const double* mass) {
+      const double* full[4];
+      for (size_t h = 0; h < 4; ++h) full[h] = rows.full_output(group_index(), k + h, t);
+      float errors[4];
+      relative_errors(full, sums, mass, d, batch_.complement(), errors);
+      for (size_t h = 0; h < 4; ++h)
+        result_.output_error[(k + h) * steps + static_cast<size_t>(t - prefill_end_)] = errors[h];
+    });
   }
 
   // record_head's partials when the cache is runs of consecutive positions (recent,

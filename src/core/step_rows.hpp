@@ -372,7 +372,8 @@ class StepRows {
       double* o = outputs_[head].data() + in_block * d;
       std::fill(o, o + d, 0.0);
       shared_out_.push_back(o);
-      checkpoints_[head].assign(checkpoints * d, 0.0);
+      checkpoints_[head].resize(checkpoints * d);  // all but the first written below
+      std::fill_n(checkpoints_[head].begin(), d, 0.0);
       checkpoint_step_[head] = t_;
     }
     for (size_t begin = 0; begin < count; begin += kCheckpoint) {
