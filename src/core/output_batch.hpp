@@ -98,13 +98,15 @@ inline void batched_value_sums(std::span<const double* const> weights, std::span
                                const float* values, size_t d, std::span<double* const> out,
                                std::vector<double>& packed) {
   const size_t n = positions.size();
-  packed.resize(n * d);  // block after block, each [j][width]
-  for (size_t first = 0, at = 0; first < d; at += n * block_width(first, d), first += block_width(first, d)) {
-    const size_t width = block_width(first, d);
-    for (size_t j = 0; j < n; ++j) {
-      const float* v = values + static_cast<size_t>(positions[j]) * d + first;
+  packed.resize(n * d);             // block after block, each [j][width]
+  for (size_t j = 0; j < n; ++j) {  // each row of V read once, whole
+    const float* v = values + static_cast<size_t>(positions[j]) * d;
+    if (j + 4 < n)
+      _mm_prefetch(reinterpret_cast<const char*>(values + static_cast<size_t>(positions[j + 4]) * d), _MM_HINT_T0);
+    for (size_t first = 0, at = 0; first < d; at += n * block_width(first, d), first += block_width(first, d)) {
+      const size_t width = block_width(first, d);
       for (size_t c = 0; c < width; c += 4)
-        _mm256_storeu_pd(packed.data() + at + j * width + c, _mm256_cvtps_pd(_mm_loadu_ps(v + c)));
+        _mm256_storeu_pd(packed.data() + at + j * width + c, _mm256_cvtps_pd(_mm_loadu_ps(v + first + c)));
     }
   }
   for (size_t first = 0, at = 0; first < d; at += n * block_width(first, d), first += block_width(first, d)) {
