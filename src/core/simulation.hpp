@@ -153,7 +153,7 @@ class Simulation {
         if (stored_values()) {
           for (size_t k = 0; k < heads; ++k) stored_partial(model, k, positions);
         } else if (runs > 0 && !quantized_ && static_cast<size_t>(2 * 64 * runs) < positions.size()) {
-          // A run's sum costs at most two checkpoint intervals of positions (StepRows::range_outputs).
+          // A run costs at most a checkpoint interval of positions (StepRows::range_outputs).
           run_partials(model, runs);
           complement = false;  // the runs are the cache itself
         } else if (batched_) {
