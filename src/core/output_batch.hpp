@@ -170,31 +170,46 @@ class OutputBatch {
 
   bool empty() const { return steps_.empty(); }
   bool complement() const { return complement_; }
+  size_t head_length(int64_t run_begin) const {  // the positions of the first step's cache below the run
+    return static_cast<size_t>(std::lower_bound(cache_.begin(), cache_.end(), run_begin) - cache_.begin());
+  }
 
-  bool fits(int64_t t, bool complement, size_t evicted, size_t heads) const {
+  // run_begin: t + 1, or where the cache's last run begins when its sum comes with the step.
+  bool fits(int64_t t, bool complement, int64_t run_begin, size_t evicted, size_t heads) const {
     if (steps_.empty()) return true;
-    if (complement != complement_) return false;
+    const bool run = run_begin <= t;
+    if (complement != complement_ || run != run_) return false;
+    if (run && run_begin > steps_.front().t + 1) return false;  // the run's head must be in the first cache
     const Step& first = steps_.front();
-    if (used_ + heads * (complement ? evicted : cache_.size() + static_cast<size_t>(t - first.t)) > kMaxWeights)
-      return false;
+    const size_t length = complement ? evicted
+                          : run      ? head_length(run_begin)
+                                     : cache_.size() + static_cast<size_t>(t - first.t);
+    if (used_ + heads * length > kMaxWeights) return false;
     if (complement) return evicted - first.evicted <= first.evicted / 8 + 16;
-    return static_cast<size_t>(t - first.t) + (evicted - first.evicted) <= cache_.size() / 8 + 16;
+    return length - first.length + (evicted - first.evicted) <= first.length / 8 + 16;
   }
 
   // Step t: the cache (ascending), the positions evicted so far in the order they went,
   // which positions are cached, the interleaved rows of each run of 4 heads sharing values
-  // (StepRows::quad_rows), each head's mass.
-  void add(int64_t t, bool complement, std::span<const int32_t> cache, std::span<const int32_t> evicted,
-           std::span<const uint8_t> in_cache, std::span<const float* const> quads, std::span<const double> mass) {
+  // (StepRows::quad_rows), each head's mass; with a run (run_begin <= t), each head's sum over
+  // it (d doubles each), and the batch sums the cache below it.
+  void add(int64_t t, bool complement, int64_t run_begin, std::span<const int32_t> cache,
+           std::span<const int32_t> evicted, std::span<const uint8_t> in_cache, std::span<const float* const> quads,
+           std::span<const double> mass, std::span<const double> run_sums) {
     if (steps_.empty()) {
       complement_ = complement;
+      run_ = run_begin <= t;
       if (!complement) cache_.assign(cache.begin(), cache.end());
       mass_.clear();
+      run_sums_.clear();
       acquire(weights_);
       used_ = 0;
     }
     const int64_t first_t = steps_.empty() ? t : steps_.front().t;
-    const size_t length = complement ? evicted.size() : cache_.size() + static_cast<size_t>(t - first_t);
+    const size_t length = complement ? evicted.size()
+                          : run_     ? head_length(run_begin)
+                                     : cache_.size() + static_cast<size_t>(t - first_t);
+    run_sums_.insert(run_sums_.end(), run_sums.begin(), run_sums.end());
     const size_t offset = used_;
     steps_.push_back({t, evicted.size(), offset, length});
     mass_.insert(mass_.end(), mass.begin(), mass.end());
@@ -234,6 +249,7 @@ class OutputBatch {
       s.positions = cache_;
       for (int64_t p = steps_.front().t + 1; p <= steps_.back().t; ++p) s.positions.push_back(static_cast<int32_t>(p));
     }
+    if (run_) s.positions.resize(steps_.back().length);
     s.out.assign(count * heads * d, 0.0);
     s.weights.resize(count * 4 * kBatchTile);
     s.weight_rows.resize(count);
@@ -257,6 +273,8 @@ class OutputBatch {
                            s.out_rows, s.packed);
       }
     }
+    if (run_)
+      for (size_t i = 0; i < s.out.size(); ++i) s.out[i] += run_sums_[i];
     for (size_t i = 0; i < count; ++i)
       for (size_t k = 0; k < heads; k += 4) {
         double* sums[4];
@@ -297,10 +315,12 @@ class OutputBatch {
   }
   std::vector<Step> steps_;
   bool complement_ = false;
-  std::vector<int32_t> cache_;  // at the first step (cached sums)
-  std::vector<double> mass_;    // [step][head]
-  std::vector<float> weights_;  // the steps' weights over the union: 4 heads per position
-  size_t used_ = 0;             // of weights_
+  bool run_ = false;              // the cache below its last run; the run's sums came with the steps
+  std::vector<double> run_sums_;  // [step][head][channel]
+  std::vector<int32_t> cache_;    // at the first step (cached sums)
+  std::vector<double> mass_;      // [step][head]
+  std::vector<float> weights_;    // the steps' weights over the union: 4 heads per position
+  size_t used_ = 0;               // of weights_
 };
 #endif
 

@@ -157,10 +157,25 @@ class Simulation {
           run_partials(model, runs);
           complement = false;  // the runs are the cache itself
         } else if (batched_) {
-          if (!batch_.fits(t, complement, evicted_.size(), heads)) flush_batch(rows);
+          // A long last run of the cache (h2o's protected recent half) is summed from o_t and
+          // its checkpoints (StepRows::range_outputs), and the batch sums the cache below it.
+          const size_t head = tail_run();
+          const bool run =
+              cache_.size() - head >= 64 && head + 64 < positions.size() && model.checkpointed(spec_.group);
+          const int64_t run_begin = run ? cache_[head] : t + 1;
+          if (run) {
+            complement = false;
+            run_partials_.resize(heads * static_cast<size_t>(group_.head_dim));
+            run_out_.resize(heads);
+            for (size_t k = 0; k < heads; ++k)
+              run_out_[k] = run_partials_.data() + k * static_cast<size_t>(group_.head_dim);
+            model.range_outputs(spec_.group, run_begin, t + 1, run_out_.data());
+          }
+          if (!batch_.fits(t, complement, run_begin, evicted_.size(), heads)) flush_batch(rows);
           batch_quads_.resize(heads / 4);
           for (size_t q = 0; q < heads / 4; ++q) batch_quads_[q] = model.quad_rows(spec_.group, q);
-          batch_.add(t, complement, cache_, evicted_, in_cache_, batch_quads_, mass_);
+          batch_.add(t, complement, run_begin, cache_, evicted_, in_cache_, batch_quads_, mass_,
+                     run ? std::span<const double>(run_partials_) : std::span<const double>());
           deferred = true;
         } else {
           shared_partials(model, positions);
@@ -415,6 +430,21 @@ class Simulation {
 
   int group_index() const { return spec_.group; }
 
+  // Where the cache's last run of consecutive positions (the one ending at t) begins: an index
+  // into cache_, found by bisection (the suffix from j is a run iff cache_[j] = t - (size - 1 - j)).
+  size_t tail_run() const {
+    const int64_t last = static_cast<int64_t>(cache_.size()) - 1;
+    int64_t lo = 0, hi = last;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (cache_[static_cast<size_t>(mid)] == cache_.back() - (last - mid))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    return static_cast<size_t>(lo);
+  }
+
   // When the cache is one run of consecutive positions, or a short first run and a second one
   // up to the newest position, fills run_begin_/run_end_ (half-open) and returns the count;
   // else 0.
@@ -487,6 +517,7 @@ class Simulation {
   std::vector<std::vector<double>> partials_;  // per head: its output over the cache, unnormalised
   std::vector<std::vector<double>> run_sums_;  // run_partials' scratch: per head, one run's sum
   std::vector<double*> run_out_;
+  std::vector<double> run_partials_;  // a batched step's run sums: [head][channel]
   std::vector<const float*> shared_rows_;
   std::vector<double*> shared_out_;
   std::vector<double> shared_weights_;

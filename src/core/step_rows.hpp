@@ -233,6 +233,14 @@ class StepRows {
     });
   }
 
+  // Whether o_t's checkpoints of every head of the group are of this step (range_outputs
+  // passes again for those that are not: a head's o_t kept from another group's pass).
+  bool checkpointed(int group) const {
+    for (int head : groups_[static_cast<size_t>(group)].heads)
+      if (checkpoint_step_[static_cast<size_t>(head)] != t_) return false;
+    return true;
+  }
+
   // The rows of heads 4q..4q+3 of cache group `group` (which has 4k heads), interleaved:
   // [4 i + k] = a_t[i] of the group's head 4q + k, i <= t.
   const float* quad_rows(int group, size_t quad) { return interleaved(quad_index_[static_cast<size_t>(group)][quad]); }
