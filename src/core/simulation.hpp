@@ -306,16 +306,12 @@ class Simulation {
   // Without `error`, the output error waits for the batch (flush_batch).
   void record_head(StepRows& rows, size_t k, bool complement, bool error = true) {
     const int64_t t = rows.t();
-    const auto step = static_cast<size_t>(t - prefill_end_);
-    const auto steps = static_cast<size_t>(result_.n_steps);
-    result_.retention[k * steps + step] = static_cast<float>(retained_[k]);
+    result_.retention[value_at(k, t)] = static_cast<float>(retained_[k]);
     if (options_.output_error && error) record_error(rows, t, k, partials_[k].data(), mass_[k], complement);
   }
 
   // Head k's output error at step t of the current block, from its partial (overwritten).
   void record_error(const StepRows& rows, int64_t t, size_t k, double* partial, double mass, bool complement) {
-    const auto step = static_cast<size_t>(t - prefill_end_);
-    const auto steps = static_cast<size_t>(result_.n_steps);
     const auto d = static_cast<size_t>(group_.head_dim);
     const double* full = rows.full_output(group_index(), k, t);
     if (complement)
@@ -326,7 +322,7 @@ class Simulation {
       difference += (full[c] - approx) * (full[c] - approx);
       norm += full[c] * full[c];
     }
-    result_.output_error[k * steps + step] =
+    result_.output_error[value_at(k, t)] =
         norm > 0 ? static_cast<float>(std::sqrt(difference / norm)) : (difference > 0 ? 1.0f : 0.0f);
   }
 
@@ -349,14 +345,13 @@ class Simulation {
 
   // The output errors of the steps batch_ holds (output_batch.hpp).
   void flush_batch(const StepRows& rows) {
-    const auto d = static_cast<size_t>(group_.head_dim), steps = static_cast<size_t>(result_.n_steps);
+    const auto d = static_cast<size_t>(group_.head_dim);
     batch_.flush(evicted_, group_.values, d, [&](int64_t t, size_t k, double* const* sums, const double* mass) {
       const double* full[4];
       for (size_t h = 0; h < 4; ++h) full[h] = rows.full_output(group_index(), k + h, t);
       float errors[4];
       relative_errors(full, sums, mass, d, batch_.complement(), errors);
-      for (size_t h = 0; h < 4; ++h)
-        result_.output_error[(k + h) * steps + static_cast<size_t>(t - prefill_end_)] = errors[h];
+      for (size_t h = 0; h < 4; ++h) result_.output_error[value_at(k + h, t)] = errors[h];
     });
   }
 
@@ -429,6 +424,11 @@ class Simulation {
   }
 
   int group_index() const { return spec_.group; }
+
+  // Where head k's values of step t go in result_ (a batch records steps after they ran).
+  size_t value_at(size_t k, int64_t t) const {
+    return k * static_cast<size_t>(result_.n_steps) + static_cast<size_t>(t - prefill_end_);
+  }
 
   // Where the cache's last run of consecutive positions (the one ending at t) begins: an index
   // into cache_, found by bisection (the suffix from j is a run iff cache_[j] = t - (size - 1 - j)).
