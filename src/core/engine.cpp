@@ -147,7 +147,7 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
     }
     if (options.sink)
       for (size_t l = 0; l < lanes.size(); ++l)
-        for (size_t s = 0; s < states[l].running.size(); ++s) states[l].running[s].flush(first, count, l, s);
+        for (size_t s = 0; s < states[l].running.size(); ++s) states[l].running[s].send_block(first, count, l, s);
   }
   std::vector<std::vector<SimulationResult>> results(lanes.size());
   for (size_t l = 0; l < lanes.size(); ++l) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "future.hpp"
+#include "output_batch.hpp"
 #include "step_rows.hpp"
 #include "kvsim/core/engine.hpp"
 #include "kvsim/core/row_ranking.hpp"
@@ -90,6 +91,10 @@ class Simulation {
       for (auto& gathered : gathered_) gathered.reserve(cached);
     }
     if (spec.policy->needs_attention) observed_.reserve(cached);
+#if defined(__AVX2__) && defined(__FMA__)
+    batched_ = options.output_error && options.interleave && !quantized && group.head_dim % 4 == 0;
+    for_each_values_run(group.values, [&](size_t first, size_t last) { batched_ = batched_ && last - first == 4; });
+#endif
   }
 
   // `rows`: the true rows; `model`: the rows the simulated model computes (the quantized
@@ -145,18 +150,41 @@ class Simulation {
       // shared, so the cached part is o_t minus the evicted part), whatever the mass used.
       bool complement = !quantized_ && evicted_.size() < cache_.size();
       const std::span<const int32_t> positions = complement ? evicted_ : cache_;
+      bool deferred = false;
       if (options_.output_error) {
         if (stored_values()) {
           for (size_t k = 0; k < heads; ++k) stored_partial(model, k, positions);
         } else if (runs > 0 && !quantized_ && static_cast<size_t>(2 * 64 * runs) < positions.size()) {
-          // A run's sum costs at most two checkpoint intervals of positions (StepRows::range_outputs).
+          // A run costs at most a checkpoint interval of positions (StepRows::range_outputs).
           run_partials(model, runs);
           complement = false;  // the runs are the cache itself
+        } else if (batched_) {
+          // A long last run of the cache (h2o's protected recent half) is summed from o_t and
+          // its checkpoints (StepRows::range_outputs), and the batch sums the cache below it.
+          const size_t head = tail_run();
+          const bool run =
+              cache_.size() - head >= 64 && head + 64 < positions.size() && model.checkpointed(spec_.group);
+          const int64_t run_begin = run ? cache_[head] : t + 1;
+          if (run) {
+            complement = false;
+            run_partials_.resize(heads * static_cast<size_t>(group_.head_dim));
+            run_out_.resize(heads);
+            for (size_t k = 0; k < heads; ++k)
+              run_out_[k] = run_partials_.data() + k * static_cast<size_t>(group_.head_dim);
+            model.range_outputs(spec_.group, run_begin, t + 1, run_out_.data());
+          }
+          if (!batch_.fits(t, complement, run_begin, evicted_.size(), heads)) flush_batch(rows);
+          batch_quads_.resize(heads / 4);
+          for (size_t q = 0; q < heads / 4; ++q) batch_quads_[q] = model.quad_rows(spec_.group, q);
+          batch_.add(t, complement, run_begin, cache_, evicted_, in_cache_, batch_quads_, mass_,
+                     run ? std::span<const double>(run_partials_) : std::span<const double>());
+          deferred = true;
         } else {
           shared_partials(model, positions);
         }
       }
-      for (size_t k = 0; k < heads; ++k) record_head(rows, k, complement);
+      for (size_t k = 0; k < heads; ++k) record_head(rows, k, complement, !deferred);
+      if (rows.last_of_block()) flush_batch(rows);  // its rows and o_t go with the block
     }
     if (observes) observe_row();
     if (observes || spec_.policy->needs_full_rows) {
@@ -165,8 +193,11 @@ class Simulation {
     }
     if (t + 1 < prefill_end_) return;  // the prompt is processed at once: no eviction inside it
     for (Simulation* follower : followers_)
-      if (follower->dormant() && spec_.policy->budgeted && static_cast<int64_t>(cache_.size()) > follower->spec_.budget)
+      if (follower->dormant() && spec_.policy->budgeted &&
+          static_cast<int64_t>(cache_.size()) > follower->spec_.budget) {
+        flush_batch(rows);  // the follower takes the results so far
         follower->take_over(t);
+      }
     evict(t);
   }
 
@@ -193,7 +224,7 @@ class Simulation {
 
   // With a sink: hands it the recorded steps of the block [first, first + count) of steps
   // (a follower still dormant recorded what its leader did).
-  void flush(int64_t first, int64_t count, size_t lane, size_t index) const {
+  void send_block(int64_t first, int64_t count, size_t lane, size_t index) const {
     const int64_t from = std::max(first, prefill_end_), to = first + count;
     if (from >= to) return;
     const SimulationResult& recorded = dormant() ? leader_->result_ : result_;
@@ -293,22 +324,26 @@ class Simulation {
   // model's row renormalised over the cache (mass_[k]) with the values the model reads. The
   // caller has put into partials_[k] the sum of row[i] v_i over the cached positions or, with
   // `complement` (full precision only), over those evicted so far, whichever was shorter.
-  void record_head(StepRows& rows, size_t k, bool complement) {
-    const size_t at = k * window_ + slot(rows.t());
-    result_.retention[at] = static_cast<float>(retained_[k]);
-    if (!options_.output_error) return;
+  // Without `error`, the output error waits for the batch (flush_batch).
+  void record_head(StepRows& rows, size_t k, bool complement, bool error = true) {
+    const int64_t t = rows.t();
+    result_.retention[value_at(k, t)] = static_cast<float>(retained_[k]);
+    if (options_.output_error && error) record_error(rows, t, k, partials_[k].data(), mass_[k], complement);
+  }
+
+  // Head k's output error at step t of the current block, from its partial (overwritten).
+  void record_error(const StepRows& rows, int64_t t, size_t k, double* partial, double mass, bool complement) {
     const auto d = static_cast<size_t>(group_.head_dim);
-    std::vector<double>& partial = partials_[k];
-    const double* full = rows.full_output(group_index(), k);
+    const double* full = rows.full_output(group_index(), k, t);
     if (complement)
       for (size_t c = 0; c < d; ++c) partial[c] = full[c] - partial[c];
     double difference = 0, norm = 0;
     for (size_t c = 0; c < d; ++c) {
-      const double approx = partial[c] / mass_[k];
+      const double approx = partial[c] / mass;
       difference += (full[c] - approx) * (full[c] - approx);
       norm += full[c] * full[c];
     }
-    result_.output_error[at] =
+    result_.output_error[value_at(k, t)] =
         norm > 0 ? static_cast<float>(std::sqrt(difference / norm)) : (difference > 0 ? 1.0f : 0.0f);
   }
 
@@ -328,6 +363,18 @@ class Simulation {
   }
 
   bool stored_values() const { return quantized_ && !quantized_->values.empty(); }
+
+  // The output errors of the steps batch_ holds (output_batch.hpp).
+  void flush_batch(const StepRows& rows) {
+    const auto d = static_cast<size_t>(group_.head_dim);
+    batch_.flush(evicted_, group_.values, d, [&](int64_t t, size_t k, double* const* sums, const double* mass) {
+      const double* full[4];
+      for (size_t h = 0; h < 4; ++h) full[h] = rows.full_output(group_index(), k + h, t);
+      float errors[4];
+      relative_errors(full, sums, mass, d, batch_.complement(), errors);
+      for (size_t h = 0; h < 4; ++h) result_.output_error[value_at(k + h, t)] = errors[h];
+    });
+  }
 
   // record_head's partials when the cache is runs of consecutive positions (recent,
   // streaming): each run's sum from the checkpoints of o_t's pass (StepRows::range_output).
@@ -401,6 +448,23 @@ class Simulation {
   // Where step t's values go: its recorded step, or with a sink its place in the block.
   size_t slot(int64_t t) const {
     return static_cast<size_t>(options_.sink ? t % kvtrace::kRowBlockSize : t - prefill_end_);
+  }
+  // Where head k's values of step t go in result_ (a batch records steps after they ran).
+  size_t value_at(size_t k, int64_t t) const { return k * window_ + slot(t); }
+
+  // Where the cache's last run of consecutive positions (the one ending at t) begins: an index
+  // into cache_, found by bisection (the suffix from j is a run iff cache_[j] = t - (size - 1 - j)).
+  size_t tail_run() const {
+    const int64_t last = static_cast<int64_t>(cache_.size()) - 1;
+    int64_t lo = 0, hi = last;
+    while (lo < hi) {
+      const int64_t mid = (lo + hi) / 2;
+      if (cache_[static_cast<size_t>(mid)] == cache_.back() - (last - mid))
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    return static_cast<size_t>(lo);
   }
 
   // When the cache is one run of consecutive positions, or a short first run and a second one
@@ -476,9 +540,13 @@ class Simulation {
   std::vector<std::vector<double>> partials_;  // per head: its output over the cache, unnormalised
   std::vector<std::vector<double>> run_sums_;  // run_partials' scratch: per head, one run's sum
   std::vector<double*> run_out_;
+  std::vector<double> run_partials_;  // a batched step's run sums: [head][channel]
   std::vector<const float*> shared_rows_;
   std::vector<double*> shared_out_;
   std::vector<double> shared_weights_;
+  bool batched_ = false;  // output error's sums a block of steps at a time: AVX2, kv heads of 4
+  OutputBatch batch_;
+  std::vector<const float*> batch_quads_;
 };
 
 }  // namespace kvsim

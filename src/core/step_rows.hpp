@@ -110,6 +110,9 @@ class StepRows {
   }
   int64_t t() const { return t_; }
   const float* row(int head) const { return block_->row(head, t_); }
+  // A head's row at step t of the current block.
+  const float* row(int head, int64_t t) const { return block_->row(head, t); }
+  bool last_of_block() const { return t_ + 1 == block_->first + block_->count; }
 
   // Sum of a_t[0..t] of a head, with row_sum's lanes (four heads at once in a quad).
   double total(int head) {
@@ -162,53 +165,80 @@ class StepRows {
     return rankings_[h];
   }
 
-  // o_t = sum over i <= t of a_t[i] v_i of head k of a group.
-  // o_t of the group's head k (head_dim doubles).
-  const double* full_output(int group, size_t k) const {
+  // o_t = sum over i <= t of a_t[i] v_i of the group's head k (head_dim doubles), at step t
+  // of the current block up to this one.
+  const double* full_output(int group, size_t k, int64_t t) const {
     const auto head = static_cast<size_t>(groups_[static_cast<size_t>(group)].heads[k]);
     return outputs_[head].data() +
-           static_cast<size_t>(t_ - block_->first) * static_cast<size_t>(groups_[static_cast<size_t>(group)].head_dim);
+           static_cast<size_t>(t - block_->first) * static_cast<size_t>(groups_[static_cast<size_t>(group)].head_dim);
   }
 
   // out[k] = sum over i in [begin, end) of a_t[i] v_i for every head k of the group (head_dim
-  // doubles each), from o_t's checkpoints where the range spans them: at most two checkpoint
-  // intervals of positions summed, whatever its length. (The same sums as adding the
-  // positions directly, to rounding.)
+  // doubles each): directly, or as P(end) - P(begin), P(x) = the sum over i < x, whichever
+  // sums fewer positions. P(t + 1) is o_t; any other P(x) is the nearer of o_t's checkpoints
+  // (every kCheckpoint positions) plus or minus the positions between: at most half a
+  // checkpoint interval. (The same sums as adding the positions directly, to rounding.)
   void range_outputs(int group, int64_t begin, int64_t end, double* const* out) {
     const CacheGroup& cache_group = groups_[static_cast<size_t>(group)];
     const auto d = static_cast<size_t>(cache_group.head_dim);
     const auto first = static_cast<size_t>(begin), last = static_cast<size_t>(end);
-    const size_t inner_begin = (first + kCheckpoint - 1) / kCheckpoint, inner_end = last / kCheckpoint;
-    const bool spans = inner_begin < inner_end;
+    const auto count = static_cast<size_t>(t_) + 1;
+    auto down = [&](size_t x) {
+      return x % kCheckpoint <= kCheckpoint / 2 || (x / kCheckpoint + 1) * kCheckpoint > count;
+    };
+    auto cost = [&](size_t x) {
+      if (x == count) return size_t{0};
+      return down(x) ? x % kCheckpoint : kCheckpoint - x % kCheckpoint;
+    };
+    const bool direct_only = last - first <= cost(first) + cost(last);
     for_each_values_run(cache_group.values, [&](size_t k, size_t run_end) {
       const float* values = cache_group.values[k];
-      if (spans) {
-        shared_heads_.clear();  // o_t kept from another group's pass: pass again
-        for (size_t h = k; h < run_end; ++h)
-          if (checkpoint_step_[static_cast<size_t>(cache_group.heads[h])] != t_)
-            shared_heads_.push_back(static_cast<size_t>(cache_group.heads[h]));
-        if (!shared_heads_.empty()) output_pass(shared_heads_, values, d);
-        for (size_t h = k; h < run_end; ++h) {
-          const auto head = static_cast<size_t>(cache_group.heads[h]);
-          const double* upper = checkpoints_[head].data() + inner_end * d;
-          const double* lower = checkpoints_[head].data() + inner_begin * d;
-          for (size_t c = 0; c < d; ++c) out[h][c] = upper[c] - lower[c];
-        }
-      }
+      const size_t heads = run_end - k;
       range_rows_.clear();
       for (size_t h = k; h < run_end; ++h) range_rows_.push_back(row(cache_group.heads[h]));
-      auto direct = [&](size_t from, size_t to, bool accumulate) {
-        shared_weighted_value_sums(range_rows_.data(), run_end - k,
-                                   std::span<const int32_t>(every_position_.data() + from, to - from), values, d,
-                                   out + k, shared_weights_, accumulate);
+      auto direct = [&](size_t from, size_t to, double* const* sums, bool accumulate) {
+        shared_weighted_value_sums(range_rows_.data(), heads,
+                                   std::span<const int32_t>(every_position_.data() + from, to - from), values, d, sums,
+                                   shared_weights_, accumulate);
       };
-      if (!spans) {
-        direct(first, last, false);
-      } else {
-        if (first < inner_begin * kCheckpoint) direct(first, inner_begin * kCheckpoint, true);
-        if (inner_end * kCheckpoint < last) direct(inner_end * kCheckpoint, last, true);
-      }
+      if (direct_only) return direct(first, last, out + k, false);
+      shared_heads_.clear();  // o_t kept from another group's pass: pass again for the checkpoints
+      for (size_t h = k; h < run_end; ++h)
+        if (checkpoint_step_[static_cast<size_t>(cache_group.heads[h])] != t_)
+          shared_heads_.push_back(static_cast<size_t>(cache_group.heads[h]));
+      if (!shared_heads_.empty()) output_pass(shared_heads_, values, d);
+      range_prefix_.resize(3 * heads * d);
+      auto prefix = [&](size_t x, double* const* sums) {  // sums[h] = P(x) of head k + h
+        for (size_t h = 0; h < heads; ++h) {
+          const auto head = static_cast<size_t>(cache_group.heads[k + h]);
+          const double* from = x == count ? outputs_[head].data() + static_cast<size_t>(t_ - block_->first) * d
+                               : down(x)  ? checkpoints_[head].data() + x / kCheckpoint * d
+                                          : checkpoints_[head].data() + (x / kCheckpoint + 1) * d;
+          std::copy_n(from, d, sums[h]);
+        }
+        if (x == count || x % kCheckpoint == 0) return;
+        if (down(x)) return direct(x / kCheckpoint * kCheckpoint, x, sums, true);
+        range_partial_.resize(heads);
+        for (size_t h = 0; h < heads; ++h) range_partial_[h] = range_prefix_.data() + (2 * heads + h) * d;
+        direct(x, (x / kCheckpoint + 1) * kCheckpoint, range_partial_.data(), false);
+        for (size_t h = 0; h < heads; ++h)
+          for (size_t c = 0; c < d; ++c) sums[h][c] -= range_partial_[h][c];
+      };
+      range_lower_.resize(heads);
+      for (size_t h = 0; h < heads; ++h) range_lower_[h] = range_prefix_.data() + h * d;
+      prefix(last, out + k);
+      prefix(first, range_lower_.data());
+      for (size_t h = 0; h < heads; ++h)
+        for (size_t c = 0; c < d; ++c) out[k + h][c] -= range_lower_[h][c];
     });
+  }
+
+  // Whether o_t's checkpoints of every head of the group are of this step (range_outputs
+  // passes again for those that are not: a head's o_t kept from another group's pass).
+  bool checkpointed(int group) const {
+    for (int head : groups_[static_cast<size_t>(group)].heads)
+      if (checkpoint_step_[static_cast<size_t>(head)] != t_) return false;
+    return true;
   }
 
   // The rows of heads 4q..4q+3 of cache group `group` (which has 4k heads), interleaved:
@@ -369,7 +399,8 @@ class StepRows {
       double* o = outputs_[head].data() + in_block * d;
       std::fill(o, o + d, 0.0);
       shared_out_.push_back(o);
-      checkpoints_[head].assign(checkpoints * d, 0.0);
+      checkpoints_[head].resize(checkpoints * d);  // all but the first written below
+      std::fill_n(checkpoints_[head].begin(), d, 0.0);
       checkpoint_step_[head] = t_;
     }
     for (size_t begin = 0; begin < count; begin += kCheckpoint) {
@@ -404,6 +435,8 @@ class StepRows {
   std::vector<int64_t> checkpoint_step_;          // [head]: the step they are of
   std::vector<size_t> shared_heads_;
   std::vector<const float*> range_rows_;
+  std::vector<double> range_prefix_;  // range_outputs' scratch: P(begin) and a part to subtract, per head
+  std::vector<double*> range_lower_, range_partial_;
   std::vector<std::vector<uint8_t>> output_done_;  // [head][step of the block]
   std::vector<int32_t> every_position_;            // 0, 1, 2, ...
   // Quads: their heads, interleaved rows and interleaved prefix sums, each with the step held.

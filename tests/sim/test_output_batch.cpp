@@ -1,0 +1,221 @@
+// Output error a block of steps at a time (src/core/output_batch.hpp) gives the per-step sums
+// bit for bit: the kernel by hand, and the engine's batched path against its per-step path
+// and the direct definition.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "../../src/core/output_batch.hpp"
+#include "../../src/core/value_sums.hpp"
+#include "hand_cases.hpp"
+#include "kvsim/policies/registry.hpp"
+#include "kvsim/replay/replay.hpp"
+#include "kvtrace/attention_source.hpp"
+
+namespace {
+
+uint32_t next(uint32_t& state) { return state = state * 1664525u + 1013904223u; }
+
+// Softmax rows of pseudo-random logits for n_heads heads, n tokens.
+std::vector<hand::Rows> random_rows(int n_heads, int n, uint32_t state) {
+  std::vector<hand::Rows> heads(static_cast<size_t>(n_heads));
+  for (auto& rows : heads)
+    for (int t = 0; t < n; ++t) {
+      std::vector<double> row;
+      double sum = 0;
+      for (int i = 0; i <= t; ++i) {
+        row.push_back(std::exp(4.0 * static_cast<double>(next(state) >> 8) / static_cast<double>(1u << 24)));
+        sum += row.back();
+      }
+      for (double& a : row) a /= sum;
+      rows.push_back(std::move(row));
+    }
+  return heads;
+}
+
+std::vector<float> random_values(size_t count, uint32_t state) {
+  std::vector<float> values(count);
+  for (float& v : values) v = static_cast<float>(next(state) >> 8) / static_cast<float>(1u << 24) - 0.5f;
+  return values;
+}
+
+}  // namespace
+
+#if defined(__AVX2__) && defined(__FMA__)
+TEST(OutputBatch, ProductByHand) {
+  // One head's weights 1, 2, 0.5 (0 for the other three) at positions 2, 0, 1 of values
+  // v_i[c] = 10 i + c: out[c] = 1 (20 + c) + 2 c + 0.5 (10 + c) = 25 + 3.5 c; head_dim 24
+  // (blocks of 12, 8 and 4 channels).
+  const size_t d = 24;
+  std::vector<float> values(3 * d);
+  for (size_t i = 0; i < 3; ++i)
+    for (size_t c = 0; c < d; ++c) values[i * d + c] = static_cast<float>(10 * i + c);
+  const std::vector<int32_t> positions = {2, 0, 1};
+  std::vector<double> weights(4 * positions.size(), 0.0);
+  weights[0] = 1, weights[4] = 2, weights[8] = 0.5;  // head 0
+  std::vector<double> out(4 * d, 0.0), packed;
+  const double* weight_rows[1] = {weights.data()};
+  double* out_rows[1] = {out.data()};
+  kvsim::batched_value_sums(weight_rows, positions, values.data(), d, out_rows, packed);
+  for (size_t c = 0; c < d; ++c) {
+    EXPECT_EQ(out[c], 25 + 3.5 * static_cast<double>(c)) << "channel " << c;
+    for (size_t k = 1; k < 4; ++k) EXPECT_EQ(out[k * d + c], 0.0);
+  }
+}
+
+TEST(OutputBatch, ProductEqualsThePerStepSums) {
+  // Three steps of four heads over 300 positions (tiles of 128 and a tail), some weights 0 (a
+  // position a step does not hold): each step's sums equal shared_weighted_value_sums over
+  // the positions it holds, bit for bit, for head_dim 20, 24 and 28.
+  for (size_t d : {20, 24, 28}) {
+    const size_t n = 300, steps = 3;
+    const auto values = random_values(n * d, 11);
+    std::vector<int32_t> positions(n);
+    for (size_t j = 0; j < n; ++j) positions[j] = static_cast<int32_t>((j * 7) % n);
+    std::vector<std::vector<float>> rows(steps * 4, std::vector<float>(n));
+    uint32_t state = 5;
+    for (auto& row : rows)
+      for (float& a : row) a = static_cast<float>(next(state) >> 8) / static_cast<float>(1u << 24);
+    std::vector<std::vector<double>> weights(steps), out(steps, std::vector<double>(4 * d, 0.0));
+    std::vector<std::vector<int32_t>> held(steps);
+    for (size_t s = 0; s < steps; ++s)
+      for (size_t j = 0; j < n; ++j) {
+        const bool holds = (j + s) % 5 != 0;
+        if (holds) held[s].push_back(positions[j]);
+        for (size_t k = 0; k < 4; ++k)
+          weights[s].push_back(holds ? rows[s * 4 + k][static_cast<size_t>(positions[j])] : 0.0);
+      }
+    std::vector<double> packed, tile_weights(steps * 4 * kvsim::kBatchTile);
+    for (size_t begin = 0; begin < n; begin += kvsim::kBatchTile) {
+      const size_t count = std::min(kvsim::kBatchTile, n - begin);
+      std::vector<const double*> weight_rows;
+      std::vector<double*> out_rows;
+      for (size_t s = 0; s < steps; ++s) {
+        weight_rows.push_back(weights[s].data() + 4 * begin);
+        out_rows.push_back(out[s].data());
+      }
+      kvsim::batched_value_sums(weight_rows, std::span<const int32_t>(positions.data() + begin, count), values.data(),
+                                d, out_rows, packed);
+    }
+    for (size_t s = 0; s < steps; ++s) {
+      const float* step_rows[4] = {rows[s * 4].data(), rows[s * 4 + 1].data(), rows[s * 4 + 2].data(),
+                                   rows[s * 4 + 3].data()};
+      std::vector<double> direct(4 * d);
+      double* direct_rows[4] = {direct.data(), direct.data() + d, direct.data() + 2 * d, direct.data() + 3 * d};
+      std::vector<double> scratch;
+      kvsim::shared_weighted_value_sums(step_rows, 4, held[s], values.data(), d, direct_rows, scratch);
+      EXPECT_EQ(out[s], direct) << "head_dim " << d << " step " << s;
+    }
+  }
+}
+
+TEST(OutputBatch, FourErrorsAtOnceEqualOneAtATime) {
+  // relative_errors puts four heads in the lanes of a vector: each must equal the scalar
+  // definition |o - p / m| / |o| computed alone, with and without the complement.
+  const size_t d = 16;
+  const auto numbers = random_values(8 * d, 3);
+  std::vector<std::vector<double>> full(4), sums(4);
+  for (size_t k = 0; k < 4; ++k)
+    for (size_t c = 0; c < d; ++c) {
+      full[k].push_back(numbers[k * d + c]);
+      sums[k].push_back(numbers[(4 + k) * d + c]);
+    }
+  full[3].assign(d, 0.0);  // |o| = 0: 1 when the approximation is not 0
+  const double mass[4] = {0.9, 0.5, 0.25, 1.0};
+  for (bool complement : {false, true}) {
+    auto copy = sums;
+    const double* full_rows[4] = {full[0].data(), full[1].data(), full[2].data(), full[3].data()};
+    double* sum_rows[4] = {copy[0].data(), copy[1].data(), copy[2].data(), copy[3].data()};
+    float errors[4];
+    kvsim::relative_errors(full_rows, sum_rows, mass, d, complement, errors);
+    for (size_t k = 0; k < 4; ++k) {
+      double difference = 0, norm = 0;
+      for (size_t c = 0; c < d; ++c) {
+        const double partial = complement ? full[k][c] - sums[k][c] : sums[k][c];
+        const double x = full[k][c] - partial / mass[k];
+        difference = std::fma(x, x, difference);
+        norm = std::fma(full[k][c], full[k][c], norm);
+      }
+      const float expected =
+          norm > 0 ? static_cast<float>(std::sqrt(difference / norm)) : (difference > 0 ? 1.0f : 0.0f);
+      EXPECT_EQ(errors[k], expected) << "head " << k << (complement ? " complement" : "");
+    }
+  }
+}
+#endif
+
+TEST(OutputBatch, BatchedStepsEqualThePerStepPath) {
+  // 16 heads on 4 kv heads (groups of 4, and the layer-wide group of all 16), 300 tokens
+  // (row blocks of 64, batches cut by their size and by the switch from cached to evicted
+  // sums), head_dim 20 and 28, every budgeted policy at budgets where the cache is shorter
+  // than its complement, longer, and both in turn: the output errors equal those of the
+  // per-step path (interleave off) within 1e-6 relative (bit for bit but where a long last run
+  // of the cache, h2o's recent half, is summed from o_t's checkpoints: to rounding), the
+  // retention bit for bit, and the direct computation within 1e-6.
+  const int n = 300, n_heads = 16;
+  const auto heads = random_rows(n_heads, n, 77);
+  for (int d : {20, 28}) {
+    std::vector<std::vector<float>> values;
+    for (int v = 0; v < 4; ++v) values.push_back(random_values(static_cast<size_t>(n * d), 100 + v));
+    std::vector<kvsim::CacheGroup> groups(5);
+    for (int g = 0; g < 5; ++g) {
+      for (int h = g < 4 ? 4 * g : 0; h < (g < 4 ? 4 * g + 4 : n_heads); ++h) {
+        groups[static_cast<size_t>(g)].heads.push_back(h);
+        groups[static_cast<size_t>(g)].values.push_back(values[static_cast<size_t>(h / 4)].data());
+      }
+      groups[static_cast<size_t>(g)].head_dim = d;
+      groups[static_cast<size_t>(g)].seed = kvsim::cache_group_seed(0, 0, g);
+    }
+    for (const kvsim::PolicyInfo& info : kvsim::policies()) {
+      if (!info.budgeted || info.engine == kvsim::Engine::bound) continue;
+      SCOPED_TRACE(info.name + " head_dim " + std::to_string(d));
+      std::map<std::string, std::string> params;
+      for (const auto& param : info.params)
+        if (param.name == "sinks") params["sinks"] = "4";
+      const kvsim::PolicyChoice policy = kvsim::choose_policy(info.name, params);
+      std::vector<kvsim::SimulationSpec> specs;
+      const auto [first, last] = kvsim::policy_groups(*policy.info, 4);
+      for (int64_t budget : {40, 150, 250})
+        for (int g = first; g < last; ++g) {
+          std::shared_ptr<void> state;
+          if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, 1, n);
+          specs.push_back(kvsim::simulation_spec(policy, budget, g, 0, state));
+        }
+      kvsim::EngineOptions options;
+      options.output_error = true;
+      kvtrace::PackedAttentionSource source_a(n, hand::pack(heads)), source_b(n, hand::pack(heads));
+      const auto batched = kvsim::run_engine(source_a, groups, specs, options);
+      options.interleave = false;
+      const auto per_step = kvsim::run_engine(source_b, groups, specs, options);
+      ASSERT_EQ(batched.size(), per_step.size());
+      for (size_t s = 0; s < specs.size(); ++s) {
+        ASSERT_EQ(batched[s].output_error.size(), per_step[s].output_error.size());
+        for (size_t i = 0; i < batched[s].output_error.size(); ++i) {
+          const double a = batched[s].output_error[i], b = per_step[s].output_error[i];
+          ASSERT_NEAR(a, b, 1e-6 * std::max(std::abs(a), std::abs(b))) << "simulation " << s << " value " << i;
+        }
+        EXPECT_EQ(batched[s].retention, per_step[s].retention) << "simulation " << s;
+      }
+      // The direct definition, for the first head of each budget's first simulation, every
+      // 13th step.
+      for (size_t s = 0; s < specs.size(); s += static_cast<size_t>(last - first)) {
+        const auto& group = groups[static_cast<size_t>(specs[s].group)];
+        std::vector<std::vector<double>> v(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(d)));
+        for (int i = 0; i < n; ++i)
+          for (int c = 0; c < d; ++c)
+            v[static_cast<size_t>(i)][static_cast<size_t>(c)] =
+                group.values[0][static_cast<size_t>(i) * static_cast<size_t>(d) + static_cast<size_t>(c)];
+        for (int64_t t = 0; t < n; t += 13) {
+          const double expected =
+              hand::direct_error(heads[static_cast<size_t>(group.heads[0])], v, t, hand::attended(batched[s], t));
+          EXPECT_NEAR(hand::output_error(batched[s], 0, t), expected, 1e-6 * std::max(1.0, expected))
+              << "simulation " << s << " step " << t;
+        }
+      }
+    }
+  }
+}
