@@ -5,14 +5,14 @@
 # under /usr/bin/time -v for 1, 2 and 4 layers of TOKENS tokens (one and two threads) and for
 # 1 and 2 sequences, then prints the per-item and per-value terms of the formula in
 # bench/README.md and what it gives at 32 layers x 32k and 128k tokens.
-#   bash bench/memory.sh                 # TOKENS=2048
-#   TOKENS=4096 OE=off bash bench/memory.sh
+#   bash bench/memory.sh                 # TOKENS=4096
+#   TOKENS=2048 OE=off bash bench/memory.sh
 # Environment: KVSIM_BUILD (default build), TOKENS, OE (on/off, default on), REPEAT (default 1).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${KVSIM_BUILD:-$root/build}
 repeat=${REPEAT:-1}
-n=${TOKENS:-2048}
+n=${TOKENS:-4096}
 oe=${OE:-on}
 kvsim=$build/kvsim
 [[ -x $kvsim ]] || { echo "$kvsim not found: build first" >&2; exit 2; }
@@ -50,9 +50,9 @@ for layers in 1 2 4; do printf '%8s %6s %14s %14s\n' "$layers" 1 "${peak[$layers
 printf '%8s %6s %14s %14s\n' 1 2 "${peak[1,2,1]}" -
 echo
 # The tails: per cell 5% of its values for retention and for output error (4 bytes each, with
-# the slack a quarter more), plus the layers being replayed; the rest is per work item.
+# the slack an eighth more), plus the layers being replayed; the rest is per work item.
 awk -v n="$n" -v one="${peak[1,1,1]}" -v four="${peak[4,1,1]}" -v two_t="${peak[4,1,2]}" 'BEGIN {
-  tails_4 = 54 * 2 * 0.05 * 1.25 * 4 * 32 * n * 4 / 1048576
+  tails_4 = 54 * 2 * 0.05 * 1.125 * 4 * 32 * n * 4 / 1048576
   printf "growth from 1 to 4 layers, one thread: %d MiB (the tails of 4 layers: %.0f MiB)\n", four - one, tails_4
   printf "a second thread adds a work item: %d MiB at %d tokens\n", two_t - four, n
 }'

@@ -37,8 +37,9 @@ TailQuantile::TailQuantile(int64_t total, double q) : total_(total), q_(q), uppe
   const size_t n = static_cast<size_t>(std::max<int64_t>(total, 0));
   const size_t lo = n ? percentile_index(total, q) : 0;
   keep_ = std::min(n, upper_ ? n - lo : lo + 2);
-  // The slack sets the cost of re-selecting: at most capacity / (capacity - keep) moves a value.
-  capacity_ = keep_ + std::max<size_t>(keep_ / 4, 4096);
+  // The slack sets the cost of re-selecting: at most capacity / (capacity - keep) moves a
+  // value, 9 with an eighth; the tails are most of a long sweep's memory.
+  capacity_ = keep_ + std::max<size_t>(keep_ / 8, 4096);
 }
 
 void TailQuantile::push(float v) {
