@@ -23,6 +23,25 @@
 
 namespace kvgui {
 
+namespace {
+
+// A line of n steps as at most ~2 x kColumns points: each run of steps drawn in one column
+// keeps its lowest and highest value, in step order (display only: the mean is of every step).
+constexpr int64_t kColumns = 600;
+void add_points(std::vector<QPointF>& points, int64_t first_step, const float* values, int64_t n) {
+  const int64_t per_column = std::max<int64_t>(1, (n + kColumns - 1) / kColumns);
+  for (int64_t s = 0; s < n; s += per_column) {
+    const int64_t end = std::min(n, s + per_column);
+    const auto [low, high] = std::minmax_element(values + s, values + end);
+    const float* a = std::min(low, high);
+    const float* b = std::max(low, high);
+    points.emplace_back(static_cast<double>(first_step + (a - values)), *a);
+    if (b != a) points.emplace_back(static_cast<double>(first_step + (b - values)), *b);
+  }
+}
+
+}  // namespace
+
 struct StepChart::Line {
   QString name;
   bool selected = false, bound = false;
@@ -144,8 +163,7 @@ bool StepChart::drawFromCache() {
         const kvsim::SimulationResult& r = record.result;
         const float* values =
             r.retention.data() + static_cast<size_t>(it - record.heads.begin()) * static_cast<size_t>(r.n_steps);
-        for (int64_t s = 0; s < r.n_steps; ++s)
-          line.points.emplace_back(static_cast<double>(r.first_step + s), values[s]);
+        add_points(line.points, r.first_step, values, r.n_steps);
         line.mean = kvsim::summarize(std::span<const float>(values, static_cast<size_t>(r.n_steps))).mean;
       }
     } else {
