@@ -1,12 +1,13 @@
 // kvsim-gui's latency at Llama scale (issue 20, item 4): opens a trace in the real window
 // (offscreen) and reports, as medians of REPEAT:
-// - for each registered policy that keeps a cache, a policy change in the editor: the
-//   session's re-simulation of the shown layer (wall and CPU time of the replaying thread),
-//   the time from the change until the shown view (heatmap and token strip: the session's
-//   replay) is current, and until every shown view is (MainWindow::viewsAreCurrent: the
-//   overview, the step chart comparing policies). Before each repeat every result is
-//   forgotten and the window set to `full`, then left to settle, so the policy is replayed
-//   anew while the compared policies have been computed before (as after any earlier change);
+// - for each registered policy that keeps a cache, a policy change in the editor from `full`:
+//   the session's re-simulation of the shown layer (wall and CPU time of the replaying
+//   thread), the time from the change until the shown view (heatmap and token strip: the
+//   session's replay) is current, until every shown view is (MainWindow::viewsAreCurrent: the
+//   overview, the step chart comparing policies), and the UI thread's CPU time in between.
+//   Before each change the window settles on `full` and the policy's replays (and the
+//   overview's values) are forgotten, so it is replayed anew, while the policies the step
+//   chart compares have been computed before (as after any earlier change);
 // - for h2o, tova and oracle, one step of the budget slider once the window has settled (the
 //   neighbouring budgets computed ahead), and a jump of 10 steps (nothing computed ahead).
 //
@@ -21,6 +22,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -52,23 +54,31 @@ double until(const QElapsedTimer& start, const std::function<bool()>& done) {
   }
 }
 
+double thread_cpu_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
 struct Figures {
-  std::vector<double> replay, cpu, shown, all;
+  std::vector<double> replay, cpu, shown, all, ui;
   void print(const std::string& name) const {
-    std::printf("%-30s %10.1f %10.1f %12.1f %12.1f\n", name.c_str(), median(replay), median(cpu), median(shown),
-                median(all));
+    std::printf("%-28s %9.1f %9.1f %10.1f %10.1f %9.1f\n", name.c_str(), median(replay), median(cpu), median(shown),
+                median(all), median(ui));
     std::fflush(stdout);
   }
 };
 
 // Runs `change` and records how long the views take to follow it.
 void measure(kvgui::MainWindow& window, const std::function<void()>& change, Figures& figures) {
-  kvgui::Session* session = window.session();
+  const kvgui::Session* session = window.session();
   QElapsedTimer timer;
   timer.start();
+  const double ui_start = thread_cpu_ms();
   change();
   figures.shown.push_back(until(timer, [&]() { return session->replayIsCurrent(); }));
   figures.all.push_back(until(timer, [&]() { return window.viewsAreCurrent(); }));
+  figures.ui.push_back(thread_cpu_ms() - ui_start);
   figures.replay.push_back(session->replay().replay_ms);
   figures.cpu.push_back(session->replay().replay_cpu_ms);
   window.waitIdle();  // what is computed ahead, before the next change
@@ -103,19 +113,43 @@ int main(int argc, char** argv) {
   std::printf("trace: %d layers x %d heads (%d kv heads), %lld tokens; opened and shown in %.0f ms\n", meta.n_layers,
               meta.n_heads, meta.n_kv_heads, static_cast<long long>(window.session()->nTokens()),
               static_cast<double>(opening.elapsed()));
-  std::printf("%-30s %10s %10s %12s %12s\n", "change", "replay ms", "CPU ms", "shown ms", "all views ms");
   QComboBox* box = window.controls()->policyEditor()->policyBox();
   const auto chosen = [&](const std::string& name) {
     return box->findText(QString::fromStdString(name)) >= 0 &&
            (only.isEmpty() || only.contains(QString::fromStdString(name)));
   };
+  // The re-simulation alone, on this thread with nothing else running: what the session runs
+  // for the shown head (its kv group, or the whole layer), with and without the engine's
+  // interleaved rows (the same results bit for bit).
+  std::printf("%-28s %12s %12s %12s %12s\n", "re-simulation of head 0", "wall ms", "CPU ms", "wall, no il.",
+              "CPU, no il.");
+  kvgui::Session* session = window.session();
+  for (const kvsim::PolicyInfo& info : kvsim::policies()) {
+    if (!chosen(info.name) || info.engine == kvsim::Engine::cross_layer) continue;
+    const kvsim::PolicyChoice policy = kvsim::choose_policy(info.name);
+    std::vector<double> wall[2], cpu[2];
+    for (int r = 0; r < repeat; ++r)
+      for (int interleave = 0; interleave < 2; ++interleave) {
+        kvsim::EngineOptions options = session->engineOptions();
+        options.interleave = interleave == 0;
+        QElapsedTimer timer;
+        timer.start();
+        const double cpu_start = thread_cpu_ms();
+        kvgui::replayLayer(session->rows(), meta, policy, session->budgetTokens(), options, 0);
+        cpu[interleave].push_back(thread_cpu_ms() - cpu_start);
+        wall[interleave].push_back(static_cast<double>(timer.nsecsElapsed()) / 1e6);
+      }
+    std::printf("%-28s %12.1f %12.1f %12.1f %12.1f\n", info.name.c_str(), median(wall[0]), median(cpu[0]),
+                median(wall[1]), median(cpu[1]));
+  }
+  std::printf("%-28s %9s %9s %10s %10s %9s\n", "change", "replay ms", "CPU ms", "shown ms", "views ms", "UI CPU ms");
   for (const kvsim::PolicyInfo& info : kvsim::policies()) {
     if (!chosen(info.name) || info.name == "full") continue;
     Figures figures;
     for (int r = 0; r < repeat; ++r) {
-      window.forgetResults();
       box->setCurrentText("full");
       window.waitIdle();
+      window.forgetResults(info.name);
       measure(
           window, [&]() { box->setCurrentText(QString::fromStdString(info.name)); }, figures);
     }

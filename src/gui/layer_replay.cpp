@@ -18,26 +18,26 @@ const kvsim::GroupRecord* LayerReplay::record_of(int head, int* index) const {
   return nullptr;
 }
 
-int replayScope(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head) {
-  return policy.info->grouping == kvsim::Grouping::kv_head ? meta.kv_head_of(head) : -1;
+namespace {
+
+bool layer_wide(const kvsim::PolicyChoice& policy) { return policy.info->grouping == kvsim::Grouping::layer; }
+
+ReplayHeads group_of(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head) {
+  if (layer_wide(policy)) return {0, meta.n_heads};
+  return {meta.kv_head_of(head) * meta.group_size(), meta.group_size()};
 }
 
-std::vector<std::vector<kvsim::GroupRecord>> replayLayerAtBudgets(const std::shared_ptr<const LayerRows>& rows,
-                                                                  const kvtrace::TraceMeta& meta,
-                                                                  const kvsim::PolicyChoice& policy,
-                                                                  std::span<const int64_t> budgets,
-                                                                  const kvsim::EngineOptions& options, int head) {
-  const int group = std::max(0, replayScope(policy, meta, head));
-  std::vector<int> heads;
-  int kv_heads = meta.n_kv_heads;
-  if (replayScope(policy, meta, head) >= 0) {
-    // Only the cache group of `head`: its kv head's query heads, as one group.
-    for (int h = group * meta.group_size(); h < (group + 1) * meta.group_size(); ++h) heads.push_back(h);
-    kv_heads = 1;
-  } else {
-    heads.resize(static_cast<size_t>(rows->n_heads()));
-    std::iota(heads.begin(), heads.end(), 0);
-  }
+// kvsim::replay_rows_at_budgets over `range`: one cache group made of those heads (of one kv
+// head), or the whole layer for a layer-wide policy.
+std::vector<std::vector<kvsim::GroupRecord>> replay_heads(const std::shared_ptr<const LayerRows>& rows,
+                                                          const kvtrace::TraceMeta& meta,
+                                                          const kvsim::PolicyChoice& policy, ReplayHeads range,
+                                                          std::span<const int64_t> budgets,
+                                                          const kvsim::EngineOptions& options) {
+  std::vector<int> heads(static_cast<size_t>(range.count));
+  std::iota(heads.begin(), heads.end(), range.first);
+  const int group = meta.kv_head_of(range.first);
+  const int kv_heads = layer_wide(policy) ? meta.n_kv_heads : 1;
   const auto source = LayerRows::source(rows, heads);
   const kvsim::RowsOrigin origin{rows->seq(), rows->layer(), kv_heads == 1 ? group : 0};
   auto records = kvsim::replay_rows_at_budgets(*source, kv_heads, policy, budgets, options, origin);
@@ -53,16 +53,31 @@ std::vector<std::vector<kvsim::GroupRecord>> replayLayerAtBudgets(const std::sha
   return records;
 }
 
+}  // namespace
+
+ReplayHeads replayHeads(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head) {
+  if (policy.info->engine == kvsim::Engine::bound && !policy.info->needs_future) return {head, 1};
+  return group_of(policy, meta, head);
+}
+
+std::vector<std::vector<kvsim::GroupRecord>> replayLayerAtBudgets(const std::shared_ptr<const LayerRows>& rows,
+                                                                  const kvtrace::TraceMeta& meta,
+                                                                  const kvsim::PolicyChoice& policy,
+                                                                  std::span<const int64_t> budgets,
+                                                                  const kvsim::EngineOptions& options, int head) {
+  return replay_heads(rows, meta, policy, replayHeads(policy, meta, head), budgets, options);
+}
+
 std::vector<std::vector<kvsim::GroupRecord>> replayWholeLayerAtBudgets(const std::shared_ptr<const LayerRows>& rows,
                                                                        const kvtrace::TraceMeta& meta,
                                                                        const kvsim::PolicyChoice& policy,
                                                                        std::span<const int64_t> budgets,
                                                                        const kvsim::EngineOptions& options) {
-  if (replayScope(policy, meta, 0) < 0) return replayLayerAtBudgets(rows, meta, policy, budgets, options, 0);
-  // Group by group, exactly as the views replay them (seeded policies see the same seeds).
+  if (layer_wide(policy)) return replay_heads(rows, meta, policy, group_of(policy, meta, 0), budgets, options);
+  // Kv group by kv group, as replay_trace groups them (seeded policies see the same seeds).
   std::vector<std::vector<kvsim::GroupRecord>> records(budgets.size());
   for (int kv = 0; kv < meta.n_kv_heads; ++kv) {
-    auto group = replayLayerAtBudgets(rows, meta, policy, budgets, options, kv * meta.group_size());
+    auto group = replay_heads(rows, meta, policy, group_of(policy, meta, kv * meta.group_size()), budgets, options);
     for (size_t b = 0; b < budgets.size(); ++b)
       records[b].insert(records[b].end(), std::make_move_iterator(group[b].begin()),
                         std::make_move_iterator(group[b].end()));

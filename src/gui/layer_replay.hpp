@@ -39,9 +39,14 @@ struct LayerReplay {
   const kvsim::GroupRecord* record_of(int head, int* index = nullptr) const;
 };
 
-// What a replay of query head `head` covers: its kv group for per-kv-head policies, or the
-// whole layer (-1) for layer-wide and cross-layer ones.
-int replayScope(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head);
+// The query heads [first, first + count) a replay covers.
+struct ReplayHeads {
+  int first = 0, count = 0;
+};
+// What the views replay to show query head `head`: the head alone for an upper bound that
+// reads only its own rows (each head's bound is its own: oracle), its kv group for the other
+// per-kv-head policies, the whole layer for layer-wide and cross-layer ones.
+ReplayHeads replayHeads(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head);
 
 // kvsim::replay_rows over the shown layer's rows: the cache group of query head `head` only
 // (so a budget change replays as little as it must), or, with head < 0, every group of the

@@ -278,9 +278,12 @@ void MainWindow::waitIdle() {
   }
 }
 
-void MainWindow::forgetResults() {
+void MainWindow::forgetResults(const std::string& policy) {
   waitIdle();
-  session_->replays().clear();
+  if (policy.empty())
+    session_->replays().clear();
+  else
+    session_->replays().forget(policy);
   overview_->forgetResults();
   charts_->forgetResults();
 }

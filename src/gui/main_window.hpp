@@ -38,8 +38,10 @@ class MainWindow : public QMainWindow {
   // Whether every view shows the current settings (the session's replay, the overview, the
   // shown charts), whatever is still being computed ahead.
   bool viewsAreCurrent() const;
-  // Forgets every replay made so far (benchmarks time the computation, not the lookup).
-  void forgetResults();
+  // Forgets every replay made so far of `policy` (a label; every policy when empty) and what
+  // the overview and the budget chart computed (benchmarks time the computation, not the
+  // lookup).
+  void forgetResults(const std::string& policy = {});
 
   Session* session() const { return session_; }
   ControlsPanel* controls() const { return controls_; }

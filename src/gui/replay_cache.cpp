@@ -20,6 +20,10 @@ void ReplayCache::insert(const ReplayKey& key, Records records) {
   }
 }
 
+void ReplayCache::forget(const std::string& label) {
+  std::erase_if(entries_, [&](const auto& entry) { return entry.first.label == label; });
+}
+
 std::vector<int64_t> neighbourBudgets(const kvsim::Budget& budget, int64_t n_tokens, int steps) {
   const int64_t shown = budget.resolve(n_tokens);
   std::vector<int64_t> budgets;

@@ -1,6 +1,6 @@
 #pragma once
-// Replays of the shown trace already made, by what they depend on: (sequence, layer, cache
-// group or the whole layer, policy with its parameters, mode, budget B). The session and
+// Replays of the shown trace already made, by what they depend on: (sequence, layer, heads
+// replayed, policy with its parameters, mode, budget B). The session and
 // the step chart look here first, so a budget-slider step to a budget computed before (or
 // computed ahead, as a neighbour of the shown one) is a lookup. Used on the UI thread only;
 // the oldest entries go beyond a fixed count.
@@ -19,14 +19,14 @@ namespace kvgui {
 
 struct ReplayKey {
   int seq = 0, layer = 0;
-  int scope = -1;     // the kv group replayed, -1 for the whole layer (replayScope)
-  std::string label;  // the policy and the parameters that differ from its defaults
+  int first_head = 0, n_heads = 0;  // the query heads replayed (replayHeads)
+  std::string label;                // the policy and the parameters that differ from its defaults
   kvsim::Mode mode = kvsim::Mode::stream;
   int64_t budget = 0;
 
   bool operator<(const ReplayKey& other) const {
-    return std::tie(seq, layer, scope, label, mode, budget) <
-           std::tie(other.seq, other.layer, other.scope, other.label, other.mode, other.budget);
+    return std::tie(seq, layer, first_head, n_heads, label, mode, budget) <
+           std::tie(other.seq, other.layer, other.first_head, other.n_heads, other.label, other.mode, other.budget);
   }
 };
 
@@ -39,6 +39,7 @@ class ReplayCache {
   bool contains(const ReplayKey& key) const { return entries_.count(key) != 0; }
   void insert(const ReplayKey& key, Records records);
   void clear() { entries_.clear(); }
+  void forget(const std::string& label);  // every replay of that policy
   size_t size() const { return entries_.size(); }
 
  private:

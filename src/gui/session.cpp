@@ -30,6 +30,7 @@ Session::Session(QObject* parent)
     : QObject(parent), loader_(new JobRunner(this)), replayer_(new JobRunner(this)), prefetcher_(new JobRunner(this)) {
   policy_ = kvsim::choose_policy("scissorhands");
   budget_ = kvsim::Budget::parse("20%");
+  prefetcher_->setBackground(true);
   for (JobRunner* runner : {loader_, replayer_, prefetcher_}) {
     connect(runner, &JobRunner::busyChanged, this, &Session::updateBusy);
     connect(runner, &JobRunner::failed, this, &Session::failed);
@@ -191,8 +192,18 @@ void Session::setSelection(QList<qint64> positions) {
   emit selectionChanged();
 }
 
+namespace {
+
+ReplayKey replayKeyOf(int seq, int layer, int head, const kvsim::PolicyChoice& policy, kvsim::Mode mode, int64_t budget,
+                      const kvtrace::TraceMeta& meta) {
+  const ReplayHeads heads = replayHeads(policy, meta, head);
+  return ReplayKey{seq, layer, heads.first, heads.count, policy.label, mode, budget};
+}
+
+}  // namespace
+
 ReplayKey Session::replayKey(const kvsim::PolicyChoice& policy, int64_t budget) const {
-  return ReplayKey{seq_, layer_, replayScope(policy, meta(), head_), policy.label, mode_, budget};
+  return replayKeyOf(seq_, layer_, head_, policy, mode_, budget, meta());
 }
 
 void Session::requestReplay() {
@@ -250,9 +261,9 @@ void Session::requestReplay() {
       if (result.error.isEmpty() && !result.record_of(head_))
         return requestReplay();  // the head moved to another group
       if (result.valid())
-        cache_.insert(ReplayKey{result.seq, result.layer, replayScope(result.policy, meta(), result.head),
-                                result.policy.label, result.mode, result.budget},
-                      std::make_shared<const std::vector<kvsim::GroupRecord>>(result.records));
+        cache_.insert(
+            replayKeyOf(result.seq, result.layer, result.head, result.policy, result.mode, result.budget, meta()),
+            std::make_shared<const std::vector<kvsim::GroupRecord>>(result.records));
       showReplay(std::move(result));
     };
   });
@@ -305,7 +316,7 @@ void Session::prefetchNeighbours() {
         continue;  // a budget the policy refuses: the replay of that budget will say so
       }
       for (size_t b = 0; b < a.budgets.size(); ++b)
-        made.emplace_back(ReplayKey{seq, layer, replayScope(a.policy, meta, head), a.policy.label, mode, a.budgets[b]},
+        made.emplace_back(replayKeyOf(seq, layer, head, a.policy, mode, a.budgets[b], meta),
                           std::make_shared<const std::vector<kvsim::GroupRecord>>(std::move(records[b])));
     }
     return [this, made = std::move(made)]() {
