@@ -21,12 +21,12 @@ namespace kvgui {
 // One replay of the shown layer and the settings it ran with.
 struct LayerReplay {
   int seq = -1, layer = -1;
-  int head = -1;  // the shown head; per-kv-head policies replay only its cache group
+  int head = -1;  // the shown head: the replay covers replayHeads(policy, meta, head)
   kvsim::PolicyChoice policy;
   QString budget_text;  // as chosen ("64" or "20%")
   int64_t budget = 0;   // B it resolved to
   kvsim::Mode mode = kvsim::Mode::stream;
-  std::vector<kvsim::GroupRecord> records;  // the shown head's cache group (or the whole layer's)
+  std::vector<kvsim::GroupRecord> records;  // of those heads
   QString error;                            // the policy refused this setting (records empty)
   double replay_ms = 0;                     // time the library's replay took (0: from the cache)
   double replay_cpu_ms = 0;                 // CPU time of the replaying thread in it
@@ -48,10 +48,10 @@ struct ReplayHeads {
 // per-kv-head policies, the whole layer for layer-wide and cross-layer ones.
 ReplayHeads replayHeads(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head);
 
-// kvsim::replay_rows over the shown layer's rows: the cache group of query head `head` only
-// (so a budget change replays as little as it must), or, with head < 0, every group of the
-// layer, one at a time the same way; a layer-wide policy always replays the whole layer.
-// Records carry the real sequence, layer, group and heads.
+// kvsim::replay_rows over the shown layer's rows: replayHeads(policy, meta, head) only (so a
+// change replays as little as it must), or, with head < 0, every kv group of the layer, one
+// at a time (as replay_trace groups them); a layer-wide policy always replays the whole
+// layer. Records carry the real sequence, layer, group and heads.
 std::vector<kvsim::GroupRecord> replayLayer(const std::shared_ptr<const LayerRows>& rows,
                                             const kvtrace::TraceMeta& meta, const kvsim::PolicyChoice& policy,
                                             int64_t budget, const kvsim::EngineOptions& options, int head = -1);

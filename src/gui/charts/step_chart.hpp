@@ -52,9 +52,9 @@ class StepChart : public QWidget {
   QLineSeries* cursor_ = nullptr;
   QTimer* timer_;
   JobRunner* runner_;
-  std::map<ReplayKey, QString> errors_;
-  QString drawn_;               // what the lines drawn show
-  QString settingsKey() const;  // policies that refused a budget, and why
+  std::map<ReplayKey, QString> errors_;  // policies that refused a budget, and why
+  QString drawn_;                        // what the lines drawn show (settingsKey)
+  QString settingsKey() const;
 };
 
 }  // namespace kvgui
