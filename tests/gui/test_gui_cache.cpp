@@ -73,6 +73,15 @@ QString synth_trace(const kvtest::TempDir& dir, int layers, int heads, int kv_he
   return path;
 }
 
+// With KVSIM_GUI_SHOTS=DIR, the window as it shows now (the charts' scenes updated, nothing
+// waited for) as DIR/NAME.png.
+void shot(MainWindow& window, const QString& name) {
+  const QString dir = qEnvironmentVariable("KVSIM_GUI_SHOTS");
+  if (dir.isEmpty()) return;
+  QCoreApplication::processEvents();
+  QVERIFY(window.centralWidget()->grab().save(dir + "/" + name + ".png"));
+}
+
 }  // namespace
 
 class GuiCacheTest : public QObject {
@@ -96,6 +105,7 @@ class GuiCacheTest : public QObject {
     QVERIFY(session->replayIsCurrent());
     QVERIFY(session->replay().cached);
     QVERIFY2(window.viewsAreCurrent(), "the overview and the step chart should show the step at once");
+    shot(window, "10-slider-step-from-the-cache");
     const int64_t budget = 256 * 21 / 100;
     QCOMPARE(session->replay().budget, budget);
     const auto engine = engine_records(kTrace, 0, "h2o", budget);
