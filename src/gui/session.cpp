@@ -233,8 +233,9 @@ void Session::requestReplay() {
     timer.start();
     const double cpu_start = thread_cpu_ms();
     try {
-      if (settings.policy.info->engine == kvsim::Engine::cross_layer) {
-        // Its layers decide together: replay layers 0..shown of the sequence in lockstep.
+      if (settings.policy.info->engine == kvsim::Engine::cross_layer && settings.layer > 0) {
+        // Its layers decide together: replay layers 0..shown of the sequence in lockstep
+        // (layer 0 is a chain of one: the rows in memory).
         kvsim::ReplayConfig config;
         config.policies = {settings.policy};
         config.budgets = {budget};

@@ -160,6 +160,27 @@ class GuiCacheTest : public QObject {
     }
   }
 
+  void aCrossLayerPolicyAtLayerZeroIsReplayedFromTheRowsInMemory() {
+    // Layer 0 is the first link of the chain: replay_rows on the session's rows gives what
+    // replay_trace gives for it.
+    kvtest::TempDir dir;
+    const QString path = synth_trace(dir, 2, 8, 2, 96);
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openFile(path));
+    window.controls()->policyEditor()->policyBox()->setCurrentText("scissorhands-xlayer");
+    window.waitIdle();
+    kvsim::ReplayConfig config;
+    config.policies = {kvsim::choose_policy("scissorhands-xlayer")};
+    config.budgets = {kvsim::Budget::parse("20%")};
+    config.keep_records = true;
+    const kvsim::ReplayResults results = kvsim::replay_trace(kvtrace::TraceReader(path.toStdString()), config);
+    const kvsim::GroupRecord& expected = results.cells.front().records.at(0);
+    QCOMPARE(expected.layer, 0);
+    QVERIFY(window.session()->replay().valid());
+    for (int head : {0, 7}) QVERIFY(same(window.session()->replay().records.at(0), expected, head));
+  }
+
   void aBudgetThePolicyRefusesIsStillReported() {
     // StreamingLLM keeps 4 sinks: B = 3 is refused. Computing ahead skips it, and stepping
     // onto it shows the refusal.
