@@ -1,22 +1,31 @@
 // kvsim-gui's latency at Llama scale (issue 20, item 4): opens a trace in the real window
-// (offscreen), then for each registered policy that keeps a cache sets it in the policy editor
-// and measures, REPEAT times, the session's re-simulation of the shown layer (replay_ms) and
-// the time from the change until every view has caught up (MainWindow::waitIdle: the
-// overview and the charts replay the whole sequence, every layer, several policies and
-// budgets); then the same for one step of the budget slider.
+// (offscreen) and reports, as medians of REPEAT:
+// - for each registered policy that keeps a cache, a policy change in the editor from `full`:
+//   the session's re-simulation of the shown layer (wall and CPU time of the replaying
+//   thread), the time from the change until the shown view (heatmap and token strip: the
+//   session's replay) is current, until every shown view is (MainWindow::viewsAreCurrent: the
+//   overview, the step chart comparing policies), and the UI thread's CPU time in between.
+//   Before each change the window settles on `full` and the policy's replays (and the
+//   overview's values) are forgotten, so it is replayed anew, while the policies the step
+//   chart compares have been computed before (as after any earlier change);
+// - for h2o, tova and oracle, one step of the budget slider once the window has settled (the
+//   neighbouring budgets computed ahead), and a jump of 10 steps (nothing computed ahead).
 //
-//   QT_QPA_PLATFORM=offscreen build/bench/kvsim_gui_latency TRACE [--repeat 3]
+//   QT_QPA_PLATFORM=offscreen build/bench/kvsim_gui_latency TRACE [--repeat 3] [--policies a,b]
 // Make the issue's trace with: kvsim synth T.h5 --layers 1 --heads 32 --kv-heads 8
 // --head-dim 128 --tokens 4096 --seqs 1 --form qk --dtype float16
 #include <QApplication>
 #include <QComboBox>
 #include <QElapsedTimer>
 #include <QSlider>
+#include <QThread>
 
 #include <algorithm>
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -35,16 +44,59 @@ double median(std::vector<double> values) {
   return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
+// Milliseconds from `start` until `done` holds, handling events first (so the views have
+// painted what they show).
+double until(const QElapsedTimer& start, const std::function<bool()>& done) {
+  for (;;) {
+    QCoreApplication::processEvents();
+    if (done()) return static_cast<double>(start.nsecsElapsed()) / 1e6;
+    QThread::usleep(200);
+  }
+}
+
+double thread_cpu_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
+struct Figures {
+  std::vector<double> replay, cpu, shown, all, ui;
+  void print(const std::string& name) const {
+    std::printf("%-28s %9.1f %9.1f %10.1f %10.1f %9.1f\n", name.c_str(), median(replay), median(cpu), median(shown),
+                median(all), median(ui));
+    std::fflush(stdout);
+  }
+};
+
+// Runs `change` and records how long the views take to follow it.
+void measure(kvgui::MainWindow& window, const std::function<void()>& change, Figures& figures) {
+  const kvgui::Session* session = window.session();
+  QElapsedTimer timer;
+  timer.start();
+  const double ui_start = thread_cpu_ms();
+  change();
+  figures.shown.push_back(until(timer, [&]() { return session->replayIsCurrent(); }));
+  figures.all.push_back(until(timer, [&]() { return window.viewsAreCurrent(); }));
+  figures.ui.push_back(thread_cpu_ms() - ui_start);
+  figures.replay.push_back(session->replay().replay_ms);
+  figures.cpu.push_back(session->replay().replay_cpu_ms);
+  window.waitIdle();  // what is computed ahead, before the next change
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: kvsim_gui_latency TRACE [--repeat N]\n");
+    std::fprintf(stderr, "usage: kvsim_gui_latency TRACE [--repeat N] [--policies a,b]\n");
     return 2;
   }
   int repeat = 3;
-  for (int i = 2; i + 1 < argc; ++i)
+  QStringList only;
+  for (int i = 2; i + 1 < argc; ++i) {
     if (std::strcmp(argv[i], "--repeat") == 0) repeat = std::max(1, std::atoi(argv[i + 1]));
+    if (std::strcmp(argv[i], "--policies") == 0) only = QString(argv[i + 1]).split(',');
+  }
   QApplication app(argc, argv);
   kvgui::MainWindow window;
   window.resize(1600, 1000);
@@ -61,36 +113,63 @@ int main(int argc, char** argv) {
   std::printf("trace: %d layers x %d heads (%d kv heads), %lld tokens; opened and shown in %.0f ms\n", meta.n_layers,
               meta.n_heads, meta.n_kv_heads, static_cast<long long>(window.session()->nTokens()),
               static_cast<double>(opening.elapsed()));
-  std::printf("%-24s %14s %18s\n", "policy", "replay ms", "to the views ms");
   QComboBox* box = window.controls()->policyEditor()->policyBox();
+  const auto chosen = [&](const std::string& name) {
+    return box->findText(QString::fromStdString(name)) >= 0 &&
+           (only.isEmpty() || only.contains(QString::fromStdString(name)));
+  };
+  // The re-simulation alone, on this thread with nothing else running: what the session runs
+  // for the shown head (its kv group, or the whole layer), with and without the engine's
+  // interleaved rows (the same results bit for bit).
+  std::printf("%-28s %12s %12s %12s %12s\n", "re-simulation of head 0", "wall ms", "CPU ms", "wall, no il.",
+              "CPU, no il.");
+  kvgui::Session* session = window.session();
   for (const kvsim::PolicyInfo& info : kvsim::policies()) {
-    if (box->findText(QString::fromStdString(info.name)) < 0) continue;
-    std::vector<double> replay, views;
+    if (!chosen(info.name) || info.engine == kvsim::Engine::cross_layer) continue;
+    const kvsim::PolicyChoice policy = kvsim::choose_policy(info.name);
+    std::vector<double> wall[2], cpu[2];
+    for (int r = 0; r < repeat; ++r)
+      for (int interleave = 0; interleave < 2; ++interleave) {
+        kvsim::EngineOptions options = session->engineOptions();
+        options.interleave = interleave == 0;
+        QElapsedTimer timer;
+        timer.start();
+        const double cpu_start = thread_cpu_ms();
+        kvgui::replayLayer(session->rows(), meta, policy, session->budgetTokens(), options, 0);
+        cpu[interleave].push_back(thread_cpu_ms() - cpu_start);
+        wall[interleave].push_back(static_cast<double>(timer.nsecsElapsed()) / 1e6);
+      }
+    std::printf("%-28s %12.1f %12.1f %12.1f %12.1f\n", info.name.c_str(), median(wall[0]), median(cpu[0]),
+                median(wall[1]), median(cpu[1]));
+  }
+  std::printf("%-28s %9s %9s %10s %10s %9s\n", "change", "replay ms", "CPU ms", "shown ms", "views ms", "UI CPU ms");
+  for (const kvsim::PolicyInfo& info : kvsim::policies()) {
+    if (!chosen(info.name) || info.name == "full") continue;
+    Figures figures;
     for (int r = 0; r < repeat; ++r) {
-      box->setCurrentText("full");  // away and back: every repeat re-simulates
+      box->setCurrentText("full");
       window.waitIdle();
-      QElapsedTimer timer;
-      timer.start();
-      box->setCurrentText(QString::fromStdString(info.name));
-      window.waitIdle();
-      views.push_back(static_cast<double>(timer.nsecsElapsed()) / 1e6);
-      replay.push_back(window.session()->replay().replay_ms);
+      window.forgetResults(info.name);
+      measure(
+          window, [&]() { box->setCurrentText(QString::fromStdString(info.name)); }, figures);
     }
-    std::printf("%-24s %14.1f %18.1f\n", info.name.c_str(), median(replay), median(views));
+    figures.print(info.name);
   }
-  // A move of the budget slider by one step, with h2o.
-  box->setCurrentText("h2o");
-  window.waitIdle();
   QSlider* slider = window.controls()->budgetSlider();
-  std::vector<double> replay, views;
-  for (int r = 0; r < repeat; ++r) {
-    QElapsedTimer timer;
-    timer.start();
-    slider->setValue(slider->value() + (r % 2 ? -1 : 1));
+  for (const char* name : {"h2o", "tova", "oracle"}) {
+    if (!chosen(name)) continue;
+    box->setCurrentText(name);
     window.waitIdle();
-    views.push_back(static_cast<double>(timer.nsecsElapsed()) / 1e6);
-    replay.push_back(window.session()->replay().replay_ms);
+    Figures step, jump;
+    for (int r = 0; r < repeat; ++r) {
+      measure(
+          window, [&]() { slider->setValue(slider->value() + (r % 2 ? -1 : 1)); }, step);
+      measure(
+          window, [&]() { slider->setValue(slider->value() + 10); }, jump);  // to budgets not seen before
+    }
+    slider->setValue(20);
+    step.print(std::string(name) + ", slider step");
+    jump.print(std::string(name) + ", slider jump of 10");
   }
-  std::printf("%-24s %14.1f %18.1f\n", "h2o, budget slider moved", median(replay), median(views));
   return 0;
 }

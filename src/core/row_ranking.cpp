@@ -11,27 +11,34 @@ int RowRanking::bucket(float value) {
   return static_cast<int>(std::min<uint32_t>(bits >> kShift, kBuckets - 1));
 }
 
+// The same start_, sum_above_ and order_ as over every bucket (empty buckets add exact zeros),
+// without touching the thousands of empty ones at every step.
 void RowRanking::build(const float* row, int64_t count) {
   row_ = row;
   count_ = count;
-  std::array<int32_t, kBuckets + 1> sizes{};
-  std::array<double, kBuckets> sums{};
+  int low = kBuckets, high = -1;
   for (int64_t i = 0; i < count; ++i) {
     const int b = bucket(row[i]);
-    ++sizes[static_cast<size_t>(b)];
-    sums[static_cast<size_t>(b)] += row[i];
+    ++sizes_[static_cast<size_t>(b)];
+    sums_[static_cast<size_t>(b)] += row[i];
+    low = std::min(low, b);
+    high = std::max(high, b);
   }
-  start_[0] = 0;
-  for (int b = 0; b < kBuckets; ++b)
-    start_[static_cast<size_t>(b) + 1] = start_[static_cast<size_t>(b)] + sizes[static_cast<size_t>(b)];
-  sum_above_[kBuckets] = 0;
-  for (int b = kBuckets - 1; b >= 0; --b)
-    sum_above_[static_cast<size_t>(b)] = sum_above_[static_cast<size_t>(b) + 1] + sums[static_cast<size_t>(b)];
+  low_ = std::min(low, high + 1);
+  high_ = high;
+  start_[static_cast<size_t>(low_)] = 0;
+  for (int b = low_; b <= high_; ++b)
+    start_[static_cast<size_t>(b) + 1] = start_[static_cast<size_t>(b)] + sizes_[static_cast<size_t>(b)];
+  sum_above_[static_cast<size_t>(high_) + 1] = 0;
+  for (int b = high_; b >= low_; --b)
+    sum_above_[static_cast<size_t>(b)] = sum_above_[static_cast<size_t>(b) + 1] + sums_[static_cast<size_t>(b)];
   order_.resize(static_cast<size_t>(count));
-  std::array<int32_t, kBuckets> next{};
-  std::copy(start_.begin(), start_.begin() + kBuckets, next.begin());
+  // sizes_ becomes each bucket's next free slot, then goes back to zero with sums_.
+  std::copy(start_.begin() + low_, start_.begin() + high_ + 1, sizes_.begin() + low_);
   for (int64_t i = 0; i < count; ++i)
-    order_[static_cast<size_t>(next[static_cast<size_t>(bucket(row[i]))]++)] = static_cast<int32_t>(i);
+    order_[static_cast<size_t>(sizes_[static_cast<size_t>(bucket(row[i]))]++)] = static_cast<int32_t>(i);
+  std::fill(sizes_.begin() + low_, sizes_.begin() + high_ + 1, 0);
+  std::fill(sums_.begin() + low_, sums_.begin() + high_ + 1, 0.0);
 }
 
 double RowRanking::top_sum(int64_t k, std::vector<int32_t>* positions) {
@@ -39,7 +46,10 @@ double RowRanking::top_sum(int64_t k, std::vector<int32_t>* positions) {
   if (k == 0) return 0.0;
   // The bucket b where the k largest end: the fewest top buckets holding at least k entries.
   const int64_t boundary_rank = count_ - k;  // entries below the k largest
-  const auto found = std::upper_bound(start_.begin(), start_.end(), static_cast<int32_t>(boundary_rank));
+  // Below low_ every start_ is 0 and above high_ + 1 every one is count_: the search may stay
+  // within [low_, high_ + 1].
+  const auto found =
+      std::upper_bound(start_.begin() + low_, start_.begin() + high_ + 2, static_cast<int32_t>(boundary_rank));
   const auto b = static_cast<size_t>(found - start_.begin()) - 1;  // start_[b] <= rank < start_[b + 1]
   double total = sum_above_[b + 1];
   if (positions) positions->insert(positions->end(), order_.begin() + start_[b + 1], order_.end());

@@ -253,9 +253,10 @@ void ControlsPanel::replayed() {
                .arg(kept)
                .arg(result.eviction_step.size());
   }
-  text += tr("<br><small>Teacher-forced replay of layer %1: %2 ms%3</small>")
+  const QString how = replay.cached ? tr("made before or ahead") : tr("%1 ms").arg(replay.replay_ms, 0, 'f', 1);
+  text += tr("<br><small>Teacher-forced replay of layer %1: %2%3</small>")
               .arg(replay.layer)
-              .arg(replay.replay_ms, 0, 'f', 1)
+              .arg(how)
               .arg(session_->busy() ? tr(", updating\u2026") : QString());
   status_->setText(text);
 }

@@ -4,6 +4,12 @@
 #include <QThread>
 #include <exception>
 
+#ifdef __linux__
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace kvgui {
 
 JobRunner::JobRunner(QObject* parent) : QObject(parent) { pool_.setMaxThreadCount(1); }
@@ -31,7 +37,12 @@ void JobRunner::cancel() {
 void JobRunner::start(Job job) {
   running_ = true;
   const unsigned generation = generation_;
-  pool_.start([this, job = std::move(job), generation]() {
+  pool_.start([this, job = std::move(job), generation, background = background_]() {
+    (void)background;
+#ifdef __linux__
+    // Per thread on Linux; a thread once lowered stays so (raising needs privileges).
+    if (background) setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+#endif
     Finish finish;
     try {
       finish = job();

@@ -21,6 +21,9 @@ class JobRunner : public QObject {
   ~JobRunner() override;  // waits for the running job
 
   void submit(Job job);
+  // Runs the jobs at a lower CPU priority (Linux: nice 10), so work computed ahead yields to
+  // the replay the user waits for.
+  void setBackground(bool background) { background_ = background; }
   // Drops the waiting job and the result of the running one.
   void cancel();
   bool busy() const { return running_ || pending_.has_value(); }
@@ -38,6 +41,7 @@ class JobRunner : public QObject {
   QThreadPool pool_;
   std::optional<Job> pending_;
   bool running_ = false;
+  bool background_ = false;
   unsigned generation_ = 0;
 };
 

@@ -278,15 +278,30 @@ void MainWindow::waitIdle() {
   }
 }
 
+void MainWindow::forgetResults(const std::string& policy) {
+  waitIdle();
+  if (policy.empty())
+    session_->replays().clear();
+  else
+    session_->replays().forget(policy);
+  overview_->forgetResults();
+  charts_->forgetResults();
+}
+
+bool MainWindow::viewsAreCurrent() const {
+  return session_->replayIsCurrent() && overview_->isCurrent() && charts_->isCurrent();
+}
+
 void MainWindow::showStatus() {
   const LayerReplay& replay = session_->replay();
   if (!replay.valid()) return;
-  statusBar()->showMessage(tr("%1 at B = %2: replay of layer %3 took %4 ms, %5 ms from the change to the views. "
-                              "Teacher-forced replay.")
+  const QString how = replay.cached
+                          ? tr("layer %1 from the replays made before or ahead").arg(replay.layer)
+                          : tr("replay of layer %1 took %2 ms").arg(replay.layer).arg(replay.replay_ms, 0, 'f', 1);
+  statusBar()->showMessage(tr("%1 at B = %2: %3, %4 ms from the change to the view. Teacher-forced replay.")
                                .arg(QString::fromStdString(replay.policy.label))
                                .arg(replay.budget)
-                               .arg(replay.layer)
-                               .arg(replay.replay_ms, 0, 'f', 1)
+                               .arg(how)
                                .arg(replay.latency_ms, 0, 'f', 1));
 }
 

@@ -35,6 +35,13 @@ class MainWindow : public QMainWindow {
   static QString exampleTrace();
   // Waits until every view has caught up with the settings (tests, exports).
   void waitIdle();
+  // Whether every view shows the current settings (the session's replay, the overview, the
+  // shown charts), whatever is still being computed ahead.
+  bool viewsAreCurrent() const;
+  // Forgets every replay made so far of `policy` (a label; every policy when empty) and what
+  // the overview and the budget chart computed (benchmarks time the computation, not the
+  // lookup).
+  void forgetResults(const std::string& policy = {});
 
   Session* session() const { return session_; }
   ControlsPanel* controls() const { return controls_; }

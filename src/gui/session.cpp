@@ -3,6 +3,7 @@
 #include <QElapsedTimer>
 #include <algorithm>
 #include <chrono>
+#include <ctime>
 #include <numeric>
 
 #include "job_runner.hpp"
@@ -12,6 +13,12 @@
 namespace kvgui {
 namespace {
 
+double thread_cpu_ms() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
 qint64 now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
       .count();
@@ -19,20 +26,12 @@ qint64 now_ns() {
 
 }  // namespace
 
-const kvsim::GroupRecord* LayerReplay::record_of(int head, int* index) const {
-  for (const auto& record : records) {
-    const auto it = std::find(record.heads.begin(), record.heads.end(), head);
-    if (it == record.heads.end()) continue;
-    if (index) *index = static_cast<int>(it - record.heads.begin());
-    return &record;
-  }
-  return nullptr;
-}
-
-Session::Session(QObject* parent) : QObject(parent), loader_(new JobRunner(this)), replayer_(new JobRunner(this)) {
+Session::Session(QObject* parent)
+    : QObject(parent), loader_(new JobRunner(this)), replayer_(new JobRunner(this)), prefetcher_(new JobRunner(this)) {
   policy_ = kvsim::choose_policy("scissorhands");
   budget_ = kvsim::Budget::parse("20%");
-  for (JobRunner* runner : {loader_, replayer_}) {
+  prefetcher_->setBackground(true);
+  for (JobRunner* runner : {loader_, replayer_, prefetcher_}) {
     connect(runner, &JobRunner::busyChanged, this, &Session::updateBusy);
     connect(runner, &JobRunner::failed, this, &Session::failed);
   }
@@ -40,6 +39,7 @@ Session::Session(QObject* parent) : QObject(parent), loader_(new JobRunner(this)
 
 Session::~Session() {
   // The runners wait for their running job before the session's members go.
+  delete prefetcher_;
   delete replayer_;
   delete loader_;
 }
@@ -55,6 +55,8 @@ bool Session::open(const QString& path, QString* error) {
   }
   loader_->cancel();
   replayer_->cancel();
+  prefetcher_->cancel();
+  cache_.clear();
   reader_ = std::move(reader);
   path_ = path;
   seq_ = layer_ = head_ = 0;
@@ -130,6 +132,7 @@ void Session::setLocation(int seq, int layer, int head) {
 void Session::loadRows() {
   rows_.reset();
   replayer_->cancel();
+  prefetcher_->cancel();
   replay_ = LayerReplay();
   emit rowsChanged();
   emit replayed();
@@ -189,6 +192,20 @@ void Session::setSelection(QList<qint64> positions) {
   emit selectionChanged();
 }
 
+namespace {
+
+ReplayKey replayKeyOf(int seq, int layer, int head, const kvsim::PolicyChoice& policy, kvsim::Mode mode, int64_t budget,
+                      const kvtrace::TraceMeta& meta) {
+  const ReplayHeads heads = replayHeads(policy, meta, head);
+  return ReplayKey{seq, layer, heads.first, heads.count, policy.label, mode, budget};
+}
+
+}  // namespace
+
+ReplayKey Session::replayKey(const kvsim::PolicyChoice& policy, int64_t budget) const {
+  return replayKeyOf(seq_, layer_, head_, policy, mode_, budget, meta());
+}
+
 void Session::requestReplay() {
   if (!reader_ || !rows_) return;
   requested_at_ns_ = now_ns();
@@ -200,6 +217,12 @@ void Session::requestReplay() {
   settings.budget_text = QString::fromStdString(budget_.text);
   settings.budget = budgetTokens();
   settings.mode = mode_;
+  if (const ReplayCache::Records records = cache_.find(replayKey(policy_, settings.budget))) {
+    replayer_->cancel();  // a replay still running is for a setting left since
+    settings.records = *records;
+    settings.cached = true;
+    return showReplay(std::move(settings));
+  }
   const kvsim::EngineOptions options = engineOptions();
   const kvsim::Budget budget = budget_;
   const auto rows = rows_;
@@ -208,9 +231,11 @@ void Session::requestReplay() {
     LayerReplay result = settings;
     QElapsedTimer timer;
     timer.start();
+    const double cpu_start = thread_cpu_ms();
     try {
-      if (settings.policy.info->engine == kvsim::Engine::cross_layer) {
-        // Its layers decide together: replay layers 0..shown of the sequence in lockstep.
+      if (settings.policy.info->engine == kvsim::Engine::cross_layer && settings.layer > 0) {
+        // Its layers decide together: replay layers 0..shown of the sequence in lockstep
+        // (layer 0 is a chain of one: the rows in memory).
         kvsim::ReplayConfig config;
         config.policies = {settings.policy};
         config.budgets = {budget};
@@ -231,54 +256,74 @@ void Session::requestReplay() {
       result.error = QString::fromStdString(e.problem());
     }
     result.replay_ms = static_cast<double>(timer.nsecsElapsed()) / 1e6;
+    result.replay_cpu_ms = thread_cpu_ms() - cpu_start;
     return [this, result]() mutable {
       if (result.seq != seq_ || result.layer != layer_) return;
       if (result.error.isEmpty() && !result.record_of(head_))
         return requestReplay();  // the head moved to another group
-      result.latency_ms = static_cast<double>(now_ns() - requested_at_ns_) / 1e6;
-      replay_ = std::move(result);
-      emit replayed();
+      if (result.valid())
+        cache_.insert(
+            replayKeyOf(result.seq, result.layer, result.head, result.policy, result.mode, result.budget, meta()),
+            std::make_shared<const std::vector<kvsim::GroupRecord>>(result.records));
+      showReplay(std::move(result));
     };
   });
 }
 
-std::vector<kvsim::GroupRecord> replayLayer(const std::shared_ptr<const LayerRows>& rows,
-                                            const kvtrace::TraceMeta& meta, const kvsim::PolicyChoice& policy,
-                                            int64_t budget, const kvsim::EngineOptions& options, int head) {
-  const bool per_group = policy.info->grouping == kvsim::Grouping::kv_head;
-  if (head < 0 && per_group) {
-    // Group by group, exactly as the views replay them (seeded policies see the same seeds).
-    std::vector<kvsim::GroupRecord> records;
-    for (int kv = 0; kv < meta.n_kv_heads; ++kv) {
-      auto group = replayLayer(rows, meta, policy, budget, options, kv * meta.group_size());
-      records.insert(records.end(), std::make_move_iterator(group.begin()), std::make_move_iterator(group.end()));
+void Session::showReplay(LayerReplay replay) {
+  replay.latency_ms = static_cast<double>(now_ns() - requested_at_ns_) / 1e6;
+  replay_ = std::move(replay);
+  emit replayed();
+  if (replay_.valid()) prefetchNeighbours();
+}
+
+void Session::setComparedPolicies(std::vector<kvsim::PolicyChoice> policies) { compared_ = std::move(policies); }
+
+// The budgets one and two slider steps either side of the shown one, for the shown policy
+// and then the compared ones, each in one pass of the engine (budget sharing), so the next
+// slider step is a lookup. Not for cross-layer policies: they replay every layer up to the
+// shown one, seconds at Llama scale.
+void Session::prefetchNeighbours() {
+  struct Ahead {
+    kvsim::PolicyChoice policy;
+    std::vector<int64_t> budgets;
+  };
+  std::vector<Ahead> ahead;
+  std::vector<kvsim::PolicyChoice> policies{policy_};
+  policies.insert(policies.end(), compared_.begin(), compared_.end());
+  const std::vector<int64_t> neighbours = neighbourBudgets(budget_, nTokens());
+  for (const kvsim::PolicyChoice& policy : policies) {
+    if (policy.info->engine == kvsim::Engine::cross_layer) continue;
+    if (std::any_of(ahead.begin(), ahead.end(), [&](const Ahead& a) { return a.policy.label == policy.label; }))
+      continue;
+    Ahead next{policy, {}};
+    for (int64_t b : neighbours)
+      if (!cache_.contains(replayKey(policy, b))) next.budgets.push_back(b);
+    if (!next.budgets.empty()) ahead.push_back(std::move(next));
+  }
+  if (ahead.empty()) return;
+  const kvsim::EngineOptions options = engineOptions();
+  const auto rows = rows_;
+  const int seq = seq_, layer = layer_, head = head_;
+  const kvsim::Mode mode = mode_;
+  const kvtrace::TraceMeta meta = reader_->meta();
+  prefetcher_->submit([this, ahead, options, rows, seq, layer, head, mode, meta]() -> JobRunner::Finish {
+    std::vector<std::pair<ReplayKey, ReplayCache::Records>> made;
+    for (const Ahead& a : ahead) {
+      std::vector<std::vector<kvsim::GroupRecord>> records;
+      try {
+        records = replayLayerAtBudgets(rows, meta, a.policy, a.budgets, options, head);
+      } catch (const kvtrace::InputError&) {
+        continue;  // a budget the policy refuses: the replay of that budget will say so
+      }
+      for (size_t b = 0; b < a.budgets.size(); ++b)
+        made.emplace_back(replayKeyOf(seq, layer, head, a.policy, mode, a.budgets[b], meta),
+                          std::make_shared<const std::vector<kvsim::GroupRecord>>(std::move(records[b])));
     }
-    return records;
-  }
-  std::vector<int> heads;
-  int kv_heads = meta.n_kv_heads, group = 0;
-  if (per_group) {
-    // Only the cache group of `head`: its kv head's query heads, as one group.
-    group = meta.kv_head_of(head);
-    for (int h = group * meta.group_size(); h < (group + 1) * meta.group_size(); ++h) heads.push_back(h);
-    kv_heads = 1;
-  } else {
-    heads.resize(static_cast<size_t>(rows->n_heads()));
-    std::iota(heads.begin(), heads.end(), 0);
-  }
-  const auto source = LayerRows::source(rows, heads);
-  const kvsim::RowsOrigin origin{rows->seq(), rows->layer(), group};
-  std::vector<kvsim::GroupRecord> records =
-      kvsim::replay_rows(*source, kv_heads, policy, budget, options, {}, 0, origin);
-  for (auto& record : records) {
-    record.seq = rows->seq();
-    record.layer = rows->layer();
-    if (kv_heads == 1 && !record.layer_wide) {
-      record.group = group;
-      record.heads = heads;
-    }
-  }
-  return records;
+    return [this, made = std::move(made)]() {
+      for (const auto& [key, records] : made) cache_.insert(key, records);
+    };
+  });
 }
 
 bool Session::cachedAt(int64_t position, int64_t step) const {
@@ -294,6 +339,13 @@ int64_t Session::evictionStep(int64_t position) const {
 }
 
 bool Session::busy() const { return loader_->busy() || replayer_->busy(); }
+bool Session::prefetching() const { return prefetcher_->busy(); }
+
+bool Session::replayIsCurrent() const {
+  return rows_ && (replay_.valid() || !replay_.error.isEmpty()) && replay_.seq == seq_ && replay_.layer == layer_ &&
+         replay_.policy.label == policy_.label && replay_.budget == budgetTokens() && replay_.mode == mode_ &&
+         (!replay_.valid() || replay_.record_of(head_));
+}
 
 void Session::updateBusy() {
   const bool now = busy();
@@ -303,9 +355,10 @@ void Session::updateBusy() {
 }
 
 void Session::waitIdle() {
-  while (busy()) {
+  while (busy() || prefetching()) {
     loader_->wait();
     replayer_->wait();
+    prefetcher_->wait();
   }
 }
 

@@ -1,7 +1,8 @@
 #pragma once
 // What the views show: one open trace, one (sequence, layer, head), one policy at one budget,
-// the attention rows of the shown layer held in memory, and the latest replay of that layer.
-// Views read it and follow its signals. Every number comes from kvtrace and kvsim: rows
+// the attention rows of the shown layer held in memory, the latest replay of that layer, and
+// the replays made so far (a cache, filled ahead with the budget slider's neighbours). Views
+// read it and follow its signals. Every number comes from kvtrace and kvsim: rows
 // through kvtrace's sources, evictions and retention from kvsim::replay_rows (replay_trace
 // for cross-layer policies, whose layers are replayed together).
 #include <QObject>
@@ -16,7 +17,9 @@
 #include "kvsim/core/budget.hpp"
 #include "kvsim/core/engine.hpp"
 #include "kvsim/replay/replay.hpp"
+#include "layer_replay.hpp"
 #include "layer_rows.hpp"
+#include "replay_cache.hpp"
 
 namespace kvtrace {
 class TraceReader;
@@ -26,33 +29,6 @@ struct TraceMeta;
 namespace kvgui {
 
 class JobRunner;
-
-// One replay of the shown layer and the settings it ran with.
-struct LayerReplay {
-  int seq = -1, layer = -1;
-  int head = -1;  // the shown head; per-kv-head policies replay only its cache group
-  kvsim::PolicyChoice policy;
-  QString budget_text;  // as chosen ("64" or "20%")
-  int64_t budget = 0;   // B it resolved to
-  kvsim::Mode mode = kvsim::Mode::stream;
-  std::vector<kvsim::GroupRecord> records;  // the shown head's cache group (or the whole layer's)
-  QString error;                            // the policy refused this setting (records empty)
-  double replay_ms = 0;                     // time replay_rows took
-  double latency_ms = 0;                    // from the setting change to the result reaching the UI thread
-
-  bool valid() const { return !records.empty(); }
-  bool bound() const { return policy.info && policy.info->engine == kvsim::Engine::bound; }
-  // The record of the cache group holding query head `head`, and the head's index in it.
-  const kvsim::GroupRecord* record_of(int head, int* index = nullptr) const;
-};
-
-// kvsim::replay_rows over the shown layer's rows: the cache group of query head `head` only
-// (so a budget change replays as little as it must), or, with head < 0, every group of the
-// layer, one at a time the same way; a layer-wide policy always replays the whole layer.
-// Records carry the real sequence, layer, group and heads.
-std::vector<kvsim::GroupRecord> replayLayer(const std::shared_ptr<const LayerRows>& rows,
-                                            const kvtrace::TraceMeta& meta, const kvsim::PolicyChoice& policy,
-                                            int64_t budget, const kvsim::EngineOptions& options, int head = -1);
 
 class Session : public QObject {
   Q_OBJECT
@@ -88,6 +64,12 @@ class Session : public QObject {
   kvsim::EngineOptions engineOptions() const;
 
   const LayerReplay& replay() const { return replay_; }
+  // Replays made so far, and the key of `policy` at B = budget for what is shown now.
+  ReplayCache& replays() { return cache_; }
+  ReplayKey replayKey(const kvsim::PolicyChoice& policy, int64_t budget) const;
+  // Policies the views compare with the shown one: after each replay shown, their replays at
+  // the budget slider's neighbouring budgets are computed ahead too (after the shown policy's).
+  void setComparedPolicies(std::vector<kvsim::PolicyChoice> policies);
   // Whether the shown head's cache held `position` at step `step` (it was attended then).
   bool cachedAt(int64_t position, int64_t step) const;
   // The step at which `position` left the shown head's cache, -1 if never.
@@ -96,8 +78,13 @@ class Session : public QObject {
   int64_t step() const { return step_; }
   // Tokens picked in the token strip (ascending positions).
   const QList<qint64>& selection() const { return selection_; }
+  // Loading rows or replaying what is shown (not counting the neighbours computed ahead).
   bool busy() const;
-  // Blocks until rows are loaded and the replay is done (tests, exports).
+  bool prefetching() const;
+  // Whether replay() is of the settings shown now (a result or the policy's refusal).
+  bool replayIsCurrent() const;
+  // Blocks until rows are loaded, the replay is done and the neighbours are computed (tests,
+  // exports).
   void waitIdle();
 
  public slots:
@@ -127,6 +114,8 @@ class Session : public QObject {
  private:
   void loadRows();
   void requestReplay();
+  void showReplay(LayerReplay replay);
+  void prefetchNeighbours();
   void updateBusy();
 
   std::shared_ptr<const kvtrace::TraceReader> reader_;
@@ -143,6 +132,9 @@ class Session : public QObject {
   QList<qint64> selection_;
   JobRunner* loader_;
   JobRunner* replayer_;
+  JobRunner* prefetcher_;  // the budget slider's neighbours, after the shown replay
+  ReplayCache cache_;
+  std::vector<kvsim::PolicyChoice> compared_;
   bool busy_ = false;
   qint64 requested_at_ns_ = 0;
 };

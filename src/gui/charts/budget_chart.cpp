@@ -21,12 +21,6 @@ namespace {
 const char* const kBudgets = "5%,10%,15%,20%,30%,40%,50%,60%,70%,80%,90%";
 const char* const kPolicies[] = {"scissorhands", "h2o", "streaming", "tova", "recent", "oracle"};
 
-struct Curve {
-  QString name;
-  bool selected = false, bound = false;
-  std::vector<QPointF> points;
-};
-
 }  // namespace
 
 BudgetChart::BudgetChart(Session* session, QWidget* parent)
@@ -47,6 +41,8 @@ BudgetChart::BudgetChart(Session* session, QWidget* parent)
   connect(runner_, &JobRunner::failed, status_, &QLabel::setText);
 }
 
+BudgetChart::~BudgetChart() = default;
+
 bool BudgetChart::busy() const { return timer_->isActive() || runner_->busy(); }
 
 void BudgetChart::waitIdle() {
@@ -57,38 +53,98 @@ void BudgetChart::waitIdle() {
   runner_->wait();
 }
 
-// Recomputes only when the trace, mode or selected policy changes; a budget change moves the marker.
+bool BudgetChart::isCurrent() const {
+  return !isVisible() || (!stale_ && computed_for_ == curveKey(session_->policy()));
+}
+
+void BudgetChart::showEvent(QShowEvent* event) {
+  QWidget::showEvent(event);
+  if (stale_) timer_->start();
+}
+
+std::vector<kvsim::PolicyChoice> BudgetChart::policies() const {
+  std::vector<kvsim::PolicyChoice> policies{session_->policy()};
+  for (const char* name : kPolicies)
+    if (name != session_->policy().label) policies.push_back(kvsim::choose_policy(name));
+  return policies;
+}
+
+QString BudgetChart::curveKey(const kvsim::PolicyChoice& policy) const {
+  return session_->path() + "|" + QString::fromStdString(policy.label) +
+         (session_->mode() == kvsim::Mode::stream ? "|s" : "|p");
+}
+
+// Recomputes only when the trace, mode or selected policy changes, and then only the curves
+// not computed before, while the chart is shown; a budget change moves the marker.
 void BudgetChart::schedule() {
   moveMarker();
   if (!session_->isOpen()) return;
-  const QString key = session_->path() + "|" + QString::fromStdString(session_->policy().label) +
-                      (session_->mode() == kvsim::Mode::stream ? "|s" : "|p");
+  const QString key = curveKey(session_->policy());
   if (key == computed_for_) return;
   computed_for_ = key;
-  timer_->start();
+  stale_ = true;
+  if (draw()) return;
+  if (isVisible()) timer_->start();
+}
+
+bool BudgetChart::draw() {
+  std::vector<const Curve*> curves;
+  for (const kvsim::PolicyChoice& policy : policies()) {
+    const auto it = curves_.find(curveKey(policy));
+    if (it == curves_.end()) return false;
+    curves.push_back(&it->second);
+  }
+  stale_ = false;
+  QChart* chart = view_->chart();
+  chart->removeAllSeries();  // the axes stay: made once, their ranges updated
+  charts::set_title(chart, tr("Retention vs budget, whole trace"),
+                    tr("mean over %1; teacher-forced replay").arg(scope()));
+  if (!x_) {
+    x_ = charts::add_axis(chart, Qt::AlignBottom, tr("budget B (% of each sequence)"), 0, 100, "%d");
+    y_ = charts::add_axis(chart, Qt::AlignLeft, tr("mean attention retained"), 0, 1, "%.1f");
+    chart->legend()->setAlignment(Qt::AlignRight);
+  }
+  int colour = 0;
+  for (size_t c = 0; c < curves.size(); ++c) {
+    const Curve& curve = *curves[c];
+    auto* series = charts::add_line(chart, curve.name, curve.bound ? QColor(90, 90, 90) : colors::series(colour++),
+                                    c == 0 ? 3.0 : 1.4, curve.bound, x_, y_);
+    series->replace(QList<QPointF>(curve.points.begin(), curve.points.end()));
+    series->setPointsVisible(true);
+  }
+  marker_ = charts::add_marker(chart, x_, y_, QColor(255, 80, 0));
+  moveMarker();
+  status_->setText(tr("The orange line marks the budget chosen in the controls.") +
+                   (seconds_ > 0 ? tr(" Computed in %1 s.").arg(seconds_, 0, 'f', 1) : QString()));
+  return true;
+}
+
+QString BudgetChart::scope() const {
+  const kvtrace::TraceMeta& meta = session_->meta();
+  return tr("every sequence (%1), layer (%2) and head (%3) of the trace")
+      .arg(session_->reader() ? session_->reader()->n_sequences() : 0)
+      .arg(meta.n_layers)
+      .arg(meta.n_heads);
 }
 
 void BudgetChart::compute() {
   const auto reader = session_->reader();
-  if (!reader) return;
+  if (!reader || draw()) return;
   kvsim::ReplayConfig config;
-  config.policies = {session_->policy()};
-  for (const char* name : kPolicies)
-    if (name != session_->policy().label) config.policies.push_back(kvsim::choose_policy(name));
+  std::vector<QString> keys;
+  for (const kvsim::PolicyChoice& policy : policies())
+    if (!curves_.count(curveKey(policy))) {
+      config.policies.push_back(policy);
+      keys.push_back(curveKey(policy));
+    }
   config.budgets = kvsim::parse_budgets(kBudgets);
   config.mode = session_->mode();
   config.output_error = kvsim::OutputErrorMode::off;
-  const QString key = computed_for_;
-  const kvtrace::TraceMeta& meta = reader->meta();
-  const QString scope = tr("every sequence (%1), layer (%2) and head (%3) of the trace")
-                            .arg(reader->n_sequences())
-                            .arg(meta.n_layers)
-                            .arg(meta.n_heads);
   status_->setText(tr("Replaying %1 policies at %2 budgets over %3\u2026")
                        .arg(config.policies.size())
                        .arg(config.budgets.size())
-                       .arg(scope));
-  runner_->submit([this, reader, config, key, scope]() -> JobRunner::Finish {
+                       .arg(scope()));
+  runner_->submit([this, reader, config, keys]() -> JobRunner::Finish {
     QElapsedTimer timer;
     timer.start();
     const kvsim::ReplayResults results = kvsim::replay_trace(*reader, config);
@@ -96,7 +152,6 @@ void BudgetChart::compute() {
     for (size_t p = 0; p < config.policies.size(); ++p) {
       Curve curve;
       curve.name = QString::fromStdString(config.policies[p].label);
-      curve.selected = p == 0;
       curve.bound = config.policies[p].info->engine == kvsim::Engine::bound;
       for (size_t b = 0; b < config.budgets.size(); ++b) {
         const kvsim::CellResult& cell = results.cells[p * config.budgets.size() + b];
@@ -105,28 +160,10 @@ void BudgetChart::compute() {
       curves.push_back(std::move(curve));
     }
     const double seconds = static_cast<double>(timer.elapsed()) / 1000.0;
-    return [this, curves, key, scope, seconds]() {
-      if (key != computed_for_) return;
-      QChart* chart = view_->chart();
-      chart->removeAllSeries();  // the axes stay: made once, their ranges updated
-      charts::set_title(chart, tr("Retention vs budget, whole trace"),
-                        tr("mean over %1; teacher-forced replay").arg(scope));
-      if (!x_) {
-        x_ = charts::add_axis(chart, Qt::AlignBottom, tr("budget B (% of each sequence)"), 0, 100, "%d");
-        y_ = charts::add_axis(chart, Qt::AlignLeft, tr("mean attention retained"), 0, 1, "%.1f");
-        chart->legend()->setAlignment(Qt::AlignRight);
-      }
-      int colour = 0;
-      for (const Curve& curve : curves) {
-        auto* series = charts::add_line(chart, curve.name, curve.bound ? QColor(90, 90, 90) : colors::series(colour++),
-                                        curve.selected ? 3.0 : 1.4, curve.bound, x_, y_);
-        series->replace(QList<QPointF>(curve.points.begin(), curve.points.end()));
-        series->setPointsVisible(true);
-      }
-      marker_ = charts::add_marker(chart, x_, y_, QColor(255, 80, 0));
-      moveMarker();
-      status_->setText(
-          tr("Computed in %1 s. The orange line marks the budget chosen in the controls.").arg(seconds, 0, 'f', 1));
+    return [this, curves, keys, seconds]() {
+      for (size_t c = 0; c < curves.size(); ++c) curves_[keys[c]] = curves[c];
+      seconds_ = seconds;
+      if (!draw() && isVisible()) timer_->start();  // the policy changed meanwhile
     };
   });
 }

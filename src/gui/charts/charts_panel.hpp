@@ -21,6 +21,8 @@ class ChartsPanel : public QTabWidget {
   SelectionChart* selectionChart() const { return selection_; }
   PersistencePanel* persistencePanel() const { return persistence_; }
   bool busy() const;
+  bool isCurrent() const;  // every chart shows the current settings (the hidden ones need not)
+  void forgetResults();
   void waitIdle();
 
  private:

@@ -22,17 +22,33 @@
 #include "session.hpp"
 
 namespace kvgui {
+
 namespace {
 
-struct Line {
+// A line of n steps as at most ~2 x kColumns points: each run of steps drawn in one column
+// keeps its lowest and highest value, in step order (display only: the mean is of every step).
+constexpr int64_t kColumns = 600;
+void add_points(std::vector<QPointF>& points, int64_t first_step, const float* values, int64_t n) {
+  const int64_t per_column = std::max<int64_t>(1, (n + kColumns - 1) / kColumns);
+  for (int64_t s = 0; s < n; s += per_column) {
+    const int64_t end = std::min(n, s + per_column);
+    const auto [low, high] = std::minmax_element(values + s, values + end);
+    const float* a = std::min(low, high);
+    const float* b = std::max(low, high);
+    points.emplace_back(static_cast<double>(first_step + (a - values)), *a);
+    if (b != a) points.emplace_back(static_cast<double>(first_step + (b - values)), *b);
+  }
+}
+
+}  // namespace
+
+struct StepChart::Line {
   QString name;
   bool selected = false, bound = false;
   QString error;
   std::vector<QPointF> points;
   double mean = 0;
 };
-
-}  // namespace
 
 StepChart::StepChart(Session* session, QWidget* parent)
     : QWidget(parent), session_(session), timer_(new QTimer(this)), runner_(new JobRunner(this)) {
@@ -64,6 +80,7 @@ StepChart::StepChart(Session* session, QWidget* parent)
   connect(session_, &Session::replayed, this, &StepChart::schedule);
   connect(session_, &Session::locationChanged, this, &StepChart::schedule);
   connect(session_, &Session::stepChanged, this, &StepChart::moveCursor);
+  connect(session_, &Session::traceChanged, this, [this]() { errors_.clear(); });
 }
 
 QStringList StepChart::compared() const {
@@ -91,79 +108,143 @@ void StepChart::waitIdle() {
   runner_->wait();
 }
 
-void StepChart::schedule() { timer_->start(); }
+// At once when every compared policy has been replayed at this budget (the session's cache,
+// filled ahead with the budget slider's neighbours); else after a pause, in the background.
+void StepChart::schedule() {
+  session_->setComparedPolicies(choices());
+  if (drawFromCache()) {
+    timer_->stop();
+    return;
+  }
+  timer_->start();
+}
 
+std::vector<kvsim::PolicyChoice> StepChart::choices() const {
+  std::vector<kvsim::PolicyChoice> choices{session_->policy()};
+  for (const QString& name : compared())
+    if (name.toStdString() != session_->policy().label) choices.push_back(kvsim::choose_policy(name.toStdString()));
+  return choices;
+}
+
+QString StepChart::settingsKey() const {
+  QString key = QStringLiteral("%1|%2|%3|%4|%5|%6")
+                    .arg(session_->path())
+                    .arg(session_->sequence())
+                    .arg(session_->layer())
+                    .arg(session_->head())
+                    .arg(session_->budgetTokens())
+                    .arg(session_->mode() == kvsim::Mode::stream ? "s" : "p");
+  for (const kvsim::PolicyChoice& policy : choices()) key += "|" + QString::fromStdString(policy.label);
+  return key;
+}
+
+bool StepChart::isCurrent() const { return session_->isOpen() && drawn_ == settingsKey(); }
+
+bool StepChart::drawFromCache() {
+  const LayerReplay& shown = session_->replay();
+  if (!session_->rows() || !shown.valid() || shown.seq != session_->sequence() || shown.layer != session_->layer())
+    return false;
+  const int head = session_->head();
+  std::vector<Line> lines;
+  const std::vector<kvsim::PolicyChoice> policies = choices();
+  for (size_t p = 0; p < policies.size(); ++p) {
+    const kvsim::PolicyChoice& policy = policies[p];
+    const ReplayKey key = session_->replayKey(policy, shown.budget);
+    Line line;
+    line.name = QString::fromStdString(policy.label);
+    line.selected = p == 0;
+    line.bound = policy.info->engine == kvsim::Engine::bound;
+    if (const auto error = errors_.find(key); error != errors_.end()) {
+      line.error = error->second;
+    } else if (const ReplayCache::Records records = session_->replays().find(key)) {
+      for (const auto& record : *records) {
+        const auto it = std::find(record.heads.begin(), record.heads.end(), head);
+        if (it == record.heads.end()) continue;
+        const kvsim::SimulationResult& r = record.result;
+        const float* values =
+            r.retention.data() + static_cast<size_t>(it - record.heads.begin()) * static_cast<size_t>(r.n_steps);
+        add_points(line.points, r.first_step, values, r.n_steps);
+        line.mean = kvsim::summarize(std::span<const float>(values, static_cast<size_t>(r.n_steps))).mean;
+      }
+    } else {
+      return false;
+    }
+    lines.push_back(std::move(line));
+  }
+  draw(lines,
+       tr("Retention over steps: layer %1, head %2, B = %3 tokens").arg(shown.layer).arg(head).arg(shown.budget));
+  drawn_ = settingsKey();
+  return true;
+}
+
+// Replays the compared policies not yet replayed at this budget (the shown one is), then
+// draws from the cache.
 void StepChart::compute() {
   const auto rows = session_->rows();
   const LayerReplay& shown = session_->replay();
   if (!rows || !shown.valid()) return;
+  if (drawFromCache()) return;
   const auto reader = session_->reader();
   const int head = session_->head();
   const int64_t budget = shown.budget;
   const kvsim::EngineOptions options = session_->engineOptions();
-  std::vector<kvsim::PolicyChoice> choices{shown.policy};
-  for (const QString& name : compared())
-    if (name.toStdString() != shown.policy.label) choices.push_back(kvsim::choose_policy(name.toStdString()));
-  const QString title =
-      tr("Retention over steps: layer %1, head %2, B = %3 tokens").arg(shown.layer).arg(head).arg(budget);
-  status_->setText(tr("replaying %1 policies\u2026").arg(choices.size()));
-  runner_->submit([this, rows, reader, head, budget, options, choices, title]() -> JobRunner::Finish {
-    std::vector<Line> lines;
-    for (size_t p = 0; p < choices.size(); ++p) {
-      Line line;
-      line.name = QString::fromStdString(choices[p].label);
-      line.selected = p == 0;
-      line.bound = choices[p].info->engine == kvsim::Engine::bound;
+  std::vector<std::pair<ReplayKey, kvsim::PolicyChoice>> missing;
+  for (const kvsim::PolicyChoice& policy : choices()) {
+    const ReplayKey key = session_->replayKey(policy, budget);
+    if (!errors_.count(key) && !session_->replays().contains(key)) missing.emplace_back(key, policy);
+  }
+  status_->setText(tr("replaying %1 policies\u2026").arg(missing.size()));
+  runner_->submit([this, rows, reader, head, budget, options, missing]() -> JobRunner::Finish {
+    std::vector<std::pair<ReplayKey, ReplayCache::Records>> made;
+    std::map<ReplayKey, QString> errors;
+    for (const auto& [key, policy] : missing) {
       try {
-        LayerReplay replay;
-        replay.records = replayLayer(rows, reader->meta(), choices[p], budget, options, head);
-        int index = 0;
-        if (const kvsim::GroupRecord* record = replay.record_of(head, &index)) {
-          const kvsim::SimulationResult& r = record->result;
-          const float* values = r.retention.data() + static_cast<size_t>(index) * static_cast<size_t>(r.n_steps);
-          for (int64_t s = 0; s < r.n_steps; ++s)
-            line.points.emplace_back(static_cast<double>(r.first_step + s), values[s]);
-          line.mean = kvsim::summarize(std::span<const float>(values, static_cast<size_t>(r.n_steps))).mean;
-        }
+        made.emplace_back(key, std::make_shared<const std::vector<kvsim::GroupRecord>>(
+                                   replayLayer(rows, reader->meta(), policy, budget, options, head)));
       } catch (const kvtrace::InputError& e) {
-        line.error = QString::fromStdString(e.problem());
+        errors[key] = QString::fromStdString(e.problem());
       }
-      lines.push_back(std::move(line));
     }
-    return [this, lines, title]() {
-      QChart* chart = view_->chart();
-      chart->removeAllSeries();  // the axes stay: made once, their ranges updated
-      charts::set_title(chart, title, tr("teacher-forced replay; legend: mean retention over the steps"));
-      const double n = static_cast<double>(session_->nTokens());
-      double lowest = 1;
-      for (const Line& line : lines)
-        for (const QPointF& point : line.points) lowest = std::min(lowest, point.y());
-      if (!x_) {
-        x_ = charts::add_axis(chart, Qt::AlignBottom, tr("step t"), 0, 1, "%d");
-        y_ = charts::add_axis(chart, Qt::AlignLeft, tr("attention retained"), 0, 1, "%.2f");
-        chart->legend()->setAlignment(Qt::AlignRight);
-      }
-      x_->setRange(0, std::max(1.0, n - 1));
-      y_->setRange(charts::floor_tenth(lowest), 1);
-      charts::nice_ticks(x_);
-      charts::nice_ticks(y_);
-      QStringList errors;
-      int colour = 0;
-      for (const Line& line : lines) {
-        if (!line.error.isEmpty()) {
-          errors << line.name + ": " + line.error;
-          continue;
-        }
-        auto* series = charts::add_line(chart, QStringLiteral("%1 %2").arg(line.name).arg(line.mean, 0, 'f', 3),
-                                        line.bound ? QColor(90, 90, 90) : colors::series(colour++),
-                                        line.selected ? 3.0 : 1.4, line.bound, x_, y_);
-        series->replace(QList<QPointF>(line.points.begin(), line.points.end()));
-      }
-      cursor_ = charts::add_marker(chart, x_, y_, QColor(255, 80, 0));
-      moveCursor();
-      status_->setText(errors.isEmpty() ? QString() : tr("not shown: %1").arg(errors.join("; ")));
+    return [this, made, errors]() {
+      for (const auto& [key, records] : made) session_->replays().insert(key, records);
+      errors_.insert(errors.begin(), errors.end());
+      if (!drawFromCache()) timer_->start();  // the settings moved on meanwhile
     };
   });
+}
+
+void StepChart::draw(const std::vector<Line>& lines, const QString& title) {
+  QChart* chart = view_->chart();
+  chart->removeAllSeries();  // the axes stay: made once, their ranges updated
+  charts::set_title(chart, title, tr("teacher-forced replay; legend: mean retention over the steps"));
+  const double n = static_cast<double>(session_->nTokens());
+  double lowest = 1;
+  for (const Line& line : lines)
+    for (const QPointF& point : line.points) lowest = std::min(lowest, point.y());
+  if (!x_) {
+    x_ = charts::add_axis(chart, Qt::AlignBottom, tr("step t"), 0, 1, "%d");
+    y_ = charts::add_axis(chart, Qt::AlignLeft, tr("attention retained"), 0, 1, "%.2f");
+    chart->legend()->setAlignment(Qt::AlignRight);
+  }
+  x_->setRange(0, std::max(1.0, n - 1));
+  y_->setRange(charts::floor_tenth(lowest), 1);
+  charts::nice_ticks(x_);
+  charts::nice_ticks(y_);
+  QStringList errors;
+  int colour = 0;
+  for (const Line& line : lines) {
+    if (!line.error.isEmpty()) {
+      errors << line.name + ": " + line.error;
+      continue;
+    }
+    auto* series = charts::add_line(chart, QStringLiteral("%1 %2").arg(line.name).arg(line.mean, 0, 'f', 3),
+                                    line.bound ? QColor(90, 90, 90) : colors::series(colour++),
+                                    line.selected ? 3.0 : 1.4, line.bound, x_, y_);
+    series->replace(QList<QPointF>(line.points.begin(), line.points.end()));
+  }
+  cursor_ = charts::add_marker(chart, x_, y_, QColor(255, 80, 0));
+  moveCursor();
+  status_->setText(errors.isEmpty() ? QString() : tr("not shown: %1").arg(errors.join("; ")));
 }
 
 void StepChart::moveCursor() {

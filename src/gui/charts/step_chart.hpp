@@ -1,9 +1,15 @@
 #pragma once
 // Retention over steps for several policies side by side: the shown head at the current
 // budget, one line per policy (the selected one thickest; upper bounds dashed), each
-// replayed with kvsim::replay_rows over the shown layer's rows off the UI thread.
+// replayed with kvsim::replay_rows over the shown layer's rows off the UI thread, or taken
+// from the session's replay cache (then drawn at once).
 #include <QStringList>
 #include <QWidget>
+#include <map>
+#include <vector>
+
+#include "kvsim/replay/replay.hpp"
+#include "replay_cache.hpp"
 
 class QChartView;
 class QLabel;
@@ -25,11 +31,17 @@ class StepChart : public QWidget {
   void setCompared(const QStringList& policies);
   QChartView* view() const { return view_; }
   bool busy() const;
+  bool isCurrent() const;                    // the lines drawn are those of the current settings
+  void forgetResults() { errors_.clear(); }  // its replays are in the session's cache
   void waitIdle();
 
  private:
+  struct Line;
   void schedule();
+  std::vector<kvsim::PolicyChoice> choices() const;  // the shown policy first
+  bool drawFromCache();
   void compute();
+  void draw(const std::vector<Line>& lines, const QString& title);
   void moveCursor();
 
   Session* session_;
@@ -40,6 +52,9 @@ class StepChart : public QWidget {
   QLineSeries* cursor_ = nullptr;
   QTimer* timer_;
   JobRunner* runner_;
+  std::map<ReplayKey, QString> errors_;  // policies that refused a budget, and why
+  QString drawn_;                        // what the lines drawn show (settingsKey)
+  QString settingsKey() const;
 };
 
 }  // namespace kvgui

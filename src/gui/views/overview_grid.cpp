@@ -10,13 +10,13 @@
 #include <QVBoxLayout>
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "colors.hpp"
 #include "job_runner.hpp"
-#include "kvsim/analysis/analysis.hpp"
-#include "kvsim/core/summary.hpp"
 #include "kvtrace/reader.hpp"
 #include "session.hpp"
+#include "views/overview_values.hpp"
 
 namespace kvgui {
 
@@ -54,6 +54,7 @@ OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
 void OverviewGrid::setMetric(Metric metric) { metric_->setCurrentIndex(static_cast<int>(metric)); }
 OverviewGrid::Metric OverviewGrid::metric() const { return static_cast<Metric>(metric_->currentIndex()); }
 bool OverviewGrid::busy() const { return timer_->isActive() || runner_->busy(); }
+bool OverviewGrid::isCurrent() const { return session_->isOpen() && shown_ == keyOf(session_->budgetTokens()); }
 
 void OverviewGrid::waitIdle() {
   if (timer_->isActive()) {
@@ -68,86 +69,166 @@ double OverviewGrid::value(int layer, int head) const {
   return values_[static_cast<size_t>(layer * heads_ + head)];
 }
 
-// Only recomputes when what it shows changes (the sequence, or the policy for retention).
 QString OverviewGrid::cellText(double value) {
   const QString text = QString::number(value, 'f', 2);
   return text.startsWith("0.") ? text.mid(1) : text;
 }
 
-void OverviewGrid::schedule() {
-  if (!session_->isOpen()) return;
+QString OverviewGrid::keyOf(int64_t budget) const {
   QString key =
       session_->path() + "|" + QString::number(session_->sequence()) + "|" + QString::number(metric_->currentIndex());
   if (metric() != Metric::persistence)
-    key += "|" + QString::fromStdString(session_->policy().label + "|" + session_->budget().text) +
+    key += "|" + QString::fromStdString(session_->policy().label) + "|" + QString::number(budget) +
            (session_->mode() == kvsim::Mode::stream ? "|s" : "|p");
+  return key;
+}
+
+// Only recomputes when what it shows changes (the sequence, or the policy and budget for
+// retention); what was computed before (and the budget slider's neighbours, computed ahead)
+// shows at once.
+void OverviewGrid::schedule() {
+  if (!session_->isOpen()) return;
+  const QString key = keyOf(session_->budgetTokens());
   update();
   if (key == computed_for_) return;
   computed_for_ = key;
-  caption_->setText(tr("computing\u2026"));
-  timer_->start();
-}
-
-void OverviewGrid::compute() {
-  const auto reader = session_->reader();
-  if (!reader) return;
-  const kvtrace::TraceMeta& meta = reader->meta();
-  const Metric metric = this->metric();
-  const int seq = session_->sequence();
-  const QString key = computed_for_;
-  if (layers_ != meta.n_layers || heads_ != meta.n_heads) {  // else the old values stay until the new arrive
+  const kvtrace::TraceMeta& meta = session_->meta();
+  if (layers_ != meta.n_layers || heads_ != meta.n_heads) {
     layers_ = meta.n_layers;
     heads_ = meta.n_heads;
     values_.assign(static_cast<size_t>(layers_ * heads_), NAN);
   }
-  kvsim::ReplayConfig config;
-  config.policies = {session_->policy()};
-  config.budgets = {session_->budget()};
-  config.mode = session_->mode();
-  config.sequences = {seq};
-  config.output_error = kvsim::OutputErrorMode::off;
-  config.keep_records = true;
-  const QString label = QString::fromStdString(session_->policy().label);
-  const int64_t budget = session_->budgetTokens();
-  runner_->cancel();
-  runner_->submit([this, reader, config, metric, seq, key, label, budget]() -> JobRunner::Finish {
-    const kvtrace::TraceMeta& m = reader->meta();
-    std::vector<double> values(static_cast<size_t>(m.n_layers * m.n_heads), NAN);
-    QString caption;
-    if (metric == Metric::persistence) {
-      kvsim::AnalysisConfig analysis;
-      analysis.options.correlations = false;
-      analysis.sequences = {seq};
-      const kvsim::TraceAnalysis result = kvsim::analyze_trace(*reader, analysis);
-      for (const auto& item : result.items)
-        for (const auto& head : item.heads)
-          values[static_cast<size_t>(item.layer * m.n_heads + head.head)] = head.persistence;
-      caption =
-          tr("Persistence ratio of each head, sequence %1 (full rows, no policy). Click a cell to show it.").arg(seq);
-    } else {
-      const kvsim::ReplayResults results = kvsim::replay_trace(*reader, config);
-      for (const auto& record : results.cells.front().records) {
-        const kvsim::SimulationResult& r = record.result;
-        for (size_t k = 0; k < record.heads.size(); ++k) {
-          const kvsim::Summary summary = kvsim::summarize(std::span<const float>(
-              r.retention.data() + k * static_cast<size_t>(r.n_steps), static_cast<size_t>(r.n_steps)));
-          values[static_cast<size_t>(record.layer * m.n_heads + record.heads[k])] =
-              metric == Metric::mean_retention ? summary.mean : summary.min;
-        }
-      }
-      caption = tr("%1 retention of each head over sequence %2 with %3 at B = %4 (teacher-forced replay). Click a cell "
-                   "to show it.")
-                    .arg(metric == Metric::mean_retention ? tr("Mean") : tr("Worst-step"))
-                    .arg(seq)
-                    .arg(label)
-                    .arg(budget);
+  const auto it = cache_.find(key);
+  if (it != cache_.end() && it->second.complete()) {
+    timer_->stop();
+    runner_->cancel();
+    showCells(key);
+    return;
+  }
+  if (it != cache_.end()) showCells(key);  // the layers done so far
+  caption_->setText(tr("computing\u2026"));
+  timer_->start();
+}
+
+bool OverviewGrid::Computed::complete() const {
+  return !layer_done.empty() && std::find(layer_done.begin(), layer_done.end(), false) == layer_done.end();
+}
+
+// Merges what a job computed into the cache; the layers it computed are done.
+void OverviewGrid::merge(const std::map<QString, OverviewCells>& computed, const std::vector<int>& layers) {
+  for (const auto& [key, cells] : computed) {
+    Computed& entry = cache_[key];
+    if (entry.cells.empty()) {
+      entry.cells.assign(static_cast<size_t>(layers_ * heads_), NAN);
+      entry.layer_done.assign(static_cast<size_t>(layers_), false);
     }
-    return [this, values, caption, key]() {
-      if (key != computed_for_) return;
-      values_ = values;
-      const bool small = cellRect(0, 0).width() < 20;  // too small for the values
-      caption_->setText(small ? caption + tr(" View > Overview in a window (Ctrl+L) shows every value.") : caption);
-      update();
+    for (int layer : layers) {
+      entry.layer_done[static_cast<size_t>(layer)] = true;
+      for (int h = 0; h < heads_; ++h) {
+        const size_t i = static_cast<size_t>(layer * heads_ + h);
+        entry.cells[i] = cells[i];
+      }
+    }
+  }
+  while (cache_.size() > 64) cache_.erase(cache_.begin());  // arbitrary ones: they are cheap to recompute
+}
+
+void OverviewGrid::showCells(const QString& key) {
+  const auto it = cache_.find(key);
+  if (it == cache_.end() || key != computed_for_) return;
+  values_ = it->second.cells;
+  shown_ = it->second.complete() ? key : QString();
+  const Metric metric = this->metric();
+  QString caption;
+  if (metric == Metric::persistence)
+    caption = tr("Persistence ratio of each head, sequence %1 (full rows, no policy). Click a cell to show it.")
+                  .arg(session_->sequence());
+  else
+    caption = tr("%1 retention of each head over sequence %2 with %3 at B = %4 (teacher-forced replay). Click a cell "
+                 "to show it.")
+                  .arg(metric == Metric::mean_retention ? tr("Mean") : tr("Worst-step"))
+                  .arg(session_->sequence())
+                  .arg(QString::fromStdString(session_->policy().label))
+                  .arg(session_->budgetTokens());
+  if (!it->second.complete()) caption = tr("Computing the other layers\u2026 ") + caption;
+  const bool small = cellRect(0, 0).width() < 20;  // too small for the values
+  caption_->setText(small ? caption + tr(" View > Overview in a window (Ctrl+L) shows every value.") : caption);
+  update();
+}
+
+// In up to three jobs, each shown as it arrives: the shown layer at B from the session's
+// rows; the other layers at B and at the slider's neighbouring budgets (one replay_trace);
+// the shown layer at the neighbouring budgets.
+void OverviewGrid::compute() {
+  const auto reader = session_->reader();
+  if (!reader) return;
+  const QString key = computed_for_;
+  const int seq = session_->sequence();
+  runner_->cancel();
+  if (metric() == Metric::persistence) {
+    runner_->submit([this, reader, seq, key]() -> JobRunner::Finish {
+      const OverviewCells cells = persistenceOfSequence(*reader, seq);
+      return [this, cells, key]() {
+        std::vector<int> all(static_cast<size_t>(layers_));
+        std::iota(all.begin(), all.end(), 0);
+        merge({{key, cells}}, all);
+        showCells(key);
+      };
+    });
+    return;
+  }
+  const kvsim::PolicyChoice policy = session_->policy();
+  const RetentionStat stat = metric() == Metric::mean_retention ? RetentionStat::mean : RetentionStat::min;
+  const int64_t budget = session_->budgetTokens();
+  std::vector<int64_t> ahead;
+  for (int64_t b : neighbourBudgets(session_->budget(), session_->nTokens()))
+    if (const auto it = cache_.find(keyOf(b)); it == cache_.end() || !it->second.complete()) ahead.push_back(b);
+  std::map<int64_t, QString> keys;
+  for (int64_t b : ahead) keys[b] = keyOf(b);
+  keys[budget] = key;
+  auto rows = session_->rows();
+  if (rows && rows->seq() != seq) rows.reset();
+  if (policy.info->engine == kvsim::Engine::cross_layer) rows.reset();  // its layers decide together
+  const int shown = rows ? rows->layer() : -1;
+  std::vector<int> others;
+  for (int l = 0; l < layers_; ++l)
+    if (l != shown) others.push_back(l);
+  const kvsim::EngineOptions options = session_->engineOptions();
+  const kvsim::Mode mode = session_->mode();
+  const auto keyed = [keys](const std::map<int64_t, OverviewCells>& by_budget) {
+    std::map<QString, OverviewCells> out;
+    for (const auto& [b, cells] : by_budget) out[keys.at(b)] = cells;
+    return out;
+  };
+  std::vector<int64_t> all_budgets{budget};
+  all_budgets.insert(all_budgets.end(), ahead.begin(), ahead.end());
+  auto neighbours_of_shown = [this, reader, rows, policy, ahead, options, stat, shown, keyed]() {
+    if (ahead.empty() || !rows) return;
+    runner_->submit([=, this]() -> JobRunner::Finish {
+      const auto cells = keyed(retentionOfShownLayer(rows, reader->meta(), policy, ahead, options, stat));
+      return [this, cells, shown]() { merge(cells, {shown}); };
+    });
+  };
+  auto other_layers = [this, reader, seq, others, policy, all_budgets, mode, stat, keyed, key, neighbours_of_shown]() {
+    if (others.empty()) return neighbours_of_shown();
+    runner_->submit([=, this]() -> JobRunner::Finish {
+      const auto cells = keyed(retentionOfLayers(*reader, seq, others, policy, all_budgets, mode, stat));
+      return [this, cells, others, key, neighbours_of_shown]() {
+        merge(cells, others);
+        showCells(key);
+        neighbours_of_shown();
+      };
+    });
+  };
+  if (!rows) return other_layers();
+  const int64_t at_budget[] = {budget};
+  const std::vector<int64_t> one(std::begin(at_budget), std::end(at_budget));
+  runner_->submit([=, this]() -> JobRunner::Finish {
+    const auto cells = keyed(retentionOfShownLayer(rows, reader->meta(), policy, one, options, stat));
+    return [this, cells, shown, key, other_layers]() {
+      merge(cells, {shown});
+      showCells(key);
+      other_layers();
     };
   });
 }

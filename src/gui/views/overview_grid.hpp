@@ -4,6 +4,7 @@
 // ratio (a property of the trace, no policy). Click a cell to show that head.
 #include <QString>
 #include <QWidget>
+#include <map>
 #include <vector>
 
 class QComboBox;
@@ -28,6 +29,9 @@ class OverviewGrid : public QWidget {
   // A cell's label: two decimals, a leading "0" dropped to fit (".97", "1.00").
   static QString cellText(double value);
   bool busy() const;
+  // Whether every cell shows the current settings.
+  bool isCurrent() const;
+  void forgetResults() { cache_.clear(); }
   void waitIdle();
   QSize sizeHint() const override { return {300, 240}; }
   // Where (layer, head) is drawn (empty before a trace is open).
@@ -39,8 +43,17 @@ class OverviewGrid : public QWidget {
   bool event(QEvent* event) override;
 
  private:
+  // What the cells show, computed a layer at a time.
+  struct Computed {
+    std::vector<double> cells;  // [layer][head]
+    std::vector<bool> layer_done;
+    bool complete() const;
+  };
+  QString keyOf(int64_t budget) const;  // what the cells depend on, at B = budget
   void schedule();
   void compute();
+  void merge(const std::map<QString, std::vector<double>>& computed, const std::vector<int>& layers);
+  void showCells(const QString& key);
   QRect gridRect() const;
   bool cellAt(QPoint point, int* layer, int* head) const;
   void colourRange(double* lo, double* hi) const;
@@ -52,7 +65,9 @@ class OverviewGrid : public QWidget {
   JobRunner* runner_;
   int layers_ = 0, heads_ = 0;
   std::vector<double> values_;  // [layer][head]
-  QString computed_for_;        // what values_ describe
+  QString computed_for_;        // what values_ are being computed for
+  QString shown_;               // what values_ show, all layers computed
+  std::map<QString, Computed> cache_;
 };
 
 }  // namespace kvgui

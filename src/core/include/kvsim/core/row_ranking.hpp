@@ -26,8 +26,13 @@ class RowRanking {
 
   const float* row_ = nullptr;
   int64_t count_ = 0;
+  // Only the buckets [low_, high_] the row falls in are set up (a row of attention spans a few
+  // dozen exponents of the 256): start_ and sum_above_ are valid on [low_, high_ + 1].
+  int low_ = 0, high_ = -1;
   std::array<int32_t, kBuckets + 1> start_{};     // bucket b holds order_[start_[b], start_[b + 1])
   std::array<double, kBuckets + 1> sum_above_{};  // sum of the buckets >= b
+  std::array<int32_t, kBuckets> sizes_{};         // zero between builds
+  std::array<double, kBuckets> sums_{};           // zero between builds
   std::vector<int32_t> order_;                    // positions by ascending bucket, ascending position within one
   std::vector<int32_t> scratch_;
 };

@@ -1,0 +1,96 @@
+#include "layer_replay.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "kvsim/replay/rows_at_budgets.hpp"
+#include "kvtrace/schema.hpp"
+
+namespace kvgui {
+
+const kvsim::GroupRecord* LayerReplay::record_of(int head, int* index) const {
+  for (const auto& record : records) {
+    const auto it = std::find(record.heads.begin(), record.heads.end(), head);
+    if (it == record.heads.end()) continue;
+    if (index) *index = static_cast<int>(it - record.heads.begin());
+    return &record;
+  }
+  return nullptr;
+}
+
+namespace {
+
+bool layer_wide(const kvsim::PolicyChoice& policy) { return policy.info->grouping == kvsim::Grouping::layer; }
+
+ReplayHeads group_of(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head) {
+  if (layer_wide(policy)) return {0, meta.n_heads};
+  return {meta.kv_head_of(head) * meta.group_size(), meta.group_size()};
+}
+
+// kvsim::replay_rows_at_budgets over `range`: one cache group made of those heads (of one kv
+// head), or the whole layer for a layer-wide policy.
+std::vector<std::vector<kvsim::GroupRecord>> replay_heads(const std::shared_ptr<const LayerRows>& rows,
+                                                          const kvtrace::TraceMeta& meta,
+                                                          const kvsim::PolicyChoice& policy, ReplayHeads range,
+                                                          std::span<const int64_t> budgets,
+                                                          const kvsim::EngineOptions& options) {
+  std::vector<int> heads(static_cast<size_t>(range.count));
+  std::iota(heads.begin(), heads.end(), range.first);
+  const int group = meta.kv_head_of(range.first);
+  const int kv_heads = layer_wide(policy) ? meta.n_kv_heads : 1;
+  const auto source = LayerRows::source(rows, heads);
+  const kvsim::RowsOrigin origin{rows->seq(), rows->layer(), kv_heads == 1 ? group : 0};
+  auto records = kvsim::replay_rows_at_budgets(*source, kv_heads, policy, budgets, options, origin);
+  for (auto& of_budget : records)
+    for (auto& record : of_budget) {
+      record.seq = rows->seq();
+      record.layer = rows->layer();
+      if (kv_heads == 1 && !record.layer_wide) {
+        record.group = group;
+        record.heads = heads;
+      }
+    }
+  return records;
+}
+
+}  // namespace
+
+ReplayHeads replayHeads(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head) {
+  if (policy.info->engine == kvsim::Engine::bound && !policy.info->needs_future) return {head, 1};
+  return group_of(policy, meta, head);
+}
+
+std::vector<std::vector<kvsim::GroupRecord>> replayLayerAtBudgets(const std::shared_ptr<const LayerRows>& rows,
+                                                                  const kvtrace::TraceMeta& meta,
+                                                                  const kvsim::PolicyChoice& policy,
+                                                                  std::span<const int64_t> budgets,
+                                                                  const kvsim::EngineOptions& options, int head) {
+  return replay_heads(rows, meta, policy, replayHeads(policy, meta, head), budgets, options);
+}
+
+std::vector<std::vector<kvsim::GroupRecord>> replayWholeLayerAtBudgets(const std::shared_ptr<const LayerRows>& rows,
+                                                                       const kvtrace::TraceMeta& meta,
+                                                                       const kvsim::PolicyChoice& policy,
+                                                                       std::span<const int64_t> budgets,
+                                                                       const kvsim::EngineOptions& options) {
+  if (layer_wide(policy)) return replay_heads(rows, meta, policy, group_of(policy, meta, 0), budgets, options);
+  // Kv group by kv group, as replay_trace groups them (seeded policies see the same seeds).
+  std::vector<std::vector<kvsim::GroupRecord>> records(budgets.size());
+  for (int kv = 0; kv < meta.n_kv_heads; ++kv) {
+    auto group = replay_heads(rows, meta, policy, group_of(policy, meta, kv * meta.group_size()), budgets, options);
+    for (size_t b = 0; b < budgets.size(); ++b)
+      records[b].insert(records[b].end(), std::make_move_iterator(group[b].begin()),
+                        std::make_move_iterator(group[b].end()));
+  }
+  return records;
+}
+
+std::vector<kvsim::GroupRecord> replayLayer(const std::shared_ptr<const LayerRows>& rows,
+                                            const kvtrace::TraceMeta& meta, const kvsim::PolicyChoice& policy,
+                                            int64_t budget, const kvsim::EngineOptions& options, int head) {
+  const int64_t budgets[] = {budget};
+  if (head < 0) return std::move(replayWholeLayerAtBudgets(rows, meta, policy, budgets, options).front());
+  return std::move(replayLayerAtBudgets(rows, meta, policy, budgets, options, head).front());
+}
+
+}  // namespace kvgui

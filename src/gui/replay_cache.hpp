@@ -1,0 +1,59 @@
+#pragma once
+// Replays of the shown trace already made, by what they depend on: (sequence, layer, heads
+// replayed, policy with its parameters, mode, budget B). The session and
+// the step chart look here first, so a budget-slider step to a budget computed before (or
+// computed ahead, as a neighbour of the shown one) is a lookup. Used on the UI thread only;
+// the oldest entries go beyond a fixed count.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "kvsim/core/budget.hpp"
+#include "kvsim/core/engine.hpp"
+#include "kvsim/replay/replay.hpp"
+
+namespace kvgui {
+
+struct ReplayKey {
+  int seq = 0, layer = 0;
+  int first_head = 0, n_heads = 0;  // the query heads replayed (replayHeads)
+  std::string label;                // the policy and the parameters that differ from its defaults
+  kvsim::Mode mode = kvsim::Mode::stream;
+  int64_t budget = 0;
+
+  bool operator<(const ReplayKey& other) const {
+    return std::tie(seq, layer, first_head, n_heads, label, mode, budget) <
+           std::tie(other.seq, other.layer, other.first_head, other.n_heads, other.label, other.mode, other.budget);
+  }
+};
+
+class ReplayCache {
+ public:
+  using Records = std::shared_ptr<const std::vector<kvsim::GroupRecord>>;
+  explicit ReplayCache(size_t capacity = 256) : capacity_(capacity) {}
+
+  Records find(const ReplayKey& key);  // null when not there
+  bool contains(const ReplayKey& key) const { return entries_.count(key) != 0; }
+  void insert(const ReplayKey& key, Records records);
+  void clear() { entries_.clear(); }
+  void forget(const std::string& label);  // every replay of that policy
+  size_t size() const { return entries_.size(); }
+
+ private:
+  struct Entry {
+    Records records;
+    uint64_t used = 0;
+  };
+  size_t capacity_;
+  uint64_t clock_ = 0;
+  std::map<ReplayKey, Entry> entries_;
+};
+
+// The budgets a slider step away from `budget` (1 and 2 steps of its unit: a percent, or a
+// token), resolved for n tokens, without B itself or repeats: what is computed ahead.
+std::vector<int64_t> neighbourBudgets(const kvsim::Budget& budget, int64_t n_tokens, int steps = 2);
+
+}  // namespace kvgui

@@ -1,0 +1,40 @@
+#pragma once
+// What the overview grid colours its cells by, computed off the UI thread by the libraries:
+// per (layer, head) of one sequence, the mean or worst-step retention of a policy at some
+// budgets, or the persistence ratio. Grids are [layer * n_heads + head], NaN where not (yet)
+// computed. The shown layer comes from the rows the session holds (no re-read); the other
+// layers from kvsim::replay_trace.
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "kvsim/core/engine.hpp"
+#include "kvsim/replay/replay.hpp"
+#include "layer_rows.hpp"
+
+namespace kvtrace {
+class TraceReader;
+struct TraceMeta;
+}  // namespace kvtrace
+
+namespace kvgui {
+
+using OverviewCells = std::vector<double>;
+enum class RetentionStat { mean, min };
+
+// The rows' layer only, per budget.
+std::map<int64_t, OverviewCells> retentionOfShownLayer(const std::shared_ptr<const LayerRows>& rows,
+                                                       const kvtrace::TraceMeta& meta,
+                                                       const kvsim::PolicyChoice& policy,
+                                                       std::span<const int64_t> budgets,
+                                                       const kvsim::EngineOptions& options, RetentionStat stat);
+// `layers` of sequence `seq` (all of them when empty), per budget, in one replay_trace.
+std::map<int64_t, OverviewCells> retentionOfLayers(const kvtrace::TraceReader& reader, int seq,
+                                                   const std::vector<int>& layers, const kvsim::PolicyChoice& policy,
+                                                   std::span<const int64_t> budgets, kvsim::Mode mode,
+                                                   RetentionStat stat);
+OverviewCells persistenceOfSequence(const kvtrace::TraceReader& reader, int seq);
+
+}  // namespace kvgui

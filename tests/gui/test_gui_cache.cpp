@@ -1,0 +1,221 @@
+// kvsim-gui's replays made ahead and kept (issue 20, item 4): a budget-slider step to a
+// neighbouring budget is served at once from what was computed in the background, and what
+// was computed there is exactly what the engine gives for that setting.
+#include <QApplication>
+#include <QComboBox>
+#include <QRadioButton>
+#include <QSlider>
+#include <QTest>
+#include <numeric>
+
+#include "charts/budget_chart.hpp"
+#include "charts/charts_panel.hpp"
+#include "controls_panel.hpp"
+#include "kvsim/core/summary.hpp"
+#include "kvsim/replay/replay.hpp"
+#include "kvtrace/reader.hpp"
+#include "kvtrace/synth.hpp"
+#include "main_window.hpp"
+#include "policy_editor.hpp"
+#include "session.hpp"
+#include "views/overview_grid.hpp"
+#include "../support/temp_dir.hpp"
+
+using kvgui::MainWindow;
+
+namespace {
+
+const QString kTrace = QStringLiteral(KVSIM_SOURCE_DIR "/data/traces/stories15M-8x256.h5");
+
+// replay_rows over every head of (seq 0, layer) read straight from the file.
+std::vector<kvsim::GroupRecord> engine_records(const QString& path, int layer, const std::string& policy,
+                                               int64_t budget) {
+  const kvtrace::TraceReader reader(path.toStdString());
+  std::vector<int> heads(static_cast<size_t>(reader.meta().n_heads));
+  std::iota(heads.begin(), heads.end(), 0);
+  auto source = kvtrace::open_attention_source(reader, 0, layer, heads);
+  kvsim::EngineOptions options;
+  options.prompt_len = reader.sequence(0).prompt_len;
+  return kvsim::replay_rows(*source, reader.meta().n_kv_heads, kvsim::choose_policy(policy), budget, options, {}, 0,
+                            kvsim::RowsOrigin{0, layer, 0});
+}
+
+// The engine's record of the group holding `head`.
+const kvsim::GroupRecord* record_of(const std::vector<kvsim::GroupRecord>& records, int head) {
+  for (const auto& record : records)
+    if (std::find(record.heads.begin(), record.heads.end(), head) != record.heads.end()) return &record;
+  return nullptr;
+}
+
+// The same for query head `head`: its retention at every step, the evictions and occupancy
+// of its cache (the GUI may replay the head alone where the policy allows it exactly).
+bool same(const kvsim::GroupRecord& a, const kvsim::GroupRecord& b, int head) {
+  const auto steps = [head](const kvsim::GroupRecord& r) {
+    const auto k = static_cast<size_t>(std::find(r.heads.begin(), r.heads.end(), head) - r.heads.begin());
+    const auto n = static_cast<size_t>(r.result.n_steps);
+    return std::vector<float>(r.result.retention.begin() + static_cast<std::ptrdiff_t>(k * n),
+                              r.result.retention.begin() + static_cast<std::ptrdiff_t>((k + 1) * n));
+  };
+  return a.result.eviction_step == b.result.eviction_step && a.result.occupancy == b.result.occupancy &&
+         steps(a) == steps(b);
+}
+
+QString synth_trace(const kvtest::TempDir& dir, int layers, int heads, int kv_heads, int tokens) {
+  kvtrace::SynthOptions options;
+  options.n_layers = layers;
+  options.n_heads = heads;
+  options.n_kv_heads = kv_heads;
+  options.head_dim = 16;
+  options.n_tokens = tokens;
+  options.n_sequences = 1;
+  const QString path = QString::fromStdString(dir.file("gqa.h5"));
+  kvtrace::write_synthetic_trace(path.toStdString(), options);
+  return path;
+}
+
+// With KVSIM_GUI_SHOTS=DIR, the window as it shows now (the charts' scenes updated, nothing
+// waited for) as DIR/NAME.png.
+void shot(MainWindow& window, const QString& name) {
+  const QString dir = qEnvironmentVariable("KVSIM_GUI_SHOTS");
+  if (dir.isEmpty()) return;
+  QCoreApplication::processEvents();
+  QVERIFY(window.centralWidget()->grab().save(dir + "/" + name + ".png"));
+}
+
+}  // namespace
+
+class GuiCacheTest : public QObject {
+  Q_OBJECT
+
+ private slots:
+  void sliderStepIsALookupOfWhatWasComputedAhead() {
+    MainWindow window;
+    window.resize(1500, 950);
+    window.show();
+    QVERIFY(window.openFile(kTrace));
+    window.controls()->policyEditor()->policyBox()->setCurrentText("h2o");
+    window.waitIdle();
+    QVERIFY(window.viewsAreCurrent());
+    QSlider* slider = window.controls()->budgetSlider();
+    QCOMPARE(slider->value(), 20);
+    // One step: no event is handled in between, so nothing can have been replayed for it.
+    slider->setValue(21);
+    kvgui::Session* session = window.session();
+    QCOMPARE(QString::fromStdString(session->budget().text), QString("21%"));
+    QVERIFY(session->replayIsCurrent());
+    QVERIFY(session->replay().cached);
+    QVERIFY2(window.viewsAreCurrent(), "the overview and the step chart should show the step at once");
+    shot(window, "10-slider-step-from-the-cache");
+    const int64_t budget = 256 * 21 / 100;
+    QCOMPARE(session->replay().budget, budget);
+    const auto engine = engine_records(kTrace, 0, "h2o", budget);
+    QVERIFY(same(*session->replay().record_of(0), *record_of(engine, 0), 0));
+    // The overview's cells at 21% are the engine's, in every layer.
+    for (int layer : {0, 3, 5}) {
+      const auto records = engine_records(kTrace, layer, "h2o", budget);
+      for (int head : {0, 4})
+        QCOMPARE(window.overview()->value(layer, head),
+                 kvsim::summarize(record_of(records, head)->result.retention).mean);
+    }
+    // Two steps down is ahead too; a jump of ten is not, and is replayed.
+    slider->setValue(19);
+    QVERIFY(session->replay().cached);
+    slider->setValue(30);
+    QVERIFY(!session->replayIsCurrent());
+    window.waitIdle();
+    QVERIFY(session->replayIsCurrent());
+    QVERIFY(!session->replay().cached);
+    QVERIFY(same(*session->replay().record_of(0), *record_of(engine_records(kTrace, 0, "h2o", 256 * 30 / 100), 0), 0));
+  }
+
+  void replaysComputedAheadAreTheEngines() {
+    // Grouped-query attention (4 query heads per kv head), per-group, layer-wide, bound and
+    // seeded policies: every replay in the cache is what replay_rows gives for its setting.
+    kvtest::TempDir dir;
+    const QString path = synth_trace(dir, 2, 8, 2, 120);
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openFile(path));
+    window.session()->setLocation(0, 1, 5);
+    for (const char* policy : {"scissorhands", "tova", "oracle", "random", "snapkv"}) {
+      window.controls()->policyEditor()->policyBox()->setCurrentText(policy);
+      window.waitIdle();
+      kvgui::Session* session = window.session();
+      int checked = 0;
+      for (int percent = 18; percent <= 22; ++percent) {
+        const int64_t budget = kvsim::Budget::parse(std::to_string(percent) + "%").resolve(120);
+        const auto engine = engine_records(path, 1, policy, budget);
+        for (const std::string& name : {std::string(policy), std::string("h2o"), std::string("streaming")}) {
+          const kvsim::PolicyChoice choice = kvsim::choose_policy(name);
+          const auto cached = session->replays().find(session->replayKey(choice, budget));
+          QVERIFY2(cached, qPrintable(QString("%1 at B = %2 not computed ahead").arg(name.c_str()).arg(budget)));
+          const auto expected = name == policy ? engine : engine_records(path, 1, name, budget);
+          QVERIFY(record_of(*cached, 5));
+          QVERIFY2(same(*record_of(*cached, 5), *record_of(expected, 5), 5),
+                   qPrintable(QString("%1 at B = %2").arg(name.c_str()).arg(budget)));
+          ++checked;
+        }
+      }
+      QCOMPARE(checked, 15);
+    }
+  }
+
+  void aCrossLayerPolicyAtLayerZeroIsReplayedFromTheRowsInMemory() {
+    // Layer 0 is the first link of the chain: replay_rows on the session's rows gives what
+    // replay_trace gives for it.
+    kvtest::TempDir dir;
+    const QString path = synth_trace(dir, 2, 8, 2, 96);
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openFile(path));
+    window.controls()->policyEditor()->policyBox()->setCurrentText("scissorhands-xlayer");
+    window.waitIdle();
+    kvsim::ReplayConfig config;
+    config.policies = {kvsim::choose_policy("scissorhands-xlayer")};
+    config.budgets = {kvsim::Budget::parse("20%")};
+    config.keep_records = true;
+    const kvsim::ReplayResults results = kvsim::replay_trace(kvtrace::TraceReader(path.toStdString()), config);
+    const kvsim::GroupRecord& expected = results.cells.front().records.at(0);
+    QCOMPARE(expected.layer, 0);
+    QVERIFY(window.session()->replay().valid());
+    for (int head : {0, 7}) QVERIFY(same(window.session()->replay().records.at(0), expected, head));
+  }
+
+  void aBudgetThePolicyRefusesIsStillReported() {
+    // StreamingLLM keeps 4 sinks: B = 3 is refused. Computing ahead skips it, and stepping
+    // onto it shows the refusal.
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openFile(kTrace));
+    kvgui::ControlsPanel* controls = window.controls();
+    QTest::mouseClick(controls->tokensButton(), Qt::LeftButton);
+    controls->budgetSlider()->setValue(5);
+    controls->policyEditor()->policyBox()->setCurrentText("streaming");
+    window.waitIdle();
+    QVERIFY(window.session()->replay().valid());
+    controls->budgetSlider()->setValue(3);
+    window.waitIdle();
+    QVERIFY(!window.session()->replay().valid());
+    QVERIFY(!window.session()->replay().error.isEmpty());
+  }
+
+  void budgetChartComputesWhenShownAndKeepsItsCurves() {
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openFile(kTrace));
+    window.waitIdle();
+    kvgui::BudgetChart* chart = window.charts()->budgetChart();
+    QVERIFY(!chart->isVisible());
+    QVERIFY(!chart->busy());  // hidden: nothing computed for it
+    window.charts()->setCurrentWidget(chart);
+    window.waitIdle();
+    QVERIFY(chart->isCurrent());
+    // h2o is one of the compared policies: its curve is there, so the chart follows at once.
+    window.controls()->policyEditor()->policyBox()->setCurrentText("h2o");
+    QVERIFY(chart->isCurrent());
+    QVERIFY(!chart->busy());
+  }
+};
+
+QTEST_MAIN(GuiCacheTest)
+#include "test_gui_cache.moc"
