@@ -189,8 +189,15 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
   };
   if (streaming) options.sink = &sink;
   std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
-  for (size_t r = 0; r < item.records.size(); ++r)
-    item.records[r].result = std::move(results[where[r].first][where[r].second]);
+  for (size_t r = 0; r < item.records.size(); ++r) {
+    SimulationResult& result = item.records[r].result;
+    result = std::move(results[where[r].first][where[r].second]);
+    if (streaming) {  // what is left is the last block's buffers: the sink has had every step
+      result.retention = {};
+      result.output_error = {};
+      result.occupancy = {};
+    }
+  }
 }
 
 // The items on `threads` threads (parallel_for.hpp); progress from the calling thread only,
