@@ -84,8 +84,11 @@ TEST(GroupTensors, GroupsPointAtTheirHeads) {
   // queries 2g, 2g+1; the layer-wide group holds them all.
   const std::vector<std::vector<float>> keys = {{10, 11}, {20, 21}}, queries = {{0, 1}, {2, 3}, {4, 5}, {6, 7}};
   std::vector<kvsim::CacheGroup> groups = kvsim::layer_cache_groups(4, 2, 0, 0);
-  kvsim::attach_group_tensors(groups, 4, 2, {keys, {}, queries, 1, {}});
+  kvtrace::RopeMeta rope;
+  rope.theta = 10000;
+  kvsim::attach_group_tensors(groups, 4, 2, {keys, {}, queries, 1, rope});
   ASSERT_EQ(groups.size(), 3u);
+  EXPECT_EQ(groups[0].tensors.rope.theta, 10000);
   EXPECT_EQ(groups[1].tensors.keys.size(), 1u);
   EXPECT_EQ(groups[1].tensors.key(0, 1)[0], 21.0f);
   EXPECT_EQ(groups[1].tensors.query(1, 0)[0], 6.0f);
