@@ -58,6 +58,26 @@ std::vector<CacheGroup> layer_cache_groups(int n_heads, int n_kv_heads, int seq,
   return groups;
 }
 
+void attach_group_tensors(std::span<CacheGroup> groups, int n_heads, int n_kv_heads, const LayerTensors& tensors) {
+  const int group_size = n_heads / n_kv_heads;
+  auto data = [](std::span<const std::vector<float>> heads, int first, int last) {
+    std::vector<const float*> pointers;
+    if (!heads.empty())
+      for (int h = first; h < last; ++h) pointers.push_back(heads[static_cast<size_t>(h)].data());
+    return pointers;
+  };
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const bool layer_wide = static_cast<int>(g) >= n_kv_heads;
+    const int first_kv = layer_wide ? 0 : static_cast<int>(g), last_kv = layer_wide ? n_kv_heads : first_kv + 1;
+    GroupTensors& out = groups[g].tensors;
+    out.head_dim = tensors.head_dim;
+    out.rope = tensors.rope;
+    out.keys = data(tensors.keys, first_kv, last_kv);
+    out.values = data(tensors.values, first_kv, last_kv);
+    out.queries = data(tensors.queries, first_kv * group_size, last_kv * group_size);
+  }
+}
+
 GroupRange policy_groups(const PolicyInfo& policy, int n_kv_heads) {
   if (policy.grouping == Grouping::layer) return {n_kv_heads, n_kv_heads + 1};
   return {0, n_kv_heads};

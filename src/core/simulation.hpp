@@ -54,6 +54,7 @@ class Simulation {
     context.seed = group.seed;
     context.future = future;
     if (spec.policy->needs_full_rows) context.full_rows = &full_rows_;
+    if (spec.policy->needs_tensors()) context.tensors = &checked_tensors(*spec.policy, group);
     context.layer = spec.layer;
     context.sequence_state = spec.sequence_state;
     policy_->reset(context);
@@ -187,7 +188,7 @@ class Simulation {
       if (rows.last_of_block()) flush_batch(rows);  // its rows and o_t go with the block
     }
     if (observes) observe_row();
-    if (observes || spec_.policy->needs_full_rows) {
+    if (observes || spec_.policy->needs_full_rows || spec_.policy->needs_tensors()) {
       full_rows_.at(full ? *full : model);
       policy_->observe(t, cache_, observes ? std::span<const float>(observed_) : std::span<const float>());
     }
@@ -243,6 +244,16 @@ class Simulation {
   std::span<const int32_t> cache() const { return cache_; }
 
  private:
+  // The caller (replay, eval) refuses a trace without what the policy needs, with a line for
+  // the user; reaching here without it is a bug.
+  static const GroupTensors& checked_tensors(const PolicyInfo& policy, const CacheGroup& group) {
+    const GroupTensors& tensors = group.tensors;
+    if ((policy.needs_keys && tensors.keys.empty()) || (policy.needs_values && tensors.values.empty()) ||
+        (policy.needs_queries && tensors.queries.size() != group.heads.size()) || tensors.head_dim < 1)
+      throw std::logic_error("policy " + policy.name + ": the cache group lacks the tensors it needs");
+    return tensors;
+  }
+
   void evict(int64_t t) {
     const bool compress = options_.mode == Mode::prefill && t + 1 == prefill_end_;
     const int64_t excess = static_cast<int64_t>(cache_.size()) - spec_.budget;

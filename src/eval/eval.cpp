@@ -40,21 +40,33 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
       values_.assign(layers, std::vector<std::vector<float>>(
                                  static_cast<size_t>(config.n_kv_heads),
                                  std::vector<float>(static_cast<size_t>(n * config.head_dim()), 0.0f)));
+    // The model's own q, k and v that the policy reads or the caller records, filled
+    // position by position.
+    auto heads = [&](bool needed, int count) {
+      return std::vector<std::vector<std::vector<float>>>(
+          needed ? layers : 0,
+          std::vector<std::vector<float>>(static_cast<size_t>(count),
+                                          std::vector<float>(static_cast<size_t>(n * config.head_dim()))));
+    };
+    const bool reads_keys = policy && policy->info->needs_keys, reads_queries = policy && policy->info->needs_queries;
+    model_keys_ = heads(reads_keys || options.record_keys, config.n_kv_heads);
+    model_values_ = heads(policy && policy->info->needs_values, config.n_kv_heads);
+    model_queries_ = heads(reads_queries || options.record_queries, config.n_heads);
     if (policy) build_layers(budget);
   }
 
-  void on_qkv(int layer, int pos, std::span<const float>, std::span<const float>, std::span<const float> v) override {
+  void on_qkv(int layer, int pos, std::span<const float> q, std::span<const float> k,
+              std::span<const float> v) override {
     if (policy_) {  // the layer's step begins: its rows are filled head by head
       LoopLayer& loop = layers_[static_cast<size_t>(layer)];
       loop.rows.reshape(pos, 1, n_, config_.n_heads);
       if (wants_full_rows(layer)) loop.full_rows.reshape(pos, 1, n_, config_.n_heads);
     }
-    if (!options_.record_values) return;
-    const int d = config_.head_dim();
-    for (int kv = 0; kv < config_.n_kv_heads; ++kv)
-      std::copy_n(
-          v.data() + kv * d, d,
-          values_[static_cast<size_t>(layer)][static_cast<size_t>(kv)].data() + static_cast<std::ptrdiff_t>(pos) * d);
+    const auto l = static_cast<size_t>(layer);
+    if (!model_keys_.empty()) store_row(k, pos, model_keys_[l]);
+    if (!model_values_.empty()) store_row(v, pos, model_values_[l]);
+    if (!model_queries_.empty()) store_row(q, pos, model_queries_[l]);
+    if (options_.record_values) store_row(v, pos, values_[l]);
   }
 
   std::span<const int> allowed_positions(int layer, int head, int pos) override {
@@ -106,8 +118,17 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
   }
   std::vector<std::vector<std::vector<float>>> take_rows() { return std::move(rows_); }
   std::vector<std::vector<std::vector<float>>> take_values() { return std::move(values_); }
+  std::vector<std::vector<std::vector<float>>> take_keys() { return std::move(model_keys_); }
+  std::vector<std::vector<std::vector<float>>> take_queries() { return std::move(model_queries_); }
 
  private:
+  // Row `pos` of each head of a step's q, k or v ([heads * head_dim]) into `heads`.
+  void store_row(std::span<const float> step, int pos, std::vector<std::vector<float>>& heads) const {
+    const int d = config_.head_dim();
+    for (size_t h = 0; h < heads.size(); ++h)
+      std::copy_n(step.data() + h * static_cast<size_t>(d), d, heads[h].data() + static_cast<std::ptrdiff_t>(pos) * d);
+  }
+
   // The layers' groups, seeds and simulations as replay makes them (layer_cache_groups,
   // policy_groups), stepped layer after layer at each position as run_lockstep's lanes.
   void build_layers(int64_t budget) {
@@ -124,6 +145,12 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
         loop.future =
             std::make_unique<kvtrace::PackedAttentionSource>(n_, (*options_.future_rows)[static_cast<size_t>(l)]);
       std::vector<CacheGroup> groups = layer_cache_groups(config_.n_heads, n_kv, options_.sequence, l);
+      auto of_layer = [&](const std::vector<std::vector<std::vector<float>>>& heads) {
+        return heads.empty() ? std::span<const std::vector<float>>() : heads[static_cast<size_t>(l)];
+      };
+      attach_group_tensors(groups, config_.n_heads, n_kv,
+                           {of_layer(model_keys_), of_layer(model_values_), of_layer(model_queries_),
+                            config_.head_dim(), llama2_rope(config_)});
       std::vector<SimulationSpec> specs;
       loop.simulation_of_head.resize(static_cast<size_t>(config_.n_heads));
       for (int g = range.first; g < range.last; ++g) {
@@ -149,6 +176,8 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
   std::vector<LoopLayer> layers_;
   std::vector<std::vector<int>> allowed_;  // per head: the positions it attends at this step
   std::vector<std::vector<std::vector<float>>> rows_, values_;
+  // [layer][head][n * head_dim]: the model's q, k, v for a policy that reads them.
+  std::vector<std::vector<std::vector<float>>> model_keys_, model_values_, model_queries_;
 };
 
 // -log softmax(logits)[target], in double.
@@ -202,7 +231,8 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
   run.argmax.resize(static_cast<size_t>(n));
   run.nll.resize(static_cast<size_t>(n - 1));
   if (options.keep_logits) run.logits.reserve(static_cast<size_t>(n) * static_cast<size_t>(config.vocab_size));
-  const bool hooked = policy || options.record_rows || options.record_values;
+  const bool hooked =
+      policy || options.record_rows || options.record_values || options.record_keys || options.record_queries;
   std::unique_ptr<ClosedLoopHook> hook;
   if (hooked) hook = std::make_unique<ClosedLoopHook>(config, policy, budget, n, options);
   kvtrace::Llama2Session session(model);
@@ -217,6 +247,8 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
     run.groups = hook->take_records();
     run.rows = hook->take_rows();
     run.values = hook->take_values();
+    if (options.record_keys) run.keys = hook->take_keys();
+    if (options.record_queries) run.queries = hook->take_queries();
   }
   return run;
 }

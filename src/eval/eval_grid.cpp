@@ -55,8 +55,14 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   for (int l = 0; l < c.n_layers; ++l) {
     LaneData& lane = lanes[static_cast<size_t>(l)];
     lane.source = std::make_unique<kvtrace::PackedAttentionSource>(n, full.rows[static_cast<size_t>(l)]);
-    lane.groups = layer_cache_groups(c.n_heads, n_kv, sequence.index, l, full.values[static_cast<size_t>(l)],
-                                     c.head_dim());
+    lane.groups =
+        layer_cache_groups(c.n_heads, n_kv, sequence.index, l, full.values[static_cast<size_t>(l)], c.head_dim());
+    auto of_layer = [&](const std::vector<std::vector<std::vector<float>>>& heads) {
+      return heads.empty() ? std::span<const std::vector<float>>() : heads[static_cast<size_t>(l)];
+    };
+    attach_group_tensors(lane.groups, c.n_heads, n_kv,
+                         {of_layer(full.keys), full.values[static_cast<size_t>(l)], of_layer(full.queries),
+                          c.head_dim(), llama2_rope(c)});
   }
   const size_t budgets = config.budgets.size(), cells = config.policies.size() * budgets;
   std::vector<std::vector<std::pair<size_t, size_t>>> where(cells);  // per cell: (lane, spec) in (layer, group) order
@@ -176,6 +182,10 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
         ClosedLoopOptions options;
         options.sequence = sequences[s].index;
         options.record_rows = options.record_values = true;
+        for (const PolicyChoice& policy : config.policies) {  // what the policies read, for the replay
+          options.record_keys = options.record_keys || policy.info->needs_keys;
+          options.record_queries = options.record_queries || policy.info->needs_queries;
+        }
         ClosedLoopRun full = run_closed_loop(model, sequences[s].tokens, nullptr, 0, options);
         Reference& reference = references[s];
         replay_reference(model, sequences[s], config, full, reference);

@@ -143,6 +143,7 @@ CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, 
   meta.n_kv_heads = config.n_kv_heads;
   meta.head_dim = config.head_dim();
   meta.attn_scale = 1.0 / std::sqrt(static_cast<double>(config.head_dim()));
+  meta.rope = llama2_rope(config);
   TraceWriter writer(path, meta, options.writer);
 
   const int64_t total = static_cast<int64_t>(prompts.size()) * options.n_tokens;  // at most

@@ -145,6 +145,16 @@ Llama2Model Llama2Model::load(const std::string& path) {
   return m;
 }
 
+RopeMeta llama2_rope(const Llama2Config& config) {
+  RopeMeta rope;
+  rope.theta = 10000.0;
+  rope.scaling_type = "none";
+  rope.scaling_factor = 1.0;
+  rope.rotary_dims = config.head_dim();
+  rope.pairing = "interleaved";
+  return rope;
+}
+
 // ---------------------------------------------------------------------------------------
 // The forward pass
 

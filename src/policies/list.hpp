@@ -10,6 +10,7 @@
   X(streaming)             \
   X(tova)                  \
   X(snapkv)                \
+  X(knorm)                 \
   X(recent)                \
   X(random)                \
   X(oracle)                \

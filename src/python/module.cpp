@@ -45,6 +45,11 @@ py::list policies_list() {
     d["budgeted"] = info.budgeted;
     d["bound"] = info.engine == Engine::bound;
     d["cross_layer"] = info.engine == Engine::cross_layer;
+    py::list reads;  // the stored tensors it reads: "k", "v", "q"
+    if (info.needs_keys) reads.append("k");
+    if (info.needs_values) reads.append("v");
+    if (info.needs_queries) reads.append("q");
+    d["reads"] = reads;
     d["params"] = params;
     out.append(d);
   }

@@ -12,6 +12,7 @@
 #include "aggregate.hpp"
 #include "kvsim/core/parallel_for.hpp"
 #include "kvsim/policies/registry.hpp"
+#include "policy_tensors.hpp"
 #include "record_io.hpp"
 
 namespace kvsim {
@@ -108,35 +109,39 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
     }
   }
 
+  // The tensors of each layer: keys and queries for quantized views and the policies that
+  // read them, values for output error and those policies; read once for all simulations.
+  TensorNeeds wanted;
+  for (size_t c : item.cells) wanted.add(*config.policies[decode(c, config).policy].info);
+  wanted.keys = wanted.keys || !quantized_specs.empty();
+  wanted.queries = wanted.queries || !quantized_specs.empty();
+  wanted.values = wanted.values || output_error;
   struct LaneData {
-    std::vector<std::vector<float>> values;         // per kv head
-    std::vector<std::vector<float>> queries, keys;  // for quantized views
+    LayerTensorData tensors;
     std::vector<CacheGroup> groups;
     std::vector<SimulationSpec> specs;
     std::unique_ptr<kvtrace::AttentionSource> source;
     QuantizedLayer quantized;
   };
+  const std::vector<std::vector<float>> none;
   std::vector<LaneData> lanes(item.layers.size());
   for (size_t l = 0; l < lanes.size(); ++l) {
     LaneData& lane = lanes[l];
     const int layer = item.layers[l];
-    if (output_error)
-      for (int kv = 0; kv < meta.n_kv_heads; ++kv)
-        lane.values.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::v, kv));
-    lane.groups = layer_cache_groups(meta.n_heads, meta.n_kv_heads, item.seq, layer, lane.values, meta.head_dim);
-    lane.source = kvtrace::open_attention_source(reader, item.seq, layer, all_heads, config.rows);
-    if (quantized_specs.empty()) continue;
     const kvtrace::LayerForm& form = reader.layer(item.seq, layer);
-    if (!form.has_qk())
+    if (!quantized_specs.empty() && !form.has_qk())
       reader.fail(kvtrace::layer_path(item.seq, layer),
                   "KV quantization needs q and k (and v for output error): this layer has only attn");
-    for (int h = 0; h < meta.n_heads; ++h)
-      lane.queries.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::q, h));
-    for (int kv = 0; kv < meta.n_kv_heads; ++kv)
-      lane.keys.push_back(reader.read_head(item.seq, layer, kvtrace::Tensor::k, kv));
+    lane.tensors = read_layer_tensors(reader, item.seq, layer, wanted);
+    const std::vector<std::vector<float>>& values = output_error ? lane.tensors.values : none;
+    lane.groups = layer_cache_groups(meta.n_heads, meta.n_kv_heads, item.seq, layer, values, meta.head_dim);
+    attach_group_tensors(lane.groups, meta.n_heads, meta.n_kv_heads,
+                         {lane.tensors.keys, lane.tensors.values, lane.tensors.queries, meta.head_dim, meta.rope});
+    lane.source = kvtrace::open_attention_source(reader, item.seq, layer, all_heads, config.rows);
+    if (quantized_specs.empty()) continue;
     const kvtrace::SoftmaxOptions softmax{meta.attn_scale, form.sliding_window, form.logit_softcap};
-    lane.quantized = build_quantized_layer(quantized_specs, n, meta.head_dim, lane.queries, lane.keys, lane.values,
-                                           lane.groups, softmax);
+    lane.quantized = build_quantized_layer(quantized_specs, n, meta.head_dim, lane.tensors.queries, lane.tensors.keys,
+                                           values, lane.groups, softmax);
   }
 
   std::vector<std::pair<size_t, size_t>> where;  // per record: lane and index of its spec
@@ -227,6 +232,10 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
                                   ") must be a multiple of the kv heads (" + std::to_string(n_kv_heads) + ")");
   if (!values.empty() && static_cast<int>(values.size()) != n_kv_heads)
     throw kvtrace::InputError("", "", "values must be given for every kv head");
+  if (policy.info->needs_tensors())
+    throw kvtrace::InputError("", "",
+                              "policy " + policy.info->name +
+                                  " reads the stored keys, values or queries: replay a trace, not attention rows");
   EngineOptions engine_options = options;
   engine_options.output_error = !values.empty();
   std::vector<CacheGroup> groups =
@@ -267,6 +276,9 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   if (config.output_error == OutputErrorMode::on && !has_values)
     reader.fail("", "output error needs v in every replayed layer, and some layer has none");
   const bool output_error = config.output_error != OutputErrorMode::off && has_values;
+  std::vector<const PolicyInfo*> chosen;
+  for (const PolicyChoice& policy : config.policies) chosen.push_back(policy.info);
+  refuse_missing_tensors(reader, chosen, sequences, layers);
 
   const size_t cells = config.policies.size() * quant_count(config) * config.budgets.size();
   std::vector<size_t> layer_cells, cross_layer_cells;

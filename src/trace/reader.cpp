@@ -12,6 +12,7 @@
 #include <optional>
 
 #include "h5io.hpp"
+#include "rope_attrs.hpp"
 
 namespace kvtrace {
 
@@ -234,6 +235,7 @@ void TraceReader::load_root() {
   meta_.attn_scale = scale.value_or(1.0 / std::sqrt(static_cast<double>(meta_.head_dim)));
   if (!std::isfinite(meta_.attn_scale) || meta_.attn_scale <= 0)
     fail("/", "attribute 'attn_scale' must be a positive finite number");
+  meta_.rope = read_rope_attrs(root, meta_.head_dim, [&](const std::string& problem) { fail("/", problem); });
 
   if (!root.nameExists("seqs")) fail("/seqs", "missing group (the trace holds no sequences)");
   handle_->seqs.emplace(child_group(*this, root, "seqs", "/seqs"));

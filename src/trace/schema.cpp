@@ -80,6 +80,23 @@ std::string LayerForm::describe() const {
   return out;
 }
 
+std::string RopeMeta::describe() const {
+  auto number = [](double x) {
+    std::string text = std::to_string(x);
+    text.erase(text.find_last_not_of('0') + 1);
+    if (!text.empty() && text.back() == '.') text.pop_back();
+    return text;
+  };
+  std::string out;
+  auto add = [&](const std::string& field) { out += (out.empty() ? "" : " ") + field; };
+  if (theta > 0) add("theta=" + number(theta));
+  if (!scaling_type.empty()) add("scaling=" + scaling_type);
+  if (scaling_factor > 0) add("factor=" + number(scaling_factor));
+  if (rotary_dims > 0) add("rotary_dims=" + std::to_string(rotary_dims));
+  if (!pairing.empty()) add("pairing=" + pairing);
+  return out;
+}
+
 std::string seq_path(int seq) { return "/seqs/" + std::to_string(seq); }
 std::string layer_path(int seq, int layer) { return seq_path(seq) + "/layers/" + std::to_string(layer); }
 std::string tensor_path(int seq, int layer, Tensor tensor) {

@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "h5io.hpp"
+#include "rope_attrs.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/error.hpp"
 
@@ -99,6 +100,8 @@ TraceWriter::TraceWriter(const std::string& path, TraceMeta meta, WriterOptions 
         path, "/",
         "invalid shape: layers, heads, kv heads and head_dim must be positive and heads a multiple of kv heads");
   if (meta_.attn_scale <= 0) meta_.attn_scale = 1.0 / std::sqrt(static_cast<double>(meta_.head_dim));
+  if (const std::string problem = rope_problem(meta_.rope, meta_.head_dim); !problem.empty())
+    throw InputError(path, "/", problem);
   if (meta_.created.empty()) meta_.created = now_iso8601();
   if (meta_.tool.empty()) meta_.tool = tool_string();
   meta_.version = kSchemaVersion;
@@ -117,6 +120,7 @@ TraceWriter::TraceWriter(const std::string& path, TraceMeta meta, WriterOptions 
     h5::write_attr(root, "n_kv_heads", int64_t{meta_.n_kv_heads});
     h5::write_attr(root, "head_dim", int64_t{meta_.head_dim});
     h5::write_attr(root, "attn_scale", meta_.attn_scale);
+    write_rope_attrs(root, meta_.rope);
     h5::write_attr(root, "created", meta_.created);
     h5::write_attr(root, "tool", meta_.tool);
     create_group(*state_->h5, "seqs");

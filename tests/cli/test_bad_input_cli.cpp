@@ -139,3 +139,20 @@ TEST_F(BadInput, Plan) {
       {plan + " --plot /nonexistent/dir/p.png", ""},  // cannot write, or no Qt
   });
 }
+
+TEST_F(BadInput, PolicyNeedsTensorsTheTraceLacks) {
+  // An attention-only trace holds no keys: knorm (it reads k) is refused, naming the layer.
+  const std::string attn_only = inputs_.file("attn.h5");
+  const auto made = kvtest::run_kvsim("synth " + attn_only + " --layers 2 --heads 4 --kv-heads 2 --head-dim 8 " +
+                                      "--tokens 24 --seqs 2 --form attn --no-v");
+  ASSERT_EQ(made.code, 0) << made.output;
+  const std::string line = "/seqs/0/layers/0: policy knorm needs k (keys); the layer has only attn";
+  expect_all({
+      {"replay " + attn_only + " --policy knorm --budget 50% --csv " + out("r.csv"), line},
+      {"sweep " + attn_only + " --policies h2o,knorm --budgets 50% --csv " + out("s.csv"), line},
+  });
+  // The same trace with keys replays.
+  const auto ran = kvtest::run_kvsim("sweep " + trace_ + " --policies knorm,h2o --budgets 50%");
+  EXPECT_EQ(ran.code, 0) << ran.output;
+  EXPECT_NE(ran.output.find("knorm"), std::string::npos) << ran.output;
+}

@@ -95,6 +95,10 @@ TEST(CliCapture, PromptsFilesCaptureAndValidate) {
   result = run("info " + dir.file("t.h5"));
   EXPECT_NE(result.output.find("Tom had a red ball."), std::string::npos) << result.output;
   EXPECT_NE(result.output.find("source     capture"), std::string::npos) << result.output;
+  // The llama2.c runner's RoPE (llama2.hpp), written by capture and printed by info.
+  EXPECT_NE(result.output.find("rope       theta=10000 scaling=none factor=1 rotary_dims=48 pairing=interleaved\n"),
+            std::string::npos)
+      << result.output;
 
   // JSONL: a prompt with a newline and quotes; float32 with attention rows.
   std::ofstream(dir.file("p.jsonl")) << "{\"prompt\": \"\\\"Hi!\\\" said Sue.\\n\\\"Hello,\\\" said Max.\"}\n";

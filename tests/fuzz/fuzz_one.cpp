@@ -83,10 +83,16 @@ Result run_image(std::span<const unsigned char> image, const Choices& choices) {
       return result;
     }
 
-    const auto& registry = kvsim::policies();
+    // The policies the replayed layer can feed: one that reads tensors the layer lacks is
+    // refused by design (tests/cli covers that), and would make every such input a rejection.
+    const kvtrace::LayerForm& form = reader.layer(0, 0);
+    std::vector<std::string> runnable;
+    for (const kvsim::PolicyInfo& info : kvsim::policies())
+      if ((!info.needs_keys || form.has_k) && (!info.needs_values || form.has_v) && (!info.needs_queries || form.has_q))
+        runnable.push_back(info.name);
     kvsim::ReplayConfig config;
     config.policies.push_back(kvsim::choose_policy("scissorhands"));
-    config.policies.push_back(kvsim::choose_policy(registry[choices.policy % registry.size()].name));
+    config.policies.push_back(kvsim::choose_policy(runnable[choices.policy % runnable.size()]));
     config.budgets.push_back(kvsim::Budget::parse((choices.options & 4)
                                                       ? std::to_string(1 + choices.budget % 100) + "%"
                                                       : std::to_string(1 + choices.budget % (n + 2))));

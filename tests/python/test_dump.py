@@ -124,6 +124,33 @@ class DumpWithoutTorchTest(unittest.TestCase):
         self.assertEqual(dump.token_texts([0, 7], pieces=["<unk>", "x"]), ["<unk>", "<7>"])
         self.assertIsNone(dump.token_texts([0, 1]))
 
+    def test_rope_attrs_from_the_config(self):
+        ns = types.SimpleNamespace
+        llama3 = ns(rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 8.0})
+        self.assertEqual(dump.rope_attrs(llama3, 64),
+                         {"rope_theta": 500000.0, "rope_scaling_type": "llama3", "rope_scaling_factor": 8.0,
+                          "rotary_dims": 64, "rope_pairing": "half"})
+        plain = ns(rope_theta=10000.0, rope_scaling=None, partial_rotary_factor=0.5)
+        self.assertEqual(dump.rope_attrs(plain, 48),
+                         {"rope_theta": 10000.0, "rope_scaling_type": "none", "rope_scaling_factor": 1.0,
+                          "rotary_dims": 24, "rope_pairing": "half"})
+        self.assertEqual(dump.rope_attrs(ns(), 48), {})
+
+    def test_writer_writes_and_checks_rope_attrs(self):
+        import h5py
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "t.h5")
+            rope = {"rope_theta": 10000.0, "rope_scaling_type": "none", "rotary_dims": 4, "rope_pairing": "half"}
+            with tf.TraceWriter(path, model="m", source="s", n_layers=1, n_heads=1, n_kv_heads=1,
+                                head_dim=4, rope=rope) as w:
+                w.write_sequence([1, 2], 1, [{"q": np.ones((1, 2, 4)), "k": np.ones((1, 2, 4))}])
+            with h5py.File(path) as f:
+                self.assertEqual(float(f.attrs["rope_theta"]), 10000.0)
+                self.assertEqual(int(f.attrs["rotary_dims"]), 4)
+            with self.assertRaises(ValueError):
+                tf.TraceWriter(os.path.join(d, "u.h5"), model="m", source="s", n_layers=1, n_heads=1,
+                               n_kv_heads=1, head_dim=4, rope={"rotary_dims": 3})
+
 
 class FakeTensor:
     """Just enough of a torch tensor for _Recorder.observe without --attn."""

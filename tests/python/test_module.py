@@ -300,6 +300,12 @@ class ModuleTest(unittest.TestCase):
                 np.testing.assert_array_equal(mine["eviction_step"], group["eviction_step"], policy)
                 np.testing.assert_array_equal(mine["occupancy"], group["occupancy"], policy)
             self.assertEqual(from_array["retention_mean"], from_file["retention_mean"])
+        # knorm reads keys: an attention-only trace, and rows alone, are refused in one line.
+        with self.assertRaisesRegex(kvsim.InputError, r"/seqs/0/layers/0: policy knorm needs k \(keys\); "
+                                                      r"the layer has only attn$"):
+            kvsim.replay(path, "knorm", 10)
+        with self.assertRaisesRegex(kvsim.InputError, "policy knorm reads the stored keys"):
+            kvsim.replay_rows(p, "knorm", 10, n_kv_heads=kv)
         prefill = kvsim.replay_rows(p.astype(np.float64), "h2o", 10, n_kv_heads=kv, mode="prefill", prompt_len=5)
         self.assertEqual(prefill["retention"].shape, (heads, n - 5))
         np.testing.assert_array_equal(

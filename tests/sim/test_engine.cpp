@@ -22,11 +22,12 @@ struct Choice {
 };
 // Every registered policy that keeps a cache within the budget, at its defaults (streaming's
 // sinks adapted to B), and a few settings that make them evict differently: a new policy
-// gets the contract tests below without editing a list.
+// gets the contract tests below without editing a list. These replay rows without a trace,
+// so policies that read stored tensors are left out (test_tensor_policies.cpp has theirs).
 std::vector<Choice> budgeted_policies(int64_t budget) {
   std::vector<Choice> choices;
   for (const kvsim::PolicyInfo& info : kvsim::policies()) {
-    if (!info.budgeted || info.engine == kvsim::Engine::bound) continue;
+    if (!info.budgeted || info.engine == kvsim::Engine::bound || info.needs_tensors()) continue;
     std::map<std::string, std::string> params;
     for (const auto& param : info.params)
       if (param.name == "sinks") params["sinks"] = budget > 4 ? "4" : std::to_string(std::max<int64_t>(0, budget - 1));

@@ -136,6 +136,9 @@ void expect_engines_agree(const Llama2Model& model, const std::vector<int>& toke
   for (const PolicyChoice& policy : runnable_policies(budget, few)) {
     ClosedLoopOptions options;
     options.record_rows = true;
+    options.record_keys = policy.info->needs_keys;  // the model's own, for the replay
+    options.record_queries = policy.info->needs_queries;
+    options.record_values = policy.info->needs_values;
     options.record_full_rows = policy.info->needs_full_rows;  // the rows replay derives them from
     options.sequence = 2;
     options.future_rows = &full.rows;
@@ -151,12 +154,20 @@ void expect_engines_agree(const Llama2Model& model, const std::vector<int>& toke
       sources.push_back(std::make_unique<kvtrace::PackedAttentionSource>(n, run.rows[static_cast<size_t>(l)]));
       futures.push_back(std::make_unique<kvtrace::PackedAttentionSource>(n, full.rows[static_cast<size_t>(l)]));
       groups.push_back(kvsim::layer_cache_groups(c.n_heads, c.n_kv_heads, 2, l));
+      auto of_layer = [&](const std::vector<std::vector<std::vector<float>>>& heads) {
+        return heads.empty() ? std::span<const std::vector<float>>() : heads[static_cast<size_t>(l)];
+      };
+      kvsim::attach_group_tensors(groups.back(), c.n_heads, c.n_kv_heads,
+                                  {of_layer(run.keys), of_layer(run.values), of_layer(run.queries), c.head_dim(), {}});
       for (int g = range.first; g < range.last; ++g)
         specs[static_cast<size_t>(l)].push_back(kvsim::simulation_spec(policy, budget, g, l, state));
     }
     for (int l = 0; l < c.n_layers; ++l)
-      lanes.push_back({sources[static_cast<size_t>(l)].get(), groups[static_cast<size_t>(l)],
-                       specs[static_cast<size_t>(l)], {}, futures[static_cast<size_t>(l)].get()});
+      lanes.push_back({sources[static_cast<size_t>(l)].get(),
+                       groups[static_cast<size_t>(l)],
+                       specs[static_cast<size_t>(l)],
+                       {},
+                       futures[static_cast<size_t>(l)].get()});
     const auto replayed = kvsim::run_lockstep(lanes, kvsim::EngineOptions{});
     size_t record = 0;
     for (int l = 0; l < c.n_layers; ++l)

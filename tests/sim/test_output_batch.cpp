@@ -170,6 +170,8 @@ TEST(OutputBatch, BatchedStepsEqualThePerStepPath) {
       groups[static_cast<size_t>(g)].head_dim = d;
       groups[static_cast<size_t>(g)].seed = kvsim::cache_group_seed(0, 0, g);
     }
+    // Policies that read keys read the values as keys: any stored floats will do here.
+    kvsim::attach_group_tensors(groups, n_heads, 4, {values, values, {}, d, {}});
     for (const kvsim::PolicyInfo& info : kvsim::policies()) {
       if (!info.budgeted || info.engine == kvsim::Engine::bound) continue;
       SCOPED_TRACE(info.name + " head_dim " + std::to_string(d));

@@ -59,6 +59,7 @@ int cmd_info(const std::vector<std::string>& args) {
   std::printf("source     %s   created %s   by %s\n", meta.source.c_str(), meta.created.c_str(), meta.tool.c_str());
   std::printf("shape      %d layers x %d heads, %d kv heads (%s), head_dim %d, attn_scale %.6g\n", meta.n_layers,
               meta.n_heads, meta.n_kv_heads, attention.c_str(), meta.head_dim, meta.attn_scale);
+  if (meta.rope.declared()) std::printf("rope       %s\n", meta.rope.describe().c_str());
   std::printf("sequences  %d, %lld tokens in all\n", reader.n_sequences(), static_cast<long long>(total_tokens));
   std::printf("forms      %s\n", forms.size() == 1 ? forms.begin()->c_str() : "mixed (see per layer in --json)");
   std::printf("\n  seq  tokens  prompt  prompt text\n");
@@ -84,6 +85,15 @@ int cmd_info(const std::vector<std::string>& args) {
         {"version", meta.version},       {"n_layers", meta.n_layers},       {"n_heads", meta.n_heads},
         {"n_kv_heads", meta.n_kv_heads}, {"head_dim", meta.head_dim},       {"attn_scale", meta.attn_scale},
         {"sequences", sequences}};
+    if (meta.rope.declared()) {
+      nlohmann::json rope = nlohmann::json::object();
+      if (meta.rope.theta > 0) rope["theta"] = meta.rope.theta;
+      if (!meta.rope.scaling_type.empty()) rope["scaling_type"] = meta.rope.scaling_type;
+      if (meta.rope.scaling_factor > 0) rope["scaling_factor"] = meta.rope.scaling_factor;
+      if (meta.rope.rotary_dims > 0) rope["rotary_dims"] = meta.rope.rotary_dims;
+      if (!meta.rope.pairing.empty()) rope["pairing"] = meta.rope.pairing;
+      out["rope"] = rope;
+    }
     kvtrace::write_file_atomically(vm["json"].as<std::string>(), json_text(std::move(out), 1));
   }
   return 0;

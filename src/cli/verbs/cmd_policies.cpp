@@ -1,6 +1,7 @@
 // kvsim policies: every policy with its parameters and defaults.
 #include <algorithm>
 #include <cstdio>
+#include <utility>
 
 #include "../cli_common.hpp"
 #include "kvsim/core/policy.hpp"
@@ -19,8 +20,11 @@ int cmd_policies(const std::vector<std::string>& args) {
   char line[512];
   for (const auto& info : policies()) {
     const char* grouping = info.grouping == Grouping::layer ? "per layer" : "per kv head";
+    std::string reads;
+    for (auto [needed, tensor] : {std::pair{info.needs_keys, "k"}, {info.needs_values, "v"}, {info.needs_queries, "q"}})
+      if (needed) reads += std::string(reads.empty() ? ", reads " : " ") + tensor;
     out += wrap_text(info.name + std::string(std::max<size_t>(1, 23 - info.name.size()), ' ') + info.summary + " [" +
-                         grouping + (info.budgeted ? "" : ", ignores the budget") + "]\n",
+                         grouping + (info.budgeted ? "" : ", ignores the budget") + reads + "]\n",
                      100, 23);
     for (const auto& param : info.params) {
       std::snprintf(line, sizeof line, "    %-10s = %-6s ", param.name.c_str(),

@@ -22,7 +22,9 @@ With --attn it also stores the causal softmax of scaling * q.k, computed in floa
 layer's logit softcap and sliding window), packed as the schema says; that costs T*T per head.
 attn_scale is the attention modules' `scaling`; layers with a sliding window (Mistral, Gemma-2)
 or a logit softcap (Gemma-2) get the per-layer attrs sliding_window / logit_softcap. A sliding
-window W means position t sees positions t-W < i <= t (HF's convention).
+window W means position t sees positions t-W < i <= t (HF's convention). The RoPE attrs
+(rope_theta, rope_scaling_type and _factor, rotary_dims, rope_pairing) come from the config
+when it has rope_theta (rope_attrs).
 """
 
 from __future__ import annotations
@@ -264,7 +266,33 @@ def model_meta(model):
               if hasattr(m, "layer_idx") and isinstance(getattr(m, "scaling", None), (int, float)))
     scale = next(scales, hd ** -0.5)
     return {"n_layers": int(cfg.num_hidden_layers), "n_heads": n_heads, "n_kv_heads": n_kv,
-            "head_dim": hd, "attn_scale": scale}
+            "head_dim": hd, "attn_scale": scale, "rope": rope_attrs(cfg, hd)}
+
+
+def rope_attrs(cfg, head_dim):
+    """The trace's RoPE attrs from a HF text config, as far as it declares them: rope_theta,
+    rope_scaling's type and factor ("none" and 1 when the config has no rope_scaling),
+    rotary_dims (partial_rotary_factor * head_dim, else head_dim) and the pairing
+    (transformers' Llama-family models rotate halves: rotate_half)."""
+    out = {}
+    params = getattr(cfg, "rope_parameters", None)  # transformers 5 moves them here
+    params = params if isinstance(params, dict) else {}
+    theta = getattr(cfg, "rope_theta", None) or params.get("rope_theta")
+    if theta is None:
+        return out  # not a RoPE model, or one this dumper cannot read
+    scaling = getattr(cfg, "rope_scaling", None)
+    scaling = scaling if isinstance(scaling, dict) else params
+    kind = scaling.get("rope_type") or scaling.get("type")
+    scaled = kind not in (None, "default")
+    out["rope_theta"] = float(theta)
+    out["rope_scaling_type"] = str(kind) if scaled else "none"
+    out["rope_scaling_factor"] = float(scaling.get("factor") or 1.0) if scaled else 1.0
+    partial = float(getattr(cfg, "partial_rotary_factor", 1.0) or 1.0)
+    dims = int(head_dim * partial)
+    if dims >= 2 and dims % 2 == 0:
+        out["rotary_dims"] = dims
+    out["rope_pairing"] = "half"
+    return out
 
 
 def _greedy(model, ids, n_new):

@@ -93,11 +93,42 @@ def _str_attr(attrs, name, value):
     attrs.create(name, str(value), dtype=_STR)
 
 
+ROPE_ATTRS = ("rope_theta", "rope_scaling_type", "rope_scaling_factor", "rotary_dims", "rope_pairing")
+
+
+def _checked_rope(rope, head_dim):
+    """The optional RoPE root attrs (docs/traces.md), checked as kvsim's reader checks them."""
+    unknown = set(rope) - set(ROPE_ATTRS)
+    if unknown:
+        raise ValueError(f"unknown RoPE attributes {sorted(unknown)}; known: {', '.join(ROPE_ATTRS)}")
+    out = {}
+    for name in ("rope_theta", "rope_scaling_factor"):
+        if rope.get(name) is not None:
+            v = float(rope[name])
+            if not (np.isfinite(v) and v > 0):
+                raise ValueError(f"{name} must be a positive finite number, not {rope[name]!r}")
+            out[name] = v
+    if rope.get("rope_scaling_type") is not None:
+        if not str(rope["rope_scaling_type"]):
+            raise ValueError("rope_scaling_type is empty")
+        out["rope_scaling_type"] = str(rope["rope_scaling_type"])
+    if rope.get("rotary_dims") is not None:
+        v = rope["rotary_dims"]
+        if int(v) != v or v < 2 or v % 2 or v > head_dim:
+            raise ValueError(f"rotary_dims must be even and in [2, head_dim = {head_dim}], not {v!r}")
+        out["rotary_dims"] = int(v)
+    if rope.get("rope_pairing") is not None:
+        if rope["rope_pairing"] not in ("interleaved", "half"):
+            raise ValueError(f"rope_pairing must be interleaved or half, not {rope['rope_pairing']!r}")
+        out["rope_pairing"] = rope["rope_pairing"]
+    return out
+
+
 class TraceWriter:
     """Writes one trace file; see the module docstring. Use as a context manager."""
 
     def __init__(self, path, *, model, source, n_layers, n_heads, n_kv_heads, head_dim,
-                 attn_scale=None, tool=None, dtype="float16", created=None):
+                 attn_scale=None, tool=None, dtype="float16", created=None, rope=None):
         if dtype not in _DTYPES:
             raise ValueError(f"dtype must be float16 or float32, not {dtype!r}")
         for name, v in (("n_layers", n_layers), ("n_heads", n_heads),
@@ -108,6 +139,7 @@ class TraceWriter:
             raise ValueError(f"n_heads ({n_heads}) must be a multiple of n_kv_heads ({n_kv_heads})")
         if attn_scale is None:
             attn_scale = 1.0 / float(np.sqrt(head_dim))
+        rope = _checked_rope(rope or {}, int(head_dim))
         if created is None:
             now = datetime.datetime.now(datetime.timezone.utc)
             created = now.strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -139,6 +171,13 @@ class TraceWriter:
             a.create("attn_scale", np.float64(self.attn_scale), dtype=np.float64)
             _str_attr(a, "created", created)
             _str_attr(a, "tool", tool)
+            for name, value in rope.items():
+                if isinstance(value, str):
+                    _str_attr(a, name, value)
+                elif name == "rotary_dims":
+                    _int_attr(a, name, value)
+                else:
+                    a.create(name, np.float64(value), dtype=np.float64)
             self._seqs = self._f.create_group("seqs")
         except BaseException:
             self.abort()

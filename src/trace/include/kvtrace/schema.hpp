@@ -28,6 +28,25 @@ int dtype_bytes(DType dtype);
 enum class Tensor { q, k, v, attn };
 const char* tensor_name(Tensor tensor);
 
+// How the model rotated q and k (optional root attributes rope_theta, rope_scaling_type,
+// rope_scaling_factor, rotary_dims, rope_pairing): what a policy needs to un-rotate the
+// stored post-RoPE keys or queries. A field not in the file stays empty or 0.
+struct RopeMeta {
+  double theta = 0.0;         // 0: not declared
+  std::string scaling_type;   // "": not declared; "none", "linear", "dynamic", "yarn", "llama3", ...
+  double scaling_factor = 0;  // 0: not declared (1 with scaling_type "none")
+  int rotary_dims = 0;        // 0: not declared; else the first rotary_dims of head_dim are rotated
+  // "": not declared; "interleaved": dims (2i, 2i+1) rotate together (llama2.c, GPT-J);
+  // "half": dims (i, i + rotary_dims/2) (Hugging Face's rotate_half).
+  std::string pairing;
+
+  bool declared() const {
+    return theta > 0 || !scaling_type.empty() || scaling_factor > 0 || rotary_dims > 0 || !pairing.empty();
+  }
+  // "theta=10000 scaling=none rotary_dims=48 pairing=interleaved", the declared fields only.
+  std::string describe() const;
+};
+
 struct TraceMeta {
   std::string model;
   std::string source;
@@ -39,6 +58,7 @@ struct TraceMeta {
   int n_kv_heads = 0;
   int head_dim = 0;
   double attn_scale = 0.0;
+  RopeMeta rope;
 
   int group_size() const { return n_heads / n_kv_heads; }
   int kv_head_of(int head) const { return head / group_size(); }

@@ -22,7 +22,8 @@ struct CacheGroup {
   std::vector<int> heads;            // indices into the source's heads
   std::vector<const float*> values;  // per head: its kv head's v [n_tokens * head_dim], or empty
   int head_dim = 0;
-  uint64_t seed = 0;  // for seeded policies, fixed per (sequence, layer, group)
+  uint64_t seed = 0;     // for seeded policies, fixed per (sequence, layer, group)
+  GroupTensors tensors;  // what policies that need tensors see (attach_group_tensors)
 };
 
 // The seed of a cache group's stream (seeded policies such as random): fixed per
@@ -38,6 +39,17 @@ uint64_t cache_group_seed(int seq, int layer, int group);
 std::vector<CacheGroup> layer_cache_groups(int n_heads, int n_kv_heads, int seq, int layer,
                                            std::span<const std::vector<float>> values = {}, int head_dim = 0,
                                            int first_kv_head = 0);
+// The stored tensors of one layer, per kv head (keys, values) and per query head (queries),
+// each [n_tokens * head_dim] or empty when not loaded.
+struct LayerTensors {
+  std::span<const std::vector<float>> keys, values, queries;
+  int head_dim = 0;
+  kvtrace::RopeMeta rope;
+};
+// Points every group of layer_cache_groups at its heads' tensors: group g < n_kv_heads at kv
+// head g and its query heads, the layer-wide group at all of them. The tensors must outlive
+// the groups.
+void attach_group_tensors(std::span<CacheGroup> groups, int n_heads, int n_kv_heads, const LayerTensors& tensors);
 // The groups of layer_cache_groups a policy runs on, [first, last): every kv head's, or the
 // whole layer's (Grouping::layer).
 struct GroupRange {

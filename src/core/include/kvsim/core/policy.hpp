@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "kvtrace/schema.hpp"
+
 namespace kvsim {
 
 // Attention a position will still receive: the sum over steps s > step of the group's full
@@ -32,13 +34,39 @@ class FullRows {
   virtual std::span<const float> row(int head) const = 0;  // head: 0..n_heads-1 of the group
 };
 
+// The stored tensors of a cache group, as the trace (or the closed loop's model) holds them:
+// float32, one head [n_tokens * head_dim] row-major, post-RoPE for q and k. Valid for the
+// whole run and shared by every simulation, never copied per policy. Inside observe(step)
+// the rows of the cached positions and row `step` of the queries hold their values (the
+// closed loop computes later rows as it goes). Only the tensors a policy declares are set
+// (PolicyInfo::needs_keys, needs_values, needs_queries); the others are empty.
+struct GroupTensors {
+  int head_dim = 0;
+  std::vector<const float*> keys;     // per kv head of the group, ascending
+  std::vector<const float*> values;   // likewise
+  std::vector<const float*> queries;  // per query head of the group, in GroupContext order
+  kvtrace::RopeMeta rope;             // how q and k were rotated, as far as the trace says
+
+  // Query head j of the group reads kv head j / (queries per kv head).
+  std::span<const float> key(size_t kv_head, int64_t position) const { return at(keys, kv_head, position); }
+  std::span<const float> value(size_t kv_head, int64_t position) const { return at(values, kv_head, position); }
+  std::span<const float> query(size_t head, int64_t step) const { return at(queries, head, step); }
+
+ private:
+  std::span<const float> at(const std::vector<const float*>& heads, size_t head, int64_t row) const {
+    const auto d = static_cast<size_t>(head_dim);
+    return {heads[head] + static_cast<size_t>(row) * d, d};
+  }
+};
+
 struct GroupContext {
   int64_t n_tokens = 0;
   int64_t budget = 0;  // B: at most B positions stay cached between steps
   int n_heads = 1;     // query heads sharing this cache
   uint64_t seed = 0;   // deterministic per (sequence, layer, group)
   const FutureAttention* future = nullptr;
-  const FullRows* full_rows = nullptr;  // policies that declare needs_full_rows
+  const FullRows* full_rows = nullptr;    // policies that declare needs_full_rows
+  const GroupTensors* tensors = nullptr;  // policies that declare needs_keys, _values or _queries
   // Cross-layer policies only: this instance's layer, and the state its per-layer instances
   // of one sequence share (made by PolicyInfo::make_sequence_state). The engine steps
   // layers 0..L-1 in order at every step.
@@ -125,6 +153,10 @@ struct PolicyInfo {
                                  // unless needs_full_rows
   bool needs_future = false;     // lookahead
   bool needs_full_rows = false;  // GroupContext::full_rows (scissorhands-official)
+  // GroupContext::tensors: the stored post-RoPE keys, the values, the queries (a trace
+  // without them is refused for this policy).
+  bool needs_keys = false, needs_values = false, needs_queries = false;
+  bool needs_tensors() const { return needs_keys || needs_values || needs_queries; }
   std::function<std::unique_ptr<Policy>(const Params&)> make;
   std::function<std::shared_ptr<void>(const Params&, int n_layers, int64_t n_tokens)>
       make_sequence_state;  // cross_layer

@@ -56,7 +56,8 @@ struct ClosedLoopOptions {
   // With record_rows and a policy that needs full rows: record those instead (each head's
   // softmax over every position, evicted ones included), which replay derives the rest from.
   bool record_full_rows = false;
-  bool record_values = false;  // ClosedLoopRun::values
+  bool record_values = false;                        // ClosedLoopRun::values
+  bool record_keys = false, record_queries = false;  // ClosedLoopRun::keys, queries
   // Policies that need the future: the full-cache run's rows ([layer][head], packed).
   const std::vector<std::vector<std::vector<float>>>* future_rows = nullptr;
 };
@@ -70,8 +71,9 @@ struct ClosedLoopRun {
   // each position was evicted (-1: never), evictions. Empty for the full cache.
   std::vector<GroupRecord> groups;
   // With record_rows: [layer][head] the rows the model used, packed (row t at t(t+1)/2),
-  // 0 at positions it did not attend. With record_values: [layer][kv head] v, [n * head_dim].
-  std::vector<std::vector<std::vector<float>>> rows, values;
+  // 0 at positions it did not attend. With record_values: [layer][kv head] v, [n * head_dim];
+  // record_keys: k likewise (post-RoPE); record_queries: [layer][head] q (post-RoPE).
+  std::vector<std::vector<std::vector<float>>> rows, values, keys, queries;
 };
 
 // Throws InputError when kvsim eval cannot run the policy (bounds).

@@ -22,6 +22,8 @@
 #include <string>
 #include <vector>
 
+#include "kvtrace/schema.hpp"
+
 namespace kvtrace {
 
 struct Llama2Config {
@@ -31,6 +33,10 @@ struct Llama2Config {
   int kv_dim() const { return n_kv_heads * head_dim(); }
   int kv_mul() const { return n_heads / n_kv_heads; }  // query heads per kv head
 };
+
+// The RoPE above as trace attributes: theta 10000, no scaling, rotary_dims = head_dim,
+// interleaved pairs.
+RopeMeta llama2_rope(const Llama2Config& config);
 
 // Hook into every attention computation of a forward step. Called, for each layer in
 // order: on_qkv once, then for each query head allowed_positions and on_attention.
