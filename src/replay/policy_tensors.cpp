@@ -46,4 +46,15 @@ LayerTensorData read_layer_tensors(const kvtrace::TraceReader& reader, int seq, 
   return data;
 }
 
+void check_rows_replay(const PolicyInfo& policy, int n_heads, int n_kv_heads) {
+  if (n_kv_heads < 1 || n_heads % n_kv_heads != 0)
+    throw kvtrace::InputError("", "",
+                              "the number of heads (" + std::to_string(n_heads) +
+                                  ") must be a multiple of the kv heads (" + std::to_string(n_kv_heads) + ")");
+  if (policy.needs_tensors())
+    throw kvtrace::InputError(
+        "", "",
+        "policy " + policy.name + " reads the stored keys, values or queries: replay a trace, not attention rows");
+}
+
 }  // namespace kvsim

@@ -22,6 +22,10 @@ std::string missing_tensors(const PolicyInfo& policy, const kvtrace::LayerForm& 
 void refuse_missing_tensors(const kvtrace::TraceReader& reader, std::span<const PolicyInfo* const> policies,
                             std::span<const int> sequences, std::span<const int> layers);
 
+// A replay of attention rows given directly (replay_rows, replay_rows_at_budgets): throws
+// InputError unless n_heads is a multiple of n_kv_heads and the policy reads only rows.
+void check_rows_replay(const PolicyInfo& policy, int n_heads, int n_kv_heads);
+
 // One layer's tensors, per kv head (keys, values) and query head (queries); empty where
 // not wanted.
 struct LayerTensorData {

@@ -226,16 +226,9 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
                                      const std::vector<std::vector<float>>& values, int head_dim,
                                      const RowsOrigin& origin) {
   const int n_heads = source.n_heads();
-  if (n_kv_heads < 1 || n_heads % n_kv_heads != 0)
-    throw kvtrace::InputError("", "",
-                              "the number of heads (" + std::to_string(n_heads) +
-                                  ") must be a multiple of the kv heads (" + std::to_string(n_kv_heads) + ")");
+  check_rows_replay(*policy.info, n_heads, n_kv_heads);
   if (!values.empty() && static_cast<int>(values.size()) != n_kv_heads)
     throw kvtrace::InputError("", "", "values must be given for every kv head");
-  if (policy.info->needs_tensors())
-    throw kvtrace::InputError("", "",
-                              "policy " + policy.info->name +
-                                  " reads the stored keys, values or queries: replay a trace, not attention rows");
   EngineOptions engine_options = options;
   engine_options.output_error = !values.empty();
   std::vector<CacheGroup> groups =

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "kvtrace/error.hpp"
+#include "policy_tensors.hpp"
 
 namespace kvsim {
 
@@ -11,10 +12,7 @@ std::vector<std::vector<GroupRecord>> replay_rows_at_budgets(kvtrace::AttentionS
                                                              std::span<const int64_t> budgets,
                                                              const EngineOptions& options, const RowsOrigin& origin) {
   const int n_heads = source.n_heads();
-  if (n_kv_heads < 1 || n_heads % n_kv_heads != 0)
-    throw kvtrace::InputError("", "",
-                              "the number of heads (" + std::to_string(n_heads) +
-                                  ") must be a multiple of the kv heads (" + std::to_string(n_kv_heads) + ")");
+  check_rows_replay(*policy.info, n_heads, n_kv_heads);
   EngineOptions engine_options = options;
   engine_options.output_error = false;
   const std::vector<CacheGroup> groups =

@@ -7,6 +7,7 @@
 
 #include "kvsim/policies/registry.hpp"
 #include "kvsim/replay/rows_at_budgets.hpp"
+#include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/synth.hpp"
 #include "../support/temp_dir.hpp"
@@ -52,6 +53,12 @@ TEST(RowsAtBudgets, EachBudgetIsWhatReplayRowsGivesAlone) {
     options.mode = mode;
     options.prompt_len = 50;
     for (const kvsim::PolicyInfo& info : kvsim::policies()) {
+      if (info.needs_tensors()) {  // refused: rows alone do not carry keys, values or queries
+        const kvsim::PolicyChoice policy = kvsim::choose_policy(info.name);
+        auto source = kvtrace::open_attention_source(reader, 0, 0, heads);
+        EXPECT_THROW(kvsim::replay_rows_at_budgets(*source, 2, policy, budgets, options, {}), kvtrace::InputError);
+        continue;
+      }
       const kvsim::PolicyChoice policy = kvsim::choose_policy(info.name);
       const kvsim::RowsOrigin origin{0, 0, 0};
       auto source = kvtrace::open_attention_source(reader, 0, 0, heads);
