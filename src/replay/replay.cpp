@@ -304,20 +304,19 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
     return std::pair(items[a].seq, items[a].layers.front()) < std::pair(items[b].seq, items[b].layers.front());
   });
 
-  // What each cell will record, per layer: every query head at every recorded step.
-  std::vector<SweepAggregator::Expected> expected(cells);
-  for (size_t c = 0; c < cells; ++c) {
-    auto& e = expected[c];
-    e.values.assign(static_cast<size_t>(meta.n_layers), 0);
-    e.layer_items.assign(static_cast<size_t>(meta.n_layers), 0);
-    for (int layer : layers)
-      for (int seq : sequences) {
-        const kvtrace::SequenceMeta& info = reader.sequence(seq);
-        const int64_t prefilled = config.mode == Mode::prefill ? std::min(info.prompt_len, info.n_tokens) : 0;
-        e.values[static_cast<size_t>(layer)] += static_cast<int64_t>(meta.n_heads) * (info.n_tokens - prefilled);
-        ++e.layer_items[static_cast<size_t>(layer)];
-      }
-  }
+  // What each cell will record, per layer: every query head at every recorded step (the
+  // same for every cell; only how many work items bring it differs).
+  SweepAggregator::Expected every_cell;
+  every_cell.values.assign(static_cast<size_t>(meta.n_layers), 0);
+  every_cell.layer_items.assign(static_cast<size_t>(meta.n_layers), 0);
+  for (int layer : layers)
+    for (int seq : sequences) {
+      const kvtrace::SequenceMeta& info = reader.sequence(seq);
+      const int64_t prefilled = config.mode == Mode::prefill ? std::min(info.prompt_len, info.n_tokens) : 0;
+      every_cell.values[static_cast<size_t>(layer)] += static_cast<int64_t>(meta.n_heads) * (info.n_tokens - prefilled);
+      ++every_cell.layer_items[static_cast<size_t>(layer)];
+    }
+  std::vector<SweepAggregator::Expected> expected(cells, every_cell);
   for (const WorkItem& item : items)
     for (size_t c : item.cells) ++expected[c].items;
   SweepAggregator aggregator(expected, output_error);
