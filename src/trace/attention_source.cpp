@@ -2,13 +2,13 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
 #ifdef __F16C__
 #include <immintrin.h>
 #endif
-#include <cstring>
-#include <cstdint>
-#include <cmath>
-#include <cstdio>
 
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
@@ -41,9 +41,35 @@ void PackedAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) 
     }
 }
 
-QKAttentionSource::QKAttentionSource(int64_t n_tokens, int head_dim, std::vector<std::vector<float>> queries,
-                                     std::vector<std::vector<float>> keys, std::vector<int> key_of,
-                                     SoftmaxOptions options)
+HeldHead::HeldHead(std::vector<float> values) {
+#ifdef __F16C__
+  std::vector<uint16_t> half(values.size());
+  bool exact = true;
+  size_t i = 0;
+  for (; exact && i + 8 <= values.size(); i += 8) {
+    const __m256 wide = _mm256_loadu_ps(values.data() + i);
+    const __m128i narrow = _mm256_cvtps_ph(wide, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const __m256 back = _mm256_cvtph_ps(narrow);
+    // Bitwise, so -0 and subnormals count as they are.
+    exact = _mm256_movemask_ps(
+                _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_castps_si256(wide), _mm256_castps_si256(back)))) == 0xff;
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(half.data() + i), narrow);
+  }
+  for (; exact && i < values.size(); ++i) {
+    half[i] = _cvtss_sh(values[i], _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    const float back = _cvtsh_ss(half[i]);
+    exact = std::memcmp(&back, &values[i], sizeof back) == 0;
+  }
+  if (exact) {
+    halves = std::move(half);
+    return;
+  }
+#endif
+  floats = std::move(values);
+}
+
+QKAttentionSource::QKAttentionSource(int64_t n_tokens, int head_dim, std::vector<HeldHead> queries,
+                                     std::vector<HeldHead> keys, std::vector<int> key_of, SoftmaxOptions options)
     : n_tokens_(n_tokens),
       head_dim_(head_dim),
       queries_(std::move(queries)),
@@ -58,27 +84,6 @@ QKAttentionSource::QKAttentionSource(int64_t n_tokens, int head_dim, std::vector
     if (k.size() != size) throw InputError("", "k", "key head has the wrong size");
   for (int index : key_of_)
     if (index < 0 || index >= static_cast<int>(keys_.size())) throw InputError("", "k", "no such key head");
-  half_queries_.resize(queries_.size());
-#ifdef __F16C__
-  for (size_t h = 0; h < queries_.size(); ++h) {
-    std::vector<float>& q = queries_[h];
-    std::vector<uint16_t> half(q.size());
-    bool exact = true;
-    size_t i = 0;
-    for (; exact && i + 8 <= q.size(); i += 8) {
-      const __m256 wide = _mm256_loadu_ps(q.data() + i);
-      const __m128i narrow = _mm256_cvtps_ph(wide, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      const __m256 back = _mm256_cvtph_ps(narrow);
-      // Bitwise, so -0 and subnormals count as they are.
-      exact = _mm256_movemask_ps(_mm256_castsi256_ps(
-                  _mm256_cmpeq_epi32(_mm256_castps_si256(wide), _mm256_castps_si256(back)))) == 0xff;
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(half.data() + i), narrow);
-    }
-    if (!exact || i != q.size()) continue;  // (a head_dim that is a multiple of 8 fills whole registers)
-    half_queries_[h] = std::move(half);
-    std::vector<float>().swap(q);
-  }
-#endif
 }
 
 namespace {
@@ -196,27 +201,34 @@ void qk_logits(const float* queries, const float* keys, int head_dim, int64_t fi
   block_logits(queries + first * head_dim, keys, head_dim, first, count, scale, out, stride);
 }
 
+const float* QKAttentionSource::rows_of(const HeldHead& head, size_t d, int64_t first, int64_t count,
+                                        std::vector<float>& widened) {
+  if (!head.floats.empty()) return head.floats.data() + static_cast<size_t>(first) * d;
+#ifdef __F16C__
+  widened.resize(static_cast<size_t>(count) * d);
+  const uint16_t* from = head.halves.data() + static_cast<size_t>(first) * d;
+  size_t i = 0;
+  for (; i + 8 <= widened.size(); i += 8)
+    _mm256_storeu_ps(widened.data() + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i))));
+  for (; i < widened.size(); ++i) widened[i] = _cvtsh_ss(from[i]);
+#endif
+  return widened.data();
+}
+
 void QKAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) {
   const int64_t width = first + count;
   block.reshape(first, count, width, n_heads());
+  const auto d = static_cast<size_t>(head_dim_);
+  int widened_kv = -1;
+  const float* keys = nullptr;
   for (int h = 0; h < n_heads(); ++h) {
-    const float* keys = keys_[static_cast<size_t>(key_of_[static_cast<size_t>(h)])].data();
-    const auto d = static_cast<size_t>(head_dim_);
-    const std::vector<uint16_t>& half = half_queries_[static_cast<size_t>(h)];
-    if (half.empty()) {
-      block_logits(queries_[static_cast<size_t>(h)].data() + first * head_dim_, keys, head_dim_, first, count,
-                   options_.scale, block.row(h, first), block.stride);
-    } else {
-#ifdef __F16C__
-      block_queries_.resize(static_cast<size_t>(count) * d);
-      const uint16_t* from = half.data() + static_cast<size_t>(first) * d;
-      for (size_t i = 0; i < block_queries_.size(); i += 8)
-        _mm256_storeu_ps(block_queries_.data() + i,
-                         _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i))));
-#endif
-      block_logits(block_queries_.data(), keys, head_dim_, first, count, options_.scale, block.row(h, first),
-                   block.stride);
+    const int kv = key_of_[static_cast<size_t>(h)];
+    if (kv != widened_kv) {  // query heads of one kv head are consecutive in GQA order
+      keys = rows_of(keys_[static_cast<size_t>(kv)], d, 0, width, block_keys_);
+      widened_kv = kv;
     }
+    const float* queries = rows_of(queries_[static_cast<size_t>(h)], d, first, count, block_queries_);
+    block_logits(queries, keys, head_dim_, first, count, options_.scale, block.row(h, first), block.stride);
     for (int64_t t = first; t < width; ++t) causal_softmax_row(block.row(h, t), t, options_);
   }
 }
@@ -300,10 +312,13 @@ std::unique_ptr<AttentionSource> open_attention_source(const TraceReader& reader
     return std::make_unique<StoredAttentionSource>(reader, seq, layer, std::vector<int>(heads.begin(), heads.end()));
   }
   if (!form.has_qk()) reader.fail(layer_path(seq, layer), "cannot recompute attention: the layer has no q and k");
-  std::vector<std::vector<float>> queries, keys;
+  // Each head is narrowed as soon as it is read: a float32 copy of the whole layer's queries
+  // never exists (at 32k tokens and 32 heads it would be 512 MiB).
+  std::vector<HeldHead> queries;
+  std::vector<std::vector<float>> keys;
   std::vector<int> kv_heads, key_of;
   for (int head : heads) {
-    queries.push_back(reader.read_head(seq, layer, Tensor::q, head));
+    std::vector<float> q = reader.read_head(seq, layer, Tensor::q, head);
     const int kv = meta.kv_head_of(head);
     auto found = std::find(kv_heads.begin(), kv_heads.end(), kv);
     if (found == kv_heads.end()) {
@@ -312,11 +327,14 @@ std::unique_ptr<AttentionSource> open_attention_source(const TraceReader& reader
       found = kv_heads.end() - 1;
     }
     key_of.push_back(static_cast<int>(found - kv_heads.begin()));
-    check_scores_finite(reader, seq, layer, head, queries.back(), keys[static_cast<size_t>(key_of.back())]);
+    check_scores_finite(reader, seq, layer, head, q, keys[static_cast<size_t>(key_of.back())]);
+    queries.emplace_back(std::move(q));
   }
+  std::vector<HeldHead> held_keys;
+  for (auto& k : keys) held_keys.emplace_back(std::move(k));
   SoftmaxOptions options{meta.attn_scale, form.sliding_window, form.logit_softcap};
   return std::make_unique<QKAttentionSource>(reader.sequence(seq).n_tokens, meta.head_dim, std::move(queries),
-                                             std::move(keys), std::move(key_of), options);
+                                             std::move(held_keys), std::move(key_of), options);
 }
 
 }  // namespace kvtrace

@@ -1,5 +1,6 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "../support/temp_dir.hpp"
@@ -145,6 +146,33 @@ TEST(AttentionSource, Float16QueriesHeldHalfGiveTheSameRows) {
   held_wide.rows(0, 64, b);
   for (int64_t t = 0; t < 64; ++t)
     for (int64_t i = 0; i <= t; ++i) ASSERT_EQ(a.row(0, t)[i], b.row(0, t)[i]) << t << " " << i;
+}
+
+TEST(AttentionSource, Float16KeysHeldHalfGiveTheRowsOfFloat32Keys) {
+  // Keys (and queries) that are all float16 values are held as float16 and widened per
+  // block, whatever the length (here head_dim 4 and an odd block): the rows must be those of
+  // qk_logits and the softmax over the float32 tensors themselves.
+  const int64_t n = 67;
+  const int d = 4;
+  std::vector<float> keys(n * d), queries(n * d);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i] = static_cast<float>((i * 37) % 23) / 8.0f - 1.0f;
+    queries[i] = static_cast<float>((i * 11) % 19) / 16.0f - 0.5f;
+  }
+  const SoftmaxOptions options{0.35, 0, 0.0};
+  QKAttentionSource source(n, d, {queries}, {keys}, {0}, options);
+  RowBlock block;
+  for (int64_t first = 0; first < n; first += kRowBlockSize) {
+    const int64_t count = std::min<int64_t>(kRowBlockSize, n - first);
+    source.rows(first, count, block);
+    std::vector<float> expected(static_cast<size_t>(count * (first + count)));
+    qk_logits(queries.data(), keys.data(), d, first, count, options.scale, expected.data(), first + count);
+    for (int64_t t = first; t < first + count; ++t) {
+      float* row = expected.data() + (t - first) * (first + count);
+      causal_softmax_row(row, t, options);
+      for (int64_t i = 0; i <= t; ++i) ASSERT_EQ(block.row(0, t)[i], row[i]) << t << " " << i;
+    }
+  }
 }
 
 TEST(Synth, SameSeedSameValuesOtherSeedDiffers) {

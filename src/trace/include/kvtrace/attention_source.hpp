@@ -62,25 +62,38 @@ struct SoftmaxOptions {
   double logit_softcap = 0.0;  // 0: none
 };
 
+// One head's [n_tokens * head_dim] rows as the source holds them: float16 when every value
+// is one (a float16 trace's are), half the memory, widened again per block of rows (bit for
+// bit the same values); else float32.
+struct HeldHead {
+  std::vector<float> floats;     // empty when held as float16
+  std::vector<uint16_t> halves;  // empty when held as float32
+  HeldHead() = default;
+  HeldHead(std::vector<float> values);  // NOLINT: implicit, a float32 head is held as it is best
+  size_t size() const { return floats.empty() ? halves.size() : floats.size(); }
+};
+
 // Rows recomputed from queries and keys ([n_tokens * head_dim] row-major each); head i of
 // the source uses queries[i] against keys[key_of[i]].
 class QKAttentionSource final : public AttentionSource {
  public:
-  QKAttentionSource(int64_t n_tokens, int head_dim, std::vector<std::vector<float>> queries,
-                    std::vector<std::vector<float>> keys, std::vector<int> key_of, SoftmaxOptions options);
+  QKAttentionSource(int64_t n_tokens, int head_dim, std::vector<HeldHead> queries, std::vector<HeldHead> keys,
+                    std::vector<int> key_of, SoftmaxOptions options);
   int64_t n_tokens() const override { return n_tokens_; }
   int n_heads() const override { return static_cast<int>(queries_.size()); }
   void rows(int64_t first, int64_t count, RowBlock& block) override;
 
  private:
+  // rows [first, first + count) of `head`, as float32: its own storage or `widened`.
+  static const float* rows_of(const HeldHead& head, size_t d, int64_t first, int64_t count,
+                              std::vector<float>& widened);
+
   int64_t n_tokens_;
   int head_dim_;
-  // A query row is read once, for its own row of logits: a head whose queries are all
-  // float16 values (as a float16 trace's are) is held as float16, half the memory, and each
-  // block's rows are widened again. Bit for bit the same logits.
-  std::vector<std::vector<float>> queries_, keys_;
-  std::vector<std::vector<uint16_t>> half_queries_;  // per head: empty, or its queries as float16
-  std::vector<float> block_queries_;
+  // A query row is read once, for its own row of logits, a key row once per block of rows
+  // (the widening costs ~1/128 of the block's products).
+  std::vector<HeldHead> queries_, keys_;
+  std::vector<float> block_queries_, block_keys_;
   std::vector<int> key_of_;
   SoftmaxOptions options_;
 };
