@@ -100,7 +100,8 @@ void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& re
   Cell& cell = *cells_[c];
   const size_t n_layers = cell.layers.size();
   Moments retention, errors, question_retention, answer_retention;
-  std::vector<Moments> layer_retention(n_layers), layer_errors(n_layers);
+  std::vector<Moments> layer_retention(n_layers), layer_errors(n_layers), layer_question(n_layers),
+      layer_answer(n_layers);
   std::vector<int64_t> layer_occupancy(n_layers, 0), layer_steps(n_layers, 0);
   int64_t occupancy_sum = 0, occupancy_steps = 0;
   for (size_t r = 0; r < records.size(); ++r) {
@@ -112,6 +113,8 @@ void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& re
     answer_retention.add(s.answer_retention);
     layer_retention[l].add(s.retention);
     layer_errors[l].add(s.output_error);
+    layer_question[l].add(s.question_retention);
+    layer_answer[l].add(s.answer_retention);
     occupancy_sum += s.occupancy_sum;
     layer_occupancy[l] += s.occupancy_sum;
     out.occupancy_peak = std::max(out.occupancy_peak, s.occupancy_peak);
@@ -132,6 +135,8 @@ void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& re
     summary.layer = static_cast<int>(l);
     summary.retention = summary_of(layer_retention[l], cell.layers[l].retention_p5_value, NAN);
     summary.output_error = summary_of(layer_errors[l], NAN, cell.layers[l].error_p95_value);
+    summary.question_retention = summary_of(layer_question[l], NAN, NAN);
+    summary.answer_retention = summary_of(layer_answer[l], NAN, NAN);
     summary.occupancy_mean = static_cast<double>(layer_occupancy[l]) / static_cast<double>(layer_steps[l]);
     out.layers.push_back(summary);
   }

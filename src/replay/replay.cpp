@@ -426,6 +426,9 @@ Protocol sequence_protocol(const kvtrace::TraceReader& reader, const ReplayConfi
   if (config.question_auto) {
     if (info.question_len < 0)
       reader.fail(kvtrace::seq_path(seq), "--question auto: the sequence has no question_len attribute");
+    // With none, the sequence's decode would follow another rule than the others' (section 2).
+    if (info.question_len == 0)
+      reader.fail(kvtrace::seq_path(seq), "--question auto: question_len is 0 (no question); replay it without");
     protocol.question = info.question_len;
   }
   if (protocol.question > 0 && config.mode != Mode::prefill)

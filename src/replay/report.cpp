@@ -172,17 +172,25 @@ std::string layers_csv(const ReplayResults& results) {
   std::ostringstream out;
   out << "policy,params,budget,quant,layer,retention_mean,retention_p5,retention_min,output_error_mean,output_error_"
          "p95,"
-         "occupancy_mean\n";
+         "occupancy_mean";
+  if (results.question)
+    out << ",question_retention_mean,question_retention_min,answer_retention_mean,answer_retention_min";
+  out << "\n";
   for (const auto& cell : results.cells) {
-    auto row = [&](const std::string& layer, const Summary& retention, const Summary& error, double occupancy) {
+    auto row = [&](const std::string& layer, const Summary& retention, const Summary& error, double occupancy,
+                   const Summary& question, const Summary& answer) {
       out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << cell.quant.name
           << "," << layer << "," << number(retention.mean) << "," << number(retention.p5) << ","
-          << number(retention.min) << "," << number(error.mean) << "," << number(error.p95) << "," << number(occupancy)
-          << "\n";
+          << number(retention.min) << "," << number(error.mean) << "," << number(error.p95) << "," << number(occupancy);
+      if (results.question)
+        out << "," << number(question.mean) << "," << number(question.min) << "," << number(answer.mean) << ","
+            << number(answer.min);
+      out << "\n";
     };
     for (const auto& layer : cell.layers)
-      row(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean);
-    row("all", cell.retention, cell.output_error, cell.occupancy_mean);
+      row(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean,
+          layer.question_retention, layer.answer_retention);
+    row("all", cell.retention, cell.output_error, cell.occupancy_mean, cell.question_retention, cell.answer_retention);
   }
   return out.str();
 }
@@ -200,11 +208,16 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
   nlohmann::json cells = nlohmann::json::array();
   for (const auto& cell : results.cells) {
     nlohmann::json layers = nlohmann::json::array();
-    for (const auto& layer : cell.layers)
+    for (const auto& layer : cell.layers) {
       layers.push_back({{"layer", layer.layer},
                         {"retention", summary(layer.retention, true)},
                         {"output_error", summary(layer.output_error, false)},
                         {"occupancy_mean", layer.occupancy_mean}});
+      if (results.question) {
+        layers.back()["question_retention"] = summary(layer.question_retention, true);
+        layers.back()["answer_retention"] = summary(layer.answer_retention, true);
+      }
+    }
     cells.push_back({{"policy", base_name(cell)},
                      {"label", cell.policy},
                      {"params", params_text(cell)},

@@ -67,6 +67,22 @@ TEST(CliQuestion, RecordsTheQuestionAndTheAnswerApart) {
   EXPECT_NE(json.find("\"question\": 8"), std::string::npos);
 }
 
+TEST(CliQuestion, ReplayPrintsAndWritesItPerLayer) {
+  kvtest::TempDir dir;
+  const auto result = kvtest::run_kvsim("replay " + kTrace + " --policy tova --budget 8 --seqs 0,1 --mode prefill" +
+                                        " --question 8 --csv " + dir.file("r.csv"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  EXPECT_NE(result.output.find("mode prefill, question 8\n"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("question rows: retention mean "), std::string::npos) << result.output;
+  const std::string csv = kvtest::slurp(dir.file("r.csv"));
+  EXPECT_NE(line_at(csv, 0).find(",occupancy_mean,question_retention_mean,question_retention_min,"
+                                 "answer_retention_mean,answer_retention_min"),
+            std::string::npos)
+      << csv;
+  EXPECT_EQ(kvtest::count_lines(csv), 1 + 6 + 1);  // six layers and "all"
+  EXPECT_EQ(fields(line_at(csv, 7)).size(), fields(line_at(csv, 0)).size());
+}
+
 TEST(CliQuestion, WithoutItTheColumnsAreThoseOfBefore) {
   kvtest::TempDir dir;
   const auto result = kvtest::run_kvsim("sweep " + kTrace + " --policies h2o --budgets 20% --seqs 0 --mode prefill" +
@@ -79,7 +95,10 @@ TEST(CliQuestion, WithoutItTheColumnsAreThoseOfBefore) {
 TEST(CliQuestion, AutoReadsTheSequencesQuestionLen) {
   kvtest::TempDir dir;
   const std::string trace = dir.file("t.h5");
-  ASSERT_EQ(kvtest::run_kvsim("synth " + trace + " --layers 1 --heads 2 --tokens 64 --seqs 2 --prompt-len 40").code, 0);
+  ASSERT_EQ(
+      kvtest::run_kvsim("synth " + trace + " --layers 1 --heads 2 --kv-heads 1 --tokens 64 --seqs 2 --prompt-len 40")
+          .code,
+      0);
   kvtest::expect_one_line_error("sweep " + trace + " --policies h2o --budgets 8 --mode prefill --question auto");
   {
     H5::H5File file(trace, H5F_ACC_RDWR);
@@ -109,8 +128,11 @@ TEST(CliCompressEvery, PeakOccupancyIsBPlusN) {
     const auto names = fields(line_at(csv, 0));
     for (int r = 1; r <= 3; ++r) {
       const auto row = fields(line_at(csv, r));
-      for (size_t i = 0; i < names.size(); ++i)
-        if (names[i] == "occupancy_peak") EXPECT_EQ(row[i], "67") << mode << " " << row[0];
+      for (size_t i = 0; i < names.size(); ++i) {
+        if (names[i] == "occupancy_peak") {
+          EXPECT_EQ(row[i], "67") << mode << " " << row[0];
+        }
+      }
     }
   }
 }

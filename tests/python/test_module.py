@@ -200,6 +200,29 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(s["retention_mean"].dtype, np.float64)
         self.assertEqual(s["evictions"].dtype, np.int64)
 
+    def test_sweep_protocols_equal_cli(self):
+        # --question and --compress-every: the same columns (the question's after the others)
+        # and numbers as the CLI's CSV; without a question no question column.
+        s = kvsim.sweep(self.trace, "h2o,snapkv", "8,20%", seqs=[0, 1], mode="prefill", question=8,
+                        compress_every=4, threads=2)
+        cli("sweep", TRACE, "--policies", "h2o,snapkv", "--budgets", "8,20%", "--seqs", "0,1", "--mode", "prefill",
+            "--question", "8", "--compress-every", "4", "--threads", "2", "--csv", self.out("protocols.csv"))
+        rows = read_csv(self.out("protocols.csv"))
+        self.assertEqual(list(s)[:len(rows[0])], list(rows[0].keys()))
+        self.assertEqual(list(rows[0].keys())[-4:], ["question_retention_mean", "question_retention_min",
+                                                     "answer_retention_mean", "answer_retention_min"])
+        for i, row in enumerate(rows):
+            for column, text in row.items():
+                value = s[column][i]
+                if not isinstance(value, str):
+                    self.assertTrue(same_number(text, value), (i, column, text, value))
+        plain = kvsim.sweep(self.trace, "h2o", "8", seqs=[0], mode="prefill")
+        self.assertNotIn("question_retention_mean", plain)
+        r = kvsim.replay(self.trace, "tova", "8", seqs=[0], mode="prefill", question=8)
+        self.assertIn("answer_retention_mean", r)
+        self.assert_cli_message("sweep", [TRACE, "--policies", "h2o", "--budgets", "8", "--question", "8"],
+                                lambda: kvsim.sweep(self.trace, "h2o", "8", question=8))
+
     def test_sweep_quant_adds_rows(self):
         s = kvsim.sweep(TRACE, "h2o", ["20%"], seqs=[0], layers=[0], quant="flexgen4")
         self.assertEqual(s["quant"], ["none", "flexgen4"])

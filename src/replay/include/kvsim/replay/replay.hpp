@@ -83,6 +83,7 @@ struct GroupRecord {
 struct LayerSummary {
   int layer = 0;
   Summary retention, output_error;
+  Summary question_retention, answer_retention;  // as CellResult's
   double occupancy_mean = 0;
 };
 
