@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "../support/cli_checks.hpp"
+#include "../support/model_dir.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -135,6 +136,24 @@ TEST(CliCompressEvery, PeakOccupancyIsBPlusN) {
       }
     }
   }
+}
+
+TEST(CliCompressEvery, TheClosedLoopCompressesEveryNToo) {
+  if (!kvtest::have_model()) GTEST_SKIP() << "stories15M not found in " << kvtest::model_dir();
+  kvtest::TempDir dir;
+  // 96 tokens, B = 30% = 28: both runs (closed loop and its replay) attend at most 28 + 8.
+  const auto result = kvtest::run_kvsim("eval --trace " + kTrace + " --seqs 0 --tokens 96 --policies h2o" +
+                                        " --budgets 30% --compress-every 8 --csv " + dir.file("e.csv"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  const std::string csv = kvtest::slurp(dir.file("e.csv"));
+  const auto names = fields(line_at(csv, 0)), row = fields(line_at(csv, 1));
+  ASSERT_EQ(names.size(), row.size());
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (names[i] == "occupancy_peak") {
+      EXPECT_EQ(row[i], "36");
+    }
+  }
+  kvtest::expect_one_line_error("eval --trace " + kTrace + " --seqs 0 --tokens 96 --compress-every 0");
 }
 
 TEST(CliProtocols, BadCombinationsAreOneLineExitTwo) {
