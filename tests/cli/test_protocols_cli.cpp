@@ -138,6 +138,16 @@ TEST(CliCompressEvery, PeakOccupancyIsBPlusN) {
   }
 }
 
+TEST(CliProtocols, SameBytesWhateverTheThreadCount) {
+  kvtest::TempDir dir;
+  const auto one = kvtest::expect_same_whatever_threads(
+      "sweep " + kTrace +
+          " --policies h2o,snapkv,tova,oracle,scissorhands --budgets 8,20% --seqs 0,4 --mode prefill --question 8"
+          " --compress-every 4 ",
+      dir, 2, {"csv", "json"});
+  ASSERT_EQ(one.code, 0) << one.output;
+}
+
 TEST(CliCompressEvery, TheClosedLoopCompressesEveryNToo) {
   if (!kvtest::have_model()) GTEST_SKIP() << "stories15M not found in " << kvtest::model_dir();
   kvtest::TempDir dir;
