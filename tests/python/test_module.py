@@ -245,6 +245,22 @@ class ModuleTest(unittest.TestCase):
 
     # ---- rows given as arrays ----
 
+    def test_replay_rows_with_a_question(self):
+        # tests/sim/test_protocols.cpp's hand-worked case: trace C, prompt 6 with a 2-token
+        # question, TOVA at B=2: the context compressed to {0, 2} at t3, nothing evicted after.
+        c = [[1.0], [0.5, 0.5], [0.3, 0.2, 0.5], [0.3, 0.1, 0.4, 0.2], [0.24, 0.05, 0.36, 0.05, 0.3],
+             [0.2, 0.05, 0.3, 0.05, 0.1, 0.3], [0.15, 0.05, 0.25, 0.05, 0.05, 0.35, 0.1],
+             [0.12, 0.02, 0.25, 0.03, 0.05, 0.3, 0.08, 0.15]]
+        rows = np.zeros((1, 8, 8), dtype=np.float32)
+        for t, row in enumerate(c):
+            rows[0, t, :t + 1] = row
+        r = kvsim.replay_rows(rows, "tova", 2, mode="prefill", prompt_len=6, question=2)
+        np.testing.assert_allclose(r["retention"][0], [0.9, 0.9, 0.9, 0.95], atol=2e-6)
+        self.assertEqual(r["groups"][0]["question_steps"], 2)
+        self.assertEqual(list(r["groups"][0]["eviction_step"]), [-1, 3, -1, 3, -1, -1, -1, -1])
+        with self.assertRaises(kvsim.InputError):
+            kvsim.replay_rows(rows, "tova", 2, question=2)  # stream mode
+
     def test_replay_rows_equals_trace_replay(self):
         seq, layer = 2, 3
         rows = self.trace.attention(seq, layer)  # [6, n, n]
