@@ -20,6 +20,11 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "policy parameter key=value (sweep: policy.key=value, or key=value for every policy that takes it); repeatable")(
       "mode", po::value(&v.mode)->default_value(v.mode),
       "stream (every step is a decode step) or prefill (prompt at once, then compress to B)")(
+      "question", po::value(&v.question),
+      "prefill: the prompt's last N tokens are the question (N, or auto: the trace's question_len); the context "
+      "before it is compressed to B, the question and answer tokens are kept")(
+      "compress-every", po::value(&v.compress_every),
+      "decode-time compression: the cache grows to B + N and is compressed back to B every N steps")(
       "aggregate", po::value(&v.aggregate)->default_value(v.aggregate),
       "how a GQA group's heads combine into the observed row: mean, max or sum")(
       "rows", po::value(&v.rows)->default_value(v.rows),
@@ -46,6 +51,8 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   request.rows = v.rows;
   request.output_error = v.output_error;
   request.quant = v.quant;
+  request.question = v.question;
+  request.compress_every = v.compress_every;
   request.sequences = parse_indices("seqs", v.sequences);
   request.layers = parse_indices("layers", v.layers);
   request.threads = v.threads;

@@ -17,7 +17,8 @@ struct ReplayCliOptions {
   std::vector<std::string> params;  // key=value or policy.key=value
   std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto";
   std::string sequences, layers, layer_budget = "uniform";
-  std::string quant;  // KV quantization specs, comma-separated
+  std::string quant;                     // KV quantization specs, comma-separated
+  std::string question, compress_every;  // "": not given
   int threads = 0;
   std::string csv, json, survival, plot;
 };

@@ -62,7 +62,8 @@ std::vector<SweepRow> read_rows(const std::string& path, const std::string& head
   std::string text = header;
   for (const auto& line : lines) text += line;
   std::vector<std::string> all;
-  for (const auto& column : sweep_columns()) all.push_back(column.name);
+  for (const auto& column : sweep_columns())
+    if (!column.question) all.push_back(column.name);
   return read_sweep_csv(text, path, all).rows;
 }
 
@@ -114,6 +115,9 @@ std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& 
   out += "rows: " + values.rows + "\n";
   out += "output-error: " + values.output_error + "\n";
   out += "layer-budget: " + values.layer_budget + "\n";
+  // Only when given, so the settings of sweeps without them read as before.
+  if (!values.question.empty()) out += "question: " + values.question + "\n";
+  if (!values.compress_every.empty()) out += "compress-every: " + values.compress_every + "\n";
   return out;
 }
 
@@ -149,7 +153,8 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   const size_t quants = std::max<size_t>(1, config.quant.size());
   const size_t per_policy = quants * config.budgets.size();
   const size_t total = config.policies.size() * per_policy;
-  const std::string header = sweep_csv_header();
+  const bool question = config.protocol.question > 0 || config.question_auto;
+  const std::string header = sweep_csv_header(question);
 
   // What each cell is, to check the rows found: label parts only, no replay.
   std::vector<CellResult> expected(total);
@@ -201,7 +206,7 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
       const ReplayResults results = replay_trace(reader, chunk, progress.callback());
       std::string text;
       for (size_t c = 0; c < results.cells.size(); ++c)
-        if (p * per_policy + c >= done) text += sweep_csv_line(sweep_row(results.cells[c], results.mode));
+        if (p * per_policy + c >= done) text += sweep_csv_line(sweep_row(results.cells[c], results.mode), question);
       append(fd, text, path);
       done = (p + 1) * per_policy;
     }
@@ -218,6 +223,9 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
 
   ReplayResults all;
   all.mode = config.mode;
+  all.protocol = config.protocol;
+  all.question = question;
+  all.question_auto = config.question_auto;
   all.sequences = config.sequences.empty() ? reader.n_sequences() : static_cast<int64_t>(config.sequences.size());
   all.layers = config.layers.empty() ? reader.meta().n_layers : static_cast<int64_t>(config.layers.size());
   all.heads = reader.meta().n_heads;

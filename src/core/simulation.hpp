@@ -13,6 +13,7 @@
 
 #include "future.hpp"
 #include "output_batch.hpp"
+#include "schedule.hpp"
 #include "step_rows.hpp"
 #include "kvsim/core/engine.hpp"
 #include "kvsim/core/row_ranking.hpp"
@@ -44,6 +45,7 @@ class Simulation {
         options_(options),
         policy_(spec.policy->make(spec.params)),
         bound_(dynamic_cast<BoundPolicy*>(policy_.get())),
+        schedule_(options, n_tokens),
         quantized_(quantized),
         full_rows_(group.heads) {
     if (spec.budget < 1) throw kvtrace::InputError("", "", "budget must be at least 1 token");
@@ -58,10 +60,11 @@ class Simulation {
     context.layer = spec.layer;
     context.sequence_state = spec.sequence_state;
     policy_->reset(context);
-    prefill_end_ = options.mode == Mode::prefill ? std::min(options.prompt_len, n_tokens) : 0;
+    record_from_ = schedule_.first_recorded();
     result_.n_heads = context.n_heads;
-    result_.first_step = prefill_end_;
-    result_.n_steps = n_tokens - prefill_end_;
+    result_.first_step = record_from_;
+    result_.n_steps = n_tokens - record_from_;
+    result_.question_steps = schedule_.question_steps();
     result_.budget = spec.budget;
     // With a sink the per-step values are kept for one block of steps (slot()), else for all.
     window_ = static_cast<size_t>(options.sink ? kvtrace::kRowBlockSize : result_.n_steps);
@@ -145,7 +148,7 @@ class Simulation {
       }
       retained_[k] = quantized_ ? shared_mass(rows.row(head), model.row(head), mass_[k], cache_) : mass_[k];
     }
-    if (t >= prefill_end_) {
+    if (t >= record_from_) {
       result_.occupancy[slot(t)] = static_cast<int32_t>(cache_.size());
       // Output error sums over the shorter of the cache and the evicted positions (o_t is
       // shared, so the cached part is o_t minus the evicted part), whatever the mass used.
@@ -190,7 +193,7 @@ class Simulation {
       full_rows_.at(full ? *full : model);
       policy_->observe(t, cache_, observes ? std::span<const float>(observed_) : std::span<const float>());
     }
-    if (t + 1 < prefill_end_) return;  // the prompt is processed at once: no eviction inside it
+    if (schedule_.at(t) == Schedule::Action::keep) return;  // e.g. inside the prompt, processed at once
     for (Simulation* follower : followers_)
       if (follower->dormant() && spec_.policy->budgeted &&
           static_cast<int64_t>(cache_.size()) > follower->spec_.budget) {
@@ -224,13 +227,14 @@ class Simulation {
   // With a sink: hands it the recorded steps of the block [first, first + count) of steps
   // (a follower still dormant recorded what its leader did).
   void send_block(int64_t first, int64_t count, size_t lane, size_t index) const {
-    const int64_t from = std::max(first, prefill_end_), to = first + count;
+    const int64_t from = std::max(first, record_from_), to = first + count;
     if (from >= to) return;
     const SimulationResult& recorded = dormant() ? leader_->result_ : result_;
     StepBlock block;
     block.lane = lane;
     block.simulation = index;
-    block.first = from - prefill_end_;
+    block.first = from - record_from_;
+    block.question_steps = result_.question_steps;
     block.count = to - from;
     block.n_heads = result_.n_heads;
     block.stride = window_;
@@ -253,7 +257,7 @@ class Simulation {
   }
 
   void evict(int64_t t) {
-    const bool compress = options_.mode == Mode::prefill && t + 1 == prefill_end_;
+    const bool compress = schedule_.at(t) == Schedule::Action::compress;
     const int64_t excess = static_cast<int64_t>(cache_.size()) - spec_.budget;
     victims_.clear();
     policy_->evict(t, cache_, excess, compress, victims_);
@@ -427,13 +431,14 @@ class Simulation {
   // every recorded step.
   void bound_step(StepRows& rows, StepRows& model) {
     const int64_t t = rows.t();
-    if (t < prefill_end_) return;
+    if (t < record_from_) return;
+    const int64_t budget = schedule_.capacity(t, spec_.budget);
     const bool need_positions = options_.output_error || quantized_;
     for (size_t k = 0; k < group_.heads.size(); ++k) {
       const int head = group_.heads[k];
       bound_cache_.clear();
-      mass_[k] = bound_->bound(t, rows.row(head)[t], rows.ranking(head), spec_.budget,
-                               need_positions ? &bound_cache_ : nullptr);
+      mass_[k] =
+          bound_->bound(t, rows.row(head)[t], rows.ranking(head), budget, need_positions ? &bound_cache_ : nullptr);
       retained_[k] = mass_[k];
       if (quantized_) {
         mass_[k] = gather_sum(model.row(head), bound_cache_);
@@ -450,14 +455,14 @@ class Simulation {
       }
       record_head(rows, k, false);
     }
-    result_.occupancy[slot(t)] = static_cast<int32_t>(std::min<int64_t>(t + 1, spec_.budget + 1));
+    result_.occupancy[slot(t)] = static_cast<int32_t>(std::min<int64_t>(t + 1, budget + 1));
   }
 
   int group_index() const { return spec_.group; }
 
   // Where step t's values go: its recorded step, or with a sink its place in the block.
   size_t slot(int64_t t) const {
-    return static_cast<size_t>(options_.sink ? t % kvtrace::kRowBlockSize : t - prefill_end_);
+    return static_cast<size_t>(options_.sink ? t % kvtrace::kRowBlockSize : t - record_from_);
   }
   // Where head k's values of step t go in result_ (a batch records steps after they ran).
   size_t value_at(size_t k, int64_t t) const { return k * window_ + slot(t); }
@@ -524,7 +529,8 @@ class Simulation {
   const EngineOptions& options_;
   std::unique_ptr<Policy> policy_;
   BoundPolicy* bound_;
-  int64_t prefill_end_ = 0;
+  Schedule schedule_;
+  int64_t record_from_ = 0;  // the first recorded step (schedule_)
   SimulationResult result_;
   size_t window_ = 0;               // steps the per-step values hold
   std::vector<int32_t> cache_;      // ascending positions

@@ -71,10 +71,12 @@ std::vector<PolicyChoice> chosen_policies(const std::vector<std::string>& names,
 }
 
 // One sweep row's columns (kvsim/replay/sweep_table.hpp), with "label" after the policy.
-py::dict summary_dict(const CellResult& cell, Mode mode) {
+// The question's columns only with a question, as the CSV.
+py::dict summary_dict(const CellResult& cell, Mode mode, bool question) {
   const SweepRow row = sweep_row(cell, mode);
   py::dict d;
   for (const auto& column : sweep_columns()) {
+    if (column.question && !question) continue;
     if (column.text)
       d[column.name] = row.*column.text;
     else if (column.real)
@@ -97,6 +99,7 @@ py::dict group_dict(GroupRecord&& record, bool with_position) {
   d["layer_wide"] = record.layer_wide;
   d["heads"] = to_numpy(std::vector<int32_t>(record.heads.begin(), record.heads.end()));
   d["first_step"] = r.first_step;
+  d["question_steps"] = r.question_steps;
   std::vector<int64_t> steps(static_cast<size_t>(r.n_steps));
   for (int64_t s = 0; s < r.n_steps; ++s) steps[static_cast<size_t>(s)] = r.first_step + s;
   d["steps"] = to_numpy(std::move(steps));
@@ -129,7 +132,7 @@ py::dict replay(const Trace& trace, const std::string& policy, const std::string
   config.keep_records = records;
   ReplayResults results = interruptible_replay(reader, config);
   CellResult& cell = results.cells.front();
-  py::dict out = summary_dict(cell, results.mode);
+  py::dict out = summary_dict(cell, results.mode, results.question);
   out["output_error"] = results.output_error;
   out["sequences"] = results.sequences;
   out["n_layers"] = results.layers;
@@ -187,6 +190,7 @@ py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
   for (const CellResult& cell : results.cells) rows.push_back(sweep_row(cell, results.mode));
   py::dict out;
   for (const auto& column : sweep_columns()) {
+    if (column.question && !results.question) continue;
     if (column.text) {
       py::list values;
       for (const SweepRow& row : rows) values.append(row.*column.text);
@@ -209,8 +213,8 @@ py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
 
 py::dict replay_rows(const py::object& attention, const std::string& policy_name, const std::string& budget_text,
                      int n_kv_heads, const std::vector<std::pair<std::string, std::string>>& params,
-                     const std::string& mode, int64_t prompt_len, const std::string& aggregate,
-                     const py::object& values_object, const std::vector<int>& origin_in) {
+                     const std::string& mode, int64_t prompt_len, int64_t question, int64_t compress_every,
+                     const std::string& aggregate, const py::object& values_object, const std::vector<int>& origin_in) {
   Rows rows = rows_of(attention);
   std::map<std::string, std::string> overrides(params.begin(), params.end());
   const PolicyChoice policy = choose_policy(policy_name, overrides);
@@ -227,6 +231,10 @@ py::dict replay_rows(const py::object& attention, const std::string& policy_name
   } else if (prompt_len < 0) {
     bad_option("prompt-len", "must be >= 0");
   }
+  if (question < 0) bad_option("question", "must be >= 0");
+  if (compress_every < 0) bad_option("compress-every", "must be >= 0");
+  options.protocol.question = question;  // the engine refuses one the prompt cannot hold
+  options.protocol.compress_every = compress_every;
   std::vector<std::vector<float>> values;
   int head_dim = 0;
   if (!values_object.is_none()) {
@@ -314,6 +322,8 @@ void bind_replay(py::module_& m) {
       .def_readwrite("rows", &ReplayOptions::rows)
       .def_readwrite("output_error", &ReplayOptions::output_error)
       .def_readwrite("quant", &ReplayOptions::quant)
+      .def_readwrite("question", &ReplayOptions::question)
+      .def_readwrite("compress_every", &ReplayOptions::compress_every)
       .def_readwrite("layer_budget", &ReplayOptions::layer_budget)
       .def_readwrite("sequences", &ReplayOptions::sequences)
       .def_readwrite("layers", &ReplayOptions::layers)

@@ -39,8 +39,15 @@ void SweepAggregator::close(Tails& tails) {
 
 void SweepAggregator::add(size_t cell, int layer, RecordSums& sums, const StepBlock& block) {
   const auto count = static_cast<size_t>(block.count);
+  // With a question, its rows are the block's first `asked` steps, the answer's the rest.
+  const auto asked = static_cast<size_t>(std::clamp<int64_t>(block.question_steps - block.first, 0, block.count));
   for (int k = 0; k < block.n_heads; ++k) {
-    sums.retention.add(std::span<const float>(block.retention + static_cast<size_t>(k) * block.stride, count));
+    const std::span<const float> retention(block.retention + static_cast<size_t>(k) * block.stride, count);
+    sums.retention.add(retention);
+    if (block.question_steps > 0) {
+      sums.question_retention.add(retention.first(asked));
+      sums.answer_retention.add(retention.subspan(asked));
+    }
     if (block.output_error)
       sums.output_error.add(std::span<const float>(block.output_error + static_cast<size_t>(k) * block.stride, count));
   }
@@ -72,6 +79,7 @@ void SweepAggregator::add(size_t cell, int layer, RecordSums& sums, const Simula
     block.retention = result.retention.data() + at;
     block.output_error = result.output_error.empty() ? nullptr : result.output_error.data() + at;
     block.occupancy = result.occupancy.data() + at;
+    block.question_steps = result.question_steps;
     add(cell, layer, sums, block);
     from = to;
   }
@@ -91,8 +99,9 @@ void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& re
                              const std::vector<const RecordSums*>& sums, CellResult& out) {
   Cell& cell = *cells_[c];
   const size_t n_layers = cell.layers.size();
-  Moments retention, errors;
-  std::vector<Moments> layer_retention(n_layers), layer_errors(n_layers);
+  Moments retention, errors, question_retention, answer_retention;
+  std::vector<Moments> layer_retention(n_layers), layer_errors(n_layers), layer_question(n_layers),
+      layer_answer(n_layers);
   std::vector<int64_t> layer_occupancy(n_layers, 0), layer_steps(n_layers, 0);
   int64_t occupancy_sum = 0, occupancy_steps = 0;
   for (size_t r = 0; r < records.size(); ++r) {
@@ -100,8 +109,12 @@ void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& re
     const RecordSums& s = *sums[r];
     retention.add(s.retention);
     errors.add(s.output_error);
+    question_retention.add(s.question_retention);
+    answer_retention.add(s.answer_retention);
     layer_retention[l].add(s.retention);
     layer_errors[l].add(s.output_error);
+    layer_question[l].add(s.question_retention);
+    layer_answer[l].add(s.answer_retention);
     occupancy_sum += s.occupancy_sum;
     layer_occupancy[l] += s.occupancy_sum;
     out.occupancy_peak = std::max(out.occupancy_peak, s.occupancy_peak);
@@ -112,6 +125,8 @@ void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& re
   if (cell.all_items_left != 0) throw std::logic_error("a cell is finished before its work items");
   out.retention = summary_of(retention, cell.all.retention_p5_value, NAN);
   out.output_error = summary_of(errors, NAN, cell.all.error_p95_value);
+  out.question_retention = summary_of(question_retention, NAN, NAN);
+  out.answer_retention = summary_of(answer_retention, NAN, NAN);
   out.occupancy_mean =
       occupancy_steps ? static_cast<double>(occupancy_sum) / static_cast<double>(occupancy_steps) : NAN;
   for (size_t l = 0; l < n_layers; ++l) {
@@ -120,6 +135,8 @@ void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& re
     summary.layer = static_cast<int>(l);
     summary.retention = summary_of(layer_retention[l], cell.layers[l].retention_p5_value, NAN);
     summary.output_error = summary_of(layer_errors[l], NAN, cell.layers[l].error_p95_value);
+    summary.question_retention = summary_of(layer_question[l], NAN, NAN);
+    summary.answer_retention = summary_of(layer_answer[l], NAN, NAN);
     summary.occupancy_mean = static_cast<double>(layer_occupancy[l]) / static_cast<double>(layer_steps[l]);
     out.layers.push_back(summary);
   }

@@ -18,6 +18,7 @@ namespace kvsim {
 
 struct RecordSums {
   Moments retention, output_error;
+  Moments question_retention, answer_retention;  // with a question: retention split at its end
   int64_t occupancy_sum = 0, occupancy_peak = 0;
 };
 

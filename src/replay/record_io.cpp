@@ -66,6 +66,7 @@ std::string serialize_records(const std::vector<GroupRecord>& records, const std
     out.value<int32_t>(result.n_heads);
     out.value<int64_t>(result.first_step);
     out.value<int64_t>(result.n_steps);
+    out.value<int64_t>(result.question_steps);
     out.array(result.retention);
     out.array(result.output_error);
     out.array(result.occupancy);
@@ -91,6 +92,7 @@ void deserialize_records(const std::string& bytes, std::vector<GroupRecord>& rec
     result.n_heads = in.value<int32_t>();
     result.first_step = in.value<int64_t>();
     result.n_steps = in.value<int64_t>();
+    result.question_steps = in.value<int64_t>();
     result.retention = in.array<float>();
     result.output_error = in.array<float>();
     result.occupancy = in.array<int32_t>();

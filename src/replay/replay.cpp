@@ -179,6 +179,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
   EngineOptions options;
   options.mode = config.mode;
   options.prompt_len = reader.sequence(item.seq).prompt_len;
+  options.protocol = sequence_protocol(reader, config, item.seq);
   options.aggregate = config.aggregate;
   options.output_error = output_error;
   item.sums.resize(item.records.size());
@@ -312,7 +313,8 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   for (int layer : layers)
     for (int seq : sequences) {
       const kvtrace::SequenceMeta& info = reader.sequence(seq);
-      const int64_t prefilled = config.mode == Mode::prefill ? std::min(info.prompt_len, info.n_tokens) : 0;
+      const int64_t prefilled = (config.mode == Mode::prefill ? std::min(info.prompt_len, info.n_tokens) : 0) -
+                                sequence_protocol(reader, config, seq).question;
       every_cell.values[static_cast<size_t>(layer)] += static_cast<int64_t>(meta.n_heads) * (info.n_tokens - prefilled);
       ++every_cell.layer_items[static_cast<size_t>(layer)];
     }
@@ -371,6 +373,9 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   ReplayResults results;
   results.output_error = output_error;
   results.mode = config.mode;
+  results.protocol = config.protocol;
+  results.question = config.protocol.question > 0 || config.question_auto;
+  results.question_auto = config.question_auto;
   results.sequences = static_cast<int64_t>(sequences.size());
   results.layers = static_cast<int64_t>(layers.size());
   results.heads = meta.n_heads;
@@ -413,6 +418,29 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
       },
       [] {});
   return results;
+}
+
+Protocol sequence_protocol(const kvtrace::TraceReader& reader, const ReplayConfig& config, int seq) {
+  Protocol protocol = config.protocol;
+  const kvtrace::SequenceMeta& info = reader.sequence(seq);
+  if (config.question_auto) {
+    if (info.question_len < 0)
+      reader.fail(kvtrace::seq_path(seq), "--question auto: the sequence has no question_len attribute");
+    // With none, the sequence's decode would follow another rule than the others' (section 2).
+    if (info.question_len == 0)
+      reader.fail(kvtrace::seq_path(seq), "--question auto: question_len is 0 (no question); replay it without");
+    protocol.question = info.question_len;
+  }
+  if (protocol.question > 0 && config.mode != Mode::prefill)
+    reader.fail("", "--question needs --mode prefill (the context is compressed at its end)");
+  const int64_t prompt = std::min(info.prompt_len, info.n_tokens);
+  if (protocol.question > 0 && protocol.question >= prompt)
+    reader.fail(kvtrace::seq_path(seq), std::string("--question ")
+                                            .append(std::to_string(protocol.question))
+                                            .append(" is not shorter than the prompt (prompt_len ")
+                                            .append(std::to_string(prompt))
+                                            .append("): the context needs at least one token"));
+  return protocol;
 }
 
 SimulationSpec simulation_spec(const PolicyChoice& policy, int64_t budget, int group, int layer,

@@ -48,6 +48,27 @@ std::vector<PolicyChoice> choose(const std::vector<std::string>& names, const Ov
   return out;
 }
 
+// --question N or auto, --compress-every N (docs/semantics.md, section 2).
+// A count of at least 1, as given to --option.
+int64_t positive(const std::string& option, const std::string& text, const char* what) {
+  if (text.empty() || text.size() > 12 || text.find_first_not_of("0123456789") != std::string::npos)
+    bad_option(option, std::string("'").append(text).append("' is not ").append(what));
+  const int64_t value = std::stoll(text);
+  if (value < 1) bad_option(option, "must be at least 1");
+  return value;
+}
+
+void apply_protocol(const ReplayRequest& request, ReplayConfig& config) {
+  if (request.question == "auto")
+    config.question_auto = true;
+  else if (!request.question.empty())
+    config.protocol.question = positive("question", request.question, "a token count or auto");
+  if ((config.protocol.question > 0 || config.question_auto) && config.mode != Mode::prefill)
+    bad_option("question", "needs --mode prefill (the context is compressed at its end, before the question)");
+  if (!request.compress_every.empty())
+    config.protocol.compress_every = positive("compress-every", request.compress_every, "a step count");
+}
+
 }  // namespace
 
 std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
@@ -88,6 +109,7 @@ void apply_replay_request(const ReplayRequest& request, ReplayConfig& config) {
   if (request.threads < 0) bad_option("threads", "must be >= 0");
   config.threads = request.threads;
   if (!request.quant.empty()) config.quant = parse_quant_list(request.quant);
+  apply_protocol(request, config);
 }
 
 }  // namespace kvsim

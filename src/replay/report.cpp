@@ -46,6 +46,17 @@ std::string base_name(const CellResult& cell) { return cell.info ? cell.info->na
 
 }  // namespace
 
+std::string protocol_text(const ReplayResults& results) {
+  std::string out;
+  if (results.question_auto)
+    out += ", question auto (question_len)";
+  else if (results.protocol.question > 0)
+    out.append(", question ").append(std::to_string(results.protocol.question));
+  if (results.protocol.compress_every > 0)
+    out.append(", compress every ").append(std::to_string(results.protocol.compress_every));
+  return out;
+}
+
 std::string wrap_text(const std::string& text, size_t width, size_t hang) {
   std::string out;
   size_t begin = 0;
@@ -114,14 +125,23 @@ std::string sweep_table(const ReplayResults& results) {
   if (results.output_error)
     table(
         "mean relative output error |o - o~| / |o|", [](const CellResult& c) { return c.output_error.mean; }, 4);
+  if (results.question) {
+    table(
+        "mean retention over the question's rows", [](const CellResult& c) { return c.question_retention.mean; }, 4);
+    table(
+        "mean retention over the answer's rows", [](const CellResult& c) { return c.answer_retention.mean; }, 4);
+  }
   table(
       "mean occupancy (positions attended per step; memory must still hold the peak)",
       [](const CellResult& c) { return c.occupancy_mean; }, 1);
+  if (!protocol_text(results).empty())
+    table(
+        "peak occupancy", [](const CellResult& c) { return static_cast<double>(c.occupancy_peak); }, 0);
   out << "budget B per sequence and layer, mean:";
   for (size_t b = 0; b < budgets; ++b)
     out << " " << results.cells[b].budget.text << "=" << number(results.cells[b].budget_tokens_mean, "%.1f");
-  out << "\nmode " << mode_name(results.mode) << "; " << results.sequences << " sequences x " << results.layers
-      << " layers x " << results.heads << " heads; " << kTeacherForcedNote << "\n";
+  out << "\nmode " << mode_name(results.mode) << protocol_text(results) << "; " << results.sequences << " sequences x "
+      << results.layers << " layers x " << results.heads << " heads; " << kTeacherForcedNote << "\n";
   return wrap_text(out.str());
 }
 
@@ -141,6 +161,10 @@ std::string replay_table(const CellResult& cell, bool output_error) {
     line(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean);
   line("all", cell.retention, cell.output_error, cell.occupancy_mean);
   out << "\npeak occupancy " << cell.occupancy_peak << ", evictions " << cell.evictions << "\n";
+  if (cell.question_retention.count > 0)
+    out << "question rows: retention mean " << number(cell.question_retention.mean, "%.4f") << ", min "
+        << number(cell.question_retention.min, "%.4f") << "; answer rows: mean "
+        << number(cell.answer_retention.mean, "%.4f") << ", min " << number(cell.answer_retention.min, "%.4f") << "\n";
   return out.str();
 }
 
@@ -148,17 +172,25 @@ std::string layers_csv(const ReplayResults& results) {
   std::ostringstream out;
   out << "policy,params,budget,quant,layer,retention_mean,retention_p5,retention_min,output_error_mean,output_error_"
          "p95,"
-         "occupancy_mean\n";
+         "occupancy_mean";
+  if (results.question)
+    out << ",question_retention_mean,question_retention_min,answer_retention_mean,answer_retention_min";
+  out << "\n";
   for (const auto& cell : results.cells) {
-    auto row = [&](const std::string& layer, const Summary& retention, const Summary& error, double occupancy) {
+    auto row = [&](const std::string& layer, const Summary& retention, const Summary& error, double occupancy,
+                   const Summary& question, const Summary& answer) {
       out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << cell.quant.name
           << "," << layer << "," << number(retention.mean) << "," << number(retention.p5) << ","
-          << number(retention.min) << "," << number(error.mean) << "," << number(error.p95) << "," << number(occupancy)
-          << "\n";
+          << number(retention.min) << "," << number(error.mean) << "," << number(error.p95) << "," << number(occupancy);
+      if (results.question)
+        out << "," << number(question.mean) << "," << number(question.min) << "," << number(answer.mean) << ","
+            << number(answer.min);
+      out << "\n";
     };
     for (const auto& layer : cell.layers)
-      row(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean);
-    row("all", cell.retention, cell.output_error, cell.occupancy_mean);
+      row(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean,
+          layer.question_retention, layer.answer_retention);
+    row("all", cell.retention, cell.output_error, cell.occupancy_mean, cell.question_retention, cell.answer_retention);
   }
   return out.str();
 }
@@ -176,11 +208,16 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
   nlohmann::json cells = nlohmann::json::array();
   for (const auto& cell : results.cells) {
     nlohmann::json layers = nlohmann::json::array();
-    for (const auto& layer : cell.layers)
+    for (const auto& layer : cell.layers) {
       layers.push_back({{"layer", layer.layer},
                         {"retention", summary(layer.retention, true)},
                         {"output_error", summary(layer.output_error, false)},
                         {"occupancy_mean", layer.occupancy_mean}});
+      if (results.question) {
+        layers.back()["question_retention"] = summary(layer.question_retention, true);
+        layers.back()["answer_retention"] = summary(layer.answer_retention, true);
+      }
+    }
     cells.push_back({{"policy", base_name(cell)},
                      {"label", cell.policy},
                      {"params", params_text(cell)},
@@ -195,6 +232,10 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
                      {"occupancy_peak", cell.occupancy_peak},
                      {"evictions", cell.evictions},
                      {"layers", layers}});
+    if (results.question) {
+      cells.back()["question_retention"] = summary(cell.question_retention, true);
+      cells.back()["answer_retention"] = summary(cell.answer_retention, true);
+    }
   }
   nlohmann::json out = {{"trace", trace},
                         {"model", model},
@@ -204,6 +245,11 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
                         {"heads", results.heads},
                         {"note", kTeacherForcedNote},
                         {"cells", cells}};
+  if (results.question_auto)
+    out["question"] = "auto";
+  else if (results.protocol.question > 0)
+    out["question"] = results.protocol.question;
+  if (results.protocol.compress_every > 0) out["compress_every"] = results.protocol.compress_every;
   return json_text(std::move(out), 1);
 }
 

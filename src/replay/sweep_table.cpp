@@ -110,6 +110,10 @@ const std::vector<SweepColumn>& sweep_columns() {
       {"occupancy_peak", nullptr, nullptr, &R::occupancy_peak},
       {"evictions", nullptr, nullptr, &R::evictions},
       {"samples", nullptr, nullptr, &R::samples},
+      {"question_retention_mean", nullptr, &R::question_retention_mean, nullptr, true},
+      {"question_retention_min", nullptr, &R::question_retention_min, nullptr, true},
+      {"answer_retention_mean", nullptr, &R::answer_retention_mean, nullptr, true},
+      {"answer_retention_min", nullptr, &R::answer_retention_min, nullptr, true},
   };
   return columns;
 }
@@ -140,6 +144,10 @@ SweepRow sweep_row(const CellResult& cell, Mode mode) {
   row.occupancy_peak = cell.occupancy_peak;
   row.evictions = cell.evictions;
   row.samples = cell.retention.count;
+  row.question_retention_mean = cell.question_retention.mean;
+  row.question_retention_min = cell.question_retention.min;
+  row.answer_retention_mean = cell.answer_retention.mean;
+  row.answer_retention_min = cell.answer_retention.min;
   return row;
 }
 
@@ -149,12 +157,13 @@ CellResult cell_of_sweep_row(const SweepRow& row) {
   cell.params = row.params;
   cell.budget = Budget::parse(row.budget);
   cell.quant = parse_quant(row.quant);
-  cell.policy =
-      row.policy + (row.params.empty() ? "" : "(" + row.params + ")") + (cell.quant.enabled() ? "+" + cell.quant.name : "");
+  cell.policy = row.policy + (row.params.empty() ? "" : "(" + row.params + ")") +
+                (cell.quant.enabled() ? "+" + cell.quant.name : "");
   cell.bits_per_element = row.bits_per_element;
   cell.budget_tokens_mean = row.budget_tokens_mean;
   cell.budget_share_mean = row.budget_share_mean;
-  cell.retention.mean = row.retention_mean, cell.retention.p5 = row.retention_p5, cell.retention.min = row.retention_min;
+  cell.retention.mean = row.retention_mean, cell.retention.p5 = row.retention_p5,
+  cell.retention.min = row.retention_min;
   cell.retention.count = row.samples;
   cell.output_error.mean = row.output_error_mean, cell.output_error.p95 = row.output_error_p95;
   cell.output_error.max = row.output_error_max;
@@ -162,12 +171,15 @@ CellResult cell_of_sweep_row(const SweepRow& row) {
   cell.occupancy_mean = row.occupancy_mean;
   cell.occupancy_peak = row.occupancy_peak;
   cell.evictions = row.evictions;
+  cell.question_retention.mean = row.question_retention_mean, cell.question_retention.min = row.question_retention_min;
+  cell.answer_retention.mean = row.answer_retention_mean, cell.answer_retention.min = row.answer_retention_min;
   return cell;
 }
 
-std::string sweep_csv_header() {
+std::string sweep_csv_header(bool question) {
   std::string out;
   for (const auto& column : sweep_columns()) {
+    if (column.question && !question) continue;
     if (!out.empty()) out += ',';
     out += column.name;
   }
@@ -175,9 +187,10 @@ std::string sweep_csv_header() {
   return out;
 }
 
-std::string sweep_csv_line(const SweepRow& row) {
+std::string sweep_csv_line(const SweepRow& row, bool question) {
   std::string out;
   for (const auto& column : sweep_columns()) {
+    if (column.question && !question) continue;
     if (!out.empty()) out += ',';
     if (column.text)
       out += csv_field(row.*column.text);
@@ -191,8 +204,8 @@ std::string sweep_csv_line(const SweepRow& row) {
 }
 
 std::string sweep_csv(const ReplayResults& results) {
-  std::string out = sweep_csv_header();
-  for (const auto& cell : results.cells) out += sweep_csv_line(sweep_row(cell, results.mode));
+  std::string out = sweep_csv_header(results.question);
+  for (const auto& cell : results.cells) out += sweep_csv_line(sweep_row(cell, results.mode), results.question);
   return out;
 }
 

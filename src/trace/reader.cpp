@@ -274,6 +274,12 @@ void TraceReader::load_sequence(int seq) {
   if (meta.prompt_len < 0 || meta.prompt_len > meta.n_tokens)
     fail(path, "prompt_len = " + std::to_string(meta.prompt_len) + " is outside 0..n_tokens (" +
                    std::to_string(meta.n_tokens) + ")");
+  if (h5::has_attr(group, "question_len")) {
+    meta.question_len = integer("question_len");
+    if (meta.question_len < 0 || meta.question_len > meta.prompt_len)
+      fail(path, "question_len = " + std::to_string(meta.question_len) + " is outside 0..prompt_len (" +
+                     std::to_string(meta.prompt_len) + ")");
+  }
 
   const std::string tokens_path = path + "/tokens", text_path = path + "/token_text";
   H5::DataSet tokens = child_dataset(*this, group, "tokens", tokens_path);

@@ -200,6 +200,29 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(s["retention_mean"].dtype, np.float64)
         self.assertEqual(s["evictions"].dtype, np.int64)
 
+    def test_sweep_protocols_equal_cli(self):
+        # --question and --compress-every: the same columns (the question's after the others)
+        # and numbers as the CLI's CSV; without a question no question column.
+        s = kvsim.sweep(self.trace, "h2o,snapkv", "8,20%", seqs=[0, 1], mode="prefill", question=8,
+                        compress_every=4, threads=2)
+        cli("sweep", TRACE, "--policies", "h2o,snapkv", "--budgets", "8,20%", "--seqs", "0,1", "--mode", "prefill",
+            "--question", "8", "--compress-every", "4", "--threads", "2", "--csv", self.out("protocols.csv"))
+        rows = read_csv(self.out("protocols.csv"))
+        self.assertEqual(list(s)[:len(rows[0])], list(rows[0].keys()))
+        self.assertEqual(list(rows[0].keys())[-4:], ["question_retention_mean", "question_retention_min",
+                                                     "answer_retention_mean", "answer_retention_min"])
+        for i, row in enumerate(rows):
+            for column, text in row.items():
+                value = s[column][i]
+                if not isinstance(value, str):
+                    self.assertTrue(same_number(text, value), (i, column, text, value))
+        plain = kvsim.sweep(self.trace, "h2o", "8", seqs=[0], mode="prefill")
+        self.assertNotIn("question_retention_mean", plain)
+        r = kvsim.replay(self.trace, "tova", "8", seqs=[0], mode="prefill", question=8)
+        self.assertIn("answer_retention_mean", r)
+        self.assert_cli_message("sweep", [TRACE, "--policies", "h2o", "--budgets", "8", "--question", "8"],
+                                lambda: kvsim.sweep(self.trace, "h2o", "8", question=8))
+
     def test_sweep_quant_adds_rows(self):
         s = kvsim.sweep(TRACE, "h2o", ["20%"], seqs=[0], layers=[0], quant="flexgen4")
         self.assertEqual(s["quant"], ["none", "flexgen4"])
@@ -221,6 +244,22 @@ class ModuleTest(unittest.TestCase):
         self.assertLess(time.monotonic() - start, 10)
 
     # ---- rows given as arrays ----
+
+    def test_replay_rows_with_a_question(self):
+        # tests/sim/test_protocols.cpp's hand-worked case: trace C, prompt 6 with a 2-token
+        # question, TOVA at B=2: the context compressed to {0, 2} at t3, nothing evicted after.
+        c = [[1.0], [0.5, 0.5], [0.3, 0.2, 0.5], [0.3, 0.1, 0.4, 0.2], [0.24, 0.05, 0.36, 0.05, 0.3],
+             [0.2, 0.05, 0.3, 0.05, 0.1, 0.3], [0.15, 0.05, 0.25, 0.05, 0.05, 0.35, 0.1],
+             [0.12, 0.02, 0.25, 0.03, 0.05, 0.3, 0.08, 0.15]]
+        rows = np.zeros((1, 8, 8), dtype=np.float32)
+        for t, row in enumerate(c):
+            rows[0, t, :t + 1] = row
+        r = kvsim.replay_rows(rows, "tova", 2, mode="prefill", prompt_len=6, question=2)
+        np.testing.assert_allclose(r["retention"][0], [0.9, 0.9, 0.9, 0.95], atol=2e-6)
+        self.assertEqual(r["groups"][0]["question_steps"], 2)
+        self.assertEqual(list(r["groups"][0]["eviction_step"]), [-1, 3, -1, 3, -1, -1, -1, -1])
+        with self.assertRaises(kvsim.InputError):
+            kvsim.replay_rows(rows, "tova", 2, question=2)  # stream mode
 
     def test_replay_rows_equals_trace_replay(self):
         seq, layer = 2, 3

@@ -321,12 +321,21 @@ TEST(EngineBudget, SharedBudgetsEqualSeparateRuns) {
   auto choices = budgeted_policies(3);
   choices.push_back({"full", {}});  // ignores the budget: one simulation serves all
   choices.push_back({"scissorhands-official", {}});
+  // The protocols too (a question, compression every N steps): followers take over only at
+  // a step that evicts.
+  const std::vector<std::pair<kvsim::Mode, kvsim::Protocol>> protocols = {{kvsim::Mode::stream, {}},
+                                                                          {kvsim::Mode::prefill, {}},
+                                                                          {kvsim::Mode::prefill, {3, 0}},
+                                                                          {kvsim::Mode::stream, {0, 4}},
+                                                                          {kvsim::Mode::prefill, {3, 5}}};
   for (const auto& choice : choices) {
-    for (auto mode : {kvsim::Mode::stream, kvsim::Mode::prefill}) {
-      SCOPED_TRACE(choice.policy + (mode == kvsim::Mode::prefill ? " prefill" : " stream"));
+    for (const auto& [mode, protocol] : protocols) {
+      SCOPED_TRACE(choice.policy + (mode == kvsim::Mode::prefill ? " prefill" : " stream") + " question " +
+                   std::to_string(protocol.question) + " every " + std::to_string(protocol.compress_every));
       kvsim::EngineOptions options;
       options.mode = mode;
       options.prompt_len = mode == kvsim::Mode::prefill ? 6 : 0;
+      options.protocol = protocol;
       options.output_error = true;
       const kvsim::PolicyChoice policy = kvsim::choose_policy(choice.policy, choice.params);
       kvtrace::PackedAttentionSource together_source(n, hand::pack(heads));

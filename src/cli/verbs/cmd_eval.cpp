@@ -89,6 +89,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   std::string policies = "scissorhands,h2o,tova,streaming,recent", budgets = "20%,30%,50%";
   std::vector<std::string> params;
   int tokens = 0, threads = 0;
+  int64_t compress_every = 0;
   po::options_description options("eval options");
   options.add_options()("model", po::value(&model_path),
                         "llama2.c checkpoint (default: stories15M.bin in $KVSIM_MODEL_DIR or ~/.cache/kvsim/models)")(
@@ -107,7 +108,10 @@ int cmd_eval(const std::vector<std::string>& args) {
       "--trace: evaluate the first N tokens of each sequence (0: all); --text: tokens per sequence (0: the model's "
       "seq_len)")("aggregate", po::value(&aggregate)->default_value(aggregate),
                   "how a group's heads combine into the observed row: mean, max or sum")(
-      "threads", po::value(&threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
+      "compress-every", po::value(&compress_every),
+      "decode-time compression: the cache grows to B + N and is compressed back to B every N steps (closed loop "
+      "and replay)")("threads", po::value(&threads)->default_value(0),
+                     "worker threads (0: all cores); results do not depend on it")(
       "csv", po::value(&csv), "write one row per (policy, budget) as CSV")(
       "json", po::value(&json), "write results, per-sequence values and correlations as JSON")(
       "plot", po::value(&plot), "write perplexity increase vs budget as PNG or SVG, one line per policy")(
@@ -128,6 +132,8 @@ int cmd_eval(const std::vector<std::string>& args) {
   for (const PolicyChoice& policy : config.policies) check_closed_loop_policy(*policy.info);
   config.budgets = parse_budgets(budgets);
   config.aggregate = parse_aggregate(aggregate);
+  if (vm.count("compress-every") && compress_every < 1) bad_option("compress-every", "must be at least 1");
+  config.compress_every = compress_every;
   config.threads = threads;
   const std::vector<int> chosen = parse_indices("seqs", seqs);
   check_plot_path("plot", plot);

@@ -116,9 +116,12 @@ def _budget(value) -> str:
     raise InputError(f"--budget: {value!r} is not a token count (64) or a share ('20%')")
 
 
-def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads):
+def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
+                    question=None, compress_every=None):
     o = _native._ReplayOptions()
     o.mode = str(mode)
+    o.question = "" if question is None else str(question)
+    o.compress_every = "" if compress_every is None else str(compress_every)
     o.aggregate = str(aggregate)
     o.rows = str(rows)
     if output_error is True:
@@ -241,7 +244,7 @@ def bundled_trace() -> str:
 
 def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto", seqs=None, layers=None,
            output_error="auto", quant=None, layer_budget="uniform", threads=0, records=None, params=None,
-           as_frame=None, **policy_params):
+           as_frame=None, question=None, compress_every=None, **policy_params):
     """Replay one policy at one budget over a trace (kvsim replay).
 
     trace: a kvsim.Trace or a path. budget: tokens (64) or a share of each sequence ('20%').
@@ -249,7 +252,10 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     Options as the CLI's: mode 'stream'|'prefill', aggregate 'mean'|'max'|'sum',
     rows 'auto'|'attn'|'qk', seqs/layers (lists of indices), output_error 'auto'|'on'|'off',
     quant (one spec: 'flexgen4', 'kivi2', 'int8', ...), layer_budget ('uniform', 'persistence'
-    or one weight per layer), threads (0: all cores; results do not depend on it).
+    or one weight per layer), threads (0: all cores; results do not depend on it), question
+    (mode 'prefill': the prompt's last N tokens, or 'auto'; the summary then has
+    question_retention_* and answer_retention_*), compress_every (decode-time compression every
+    N steps); docs/semantics.md, section 2.
 
     With pandas (and as_frame not False): a DataFrame, the table `kvsim replay --csv` writes
     (REPLAY_COLUMNS: one row per layer, then the row whose layer is "all").
@@ -264,7 +270,8 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     pandas = _pandas(as_frame)
     if pandas is not None and records:
         raise InputError("records=True: the per-step records come in the dict that as_frame=False returns")
-    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads)
+    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
+                              question, compress_every)
     out = _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
                           pandas is None and records is not False)
     if pandas is None:
@@ -284,7 +291,7 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
 
 def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean", rows="auto", seqs=None,
           layers=None, output_error="auto", quant=None, layer_budget="uniform", threads=0, params=None,
-          as_frame=None, **policy_params):
+          as_frame=None, question=None, compress_every=None, **policy_params):
     """The policies x budgets grid (kvsim sweep): with pandas a DataFrame with the columns of
     `kvsim sweep --csv` (SWEEP_COLUMNS) in its order, one row per line, NaN where the CSV is
     empty. With as_frame=False a dict of those columns (strings as lists, numbers as numpy
@@ -293,19 +300,22 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     policies, budgets: lists or comma-separated strings (defaults as the CLI's). Parameters:
     key=value goes to every chosen policy that takes it; params={'scissorhands.w': 200} to one.
     quant: specs added to the unquantized grid (a 'quant' column tells them apart).
+    question, compress_every: as replay()'s; with a question the question_retention_* and
+    answer_retention_* columns follow the others.
     """
     names = _comma_list(policies if policies is not None else DEFAULT_SWEEP_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
     pandas = _pandas(as_frame)
-    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads)
+    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
+                              question, compress_every)
     out = _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
     if pandas is None:
         return out
-    return pandas.DataFrame({name: out[name] for name in SWEEP_COLUMNS})
+    return pandas.DataFrame({name: values for name, values in out.items() if name != "label"})
 
 
 def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", prompt_len=0, aggregate="mean",
-                values=None, origin=(0, 0, 0), params=None, **policy_params) -> dict:
+                values=None, origin=(0, 0, 0), params=None, question=0, compress_every=0, **policy_params) -> dict:
     """Replay one policy on attention rows you computed yourself, no trace file.
 
     attention: the rows of one layer, float (converted to float32; read in place when it is
@@ -316,7 +326,9 @@ def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", pr
     grouped as a trace's (head h uses kv head h // (n_heads // n_kv_heads)); default n_heads.
     values: optional float [n_kv_heads, n, head_dim] for the output error. budget: tokens or '20%'.
     mode 'prefill' needs prompt_len. origin: (sequence, layer, first kv head) the rows come from,
-    so seeded policies (random) draw what replay() draws for those cache groups.
+    so seeded policies (random) draw what replay() draws for those cache groups. question (with
+    mode 'prefill': the prompt's last N rows are the question) and compress_every (0: the
+    mode's rule) as replay()'s; each group then says its question_steps.
 
     Returns retention (and output_error) float32 [n_heads, steps] in the array's head order,
     their summary (retention_mean, retention_p5, retention_min, ...), and 'groups': one dict
@@ -325,7 +337,8 @@ def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", pr
     if n_kv_heads is None:
         n_kv_heads = 0  # the number of heads
     return _native._replay_rows(attention, str(policy), _budget(budget), int(n_kv_heads),
-                                _params(params, policy_params), str(mode), int(prompt_len), str(aggregate), values,
+                                _params(params, policy_params), str(mode), int(prompt_len), int(question),
+                                int(compress_every), str(aggregate), values,
                                 [int(v) for v in origin])
 
 

@@ -81,6 +81,7 @@ struct LayerForm {
 struct SequenceMeta {
   int64_t n_tokens = 0;
   int64_t prompt_len = 0;
+  int64_t question_len = -1;  // optional attribute: the prompt's last question_len tokens are a question; -1: none
   bool has_token_text = false;
   std::vector<LayerForm> layers;
 };

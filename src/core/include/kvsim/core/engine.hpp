@@ -77,12 +77,27 @@ struct StepBlock {
   const float* retention = nullptr;     // [head * stride + i], i < count
   const float* output_error = nullptr;  // likewise; null without output error
   const int32_t* occupancy = nullptr;   // [i]
+  int64_t question_steps = 0;           // SimulationResult::question_steps
 };
 using StepSink = std::function<void(const StepBlock&)>;
+
+// When the cache is compressed, beyond what the mode says (docs/semantics.md, section 2;
+// src/core/schedule.hpp makes the rule). Zeros: the mode's own rule.
+struct Protocol {
+  // Prefill mode with a question (kvpress's pipeline): the prompt's last `question` tokens are
+  // the question. The context before it is compressed to B at its last step; the question's
+  // tokens, then the answer's, join the cache and are kept (unless compress_every says).
+  int64_t question = 0;
+  // Decode-time compression (kvpress's DecodingPress): at every N-th decode step the cache,
+  // grown to B + N, is compressed back to B; no eviction in between. 0: every step without a
+  // question (the mode's rule), never with one.
+  int64_t compress_every = 0;
+};
 
 struct EngineOptions {
   Mode mode = Mode::stream;
   int64_t prompt_len = 0;  // prefill mode: steps [0, prompt_len) are the prompt
+  Protocol protocol;
   Aggregate aggregate = Aggregate::mean;
   bool output_error = false;  // needs values in every group
   // Groups of 4k heads read four heads per load from interleaved rows (src/core/step_rows.hpp).
@@ -95,12 +110,13 @@ struct EngineOptions {
 };
 
 // What one simulation did on its group. Steps are the recorded ones: all steps in stream
-// mode, the decode steps (prompt_len .. n-1) in prefill mode. With EngineOptions::sink the
-// per-step vectors are empty.
+// mode, the decode steps (prompt_len .. n-1) in prefill mode, the question's and the
+// answer's with a question. With EngineOptions::sink the per-step vectors are empty.
 struct SimulationResult {
   int n_heads = 0;
   int64_t first_step = 0;
   int64_t n_steps = 0;
+  int64_t question_steps = 0;          // with a question: recorded steps [0, question_steps) are its rows
   std::vector<float> retention;        // [head][step]
   std::vector<float> output_error;     // [head][step]; empty without values
   std::vector<int32_t> occupancy;      // [step]: positions attended at the step

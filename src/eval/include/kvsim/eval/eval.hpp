@@ -50,9 +50,10 @@ namespace kvsim {
 
 struct ClosedLoopOptions {
   Aggregate aggregate = Aggregate::mean;
-  int sequence = 0;          // seeds of seeded policies, as replay_trace's (sequence, layer, group)
-  bool keep_logits = false;  // ClosedLoopRun::logits
-  bool record_rows = false;  // ClosedLoopRun::rows
+  int64_t compress_every = 0;  // Protocol::compress_every (stream semantics: no question)
+  int sequence = 0;            // seeds of seeded policies, as replay_trace's (sequence, layer, group)
+  bool keep_logits = false;    // ClosedLoopRun::logits
+  bool record_rows = false;    // ClosedLoopRun::rows
   // With record_rows and a policy that needs full rows: record those instead (each head's
   // softmax over every position, evicted ones included), which replay derives the rest from.
   bool record_full_rows = false;
@@ -100,7 +101,8 @@ struct EvalConfig {
   std::vector<PolicyChoice> policies;
   std::vector<Budget> budgets;  // resolved against each sequence's length, as replay does
   Aggregate aggregate = Aggregate::mean;
-  int threads = 0;  // 0: all cores; results do not depend on it
+  int64_t compress_every = 0;  // decode-time compression every N steps (0: every step), both runs
+  int threads = 0;             // 0: all cores; results do not depend on it
 };
 
 struct EvalCell {

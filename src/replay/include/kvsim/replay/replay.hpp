@@ -58,6 +58,8 @@ struct ReplayConfig {
   std::vector<QuantSpec> quant;  // KV quantization specs (empty: none); each multiplies the grid
   LayerSchedule schedule;
   Mode mode = Mode::stream;
+  Protocol protocol;           // --question, --compress-every
+  bool question_auto = false;  // --question auto: each sequence's question_len attribute
   Aggregate aggregate = Aggregate::mean;
   kvtrace::RowsFrom rows = kvtrace::RowsFrom::automatic;
   std::vector<int> sequences;                                 // empty: all
@@ -81,6 +83,7 @@ struct GroupRecord {
 struct LayerSummary {
   int layer = 0;
   Summary retention, output_error;
+  Summary question_retention, answer_retention;  // as CellResult's
   double occupancy_mean = 0;
 };
 
@@ -94,6 +97,9 @@ struct CellResult {
   double budget_tokens_mean = 0;  // resolved B, averaged over (sequence, layer)
   double budget_share_mean = 0;   // B / n_tokens, averaged likewise
   Summary retention, output_error;
+  // With a question (Protocol::question): retention over its rows and over the answer's
+  // (mean, min, max; no percentiles).
+  Summary question_retention, answer_retention;
   double occupancy_mean = 0;  // positions attended per step, over every group and step
   int64_t occupancy_peak = 0;
   int64_t evictions = 0;
@@ -106,6 +112,9 @@ struct ReplayResults {
   std::vector<CellResult> cells;  // cells[(p * quants + q) * budgets + b]
   bool output_error = false;
   Mode mode = Mode::stream;
+  Protocol protocol;      // as configured (question 0 with question_auto)
+  bool question = false;  // the cells report question_retention and answer_retention
+  bool question_auto = false;
   int64_t sequences = 0, layers = 0, heads = 0;
 };
 
@@ -129,6 +138,10 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
                                      const std::vector<std::vector<float>>& values = {}, int head_dim = 0,
                                      const RowsOrigin& origin = {});
 
+// The protocol sequence `seq` is replayed under (the trace's question_len with
+// question_auto); refuses, naming the sequence, a question the prompt cannot hold.
+Protocol sequence_protocol(const kvtrace::TraceReader& reader, const ReplayConfig& config, int seq);
+
 const char* mode_name(Mode mode);
 Mode parse_mode(const std::string& text);
 Aggregate parse_aggregate(const std::string& text);
@@ -140,6 +153,8 @@ OutputErrorMode parse_output_error(const std::string& text);
 // give them: the one mapping onto a ReplayConfig. (replay_options.cpp)
 struct ReplayRequest {
   std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto";
+  std::string question;                // "", a token count, or "auto" (the trace's question_len)
+  std::string compress_every;          // "", or a step count
   std::string quant;                   // KV quantization specs, comma-separated ("": none)
   std::vector<int> sequences, layers;  // empty: all
   int threads = 0;                     // 0: one per core

@@ -24,6 +24,8 @@ std::string wrap_text(const std::string& text, size_t width = 100, size_t hang =
 std::string sweep_table(const ReplayResults& results);
 // One cell in detail: per layer and overall mean/p5/min retention, output error, occupancy.
 std::string replay_table(const CellResult& cell, bool output_error);
+// ", question 32, compress every 16": the protocol beyond the mode ("" when none).
+std::string protocol_text(const ReplayResults& results);
 
 // The sweep CSV (one row per policy, budget and quant): kvsim/replay/sweep_table.hpp.
 // Per layer rows plus an "all" row for each cell.

@@ -3,6 +3,7 @@
 // columns sweep_columns() lists, in the order the sweep CSV has them. The CSV writer and its
 // reader (the planner's --sweep, sweep --resume), Python's sweep() and plan(sweep=...) all
 // take the column names and values from this one list.
+#include <cmath>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -18,6 +19,10 @@ struct SweepRow {
   double output_error_mean = 0, output_error_p95 = 0, output_error_max = 0;  // NaN without values
   double occupancy_mean = 0;
   int64_t occupancy_peak = 0, evictions = 0, samples = 0;
+  // With a question (written only then, after the others): retention over its rows, and
+  // over the answer's. NaN when absent.
+  double question_retention_mean = NAN, question_retention_min = NAN;
+  double answer_retention_mean = NAN, answer_retention_min = NAN;
 };
 
 // One column: its name and the member holding it (one of the three is set).
@@ -26,6 +31,7 @@ struct SweepColumn {
   std::string SweepRow::*text = nullptr;
   double SweepRow::*real = nullptr;
   int64_t SweepRow::*integer = nullptr;
+  bool question = false;  // written only by a sweep with a question (ReplayResults::question)
 };
 const std::vector<SweepColumn>& sweep_columns();
 const SweepColumn* find_sweep_column(const std::string& name);  // null when there is none
@@ -37,8 +43,9 @@ CellResult cell_of_sweep_row(const SweepRow& row);
 
 // The sweep CSV: a header of the column names, then one line per row (RFC 4180 quoting,
 // numbers as %.10g, NaN as an empty field).
-std::string sweep_csv_header();
-std::string sweep_csv_line(const SweepRow& row);
+// `question`: with the question's columns.
+std::string sweep_csv_header(bool question = false);
+std::string sweep_csv_line(const SweepRow& row, bool question = false);
 std::string sweep_csv(const ReplayResults& results);
 
 // A sweep CSV read back: columns are found by name, in any order; those it lacks are left at
