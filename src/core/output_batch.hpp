@@ -160,15 +160,13 @@ inline void relative_errors(const double* const* full, double* const* sums, cons
 }
 
 // The steps of one simulation whose output error waits for the batch's product: at most a
-// row block of steps (their rows and o_t are kept for the block), that sum the same kind of
-// positions (the cache, or the evicted ones), whose union is at most an eighth (plus 16)
-// longer than the first step's: the positions a step does not hold cost as much as the
-// others. A step's weights are read from its rows when the batch is summed, so a pending
-// batch holds no copy of them (a group's tens of simulations each have one pending).
+// row block of steps (their o_t are kept for the block), that sum the same kind of positions
+// (the cache, or the evicted ones), whose union is at most an eighth (plus 16) longer than
+// the first step's: the positions a step does not hold cost as much as the others. Each
+// step's weights are gathered when it is added, from its rows while they are in cache.
 class OutputBatch {
  public:
-  // What a batch may span, in weights (4 heads x positions per step): 4 MiB of floats.
-  static constexpr size_t kMaxWeights = size_t{1} << 20;
+  static constexpr size_t kMaxWeights = size_t{1} << 20;  // floats: 4 MiB a batch (the layer-wide group's 32 heads)
 
   bool empty() const { return steps_.empty(); }
   bool complement() const { return complement_; }
@@ -192,16 +190,19 @@ class OutputBatch {
   }
 
   // Step t: the cache (ascending), the positions evicted so far in the order they went,
-  // each head's mass; with a run (run_begin <= t), each head's sum over it (d doubles each),
-  // and the batch sums the cache below it.
+  // which positions are cached, the interleaved rows of each run of 4 heads sharing values
+  // (StepRows::quad_rows), each head's mass; with a run (run_begin <= t), each head's sum over
+  // it (d doubles each), and the batch sums the cache below it.
   void add(int64_t t, bool complement, int64_t run_begin, std::span<const int32_t> cache,
-           std::span<const int32_t> evicted, std::span<const double> mass, std::span<const double> run_sums) {
+           std::span<const int32_t> evicted, std::span<const uint8_t> in_cache, std::span<const float* const> quads,
+           std::span<const double> mass, std::span<const double> run_sums) {
     if (steps_.empty()) {
       complement_ = complement;
       run_ = run_begin <= t;
       if (!complement) cache_.assign(cache.begin(), cache.end());
       mass_.clear();
       run_sums_.clear();
+      acquire(weights_);
       used_ = 0;
     }
     const int64_t first_t = steps_.empty() ? t : steps_.front().t;
@@ -209,39 +210,46 @@ class OutputBatch {
                           : run_     ? head_length(run_begin)
                                      : cache_.size() + static_cast<size_t>(t - first_t);
     run_sums_.insert(run_sums_.end(), run_sums.begin(), run_sums.end());
-    steps_.push_back({t, evicted.size(), length});
+    const size_t offset = used_;
+    steps_.push_back({t, evicted.size(), offset, length});
     mass_.insert(mass_.end(), mass.begin(), mass.end());
-    used_ += mass.size() * length;
+    used_ += quads.size() * 4 * length;
+    if (weights_.size() < used_) weights_.resize(std::max(used_, 2 * weights_.size()));  // no fill at every step
+    for (size_t q = 0; q < quads.size(); ++q) {
+      float* w = weights_.data() + offset + q * 4 * length;
+      if (complement) {
+        for (size_t j = 0; j < length; ++j) std::copy_n(quads[q] + 4 * static_cast<size_t>(evicted[j]), 4, w + 4 * j);
+        continue;
+      }
+      for (size_t j = 0; j < length; ++j) {
+        const auto p =
+            j < cache_.size() ? static_cast<size_t>(cache_[j]) : static_cast<size_t>(first_t) + 1 + j - cache_.size();
+        if (in_cache[p])
+          std::copy_n(quads[q] + 4 * p, 4, w + 4 * j);
+        else
+          std::fill_n(w + 4 * j, 4, 0.0f);
+      }
+    }
   }
 
   // For each step t and run of 4 heads from k: record(t, k, sums, mass), sums[h] = head k +
   // h's sum of a_t[i] v_i over the step's positions (d doubles), mass = the 4 heads' masses
   // given to add. `evicted`: the simulation's evicted positions (it only grows); values[k]:
-  // head k's values, runs of 4 heads sharing them; row(k, t): head k's row at step t (the
-  // rows of the batch's block). Empties the batch.
-  template <typename Row, typename Record>
-  void flush(std::span<const int32_t> evicted, std::span<const float* const> values, size_t d, Row&& row,
-             Record&& record) {
+  // head k's values, runs of 4 heads sharing them. Empties the batch.
+  template <typename Record>
+  void flush(std::span<const int32_t> evicted, std::span<const float* const> values, size_t d, Record&& record) {
     if (steps_.empty()) return;
     const size_t heads = values.size(), count = steps_.size();
     Scratch& s = scratch();
-    // The union, in the order the steps sum it: each step's positions are a prefix of it.
-    // Summing the cache, a position weighs 0 at the steps after it was evicted: gone[j] is
-    // the index in `evicted` of position j of the union (or more than any), and a step
-    // holds it while fewer positions than that were evicted before the step.
-    constexpr size_t kNever = ~size_t{0};
+    // The union, in the order the steps sum it: each step's positions are a prefix of it,
+    // with 0 weights at the cached positions evicted before the step.
     if (complement_) {
       s.positions.assign(evicted.begin(), evicted.begin() + static_cast<std::ptrdiff_t>(steps_.back().length));
     } else {
       s.positions = cache_;
       for (int64_t p = steps_.front().t + 1; p <= steps_.back().t; ++p) s.positions.push_back(static_cast<int32_t>(p));
-      if (run_) s.positions.resize(steps_.back().length);
-      s.gone.assign(s.positions.size(), kNever);
-      for (size_t e = steps_.front().evicted; e < steps_.back().evicted; ++e) {
-        const auto at = std::lower_bound(s.positions.begin(), s.positions.end(), evicted[e]);
-        if (at != s.positions.end() && *at == evicted[e]) s.gone[static_cast<size_t>(at - s.positions.begin())] = e;
-      }
     }
+    if (run_) s.positions.resize(steps_.back().length);
     s.out.assign(count * heads * d, 0.0);
     s.weights.resize(count * 4 * kBatchTile);
     s.weight_rows.resize(count);
@@ -253,20 +261,16 @@ class OutputBatch {
       }
       for (size_t begin = 0; begin < s.positions.size(); begin += kBatchTile) {
         const size_t n = std::min(kBatchTile, s.positions.size() - begin);
-        const int32_t* positions = s.positions.data() + begin;
         for (size_t i = 0; i < count; ++i) {
           const Step& step = steps_[i];
           const size_t held = std::min(n, step.length > begin ? step.length - begin : 0);
-          const float* rows[4] = {row(k, step.t), row(k + 1, step.t), row(k + 2, step.t), row(k + 3, step.t)};
+          const float* from = weights_.data() + step.offset + (k / 4 * step.length + begin) * 4;
           double* w = s.weights.data() + i * 4 * kBatchTile;
-          for (size_t j = 0; j < held; ++j) {
-            const auto p = static_cast<size_t>(positions[j]);
-            const bool holds = complement_ || s.gone[begin + j] >= step.evicted;
-            for (size_t h = 0; h < 4; ++h) w[4 * j + h] = holds ? static_cast<double>(rows[h][p]) : 0.0;
-          }
+          for (size_t j = 0; j < held; ++j) _mm256_storeu_pd(w + 4 * j, _mm256_cvtps_pd(_mm_loadu_ps(from + 4 * j)));
           std::fill(w + 4 * held, w + 4 * n, 0.0);
         }
-        batched_value_sums(s.weight_rows, std::span<const int32_t>(positions, n), values[k], d, s.out_rows, s.packed);
+        batched_value_sums(s.weight_rows, std::span<const int32_t>(s.positions.data() + begin, n), values[k], d,
+                           s.out_rows, s.packed);
       }
     }
     if (run_)
@@ -278,24 +282,36 @@ class OutputBatch {
         record(steps_[i].t, k, sums, mass_.data() + i * heads + k);
       }
     steps_.clear();
+    release(weights_);
   }
 
  private:
   struct Step {
     int64_t t;
     size_t evicted;  // positions evicted before the step
+    size_t offset;   // of its weights: [run][j][4 heads], j < length
     size_t length;   // the prefix of the union it holds
   };
   struct Scratch {  // per thread: only a flush needs them
     std::vector<int32_t> positions;
-    std::vector<size_t> gone;
     std::vector<double> weights, out, packed;
     std::vector<const double*> weight_rows;
     std::vector<double*> out_rows;
+    std::vector<std::vector<float>> pool;  // the weights of batches not pending, for reuse
   };
   static Scratch& scratch() {
     thread_local Scratch s;
     return s;
+  }
+  static void acquire(std::vector<float>& weights) {
+    auto& pool = scratch().pool;
+    if (pool.empty()) return;
+    weights = std::move(pool.back());
+    pool.pop_back();
+  }
+  static void release(std::vector<float>& weights) {
+    scratch().pool.push_back(std::move(weights));
+    weights = {};
   }
   std::vector<Step> steps_;
   bool complement_ = false;
@@ -303,7 +319,8 @@ class OutputBatch {
   std::vector<double> run_sums_;  // [step][head][channel]
   std::vector<int32_t> cache_;    // at the first step (cached sums)
   std::vector<double> mass_;      // [step][head]
-  size_t used_ = 0;               // weights the steps span (kMaxWeights)
+  std::vector<float> weights_;    // the steps' weights over the union: 4 heads per position
+  size_t used_ = 0;               // of weights_
 };
 #endif
 

@@ -178,7 +178,9 @@ class Simulation {
             model.range_outputs(spec_.group, run_begin, t + 1, run_out_.data());
           }
           if (!batch_.fits(t, complement, run_begin, evicted_.size(), heads)) flush_batch(rows);
-          batch_.add(t, complement, run_begin, cache_, evicted_, mass_,
+          batch_quads_.resize(heads / 4);
+          for (size_t q = 0; q < heads / 4; ++q) batch_quads_[q] = model.quad_rows(spec_.group, q);
+          batch_.add(t, complement, run_begin, cache_, evicted_, in_cache_, batch_quads_, mass_,
                      run ? std::span<const double>(run_partials_) : std::span<const double>());
           deferred = true;
         } else {
@@ -380,8 +382,7 @@ class Simulation {
   // The output errors of the steps batch_ holds (output_batch.hpp).
   void flush_batch(const StepRows& rows) {
     const auto d = static_cast<size_t>(group_.head_dim);
-    const auto row = [&](size_t k, int64_t t) { return rows.row(group_.heads[k], t); };
-    batch_.flush(evicted_, group_.values, d, row, [&](int64_t t, size_t k, double* const* sums, const double* mass) {
+    batch_.flush(evicted_, group_.values, d, [&](int64_t t, size_t k, double* const* sums, const double* mass) {
       const double* full[4];
       for (size_t h = 0; h < 4; ++h) full[h] = rows.full_output(group_index(), k + h, t);
       float errors[4];
@@ -562,6 +563,7 @@ class Simulation {
   std::vector<double> shared_weights_;
   bool batched_ = false;  // output error's sums a block of steps at a time: AVX2, kv heads of 4
   OutputBatch batch_;
+  std::vector<const float*> batch_quads_;
 };
 
 }  // namespace kvsim
