@@ -48,7 +48,8 @@ const std::vector<std::vector<float>>& packed_rows(int64_t n) {
         q[static_cast<size_t>(t) * kHeadDim + c] = normal(rng) + 1.5f * direction[static_cast<size_t>(c)];
   kvtrace::SoftmaxOptions options;
   options.scale = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
-  kvtrace::QKAttentionSource source(n, kHeadDim, queries, {keys}, std::vector<int>(kHeads, 0), options);
+  kvtrace::QKAttentionSource source(n, kHeadDim, {queries.begin(), queries.end()}, {keys}, std::vector<int>(kHeads, 0),
+                                    options);
   std::vector<std::vector<float>> packed(kHeads, std::vector<float>(static_cast<size_t>(n * (n + 1) / 2)));
   kvtrace::RowBlock block;
   for (int64_t first = 0; first < n; first += kvtrace::kRowBlockSize) {

@@ -166,7 +166,12 @@ inline void relative_errors(const double* const* full, double* const* sums, cons
 // step's weights are gathered when it is added, from its rows while they are in cache.
 class OutputBatch {
  public:
-  static constexpr size_t kMaxWeights = size_t{1} << 20;  // floats: 4 MiB a batch (the layer-wide group's 32 heads)
+  // The weights a batch may hold, in floats: 2 MiB for a kv head's 4 query heads, 4 MiB for 8
+  // or more (the layer-wide group). A group's simulations each hold one pending batch, so
+  // this bounds their memory at any context (~110 MiB for the 6 x 9 grid's 54 simulations of
+  // a kv group); at 4,096 tokens a batch of 64 steps is within it (the shorter of the cache
+  // and the evicted positions is at most 2,048).
+  static constexpr size_t max_weights(size_t heads) { return std::min(size_t{1} << 20, heads * (size_t{1} << 17)); }
 
   bool empty() const { return steps_.empty(); }
   bool complement() const { return complement_; }
@@ -184,7 +189,7 @@ class OutputBatch {
     const size_t length = complement ? evicted
                           : run      ? head_length(run_begin)
                                      : cache_.size() + static_cast<size_t>(t - first.t);
-    if (used_ + heads * length > kMaxWeights) return false;
+    if (used_ + heads * length > max_weights(heads)) return false;
     if (complement) return evicted - first.evicted <= first.evicted / 8 + 16;
     return length - first.length + (evicted - first.evicted) <= first.length / 8 + 16;
   }
