@@ -57,12 +57,13 @@ bool same_cell(const SweepRow& row, const CellResult& expected) {
 
 // The complete rows found, read as the sweep CSV they are (every column required).
 std::vector<SweepRow> read_rows(const std::string& path, const std::string& header,
-                                const std::vector<std::string>& lines) {
+                                const std::vector<std::string>& lines, bool paged) {
   if (lines.empty()) return {};
   std::string text = header;
   for (const auto& line : lines) text += line;
   std::vector<std::string> all;
-  for (const auto& column : sweep_columns()) all.push_back(column.name);
+  for (const auto& column : sweep_columns())
+    if (written(column, paged)) all.push_back(column.name);
   return read_sweep_csv(text, path, all).rows;
 }
 
@@ -111,6 +112,8 @@ std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& 
   out += "layers: " + indices(config.layers) + "\n";
   out += "mode: " + std::string(mode_name(config.mode)) + "\n";
   out += "aggregate: " + values.aggregate + "\n";
+  if (config.paging.on())  // only then, so the settings of earlier sweeps still match
+    out.append("page: ").append(std::to_string(values.page)).append(" ").append(values.page_score).append("\n");
   out += "rows: " + values.rows + "\n";
   out += "output-error: " + values.output_error + "\n";
   out += "layer-budget: " + values.layer_budget + "\n";
@@ -149,7 +152,8 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   const size_t quants = std::max<size_t>(1, config.quant.size());
   const size_t per_policy = quants * config.budgets.size();
   const size_t total = config.policies.size() * per_policy;
-  const std::string header = sweep_csv_header();
+  const bool paged = config.paging.on();
+  const std::string header = sweep_csv_header(paged);
 
   // What each cell is, to check the rows found: label parts only, no replay.
   std::vector<CellResult> expected(total);
@@ -164,7 +168,7 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   std::vector<std::string> rows = complete_rows(path, header);
   const std::string settings = settings_of(reader, config, values);
   check_settings(path, settings, !rows.empty());
-  std::vector<SweepRow> found = read_rows(path, header, rows);
+  std::vector<SweepRow> found = read_rows(path, header, rows, paged);
   size_t done = 0;
   while (done < found.size() && done < total && same_cell(found[done], expected[done])) ++done;
   if (done < rows.size())
@@ -201,7 +205,8 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
       const ReplayResults results = replay_trace(reader, chunk, progress.callback());
       std::string text;
       for (size_t c = 0; c < results.cells.size(); ++c)
-        if (p * per_policy + c >= done) text += sweep_csv_line(sweep_row(results.cells[c], results.mode));
+        if (p * per_policy + c >= done)
+          text += sweep_csv_line(sweep_row(results.cells[c], results.mode, config.paging.page), paged);
       append(fd, text, path);
       done = (p + 1) * per_policy;
     }
@@ -218,10 +223,11 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
 
   ReplayResults all;
   all.mode = config.mode;
+  all.paging = config.paging;
   all.sequences = config.sequences.empty() ? reader.n_sequences() : static_cast<int64_t>(config.sequences.size());
   all.layers = config.layers.empty() ? reader.meta().n_layers : static_cast<int64_t>(config.layers.size());
   all.heads = reader.meta().n_heads;
-  for (const SweepRow& row : read_rows(path, header, complete_rows(path, header))) {
+  for (const SweepRow& row : read_rows(path, header, complete_rows(path, header), paged)) {
     all.cells.push_back(cell_of_sweep_row(row));
     all.output_error = all.output_error || all.cells.back().output_error.count > 0;
   }

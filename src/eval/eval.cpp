@@ -139,6 +139,7 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
     if (info.make_sequence_state) state = info.make_sequence_state(policy_->params, config_.n_layers, n_);
     EngineOptions engine_options;
     engine_options.aggregate = options_.aggregate;
+    engine_options.paging = options_.paging;
     for (int l = 0; l < config_.n_layers; ++l) {
       LoopLayer& loop = layers_.emplace_back();
       if (info.needs_future)

@@ -82,6 +82,7 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   for (auto& lane : lanes) engine_lanes.push_back(Lane{lane.source.get(), lane.groups, lane.specs, {}});
   EngineOptions options;
   options.aggregate = config.aggregate;
+  options.paging = config.paging;
   options.output_error = true;
   std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
   reference.retention.resize(cells);
@@ -205,6 +206,7 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
         const Reference& reference = references[s];
         ClosedLoopOptions options;
         options.aggregate = config.aggregate;
+        options.paging = config.paging;
         options.sequence = sequence.index;
         if (needs_future) options.future_rows = &reference.rows;
         const int64_t budget = config.budgets[cell % budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));

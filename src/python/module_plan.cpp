@@ -26,9 +26,8 @@ void set_sweep_columns(PlanRequest& request, const py::dict& columns) {
   if (!missing.empty()) {
     std::string list;
     for (const auto& name : missing) list += (list.empty() ? "" : ", ") + name;
-    throw kvtrace::InputError("", "",
-                              "--sweep: the columns " + list +
-                                  " are missing (pass kvsim.sweep()'s result or a sweep CSV file)");
+    throw kvtrace::InputError(
+        "", "", "--sweep: the columns " + list + " are missing (pass kvsim.sweep()'s result or a sweep CSV file)");
   }
   SweepCsv table;
   size_t length = 0;
@@ -36,7 +35,8 @@ void set_sweep_columns(PlanRequest& request, const py::dict& columns) {
   for (const auto& column : sweep_columns()) {
     if (!columns.contains(column.name)) continue;
     const py::sequence values = py::reinterpret_borrow<py::sequence>(columns[column.name]);
-    if (!first && py::len(values) != length) throw kvtrace::InputError("", "", "--sweep: the columns have different lengths");
+    if (!first && py::len(values) != length)
+      throw kvtrace::InputError("", "", "--sweep: the columns have different lengths");
     if (first) table.rows.resize(length = py::len(values));
     first = false;
     table.columns.push_back(column.name);
@@ -86,9 +86,10 @@ void bind_plan(py::module_& m) {
       .def("set_sweep_columns", &set_sweep_columns);
   m.def("_plan", &plan);
   m.def("_plan_text", &plan_table_text);
-  py::tuple names(sweep_columns().size());
-  for (size_t c = 0; c < sweep_columns().size(); ++c) names[c] = sweep_columns()[c].name;
-  m.attr("SWEEP_COLUMNS") = names;
+  py::list names;  // a token-mode sweep's (page mode adds page at the end)
+  for (const auto& column : sweep_columns())
+    if (written(column, false)) names.append(column.name);
+  m.attr("SWEEP_COLUMNS") = py::tuple(names);
 }
 
 }  // namespace kvsim::python

@@ -180,6 +180,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
   options.mode = config.mode;
   options.prompt_len = reader.sequence(item.seq).prompt_len;
   options.aggregate = config.aggregate;
+  options.paging = config.paging;
   options.output_error = output_error;
   item.sums.resize(item.records.size());
   std::vector<std::vector<size_t>> record_of(lanes.size());  // [lane][simulation]
@@ -371,6 +372,7 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   ReplayResults results;
   results.output_error = output_error;
   results.mode = config.mode;
+  results.paging = config.paging;
   results.sequences = static_cast<int64_t>(sequences.size());
   results.layers = static_cast<int64_t>(layers.size());
   results.heads = meta.n_heads;

@@ -88,6 +88,8 @@ void apply_replay_request(const ReplayRequest& request, ReplayConfig& config) {
   if (request.threads < 0) bad_option("threads", "must be >= 0");
   config.threads = request.threads;
   if (!request.quant.empty()) config.quant = parse_quant_list(request.quant);
+  if (request.page < 0) bad_option("page", "must be >= 0 (0: token mode)");
+  config.paging = {request.page, parse_page_score(request.page_score)};
 }
 
 }  // namespace kvsim

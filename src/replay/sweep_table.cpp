@@ -110,6 +110,7 @@ const std::vector<SweepColumn>& sweep_columns() {
       {"occupancy_peak", nullptr, nullptr, &R::occupancy_peak},
       {"evictions", nullptr, nullptr, &R::evictions},
       {"samples", nullptr, nullptr, &R::samples},
+      {"page", nullptr, nullptr, &R::page},  // last: sweep_csv_header leaves it out unless paged
   };
   return columns;
 }
@@ -120,8 +121,9 @@ const SweepColumn* find_sweep_column(const std::string& name) {
   return nullptr;
 }
 
-SweepRow sweep_row(const CellResult& cell, Mode mode) {
+SweepRow sweep_row(const CellResult& cell, Mode mode, int64_t page) {
   SweepRow row;
+  row.page = page;
   row.policy = cell.info ? cell.info->name : cell.policy;
   row.params = cell.params;
   row.budget = cell.budget.text;
@@ -149,12 +151,13 @@ CellResult cell_of_sweep_row(const SweepRow& row) {
   cell.params = row.params;
   cell.budget = Budget::parse(row.budget);
   cell.quant = parse_quant(row.quant);
-  cell.policy =
-      row.policy + (row.params.empty() ? "" : "(" + row.params + ")") + (cell.quant.enabled() ? "+" + cell.quant.name : "");
+  cell.policy = row.policy + (row.params.empty() ? "" : "(" + row.params + ")") +
+                (cell.quant.enabled() ? "+" + cell.quant.name : "");
   cell.bits_per_element = row.bits_per_element;
   cell.budget_tokens_mean = row.budget_tokens_mean;
   cell.budget_share_mean = row.budget_share_mean;
-  cell.retention.mean = row.retention_mean, cell.retention.p5 = row.retention_p5, cell.retention.min = row.retention_min;
+  cell.retention.mean = row.retention_mean, cell.retention.p5 = row.retention_p5,
+  cell.retention.min = row.retention_min;
   cell.retention.count = row.samples;
   cell.output_error.mean = row.output_error_mean, cell.output_error.p95 = row.output_error_p95;
   cell.output_error.max = row.output_error_max;
@@ -165,9 +168,12 @@ CellResult cell_of_sweep_row(const SweepRow& row) {
   return cell;
 }
 
-std::string sweep_csv_header() {
+bool written(const SweepColumn& column, bool paged) { return paged || column.integer != &SweepRow::page; }
+
+std::string sweep_csv_header(bool paged) {
   std::string out;
   for (const auto& column : sweep_columns()) {
+    if (!written(column, paged)) continue;
     if (!out.empty()) out += ',';
     out += column.name;
   }
@@ -175,9 +181,10 @@ std::string sweep_csv_header() {
   return out;
 }
 
-std::string sweep_csv_line(const SweepRow& row) {
+std::string sweep_csv_line(const SweepRow& row, bool paged) {
   std::string out;
   for (const auto& column : sweep_columns()) {
+    if (!written(column, paged)) continue;
     if (!out.empty()) out += ',';
     if (column.text)
       out += csv_field(row.*column.text);
@@ -191,8 +198,10 @@ std::string sweep_csv_line(const SweepRow& row) {
 }
 
 std::string sweep_csv(const ReplayResults& results) {
-  std::string out = sweep_csv_header();
-  for (const auto& cell : results.cells) out += sweep_csv_line(sweep_row(cell, results.mode));
+  const bool paged = results.paging.on();
+  std::string out = sweep_csv_header(paged);
+  for (const auto& cell : results.cells)
+    out += sweep_csv_line(sweep_row(cell, results.mode, results.paging.page), paged);
   return out;
 }
 

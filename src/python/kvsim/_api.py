@@ -116,8 +116,11 @@ def _budget(value) -> str:
     raise InputError(f"--budget: {value!r} is not a token count (64) or a share ('20%')")
 
 
-def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads):
+def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads, page=0,
+                    page_score="mean"):
     o = _native._ReplayOptions()
+    o.page = int(page)
+    o.page_score = str(page_score)
     o.mode = str(mode)
     o.aggregate = str(aggregate)
     o.rows = str(rows)
@@ -240,8 +243,8 @@ def bundled_trace() -> str:
 
 
 def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto", seqs=None, layers=None,
-           output_error="auto", quant=None, layer_budget="uniform", threads=0, records=None, params=None,
-           as_frame=None, **policy_params):
+           output_error="auto", quant=None, layer_budget="uniform", threads=0, page=0, page_score="mean",
+           records=None, params=None, as_frame=None, **policy_params):
     """Replay one policy at one budget over a trace (kvsim replay).
 
     trace: a kvsim.Trace or a path. budget: tokens (64) or a share of each sequence ('20%').
@@ -249,7 +252,9 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     Options as the CLI's: mode 'stream'|'prefill', aggregate 'mean'|'max'|'sum',
     rows 'auto'|'attn'|'qk', seqs/layers (lists of indices), output_error 'auto'|'on'|'off',
     quant (one spec: 'flexgen4', 'kivi2', 'int8', ...), layer_budget ('uniform', 'persistence'
-    or one weight per layer), threads (0: all cores; results do not depend on it).
+    or one weight per layer), threads (0: all cores; results do not depend on it), page (P:
+    evict whole pages of P positions by the policy's scores, 0: single positions) and
+    page_score ('mean'|'max', a page's score from its positions').
 
     With pandas (and as_frame not False): a DataFrame, the table `kvsim replay --csv` writes
     (REPLAY_COLUMNS: one row per layer, then the row whose layer is "all").
@@ -264,7 +269,8 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     pandas = _pandas(as_frame)
     if pandas is not None and records:
         raise InputError("records=True: the per-step records come in the dict that as_frame=False returns")
-    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads)
+    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads, page,
+                              page_score)
     out = _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
                           pandas is None and records is not False)
     if pandas is None:
@@ -283,8 +289,8 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
 
 
 def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean", rows="auto", seqs=None,
-          layers=None, output_error="auto", quant=None, layer_budget="uniform", threads=0, params=None,
-          as_frame=None, **policy_params):
+          layers=None, output_error="auto", quant=None, layer_budget="uniform", threads=0, page=0,
+          page_score="mean", params=None, as_frame=None, **policy_params):
     """The policies x budgets grid (kvsim sweep): with pandas a DataFrame with the columns of
     `kvsim sweep --csv` (SWEEP_COLUMNS) in its order, one row per line, NaN where the CSV is
     empty. With as_frame=False a dict of those columns (strings as lists, numbers as numpy
@@ -293,15 +299,18 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     policies, budgets: lists or comma-separated strings (defaults as the CLI's). Parameters:
     key=value goes to every chosen policy that takes it; params={'scissorhands.w': 200} to one.
     quant: specs added to the unquantized grid (a 'quant' column tells them apart).
+    page, page_score: as replay()'s; with page > 0 the table ends with a 'page' column, as the CSV.
     """
     names = _comma_list(policies if policies is not None else DEFAULT_SWEEP_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
     pandas = _pandas(as_frame)
-    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads)
+    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads, page,
+                              page_score)
     out = _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
     if pandas is None:
         return out
-    return pandas.DataFrame({name: out[name] for name in SWEEP_COLUMNS})
+    columns = SWEEP_COLUMNS + (("page",) if "page" in out else ())
+    return pandas.DataFrame({name: out[name] for name in columns})
 
 
 def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", prompt_len=0, aggregate="mean",

@@ -50,6 +50,7 @@ namespace kvsim {
 
 struct ClosedLoopOptions {
   Aggregate aggregate = Aggregate::mean;
+  Paging paging;             // page mode (--page), as replay's
   int sequence = 0;          // seeds of seeded policies, as replay_trace's (sequence, layer, group)
   bool keep_logits = false;  // ClosedLoopRun::logits
   bool record_rows = false;  // ClosedLoopRun::rows
@@ -100,6 +101,7 @@ struct EvalConfig {
   std::vector<PolicyChoice> policies;
   std::vector<Budget> budgets;  // resolved against each sequence's length, as replay does
   Aggregate aggregate = Aggregate::mean;
+  Paging paging;    // page mode (--page): the closed loop and its replay alike
   int threads = 0;  // 0: all cores; results do not depend on it
 };
 

@@ -59,6 +59,7 @@ struct ReplayConfig {
   LayerSchedule schedule;
   Mode mode = Mode::stream;
   Aggregate aggregate = Aggregate::mean;
+  Paging paging;  // page mode (--page): whole pages by the policies' scores
   kvtrace::RowsFrom rows = kvtrace::RowsFrom::automatic;
   std::vector<int> sequences;                                 // empty: all
   std::vector<int> layers;                                    // empty: all
@@ -106,6 +107,7 @@ struct ReplayResults {
   std::vector<CellResult> cells;  // cells[(p * quants + q) * budgets + b]
   bool output_error = false;
   Mode mode = Mode::stream;
+  Paging paging;
   int64_t sequences = 0, layers = 0, heads = 0;
 };
 
@@ -141,6 +143,8 @@ OutputErrorMode parse_output_error(const std::string& text);
 struct ReplayRequest {
   std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto";
   std::string quant;                   // KV quantization specs, comma-separated ("": none)
+  int64_t page = 0;                    // page size P (0: token mode)
+  std::string page_score = "mean";     // how a page's scores combine: mean or max
   std::vector<int> sequences, layers;  // empty: all
   int threads = 0;                     // 0: one per core
 };

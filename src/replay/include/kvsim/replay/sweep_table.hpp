@@ -18,6 +18,7 @@ struct SweepRow {
   double output_error_mean = 0, output_error_p95 = 0, output_error_max = 0;  // NaN without values
   double occupancy_mean = 0;
   int64_t occupancy_peak = 0, evictions = 0, samples = 0;
+  int64_t page = 0;  // P of page mode (--page), 0 for single positions
 };
 
 // One column: its name and the member holding it (one of the three is set).
@@ -29,16 +30,19 @@ struct SweepColumn {
 };
 const std::vector<SweepColumn>& sweep_columns();
 const SweepColumn* find_sweep_column(const std::string& name);  // null when there is none
+// Whether a sweep's table has the column: all but page, which only a sweep in page mode has.
+bool written(const SweepColumn& column, bool paged);
 
-SweepRow sweep_row(const CellResult& cell, Mode mode);
+SweepRow sweep_row(const CellResult& cell, Mode mode, int64_t page = 0);
 // The cell a sweep row stands for, as far as the row tells (summaries without their p95 and
 // max of retention; no per-layer results or records): what sweep --resume continues from.
 CellResult cell_of_sweep_row(const SweepRow& row);
 
 // The sweep CSV: a header of the column names, then one line per row (RFC 4180 quoting,
-// numbers as %.10g, NaN as an empty field).
-std::string sweep_csv_header();
-std::string sweep_csv_line(const SweepRow& row);
+// numbers as %.10g, NaN as an empty field). The last column, page, is written only for a
+// sweep in page mode (`paged`), so token-mode files keep the columns they always had.
+std::string sweep_csv_header(bool paged = false);
+std::string sweep_csv_line(const SweepRow& row, bool paged = false);
 std::string sweep_csv(const ReplayResults& results);
 
 // A sweep CSV read back: columns are found by name, in any order; those it lacks are left at
