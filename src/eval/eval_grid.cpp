@@ -231,6 +231,7 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
 
   EvalResults results;
   results.sequences = static_cast<int64_t>(n_seqs);
+  results.paging = config.paging;
   results.policies = config.policies.size();
   results.budgets = budgets;
   double full_nll = 0;

@@ -141,6 +141,7 @@ struct EvalResults {
   std::vector<EvalCell> cells;  // cells[policy * budgets + budget]
   size_t policies = 0, budgets = 0;
   std::vector<ProxyCorrelation> correlations;  // all pairs, then per budget, then per sequence
+  Paging paging;
 };
 
 // progress(done, total) counts runs (full-cache and closed-loop).
