@@ -60,8 +60,10 @@ class Simulation {
     policy_->reset(context);
     if (options.paging.on() && !policy_->scores(-1, {}, scores_))
       throw kvtrace::InputError("", "",
-                                "policy " + spec.policy->name + " does not rank positions by a score, so --page (" +
-                                    "whole pages by their scores) cannot run it");
+                                std::string("policy ")
+                                    .append(spec.policy->name)
+                                    .append(" does not rank positions by a score, so --page (whole pages by their "
+                                            "scores) cannot run it"));
     prefill_end_ = options.mode == Mode::prefill ? std::min(options.prompt_len, n_tokens) : 0;
     result_.n_heads = context.n_heads;
     result_.first_step = prefill_end_;

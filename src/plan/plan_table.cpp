@@ -172,8 +172,9 @@ void check_pages(Plan& plan, const std::string& sweep) {
                                   .append(std::to_string(page))
                                   .append(" tokens: plan it with --block-size ")
                                   .append(std::to_string(page)));
-  plan.notes.push_back("the sweep evicted whole pages of " + std::to_string(page) +
-                       " positions (--page): a page is a block, held whole");
+  plan.notes.push_back(std::string("the sweep evicted whole pages of ")
+                           .append(std::to_string(page))
+                           .append(" positions (--page): a page is a block, held whole"));
 }
 
 }  // namespace
