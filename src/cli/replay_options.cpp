@@ -36,6 +36,10 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "quant", po::value(&v.quant),
       "KV quantization: presets flexgen4 (4-bit, groups of 64), kivi2 (2-bit, keys per channel, residual 128), or "
       "specs like int8, k4v2:g64, k2v2:g32:r128:kc; sweep: a comma list added to the unquantized grid")(
+      "page", po::value(&v.page)->default_value(v.page),
+      "evict whole pages of P consecutive positions (vLLM's blocks: 16) by the policy's scores; 0: single "
+      "positions")("page-score", po::value(&v.page_score)->default_value(v.page_score),
+                   "a page's score: mean or max of its positions' scores (with --page)")(
       "layer-budget", po::value(&v.layer_budget)->default_value(v.layer_budget),
       "per-layer schedule: uniform; persistence (more budget to layers with lower persistence, measured on the "
       "replayed sequences); or one weight per layer (w1,w2,...; normalised to mean 1)")(
@@ -53,6 +57,8 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   request.quant = v.quant;
   request.question = v.question;
   request.compress_every = v.compress_every;
+  request.page = v.page;
+  request.page_score = v.page_score;
   request.sequences = parse_indices("seqs", v.sequences);
   request.layers = parse_indices("layers", v.layers);
   request.threads = v.threads;

@@ -57,13 +57,13 @@ bool same_cell(const SweepRow& row, const CellResult& expected) {
 
 // The complete rows found, read as the sweep CSV they are (every column required).
 std::vector<SweepRow> read_rows(const std::string& path, const std::string& header,
-                                const std::vector<std::string>& lines) {
+                                const std::vector<std::string>& lines, SweepExtras extras) {
   if (lines.empty()) return {};
   std::string text = header;
   for (const auto& line : lines) text += line;
   std::vector<std::string> all;
   for (const auto& column : sweep_columns())
-    if (!column.question) all.push_back(column.name);
+    if (written(column, extras)) all.push_back(column.name);
   return read_sweep_csv(text, path, all).rows;
 }
 
@@ -112,6 +112,8 @@ std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& 
   out += "layers: " + indices(config.layers) + "\n";
   out += "mode: " + std::string(mode_name(config.mode)) + "\n";
   out += "aggregate: " + values.aggregate + "\n";
+  if (config.paging.on())  // only then, so the settings of earlier sweeps still match
+    out.append("page: ").append(std::to_string(values.page)).append(" ").append(values.page_score).append("\n");
   out += "rows: " + values.rows + "\n";
   out += "output-error: " + values.output_error + "\n";
   out += "layer-budget: " + values.layer_budget + "\n";
@@ -154,7 +156,8 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   const size_t per_policy = quants * config.budgets.size();
   const size_t total = config.policies.size() * per_policy;
   const bool question = config.protocol.question > 0 || config.question_auto;
-  const std::string header = sweep_csv_header(question);
+  const SweepExtras extras{question, config.paging.on()};
+  const std::string header = sweep_csv_header(extras);
 
   // What each cell is, to check the rows found: label parts only, no replay.
   std::vector<CellResult> expected(total);
@@ -169,7 +172,7 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   std::vector<std::string> rows = complete_rows(path, header);
   const std::string settings = settings_of(reader, config, values);
   check_settings(path, settings, !rows.empty());
-  std::vector<SweepRow> found = read_rows(path, header, rows);
+  std::vector<SweepRow> found = read_rows(path, header, rows, extras);
   size_t done = 0;
   while (done < found.size() && done < total && same_cell(found[done], expected[done])) ++done;
   if (done < rows.size())
@@ -206,7 +209,8 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
       const ReplayResults results = replay_trace(reader, chunk, progress.callback());
       std::string text;
       for (size_t c = 0; c < results.cells.size(); ++c)
-        if (p * per_policy + c >= done) text += sweep_csv_line(sweep_row(results.cells[c], results.mode), question);
+        if (p * per_policy + c >= done)
+          text += sweep_csv_line(sweep_row(results.cells[c], results.mode, config.paging.page), extras);
       append(fd, text, path);
       done = (p + 1) * per_policy;
     }
@@ -226,10 +230,11 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   all.protocol = config.protocol;
   all.question = question;
   all.question_auto = config.question_auto;
+  all.paging = config.paging;
   all.sequences = config.sequences.empty() ? reader.n_sequences() : static_cast<int64_t>(config.sequences.size());
   all.layers = config.layers.empty() ? reader.meta().n_layers : static_cast<int64_t>(config.layers.size());
   all.heads = reader.meta().n_heads;
-  for (const SweepRow& row : read_rows(path, header, complete_rows(path, header))) {
+  for (const SweepRow& row : read_rows(path, header, complete_rows(path, header), extras)) {
     all.cells.push_back(cell_of_sweep_row(row));
     all.output_error = all.output_error || all.cells.back().output_error.count > 0;
   }

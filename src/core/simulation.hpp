@@ -60,6 +60,12 @@ class Simulation {
     context.layer = spec.layer;
     context.sequence_state = spec.sequence_state;
     policy_->reset(context);
+    if (options.paging.on() && !policy_->scores(-1, {}, scores_))
+      throw kvtrace::InputError("", "",
+                                std::string("policy ")
+                                    .append(spec.policy->name)
+                                    .append(" does not rank positions by a score, so --page (whole pages by their "
+                                            "scores) cannot run it"));
     record_from_ = schedule_.first_recorded();
     result_.n_heads = context.n_heads;
     result_.first_step = record_from_;
@@ -262,8 +268,21 @@ class Simulation {
     const bool compress = schedule_.at(t) == Schedule::Action::compress;
     const int64_t excess = static_cast<int64_t>(cache_.size()) - spec_.budget;
     victims_.clear();
+    if (options_.paging.on()) return evict_pages(t, excess);
     policy_->evict(t, cache_, excess, compress, victims_);
     remove_victims(t, excess);
+  }
+
+  // Page mode: the engine picks whole pages by the policy's scores (kvsim/core/pages.hpp)
+  // and tells the policy which went. Too few pages that may go leave the cache above B.
+  void evict_pages(int64_t t, int64_t excess) {
+    if (excess <= 0) return;
+    policy_->scores(t, cache_, scores_);
+    choose_pages(cache_, scores_, options_.paging, t, spec_.budget, page_indices_);
+    if (page_indices_.empty()) return;
+    for (size_t index : page_indices_) victims_.push_back(cache_[index]);
+    policy_->forget(cache_, page_indices_);
+    remove_victims(t, 0);
   }
 
   // Step t of the leader has run up to its eviction, and this simulation must evict at t.
@@ -551,6 +570,8 @@ class Simulation {
   std::vector<double> quad_sums_, evicted_sums_;  // per head: the sum of its cached, and evicted, entries
   int64_t run_begin_[2] = {0, 0}, run_end_[2] = {0, 0};
   std::vector<int32_t> victims_, bound_cache_;
+  std::vector<double> scores_;        // page mode: the policy's scores at this step
+  std::vector<size_t> page_indices_;  // page mode: the victims' indices in cache_
   int64_t last_step_ = -1;
   Simulation* leader_ = nullptr;  // while dormant (budget sharing)
   std::vector<Simulation*> followers_;

@@ -140,6 +140,7 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
     EngineOptions engine_options;
     engine_options.aggregate = options_.aggregate;
     engine_options.protocol.compress_every = options_.compress_every;
+    engine_options.paging = options_.paging;
     for (int l = 0; l < config_.n_layers; ++l) {
       LoopLayer& loop = layers_.emplace_back();
       if (info.needs_future)

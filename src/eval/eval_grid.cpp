@@ -83,6 +83,7 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   EngineOptions options;
   options.aggregate = config.aggregate;
   options.protocol.compress_every = config.compress_every;
+  options.paging = config.paging;
   options.output_error = true;
   std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
   reference.retention.resize(cells);
@@ -207,6 +208,7 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
         ClosedLoopOptions options;
         options.aggregate = config.aggregate;
         options.compress_every = config.compress_every;
+        options.paging = config.paging;
         options.sequence = sequence.index;
         if (needs_future) options.future_rows = &reference.rows;
         const int64_t budget = config.budgets[cell % budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));
@@ -231,6 +233,7 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
 
   EvalResults results;
   results.sequences = static_cast<int64_t>(n_seqs);
+  results.paging = config.paging;
   results.policies = config.policies.size();
   results.budgets = budgets;
   double full_nll = 0;

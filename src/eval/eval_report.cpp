@@ -47,7 +47,11 @@ std::string eval_table(const EvalResults& results) {
   }
   policy_width += 2;
   budget_width += 2;
-  out << "closed loop: the model attends only to each policy's cache\n";
+  out << "closed loop: the model attends only to each policy's cache";
+  if (results.paging.on())
+    out << ", evicting whole pages of " << results.paging.page << " (" << page_score_name(results.paging.score)
+        << " score)";
+  out << "\n";
   out << left("policy", policy_width) << left("budget", budget_width) << right("occupancy", 10)
       << right("perplexity", 12) << right("increase", 10) << right("(rel)", 9) << right("top-1", 8) << "\n";
   for (const EvalCell& cell : results.cells)

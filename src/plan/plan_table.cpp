@@ -156,6 +156,27 @@ class RowBuilder {
   Plan& plan_;
 };
 
+// A sweep in page mode (its page column, kvsim/replay/sweep_table.hpp) evicted whole pages of
+// P positions: they are the blocks the plan counts (occupied pages x P tokens, each page
+// whole), so P must be the block size.
+void check_pages(Plan& plan, const std::string& sweep) {
+  const int64_t page = plan.sweep.rows.front().page;
+  for (const auto& row : plan.sweep.rows)
+    if (row.page != page) throw kvtrace::InputError(sweep, "", "rows of different --page sizes; plan one at a time");
+  if (page == 0) return;
+  if (page != plan.setup.block_size)
+    throw kvtrace::InputError(sweep, "",
+                              std::string("the sweep evicted whole pages of ")
+                                  .append(std::to_string(page))
+                                  .append(" positions (--page), so its blocks are ")
+                                  .append(std::to_string(page))
+                                  .append(" tokens: plan it with --block-size ")
+                                  .append(std::to_string(page)));
+  plan.notes.push_back(std::string("the sweep evicted whole pages of ")
+                           .append(std::to_string(page))
+                           .append(" positions (--page): a page is a block, held whole"));
+}
+
 }  // namespace
 
 void check_plan_request(const PlanRequest& r) {
@@ -202,6 +223,7 @@ Plan make_plan(const PlanRequest& r) {
       const std::string text = r.sweep_text.empty() ? read_text_file(r.sweep, "the sweep") : r.sweep_text;
       plan.sweep = parse_sweep_csv(text, r.sweep, plan.target->column);
     }
+    check_pages(plan, r.sweep);
     rows.sweep(quants);
   }
   return plan;

@@ -86,9 +86,9 @@ void bind_plan(py::module_& m) {
       .def("set_sweep_columns", &set_sweep_columns);
   m.def("_plan", &plan);
   m.def("_plan_text", &plan_table_text);
-  py::list names;  // a question's columns (written only with one) are not among them
+  py::list names;  // a plain sweep's (a question's columns and page mode's page follow them)
   for (const auto& column : sweep_columns())
-    if (!column.question) names.append(column.name);
+    if (written(column, {})) names.append(column.name);
   m.attr("SWEEP_COLUMNS") = py::tuple(names);
 }
 

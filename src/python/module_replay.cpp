@@ -71,12 +71,12 @@ std::vector<PolicyChoice> chosen_policies(const std::vector<std::string>& names,
 }
 
 // One sweep row's columns (kvsim/replay/sweep_table.hpp), with "label" after the policy.
-// The question's columns only with a question, as the CSV.
-py::dict summary_dict(const CellResult& cell, Mode mode, bool question) {
-  const SweepRow row = sweep_row(cell, mode);
+// The columns only some sweeps have as the CSV has them.
+py::dict summary_dict(const CellResult& cell, Mode mode, const Paging& paging, SweepExtras extras) {
+  const SweepRow row = sweep_row(cell, mode, paging.page);
   py::dict d;
   for (const auto& column : sweep_columns()) {
-    if (column.question && !question) continue;
+    if (!written(column, extras)) continue;
     if (column.text)
       d[column.name] = row.*column.text;
     else if (column.real)
@@ -132,7 +132,7 @@ py::dict replay(const Trace& trace, const std::string& policy, const std::string
   config.keep_records = records;
   ReplayResults results = interruptible_replay(reader, config);
   CellResult& cell = results.cells.front();
-  py::dict out = summary_dict(cell, results.mode, results.question);
+  py::dict out = summary_dict(cell, results.mode, results.paging, sweep_extras(results));
   out["output_error"] = results.output_error;
   out["sequences"] = results.sequences;
   out["n_layers"] = results.layers;
@@ -187,10 +187,10 @@ py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
   ReplayResults results = interruptible_replay(reader, config);
   // The sweep table's columns, in its order, then "label".
   std::vector<SweepRow> rows;
-  for (const CellResult& cell : results.cells) rows.push_back(sweep_row(cell, results.mode));
+  for (const CellResult& cell : results.cells) rows.push_back(sweep_row(cell, results.mode, results.paging.page));
   py::dict out;
   for (const auto& column : sweep_columns()) {
-    if (column.question && !results.question) continue;
+    if (!written(column, sweep_extras(results))) continue;
     if (column.text) {
       py::list values;
       for (const SweepRow& row : rows) values.append(row.*column.text);
@@ -324,6 +324,8 @@ void bind_replay(py::module_& m) {
       .def_readwrite("quant", &ReplayOptions::quant)
       .def_readwrite("question", &ReplayOptions::question)
       .def_readwrite("compress_every", &ReplayOptions::compress_every)
+      .def_readwrite("page", &ReplayOptions::page)
+      .def_readwrite("page_score", &ReplayOptions::page_score)
       .def_readwrite("layer_budget", &ReplayOptions::layer_budget)
       .def_readwrite("sequences", &ReplayOptions::sequences)
       .def_readwrite("layers", &ReplayOptions::layers)

@@ -181,6 +181,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
   options.prompt_len = reader.sequence(item.seq).prompt_len;
   options.protocol = sequence_protocol(reader, config, item.seq);
   options.aggregate = config.aggregate;
+  options.paging = config.paging;
   options.output_error = output_error;
   item.sums.resize(item.records.size());
   std::vector<std::vector<size_t>> record_of(lanes.size());  // [lane][simulation]
@@ -376,6 +377,7 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   results.protocol = config.protocol;
   results.question = config.protocol.question > 0 || config.question_auto;
   results.question_auto = config.question_auto;
+  results.paging = config.paging;
   results.sequences = static_cast<int64_t>(sequences.size());
   results.layers = static_cast<int64_t>(layers.size());
   results.heads = meta.n_heads;

@@ -110,6 +110,8 @@ void apply_replay_request(const ReplayRequest& request, ReplayConfig& config) {
   config.threads = request.threads;
   if (!request.quant.empty()) config.quant = parse_quant_list(request.quant);
   apply_protocol(request, config);
+  if (request.page < 0) bad_option("page", "must be >= 0 (0: token mode)");
+  config.paging = {request.page, parse_page_score(request.page_score)};
 }
 
 }  // namespace kvsim

@@ -140,9 +140,19 @@ std::string sweep_table(const ReplayResults& results) {
   out << "budget B per sequence and layer, mean:";
   for (size_t b = 0; b < budgets; ++b)
     out << " " << results.cells[b].budget.text << "=" << number(results.cells[b].budget_tokens_mean, "%.1f");
-  out << "\nmode " << mode_name(results.mode) << protocol_text(results) << "; " << results.sequences << " sequences x "
-      << results.layers << " layers x " << results.heads << " heads; " << kTeacherForcedNote << "\n";
+  out << "\nmode " << mode_name(results.mode) << protocol_text(results) << paging_text(results.paging) << "; "
+      << results.sequences << " sequences x " << results.layers << " layers x " << results.heads << " heads; "
+      << kTeacherForcedNote << "\n";
   return wrap_text(out.str());
+}
+
+std::string paging_text(const Paging& paging) {
+  if (!paging.on()) return "";
+  return std::string(", pages of ")
+      .append(std::to_string(paging.page))
+      .append(" (")
+      .append(page_score_name(paging.score))
+      .append(" score)");
 }
 
 std::string replay_table(const CellResult& cell, bool output_error) {
@@ -250,6 +260,10 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
   else if (results.protocol.question > 0)
     out["question"] = results.protocol.question;
   if (results.protocol.compress_every > 0) out["compress_every"] = results.protocol.compress_every;
+  if (results.paging.on()) {  // only then: token-mode files stay as they were
+    out["page"] = results.paging.page;
+    out["page_score"] = page_score_name(results.paging.score);
+  }
   return json_text(std::move(out), 1);
 }
 

@@ -110,10 +110,11 @@ const std::vector<SweepColumn>& sweep_columns() {
       {"occupancy_peak", nullptr, nullptr, &R::occupancy_peak},
       {"evictions", nullptr, nullptr, &R::evictions},
       {"samples", nullptr, nullptr, &R::samples},
-      {"question_retention_mean", nullptr, &R::question_retention_mean, nullptr, true},
-      {"question_retention_min", nullptr, &R::question_retention_min, nullptr, true},
-      {"answer_retention_mean", nullptr, &R::answer_retention_mean, nullptr, true},
-      {"answer_retention_min", nullptr, &R::answer_retention_min, nullptr, true},
+      {"question_retention_mean", nullptr, &R::question_retention_mean, nullptr, SweepColumn::Only::question},
+      {"question_retention_min", nullptr, &R::question_retention_min, nullptr, SweepColumn::Only::question},
+      {"answer_retention_mean", nullptr, &R::answer_retention_mean, nullptr, SweepColumn::Only::question},
+      {"answer_retention_min", nullptr, &R::answer_retention_min, nullptr, SweepColumn::Only::question},
+      {"page", nullptr, nullptr, &R::page, SweepColumn::Only::page},
   };
   return columns;
 }
@@ -124,8 +125,9 @@ const SweepColumn* find_sweep_column(const std::string& name) {
   return nullptr;
 }
 
-SweepRow sweep_row(const CellResult& cell, Mode mode) {
+SweepRow sweep_row(const CellResult& cell, Mode mode, int64_t page) {
   SweepRow row;
+  row.page = page;
   row.policy = cell.info ? cell.info->name : cell.policy;
   row.params = cell.params;
   row.budget = cell.budget.text;
@@ -176,10 +178,20 @@ CellResult cell_of_sweep_row(const SweepRow& row) {
   return cell;
 }
 
-std::string sweep_csv_header(bool question) {
+SweepExtras sweep_extras(const ReplayResults& results) { return {results.question, results.paging.on()}; }
+
+bool written(const SweepColumn& column, SweepExtras extras) {
+  switch (column.only) {
+    case SweepColumn::Only::question: return extras.question;
+    case SweepColumn::Only::page: return extras.paged;
+    default: return true;
+  }
+}
+
+std::string sweep_csv_header(SweepExtras extras) {
   std::string out;
   for (const auto& column : sweep_columns()) {
-    if (column.question && !question) continue;
+    if (!written(column, extras)) continue;
     if (!out.empty()) out += ',';
     out += column.name;
   }
@@ -187,10 +199,10 @@ std::string sweep_csv_header(bool question) {
   return out;
 }
 
-std::string sweep_csv_line(const SweepRow& row, bool question) {
+std::string sweep_csv_line(const SweepRow& row, SweepExtras extras) {
   std::string out;
   for (const auto& column : sweep_columns()) {
-    if (column.question && !question) continue;
+    if (!written(column, extras)) continue;
     if (!out.empty()) out += ',';
     if (column.text)
       out += csv_field(row.*column.text);
@@ -204,8 +216,10 @@ std::string sweep_csv_line(const SweepRow& row, bool question) {
 }
 
 std::string sweep_csv(const ReplayResults& results) {
-  std::string out = sweep_csv_header(results.question);
-  for (const auto& cell : results.cells) out += sweep_csv_line(sweep_row(cell, results.mode), results.question);
+  const SweepExtras extras = sweep_extras(results);
+  std::string out = sweep_csv_header(extras);
+  for (const auto& cell : results.cells)
+    out += sweep_csv_line(sweep_row(cell, results.mode, results.paging.page), extras);
   return out;
 }
 

@@ -552,6 +552,17 @@ class FrameTest(unittest.TestCase):
         self.assertEqual(frame["retention_mean"].dtype, np.float64)
         self.assertEqual(frame["evictions"].dtype, np.int64)
 
+    def test_paged_sweep_frame_is_the_csv(self):
+        frame = kvsim.sweep(TRACE, "h2o,tova", "20%,64", seqs=[1], layers=[0, 5], page=16, page_score="max")
+        cli("sweep", TRACE, "--policies", "h2o,tova", "--budgets", "20%,64", "--seqs", "1", "--layers", "0,5",
+            "--page", "16", "--page-score", "max", "--csv", os.path.join(self.tmp, "paged.csv"))
+        self.assert_frame_is_csv(frame, os.path.join(self.tmp, "paged.csv"))
+        self.assertEqual(tuple(frame.columns), tuple(kvsim.SWEEP_COLUMNS) + ("page",))
+        self.assertEqual(list(frame["page"]), [16] * 4)
+        self.assertEqual(kvsim.replay(TRACE, "h2o", "20%", seqs=[1], page=16, as_frame=False)["page"], 16)
+        with self.assertRaisesRegex(kvsim.InputError, "policy recent does not rank positions by a score"):
+            kvsim.sweep(TRACE, "recent", "20%", seqs=[1], page=16)
+
     def test_replay_frame_is_the_csv(self):
         frame = kvsim.replay(TRACE, "scissorhands", "20%", seqs=[0, 3], layers="1,4", w=100)
         cli("replay", TRACE, "--policy", "scissorhands", "--budget", "20%", "--seqs", "0,3", "--layers", "1,4",

@@ -85,7 +85,9 @@ void write_proxy_plot(const EvalResults& results, const std::string& model, cons
 }  // namespace
 
 int cmd_eval(const std::vector<std::string>& args) {
-  std::string model_path, tokenizer_path, trace_path, text_path, csv, json, plot, proxy_plot, seqs, aggregate = "mean";
+  std::string model_path, tokenizer_path, trace_path, text_path, csv, json, plot, proxy_plot, seqs, aggregate = "mean",
+                                                                                                    page_score = "mean";
+  int64_t page = 0;
   std::string policies = "scissorhands,h2o,tova,streaming,recent", budgets = "20%,30%,50%";
   std::vector<std::string> params;
   int tokens = 0, threads = 0;
@@ -110,8 +112,10 @@ int cmd_eval(const std::vector<std::string>& args) {
                   "how a group's heads combine into the observed row: mean, max or sum")(
       "compress-every", po::value(&compress_every),
       "decode-time compression: the cache grows to B + N and is compressed back to B every N steps (closed loop "
-      "and replay)")("threads", po::value(&threads)->default_value(0),
-                     "worker threads (0: all cores); results do not depend on it")(
+      "and replay)")("page", po::value(&page)->default_value(page),
+                     "evict whole pages of P consecutive positions by the policy's scores (0: single positions)")(
+      "page-score", po::value(&page_score)->default_value(page_score), "a page's score: mean or max (with --page)")(
+      "threads", po::value(&threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
       "csv", po::value(&csv), "write one row per (policy, budget) as CSV")(
       "json", po::value(&json), "write results, per-sequence values and correlations as JSON")(
       "plot", po::value(&plot), "write perplexity increase vs budget as PNG or SVG, one line per policy")(
@@ -134,6 +138,8 @@ int cmd_eval(const std::vector<std::string>& args) {
   config.aggregate = parse_aggregate(aggregate);
   if (vm.count("compress-every") && compress_every < 1) bad_option("compress-every", "must be at least 1");
   config.compress_every = compress_every;
+  if (page < 0) bad_option("page", "must be >= 0 (0: token mode)");
+  config.paging = {page, parse_page_score(page_score)};
   config.threads = threads;
   const std::vector<int> chosen = parse_indices("seqs", seqs);
   check_plot_path("plot", plot);

@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "kvsim/core/pages.hpp"
 #include "kvsim/core/policy.hpp"
 #include "kvtrace/attention_source.hpp"
 
@@ -107,6 +108,9 @@ struct EngineOptions {
   // per-step values (retention, output_error, occupancy and eviction_step stay empty), so
   // memory does not grow with the steps. The sink is called from the engine's thread.
   const StepSink* sink = nullptr;
+  // Page mode (kvsim/core/pages.hpp): every simulation evicts whole pages by its policy's
+  // scores; a policy that does not score is refused (InputError).
+  Paging paging;
 };
 
 // What one simulation did on its group. Steps are the recorded ones: all steps in stream

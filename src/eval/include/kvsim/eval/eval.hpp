@@ -51,6 +51,7 @@ namespace kvsim {
 struct ClosedLoopOptions {
   Aggregate aggregate = Aggregate::mean;
   int64_t compress_every = 0;  // Protocol::compress_every (stream semantics: no question)
+  Paging paging;               // page mode (--page), as replay's
   int sequence = 0;            // seeds of seeded policies, as replay_trace's (sequence, layer, group)
   bool keep_logits = false;    // ClosedLoopRun::logits
   bool record_rows = false;    // ClosedLoopRun::rows
@@ -102,6 +103,7 @@ struct EvalConfig {
   std::vector<Budget> budgets;  // resolved against each sequence's length, as replay does
   Aggregate aggregate = Aggregate::mean;
   int64_t compress_every = 0;  // decode-time compression every N steps (0: every step), both runs
+  Paging paging;               // page mode (--page): the closed loop and its replay alike
   int threads = 0;             // 0: all cores; results do not depend on it
 };
 
@@ -141,6 +143,7 @@ struct EvalResults {
   std::vector<EvalCell> cells;  // cells[policy * budgets + budget]
   size_t policies = 0, budgets = 0;
   std::vector<ProxyCorrelation> correlations;  // all pairs, then per budget, then per sequence
+  Paging paging;
 };
 
 // progress(done, total) counts runs (full-cache and closed-loop).

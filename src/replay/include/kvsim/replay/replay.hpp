@@ -61,6 +61,7 @@ struct ReplayConfig {
   Protocol protocol;           // --question, --compress-every
   bool question_auto = false;  // --question auto: each sequence's question_len attribute
   Aggregate aggregate = Aggregate::mean;
+  Paging paging;  // page mode (--page): whole pages by the policies' scores
   kvtrace::RowsFrom rows = kvtrace::RowsFrom::automatic;
   std::vector<int> sequences;                                 // empty: all
   std::vector<int> layers;                                    // empty: all
@@ -115,6 +116,7 @@ struct ReplayResults {
   Protocol protocol;      // as configured (question 0 with question_auto)
   bool question = false;  // the cells report question_retention and answer_retention
   bool question_auto = false;
+  Paging paging;
   int64_t sequences = 0, layers = 0, heads = 0;
 };
 
@@ -156,6 +158,8 @@ struct ReplayRequest {
   std::string question;                // "", a token count, or "auto" (the trace's question_len)
   std::string compress_every;          // "", or a step count
   std::string quant;                   // KV quantization specs, comma-separated ("": none)
+  int64_t page = 0;                    // page size P (0: token mode)
+  std::string page_score = "mean";     // how a page's scores combine: mean or max
   std::vector<int> sequences, layers;  // empty: all
   int threads = 0;                     // 0: one per core
 };

@@ -23,6 +23,7 @@ struct SweepRow {
   // over the answer's. NaN when absent.
   double question_retention_mean = NAN, question_retention_min = NAN;
   double answer_retention_mean = NAN, answer_retention_min = NAN;
+  int64_t page = 0;  // P of page mode (--page), 0 for single positions
 };
 
 // One column: its name and the member holding it (one of the three is set).
@@ -31,21 +32,29 @@ struct SweepColumn {
   std::string SweepRow::*text = nullptr;
   double SweepRow::*real = nullptr;
   int64_t SweepRow::*integer = nullptr;
-  bool question = false;  // written only by a sweep with a question (ReplayResults::question)
+  enum class Only { no, question, page } only = Only::no;  // written only by some sweeps
 };
 const std::vector<SweepColumn>& sweep_columns();
 const SweepColumn* find_sweep_column(const std::string& name);  // null when there is none
 
-SweepRow sweep_row(const CellResult& cell, Mode mode);
+// Which of the columns only some sweeps have a table writes, after all the others: a
+// question's (ReplayResults::question), then page mode's page (so token-mode files keep the
+// columns they always had).
+struct SweepExtras {
+  bool question = false, paged = false;
+};
+SweepExtras sweep_extras(const ReplayResults& results);
+bool written(const SweepColumn& column, SweepExtras extras);
+
+SweepRow sweep_row(const CellResult& cell, Mode mode, int64_t page = 0);
 // The cell a sweep row stands for, as far as the row tells (summaries without their p95 and
 // max of retention; no per-layer results or records): what sweep --resume continues from.
 CellResult cell_of_sweep_row(const SweepRow& row);
 
 // The sweep CSV: a header of the column names, then one line per row (RFC 4180 quoting,
-// numbers as %.10g, NaN as an empty field).
-// `question`: with the question's columns.
-std::string sweep_csv_header(bool question = false);
-std::string sweep_csv_line(const SweepRow& row, bool question = false);
+// numbers as %.10g, NaN as an empty field), with the columns `extras` names.
+std::string sweep_csv_header(SweepExtras extras = {});
+std::string sweep_csv_line(const SweepRow& row, SweepExtras extras = {});
 std::string sweep_csv(const ReplayResults& results);
 
 // A sweep CSV read back: columns are found by name, in any order; those it lacks are left at
