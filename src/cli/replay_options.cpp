@@ -33,7 +33,9 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "specs like int8, k4v2:g64, k2v2:g32:r128:kc; sweep: a comma list added to the unquantized grid")(
       "layer-budget", po::value(&v.layer_budget)->default_value(v.layer_budget),
       "per-layer schedule: uniform; persistence (more budget to layers with lower persistence, measured on the "
-      "replayed sequences); or one weight per layer (w1,w2,...; normalised to mean 1)")(
+      "replayed sequences); pyramid[:beta=20][:window=32] (PyramidKV); cake[:tau1=1][:tau2=1][:window=32] (CAKE's "
+      "layer preference, measured on the replayed sequences); or one weight per layer (w1,w2,...; normalised to "
+      "mean 1)")(
       "threads", po::value(&v.threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
       "csv", po::value(&v.csv), "write results as CSV")("json", po::value(&v.json), "write results as JSON")(
       "survival", po::value(&v.survival), "write per token, group and policy the step it was evicted (CSV; -1: kept)");
@@ -50,7 +52,7 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   request.layers = parse_indices("layers", v.layers);
   request.threads = v.threads;
   apply_replay_request(request, config);
-  config.schedule = layer_schedule(v.layer_budget, reader, config.sequences, config.rows, config.threads);
+  config.schedule = layer_schedule(v.layer_budget, reader, config.sequences, config.rows, config.threads, config.mode);
   config.keep_records = !v.survival.empty();
   check_plot_path("plot", v.plot);
   prepare_outputs({v.trace}, {v.csv, v.json, v.survival}, {v.plot});

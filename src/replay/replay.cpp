@@ -60,6 +60,11 @@ kvtrace::RowsFrom parse_rows(const std::string& text) {
 
 namespace {
 
+// T, the tokens a layer schedule's allocation sees: the prompt in prefill mode, else the sequence.
+int64_t schedule_tokens(const ReplayConfig& config, const kvtrace::SequenceMeta& sequence) {
+  return config.mode == Mode::prefill ? std::min(sequence.prompt_len, sequence.n_tokens) : sequence.n_tokens;
+}
+
 // A cell of the grid: cells[(policy * quants + quant) * budgets + budget].
 struct CellKey {
   size_t policy, quant, budget;
@@ -155,7 +160,8 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
     const GroupRange range = policy_groups(*policy.info, meta.n_kv_heads);
     for (size_t l = 0; l < lanes.size(); ++l) {
       const int layer = item.layers[l];
-      const int64_t budget = config.schedule.apply(config.budgets[key.budget].resolve(n), layer);
+      const int64_t budget = config.schedule.apply(config.budgets[key.budget].resolve(n), layer, item.seq,
+                                                   schedule_tokens(config, reader.sequence(item.seq)));
       for (int g = range.first; g < range.last; ++g) {
         where.emplace_back(l, lanes[l].specs.size());
         // A cross-layer chain runs over the chosen layers in order: its links are the lanes.
@@ -262,6 +268,9 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   if (!config.schedule.weights.empty() && static_cast<int>(config.schedule.weights.size()) != meta.n_layers)
     reader.fail("", "the layer budget schedule has " + std::to_string(config.schedule.weights.size()) +
                         " weights for " + std::to_string(meta.n_layers) + " layers");
+  if (config.schedule.kind != LayerSchedule::Kind::weights && config.schedule.n_layers != meta.n_layers)
+    reader.fail("", "the layer budget schedule is for " + std::to_string(config.schedule.n_layers) + " layers, not " +
+                        std::to_string(meta.n_layers));
 
   bool has_values = true;
   for (int seq : sequences)
@@ -394,7 +403,8 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
         for (int seq : sequences)
           for (int layer : layers) {
             const int64_t n = reader.sequence(seq).n_tokens;
-            const int64_t budget = config.schedule.apply(cell.budget.resolve(n), layer);
+            const int64_t budget = config.schedule.apply(cell.budget.resolve(n), layer, seq,
+                                                         schedule_tokens(config, reader.sequence(seq)));
             budget_sum += static_cast<double>(budget);
             share_sum += static_cast<double>(budget) / static_cast<double>(n);
             ++budget_count;

@@ -248,8 +248,8 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     Policy parameters as keyword arguments (w=400, r=10) or params={'w': 400}.
     Options as the CLI's: mode 'stream'|'prefill', aggregate 'mean'|'max'|'sum',
     rows 'auto'|'attn'|'qk', seqs/layers (lists of indices), output_error 'auto'|'on'|'off',
-    quant (one spec: 'flexgen4', 'kivi2', 'int8', ...), layer_budget ('uniform', 'persistence'
-    or one weight per layer), threads (0: all cores; results do not depend on it).
+    quant (one spec: 'flexgen4', 'kivi2', 'int8', ...), layer_budget ('uniform', 'persistence',
+    'pyramid[:beta=20][:window=32]', 'cake[:tau1=1][:tau2=1][:window=32]' or one weight per layer), threads (0: all cores; results do not depend on it).
 
     With pandas (and as_frame not False): a DataFrame, the table `kvsim replay --csv` writes
     (REPLAY_COLUMNS: one row per layer, then the row whose layer is "all").
