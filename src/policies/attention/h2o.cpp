@@ -2,12 +2,15 @@
 // the steps it has been cached, its own step included; the floor(B/2) most recent cached
 // tokens are protected (heavy:recent = 1:1); evict the lowest score among the rest.
 #include <algorithm>
+#include <limits>
 
 #include "kvsim/core/policy.hpp"
 #include "../select.hpp"
 
 namespace kvsim {
 namespace {
+
+constexpr double kProtected = std::numeric_limits<double>::infinity();
 
 class H2O final : public Policy {
  public:
@@ -33,8 +36,17 @@ class H2O final : public Policy {
     const auto open = static_cast<int64_t>(cache.size()) - std::min<int64_t>(protected_recent_, cache.size());
     std::span<const int32_t> candidates = cache.first(static_cast<size_t>(open));
     evict_lowest(candidates, std::span<const double>(score_.data(), candidates.size()), excess, victims, &erased_);
-    erase_indices(score_.data(), size_, erased_);
-    size_ -= erased_.size();
+    forget(cache, erased_);
+  }
+  bool scores(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+    const auto open = cache.size() - std::min<size_t>(static_cast<size_t>(protected_recent_), cache.size());
+    scores.assign(score_.begin(), score_.begin() + static_cast<std::ptrdiff_t>(cache.size()));
+    std::fill(scores.begin() + static_cast<std::ptrdiff_t>(open), scores.end(), kProtected);
+    return true;
+  }
+  void forget(std::span<const int32_t>, std::span<const size_t> indices) override {
+    erase_indices(score_.data(), size_, indices);
+    size_ -= indices.size();
   }
 
  private:

@@ -82,9 +82,20 @@ class Scissorhands final : public Policy {
     for (size_t index : order_) victims.push_back(cache[index]);
     erased_.assign(order_.begin(), order_.end());
     std::sort(erased_.begin(), erased_.end());
-    for (size_t word = 0; word < flags_.size(); word += capacity_) erase_indices(flags_.data() + word, size_, erased_);
-    erase_indices(count_.data(), size_, erased_);
-    size_ -= erased_.size();
+    forget(cache, erased_);
+  }
+  // Minus the count (the largest counts go first), the r most recent 0: they count 0 and
+  // may still go, after every token of the same count, being the highest positions.
+  bool scores(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+    const size_t size = cache.size(), counted = size - std::min<size_t>(size, static_cast<size_t>(recent_));
+    scores.resize(size);
+    for (size_t j = 0; j < size; ++j) scores[j] = j < counted ? static_cast<double>(-count_[j]) : 0.0;
+    return true;
+  }
+  void forget(std::span<const int32_t>, std::span<const size_t> indices) override {
+    for (size_t word = 0; word < flags_.size(); word += capacity_) erase_indices(flags_.data() + word, size_, indices);
+    erase_indices(count_.data(), size_, indices);
+    size_ -= indices.size();
   }
 
  private:

@@ -45,11 +45,18 @@ class ScissorhandsXLayer final : public Policy {
 
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
-    scores_.resize(cache.size());
-    for (size_t j = 0; j < cache.size(); ++j) scores_[j] = layers_->fused[layer_][static_cast<size_t>(cache[j])];
+    ScissorhandsXLayer::scores(0, cache, scores_);
     const size_t before = victims.size();
     evict_lowest(cache, scores_, excess, victims);
     for (size_t v = before; v < victims.size(); ++v) layers_->held[layer_][static_cast<size_t>(victims[v])] = 0;
+  }
+  bool scores(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+    scores.resize(cache.size());
+    for (size_t j = 0; j < cache.size(); ++j) scores[j] = layers_->fused[layer_][static_cast<size_t>(cache[j])];
+    return true;
+  }
+  void forget(std::span<const int32_t> cache, std::span<const size_t> indices) override {
+    for (size_t index : indices) layers_->held[layer_][static_cast<size_t>(cache[index])] = 0;
   }
 
  private:

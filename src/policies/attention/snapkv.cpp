@@ -5,6 +5,7 @@
 // the cache past B. With B <= W the window shrinks to B.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
@@ -91,10 +92,22 @@ class SnapKV final : public Policy {
       for (size_t j = 0; j < open; ++j) pooled_[j] = pooled(j, open);
       evict_lowest(cache.first(open), pooled_, excess, victims, &erased_);
     }
-    for (size_t index : erased_) free_slots_.push_back(slot_of_[index]);
-    erase_indices(window_sum_.data(), size_, erased_);
-    erase_indices(slot_of_.data(), size_, erased_);
-    size_ -= erased_.size();
+    forget(cache, erased_);
+  }
+
+  // The pooled window sums of the candidates, the window +infinity.
+  bool scores(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+    const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
+    const size_t open = cache.size() > protect ? cache.size() - protect : 0;
+    scores.assign(cache.size(), std::numeric_limits<double>::infinity());
+    for (size_t j = 0; j < open; ++j) scores[j] = pooled(j, open);
+    return true;
+  }
+  void forget(std::span<const int32_t>, std::span<const size_t> indices) override {
+    for (size_t index : indices) free_slots_.push_back(slot_of_[index]);
+    erase_indices(window_sum_.data(), size_, indices);
+    erase_indices(slot_of_.data(), size_, indices);
+    size_ -= indices.size();
   }
 
  private:

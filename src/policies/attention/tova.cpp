@@ -24,6 +24,10 @@ class Tova final : public Policy {
     scores_.assign(current_.begin(), current_.end());
     evict_lowest(cache, scores_, excess, victims);
   }
+  bool scores(int64_t, std::span<const int32_t>, std::vector<double>& scores) const override {
+    scores.assign(current_.begin(), current_.end());  // float to double keeps the order
+    return true;
+  }
 
  private:
   std::vector<float> current_;  // this step's attention, aligned with the cache

@@ -13,9 +13,13 @@ class Lookahead final : public Policy {
   void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool,
              std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
-    scores_.resize(cache.size());
-    for (size_t j = 0; j < cache.size(); ++j) scores_[j] = future_->remaining(step, cache[j]);
+    Lookahead::scores(step, cache, scores_);
     evict_lowest(cache, scores_, excess, victims);
+  }
+  bool scores(int64_t step, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+    scores.resize(cache.size());
+    for (size_t j = 0; j < cache.size(); ++j) scores[j] = future_->remaining(step, cache[j]);
+    return true;
   }
 
  private:

@@ -26,9 +26,13 @@ class Knorm final : public Policy {
   }
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
-    scores_.resize(cache.size());
-    for (size_t j = 0; j < cache.size(); ++j) scores_[j] = minus_norm_[static_cast<size_t>(cache[j])];
+    Knorm::scores(0, cache, scores_);
     evict_lowest(cache, scores_, excess, victims);
+  }
+  bool scores(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+    scores.resize(cache.size());
+    for (size_t j = 0; j < cache.size(); ++j) scores[j] = minus_norm_[static_cast<size_t>(cache[j])];
+    return true;
   }
 
  private:

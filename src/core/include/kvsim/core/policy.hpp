@@ -94,6 +94,23 @@ class Policy {
   // from the start on its own. Return true only if evict() names nothing while excess <= 0
   // and the state does not depend on the budget before the first eviction.
   virtual bool adopt(const Policy& /*other*/) { return false; }
+
+  // Scoring policies (docs/extending.md): after observe() at `step`, sets `scores` to one
+  // score per position of `cache` (aligned with it: ascending, the newest last) and returns
+  // true. The contract: the policy's own evict() at this step removes the lowest scores
+  // first, ties going to the lower position (what evict_lowest picks), and a position it
+  // protects at this step (a recent window, sinks, the newest token where it never evicts
+  // it) scores +infinity. Scores are what evict() would rank now, so they may depend on the
+  // cache's size (a window clipped to the budget) but never on `excess`. The default, false:
+  // not a scoring policy (recent, streaming, random, full, bounds, ...). The answer is the
+  // same at every call: page mode asks once after reset(), with an empty cache.
+  virtual bool scores(int64_t /*step*/, std::span<const int32_t> /*cache*/, std::vector<double>& /*scores*/) const {
+    return false;
+  }
+  // Scoring policies only: the engine has chosen the victims itself (page mode), in place of
+  // evict() at this step: `cache` is the cache before they go, `indices` their indices in it
+  // (ascending). Drop their state as evict() would have dropped it.
+  virtual void forget(std::span<const int32_t> /*cache*/, std::span<const size_t> /*indices*/) {}
 };
 
 class RowRanking;
