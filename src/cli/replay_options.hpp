@@ -18,6 +18,8 @@ struct ReplayCliOptions {
   std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto";
   std::string sequences, layers, layer_budget = "uniform";
   std::string quant;  // KV quantization specs, comma-separated
+  std::string head_budget = "uniform";
+  double head_floor = 0.2;
   int threads = 0;
   std::string csv, json, survival, plot;
 };

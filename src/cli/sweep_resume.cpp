@@ -114,6 +114,7 @@ std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& 
   out += "rows: " + values.rows + "\n";
   out += "output-error: " + values.output_error + "\n";
   out += "layer-budget: " + values.layer_budget + "\n";
+  if (config.head_floor >= 0) out += "head-budget: adaptive, floor " + std::to_string(config.head_floor) + "\n";
   return out;
 }
 

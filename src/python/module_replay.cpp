@@ -315,6 +315,8 @@ void bind_replay(py::module_& m) {
       .def_readwrite("output_error", &ReplayOptions::output_error)
       .def_readwrite("quant", &ReplayOptions::quant)
       .def_readwrite("layer_budget", &ReplayOptions::layer_budget)
+      .def_readwrite("head_budget", &ReplayOptions::head_budget)
+      .def_readwrite("head_floor", &ReplayOptions::head_floor)
       .def_readwrite("sequences", &ReplayOptions::sequences)
       .def_readwrite("layers", &ReplayOptions::layers)
       .def_readwrite("threads", &ReplayOptions::threads);

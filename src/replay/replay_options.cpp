@@ -88,6 +88,11 @@ void apply_replay_request(const ReplayRequest& request, ReplayConfig& config) {
   if (request.threads < 0) bad_option("threads", "must be >= 0");
   config.threads = request.threads;
   if (!request.quant.empty()) config.quant = parse_quant_list(request.quant);
+  if (!(request.head_floor >= 0 && request.head_floor <= 1)) bad_option("head-floor", "must be in [0, 1]");
+  if (request.head_budget == "adaptive")
+    config.head_floor = request.head_floor;
+  else if (request.head_budget != "uniform")
+    bad_option("head-budget", "'" + request.head_budget + "' is not uniform or adaptive");
 }
 
 }  // namespace kvsim

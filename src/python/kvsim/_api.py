@@ -116,7 +116,8 @@ def _budget(value) -> str:
     raise InputError(f"--budget: {value!r} is not a token count (64) or a share ('20%')")
 
 
-def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads):
+def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
+                    head_budget="uniform", head_floor=0.2):
     o = _native._ReplayOptions()
     o.mode = str(mode)
     o.aggregate = str(aggregate)
@@ -134,6 +135,8 @@ def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, la
     if not isinstance(layer_budget, str):
         layer_budget = ",".join(repr(float(w)) for w in layer_budget)
     o.layer_budget = layer_budget
+    o.head_budget = str(head_budget)
+    o.head_floor = float(head_floor)
     o.threads = int(threads)
     return o
 
@@ -240,7 +243,8 @@ def bundled_trace() -> str:
 
 
 def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto", seqs=None, layers=None,
-           output_error="auto", quant=None, layer_budget="uniform", threads=0, records=None, params=None,
+           output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform", head_floor=0.2,
+           threads=0, records=None, params=None,
            as_frame=None, **policy_params):
     """Replay one policy at one budget over a trace (kvsim replay).
 
@@ -249,7 +253,9 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     Options as the CLI's: mode 'stream'|'prefill', aggregate 'mean'|'max'|'sum',
     rows 'auto'|'attn'|'qk', seqs/layers (lists of indices), output_error 'auto'|'on'|'off',
     quant (one spec: 'flexgen4', 'kivi2', 'int8', ...), layer_budget ('uniform', 'persistence',
-    'pyramid[:beta=20][:window=32]', 'cake[:tau1=1][:tau2=1][:window=32]' or one weight per layer), threads (0: all cores; results do not depend on it).
+    'pyramid[:beta=20][:window=32]', 'cake[:tau1=1][:tau2=1][:window=32]' or one weight per layer),
+    head_budget ('uniform', or 'adaptive': Ada-KV across a layer's kv heads, each keeping at least
+    head_floor x B of its top scores), threads (0: all cores; results do not depend on it).
 
     With pandas (and as_frame not False): a DataFrame, the table `kvsim replay --csv` writes
     (REPLAY_COLUMNS: one row per layer, then the row whose layer is "all").
@@ -264,7 +270,8 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     pandas = _pandas(as_frame)
     if pandas is not None and records:
         raise InputError("records=True: the per-step records come in the dict that as_frame=False returns")
-    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads)
+    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
+                              head_budget, head_floor)
     out = _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
                           pandas is None and records is not False)
     if pandas is None:
@@ -283,7 +290,8 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
 
 
 def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean", rows="auto", seqs=None,
-          layers=None, output_error="auto", quant=None, layer_budget="uniform", threads=0, params=None,
+          layers=None, output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform",
+          head_floor=0.2, threads=0, params=None,
           as_frame=None, **policy_params):
     """The policies x budgets grid (kvsim sweep): with pandas a DataFrame with the columns of
     `kvsim sweep --csv` (SWEEP_COLUMNS) in its order, one row per line, NaN where the CSV is
@@ -297,7 +305,8 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     names = _comma_list(policies if policies is not None else DEFAULT_SWEEP_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
     pandas = _pandas(as_frame)
-    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads)
+    options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
+                              head_budget, head_floor)
     out = _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
     if pandas is None:
         return out

@@ -92,6 +92,11 @@ struct EngineOptions {
   // per-step values (retention, output_error, occupancy and eviction_step stay empty), so
   // memory does not grow with the steps. The sink is called from the engine's thread.
   const StepSink* sink = nullptr;
+  // Head-adaptive budgets (Ada-KV; kvsim/core/head_budget.hpp), in run_engine and
+  // run_lockstep: the simulations of one scoring policy (Policy::scores) with the same
+  // parameters, budget B, layer and view on a layer's kv heads share n_kv_heads x B, each
+  // head keeping at least its top floor(head_floor x B). Negative: every kv head keeps B.
+  double head_floor = -1;
 };
 
 // What one simulation did on its group. Steps are the recorded ones: all steps in stream

@@ -57,6 +57,7 @@ struct ReplayConfig {
   std::vector<Budget> budgets;
   std::vector<QuantSpec> quant;  // KV quantization specs (empty: none); each multiplies the grid
   LayerSchedule schedule;
+  double head_floor = -1;  // >= 0: head-adaptive budgets with this floor (EngineOptions::head_floor)
   Mode mode = Mode::stream;
   Aggregate aggregate = Aggregate::mean;
   kvtrace::RowsFrom rows = kvtrace::RowsFrom::automatic;
@@ -140,7 +141,9 @@ OutputErrorMode parse_output_error(const std::string& text);
 // give them: the one mapping onto a ReplayConfig. (replay_options.cpp)
 struct ReplayRequest {
   std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto";
-  std::string quant;                   // KV quantization specs, comma-separated ("": none)
+  std::string quant;                    // KV quantization specs, comma-separated ("": none)
+  std::string head_budget = "uniform";  // or "adaptive" (Ada-KV, with head_floor)
+  double head_floor = 0.2;
   std::vector<int> sequences, layers;  // empty: all
   int threads = 0;                     // 0: one per core
 };
