@@ -26,9 +26,8 @@ void set_sweep_columns(PlanRequest& request, const py::dict& columns) {
   if (!missing.empty()) {
     std::string list;
     for (const auto& name : missing) list += (list.empty() ? "" : ", ") + name;
-    throw kvtrace::InputError("", "",
-                              "--sweep: the columns " + list +
-                                  " are missing (pass kvsim.sweep()'s result or a sweep CSV file)");
+    throw kvtrace::InputError(
+        "", "", "--sweep: the columns " + list + " are missing (pass kvsim.sweep()'s result or a sweep CSV file)");
   }
   SweepCsv table;
   size_t length = 0;
@@ -36,7 +35,8 @@ void set_sweep_columns(PlanRequest& request, const py::dict& columns) {
   for (const auto& column : sweep_columns()) {
     if (!columns.contains(column.name)) continue;
     const py::sequence values = py::reinterpret_borrow<py::sequence>(columns[column.name]);
-    if (!first && py::len(values) != length) throw kvtrace::InputError("", "", "--sweep: the columns have different lengths");
+    if (!first && py::len(values) != length)
+      throw kvtrace::InputError("", "", "--sweep: the columns have different lengths");
     if (first) table.rows.resize(length = py::len(values));
     first = false;
     table.columns.push_back(column.name);
@@ -83,6 +83,8 @@ void bind_plan(py::module_& m) {
       .def_readwrite("context_text", &PlanRequest::context_text)
       .def_readwrite("target", &PlanRequest::target)
       .def_readwrite("cards", &PlanRequest::cards)
+      .def_readwrite("layer_budget", &PlanRequest::layer_budget)
+      .def_readwrite("head_budget", &PlanRequest::head_budget)
       .def("set_sweep_columns", &set_sweep_columns);
   m.def("_plan", &plan);
   m.def("_plan_text", &plan_table_text);

@@ -393,7 +393,7 @@ def analyze_rows(attention, *, lags=(1, 4, 16, 64), topk="10%", min_positions=8,
 
 def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
          reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None,
-         as_frame=None):
+         layer_budget="uniform", head_budget="uniform", as_frame=None):
     """Capacity planning (kvsim plan). With pandas: a DataFrame of the plan's rows, one per
     policy and budget, with the keys of the rows of `kvsim plan --json` as columns (policy,
     budget, quant, kv_bytes_per_token, blocks_per_sequence, max_sequences, gain, ...; the plan
@@ -405,11 +405,13 @@ def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=N
     (a mix) or a CSV file; default the model's maximum. budget: tokens or shares, a list or
     '20%,512'. sweep: a sweep CSV file or kvsim.sweep()'s result (DataFrame or dict); target: 'retention>=0.95'
     (the default with a sweep), 'output_error<=0.05', ... kv_quant: 'flexgen4', 'kivi2', specs.
-    cards: the folder holding models/ and gpus/ (default data_dir()).
+    cards: the folder holding models/ and gpus/ (default data_dir()). layer_budget ('uniform',
+    'pyramid[...]' or one weight per layer) and head_budget ('uniform', 'adaptive'): as the sweep's.
     """
     pandas = _pandas(as_frame)
     out = _native._plan(_plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve,
-                                   block_size, context, budget, sweep, target, cards))
+                                   block_size, context, budget, sweep, target, cards,
+                                   layer_budget, head_budget))
     if pandas is None:
         return out
     frame = pandas.DataFrame(out["rows"])
@@ -418,15 +420,19 @@ def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=N
 
 
 def plan_text(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
-              reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None) -> str:
+              reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None,
+              layer_budget="uniform", head_budget="uniform") -> str:
     """The same plan as the table `kvsim plan` prints (print(kvsim.plan_text(...)))."""
     return _native._plan_text(_plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve,
-                                         block_size, context, budget, sweep, target, cards))
+                                         block_size, context, budget, sweep, target, cards,
+                                   layer_budget, head_budget))
 
 
 def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve, block_size, context, budget,
-               sweep, target, cards):
+               sweep, target, cards, layer_budget="uniform", head_budget="uniform"):
     a = _native._PlanArgs()
+    a.layer_budget = str(layer_budget)
+    a.head_budget = str(head_budget)
     a.model = _text(model)
     a.gpu = _text(gpu)
     a.gpus = int(gpus)
