@@ -259,6 +259,20 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
   return records;
 }
 
+std::vector<double> mean_layer_budgets(const kvtrace::TraceReader& reader, const ReplayConfig& config,
+                                       const Budget& budget) {
+  const std::vector<int> sequences = chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path());
+  std::vector<double> out(static_cast<size_t>(reader.meta().n_layers), 0.0);
+  for (int seq : sequences) {
+    const kvtrace::SequenceMeta& sequence = reader.sequence(seq);
+    for (size_t l = 0; l < out.size(); ++l)
+      out[l] += static_cast<double>(config.schedule.apply(budget.resolve(sequence.n_tokens), static_cast<int>(l), seq,
+                                                          schedule_tokens(config, sequence)));
+  }
+  for (double& b : out) b /= static_cast<double>(sequences.size());
+  return out;
+}
+
 ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfig& config,
                            const std::function<void(int64_t, int64_t)>& progress) {
   if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");

@@ -22,6 +22,10 @@ TEST(CliBudgets, LayerBudgetsHoldTheTotal) {
       kvtest::run_kvsim("replay " + kTrace + " --policy snapkv --budget 64 --seqs 0 --layer-budget pyramid");
   ASSERT_EQ(pyramid.code, 0) << pyramid.output;
   EXPECT_TRUE(has(pyramid.output, "peak occupancy 96,")) << pyramid.output;
+  EXPECT_TRUE(has(pyramid.output,
+                  "layer budgets B_l (pyramid, mean over the sequences): 0: 95.0, 1: 83.0, 2: 70.0, "
+                  "3: 58.0, 4: 45.0, 5: 33.0\n"))
+      << pyramid.output;
   for (const std::string schedule : {"pyramid", "cake", "cake:tau1=1.6:tau2=0.4"}) {
     const auto sweep =
         kvtest::run_kvsim("sweep " + kTrace + " --policies h2o --budgets 64 --seqs 0,1 --layer-budget " + schedule);

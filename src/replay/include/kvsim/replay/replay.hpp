@@ -116,6 +116,10 @@ struct Cancelled : std::runtime_error {
 
 ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfig& config,
                            const std::function<void(int64_t, int64_t)>& progress = {});
+// Per layer of the trace, B_l under config.schedule for `budget`, the mean over the replayed
+// sequences (each resolved against its length, T as the replay takes it).
+std::vector<double> mean_layer_budgets(const kvtrace::TraceReader& reader, const ReplayConfig& config,
+                                       const Budget& budget);
 
 // One policy at one budget over the rows of one layer given directly, no trace file: the
 // source's heads are grouped by kv head (n_kv_heads of them) or as one layer, as the policy
