@@ -189,9 +189,10 @@ LayerSchedule persistence_schedule(const kvtrace::TraceReader& reader, const std
 }
 
 LayerSchedule layer_schedule(const std::string& text, const kvtrace::TraceReader& reader,
-                             const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads) {
-  return text == "persistence" ? persistence_schedule(reader, sequences, rows, threads)
-                               : LayerSchedule::parse(text, reader.meta().n_layers);
+                             const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads, Mode mode) {
+  if (text == "persistence") return persistence_schedule(reader, sequences, rows, threads);
+  if (text == "cake" || text.rfind("cake:", 0) == 0) return cake_schedule(text, reader, sequences, rows, threads, mode);
+  return LayerSchedule::parse(text, reader.meta().n_layers);
 }
 
 }  // namespace kvsim

@@ -42,7 +42,14 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
                    "a page's score: mean or max of its positions' scores (with --page)")(
       "layer-budget", po::value(&v.layer_budget)->default_value(v.layer_budget),
       "per-layer schedule: uniform; persistence (more budget to layers with lower persistence, measured on the "
-      "replayed sequences); or one weight per layer (w1,w2,...; normalised to mean 1)")(
+      "replayed sequences); pyramid[:beta=20][:window=32] (PyramidKV); cake[:tau1=1][:tau2=1][:window=32] (CAKE's "
+      "layer preference, measured on the replayed sequences); or one weight per layer (w1,w2,...; normalised to "
+      "mean 1)")(
+      "head-budget", po::value(&v.head_budget)->default_value(v.head_budget),
+      "across a layer's kv heads: uniform (each keeps B) or adaptive (Ada-KV: the heads share n_kv_heads x B by "
+      "the policy's scores; scoring policies only)")(
+      "head-floor", po::value(&v.head_floor)->default_value(v.head_floor, "0.2"),
+      "adaptive: the share of B each kv head keeps of its own top scores")(
       "threads", po::value(&v.threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
       "csv", po::value(&v.csv), "write results as CSV")("json", po::value(&v.json), "write results as JSON")(
       "survival", po::value(&v.survival), "write per token, group and policy the step it was evicted (CSV; -1: kept)");
@@ -59,11 +66,13 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   request.compress_every = v.compress_every;
   request.page = v.page;
   request.page_score = v.page_score;
+  request.head_budget = v.head_budget;
+  request.head_floor = v.head_floor;
   request.sequences = parse_indices("seqs", v.sequences);
   request.layers = parse_indices("layers", v.layers);
   request.threads = v.threads;
   apply_replay_request(request, config);
-  config.schedule = layer_schedule(v.layer_budget, reader, config.sequences, config.rows, config.threads);
+  config.schedule = layer_schedule(v.layer_budget, reader, config.sequences, config.rows, config.threads, config.mode);
   config.keep_records = !v.survival.empty();
   check_plot_path("plot", v.plot);
   prepare_outputs({v.trace}, {v.csv, v.json, v.survival}, {v.plot});

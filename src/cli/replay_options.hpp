@@ -21,6 +21,8 @@ struct ReplayCliOptions {
   std::string question, compress_every;  // "": not given
   int64_t page = 0;
   std::string page_score = "mean";
+  std::string head_budget = "uniform";
+  double head_floor = 0.2;
   int threads = 0;
   std::string csv, json, survival, plot;
 };

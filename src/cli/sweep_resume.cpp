@@ -120,6 +120,7 @@ std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& 
   // Only when given, so the settings of sweeps without them read as before.
   if (!values.question.empty()) out += "question: " + values.question + "\n";
   if (!values.compress_every.empty()) out += "compress-every: " + values.compress_every + "\n";
+  if (config.head_floor >= 0) out += "head-budget: adaptive, floor " + std::to_string(config.head_floor) + "\n";
   return out;
 }
 

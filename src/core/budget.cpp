@@ -77,12 +77,18 @@ LayerSchedule LayerSchedule::from_weights(std::string name, std::vector<double> 
   for (double& w : weights) w /= mean;
   LayerSchedule schedule;
   schedule.name = std::move(name);
+  schedule.n_layers = static_cast<int>(weights.size());
   schedule.weights = std::move(weights);
   return schedule;
 }
 
 LayerSchedule LayerSchedule::parse(const std::string& text, int n_layers) {
-  if (text.empty() || text == "uniform") return {};
+  if (text.empty() || text == "uniform") {
+    LayerSchedule uniform;
+    uniform.n_layers = n_layers;
+    return uniform;
+  }
+  if (text == "pyramid" || text.rfind("pyramid:", 0) == 0) return pyramid_schedule(text, n_layers);
   std::vector<double> weights;
   for (const std::string& item : split_list("--layer-budget", text)) {
     char* end = nullptr;

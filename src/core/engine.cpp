@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "future.hpp"
+#include "kvsim/core/head_budget.hpp"
 #include "simulation.hpp"
 #include "step_rows.hpp"
 #include "kvtrace/schema.hpp"
@@ -18,12 +19,12 @@ namespace {
 // layer and view, the largest budget leads and the others follow it until they must evict
 // (Simulation::follow), or to the end if the policy ignores the budget. Policies that cannot
 // hand over their state run on their own.
-void share_budgets(const Lane& lane, std::vector<Simulation>& running) {
+void share_budgets(const Lane& lane, std::vector<Simulation>& running, const std::vector<char>& coupled) {
   using Key = std::tuple<int, int, const PolicyInfo*, std::map<std::string, std::string>, int>;
   std::map<Key, std::vector<size_t>> alike;
   for (size_t s = 0; s < lane.simulations.size(); ++s) {
     const SimulationSpec& spec = lane.simulations[s];
-    if (spec.policy->engine == Engine::cache && !spec.sequence_state)
+    if (spec.policy->engine == Engine::cache && !spec.sequence_state && !coupled[s])
       alike[{spec.group, spec.layer, spec.policy, spec.params.values(), spec.quant}].push_back(s);
   }
   for (auto& [key, members] : alike) {
@@ -31,6 +32,57 @@ void share_budgets(const Lane& lane, std::vector<Simulation>& running) {
                      [&](size_t a, size_t b) { return lane.simulations[a].budget > lane.simulations[b].budget; });
     for (size_t m = 1; m < members.size(); ++m) running[members[m]].follow(running[members.front()]);
   }
+}
+
+// Head-adaptive budgets: the simulations of one scoring policy with the same parameters,
+// budget, layer and view on the kv heads of a lane share the heads' slots (head_budget.hpp).
+struct Coupling {
+  std::vector<size_t> members;  // one per kv head, in group order
+  int64_t budget = 0;
+};
+
+std::vector<Coupling> head_couplings(const Lane& lane, std::vector<Simulation>& running, std::vector<char>& coupled) {
+  using Key = std::tuple<int64_t, int, const PolicyInfo*, std::map<std::string, std::string>, int>;
+  std::map<Key, std::vector<size_t>> alike;
+  const auto kv_heads = static_cast<int>(lane.groups.size()) - 1;  // the last group is the layer's
+  std::vector<double> probe;
+  for (size_t s = 0; s < lane.simulations.size(); ++s) {
+    const SimulationSpec& spec = lane.simulations[s];
+    if (spec.policy->engine != Engine::cache || spec.policy->grouping != Grouping::kv_head || !spec.policy->budgeted ||
+        spec.sequence_state || spec.group >= kv_heads || !running[s].scores(0, probe))
+      continue;
+    alike[{spec.budget, spec.layer, spec.policy, spec.params.values(), spec.quant}].push_back(s);
+  }
+  std::vector<Coupling> couplings;
+  for (auto& [key, members] : alike) {
+    std::stable_sort(members.begin(), members.end(),
+                     [&](size_t a, size_t b) { return lane.simulations[a].group < lane.simulations[b].group; });
+    for (size_t m : members) {
+      running[m].defer_eviction();
+      coupled[m] = 1;
+    }
+    couplings.push_back({members, std::get<0>(key)});
+  }
+  return couplings;
+}
+
+// After every simulation of the lane took step t: one allocation over the coupled heads.
+void evict_coupled(std::vector<Simulation>& running, const Coupling& coupling, int64_t t, double floor_share) {
+  if (!running[coupling.members.front()].may_evict(t)) return;
+  const size_t heads = coupling.members.size();
+  std::vector<std::vector<double>> scores(heads);
+  std::vector<std::span<const int32_t>> positions(heads);
+  for (size_t h = 0; h < heads; ++h) {
+    Simulation& simulation = running[coupling.members[h]];
+    if (!simulation.scores(t, scores[h])) {
+      for (size_t m : coupling.members) running[m].evict_now(t);
+      return;
+    }
+    positions[h] = simulation.cache();
+    if (scores[h].size() != positions[h].size()) throw std::logic_error("a policy scored a cache of another size");
+  }
+  const auto keep = adaptive_keep(scores, positions, coupling.budget, floor_share);
+  for (size_t h = 0; h < heads; ++h) running[coupling.members[h]].evict_chosen(t, keep[h]);
 }
 
 }  // namespace
@@ -94,6 +146,7 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
     std::vector<std::unique_ptr<StepRows>> quantized_rows;  // per quantized view
     std::vector<kvtrace::RowBlock> quantized_blocks;
     std::vector<std::vector<size_t>> by_group;  // the simulations of each cache group
+    std::vector<Coupling> couplings;            // head-adaptive budgets
   };
   // All simulations of `group` (or of every group: -1) take step t.
   auto step = [&](const Lane& lane, LaneState& state, int64_t t, int group) {
@@ -108,6 +161,7 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
       for (size_t s : state.by_group[static_cast<size_t>(group)]) run(s);
     else
       for (size_t s = 0; s < state.running.size(); ++s) run(s);
+    for (const Coupling& coupling : state.couplings) evict_coupled(state.running, coupling, t, options.head_floor);
   };
   // Lanes in lockstep (a cross-layer chain) step every lane at each t. A single lane with
   // independent simulations runs one cache group's simulations over a whole block of rows
@@ -147,7 +201,10 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
     state.by_group.resize(lane.groups.size());
     for (size_t s = 0; s < lane.simulations.size(); ++s)
       state.by_group[static_cast<size_t>(lane.simulations[s].group)].push_back(s);
-    share_budgets(lane, state.running);
+    std::vector<char> coupled(lane.simulations.size(), 0);
+    if (options.head_floor >= 0) state.couplings = head_couplings(lane, state.running, coupled);
+    group_major = group_major && state.couplings.empty();  // the heads evict together at each step
+    share_budgets(lane, state.running, coupled);
   }
 
   for (int64_t first = 0; first < n; first += kvtrace::kRowBlockSize) {

@@ -208,7 +208,32 @@ class Simulation {
         flush_batch(rows);  // the follower takes the results so far
         follower->take_over(t);
       }
+    if (deferred_) return;  // the engine evicts for the layer's heads at once (evict_chosen)
     evict(t);
+  }
+
+  // Head-adaptive budgets: step() observes and leaves the eviction to the engine, which asks
+  // every head's scores and then calls evict_chosen (or evict_now when a policy gives none).
+  void defer_eviction() { deferred_ = true; }
+  bool scores(int64_t t, std::vector<double>& out) const { return policy_->scores(t, cache_, out); }
+  bool may_evict(int64_t t) const { return schedule_.at(t) != Schedule::Action::keep && t == last_step_; }
+  void evict_now(int64_t t) { evict(t); }
+  // Evicts the positions of the cache not at `keep` (indices into it, ascending).
+  void evict_chosen(int64_t t, std::span<const size_t> keep) {
+    victims_.clear();
+    gone_.clear();
+    size_t k = 0;
+    for (size_t i = 0; i < cache_.size(); ++i) {
+      if (k < keep.size() && keep[k] == i) {
+        ++k;
+        continue;
+      }
+      gone_.push_back(i);
+      victims_.push_back(cache_[i]);
+    }
+    if (gone_.empty()) return;
+    policy_->forget(cache_, gone_);
+    remove_victims(t, 0);
   }
 
   // Budget sharing. Simulations of one policy with the same parameters, cache group and view
@@ -573,6 +598,8 @@ class Simulation {
   std::vector<double> scores_;        // page mode: the policy's scores at this step
   std::vector<size_t> page_indices_;  // page mode: the victims' indices in cache_
   int64_t last_step_ = -1;
+  bool deferred_ = false;         // head-adaptive budgets: the engine evicts
+  std::vector<size_t> gone_;      // evict_chosen's indices
   Simulation* leader_ = nullptr;  // while dormant (budget sharing)
   std::vector<Simulation*> followers_;
   std::vector<std::vector<double>> partials_;  // per head: its output over the cache, unnormalised

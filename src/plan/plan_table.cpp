@@ -201,6 +201,20 @@ Plan make_plan(const PlanRequest& r) {
   setup.reserve_bytes = parse_memory(r.reserve, "reserve");
   setup.block_size = r.block_size;
   set_contexts(r, plan);
+  if (r.layer_budget == "persistence" || r.layer_budget == "cake" || r.layer_budget.rfind("cake:", 0) == 0)
+    bad_option("layer-budget",
+               "'" + r.layer_budget + "' is measured on a trace; plan takes uniform, pyramid or one weight per layer");
+  setup.schedule = LayerSchedule::parse(r.layer_budget, setup.model.n_layers);
+  if (r.head_budget != "uniform" && r.head_budget != "adaptive")
+    bad_option("head-budget", "'" + r.head_budget + "' is not uniform or adaptive");
+  setup.adaptive_heads = r.head_budget == "adaptive";
+  if (setup.schedule.kind != LayerSchedule::Kind::weights || !setup.schedule.weights.empty())
+    plan.notes.push_back("layer budgets: " + r.layer_budget +
+                         " (layer l holds min(context, B_l + 1); B_l with T = the context)");
+  if (setup.adaptive_heads)
+    plan.notes.push_back(
+        "head budgets: adaptive (a layer's kv heads hold H x B in all; each rounds up to blocks of "
+        "its own, at most ceil(H held / block) + H - 1)");
   plan.memory = plan_memory(setup);
   std::vector<QuantSpec> quants;  // --kv-quant, "none" left out
   if (!r.kv_quant.empty())

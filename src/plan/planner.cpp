@@ -149,10 +149,49 @@ int64_t tokens_held(int64_t context, std::optional<int64_t> budget) {
 
 int64_t blocks_for(int64_t tokens, int block_size) { return tokens <= 0 ? 0 : ceil_div(tokens, block_size); }
 
+namespace {
+
+// One context under a schedule or head-adaptive budgets: per layer its held positions and
+// blocks, the bytes a layer's share of a block (block_bytes covers every layer) times them.
+// Adaptive heads each round up to whole blocks of their own: the H heads holding H x held
+// positions in all take at most ceil(H held / block) + H - 1 head blocks (each head's last
+// block partly filled), and never more than H blocks_for(context).
+void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context, int64_t budget, Footprint& out) {
+  const int layers = setup.model.n_layers;
+  const int heads = setup.adaptive_heads ? kv_heads_per_gpu(setup.model, setup.gpus) : 1;
+  auto head_blocks = [&](int64_t tokens, int64_t limit) -> double {
+    if (heads == 1) return static_cast<double>(blocks_for(tokens, setup.block_size));
+    const int64_t bound = blocks_for(heads * tokens, setup.block_size) + (tokens > 0 ? heads - 1 : 0);
+    return static_cast<double>(std::min(bound, heads * blocks_for(limit, setup.block_size))) / heads;
+  };
+  const std::vector<int64_t> layer_budgets = setup.schedule.layer_budgets(budget, 0, context);
+  for (int l = 0; l < layers; ++l) {
+    const int64_t b = l < static_cast<int>(layer_budgets.size()) ? layer_budgets[static_cast<size_t>(l)] : budget;
+    const int64_t held = tokens_held(context, b);
+    const int64_t residual = std::min<int64_t>(held, layout.residual);
+    const double full_blocks = head_blocks(residual, std::min<int64_t>(context, layout.residual));
+    const double quant_blocks = head_blocks(held - residual, context - residual);
+    out.tokens += static_cast<double>(held) / layers;
+    out.blocks += (full_blocks + quant_blocks) / layers;
+    out.bytes += (full_blocks * static_cast<double>(layout.full_block_bytes) +
+                  quant_blocks * static_cast<double>(layout.block_bytes)) /
+                 layers;
+    out.budget_tokens += static_cast<double>(b) / layers;
+  }
+}
+
+}  // namespace
+
 Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::optional<Budget>& budget) {
   Footprint out;
+  const bool moving =
+      !setup.schedule.weights.empty() || setup.schedule.kind != LayerSchedule::Kind::weights || setup.adaptive_heads;
   for (int64_t context : setup.contexts) {
     const std::optional<int64_t> b = budget ? std::optional<int64_t>(budget->resolve(context)) : std::nullopt;
+    if (b && moving) {
+      add_moving(setup, layout, context, *b, out);
+      continue;
+    }
     const int64_t held = tokens_held(context, b);
     const int64_t residual = std::min<int64_t>(held, layout.residual);
     const int64_t full_blocks = blocks_for(residual, setup.block_size);

@@ -83,6 +83,8 @@ void bind_plan(py::module_& m) {
       .def_readwrite("context_text", &PlanRequest::context_text)
       .def_readwrite("target", &PlanRequest::target)
       .def_readwrite("cards", &PlanRequest::cards)
+      .def_readwrite("layer_budget", &PlanRequest::layer_budget)
+      .def_readwrite("head_budget", &PlanRequest::head_budget)
       .def("set_sweep_columns", &set_sweep_columns);
   m.def("_plan", &plan);
   m.def("_plan_text", &plan_table_text);

@@ -60,7 +60,7 @@ struct ReplayOptions : ReplayRequest {
 
 void apply_options(const ReplayOptions& o, const kvtrace::TraceReader& reader, ReplayConfig& config) {
   apply_replay_request(o, config);
-  config.schedule = layer_schedule(o.layer_budget, reader, config.sequences, config.rows, config.threads);
+  config.schedule = layer_schedule(o.layer_budget, reader, config.sequences, config.rows, config.threads, config.mode);
 }
 
 // As the CLI's --param (kvsim::choose_policies), with at least one policy.
@@ -327,6 +327,8 @@ void bind_replay(py::module_& m) {
       .def_readwrite("page", &ReplayOptions::page)
       .def_readwrite("page_score", &ReplayOptions::page_score)
       .def_readwrite("layer_budget", &ReplayOptions::layer_budget)
+      .def_readwrite("head_budget", &ReplayOptions::head_budget)
+      .def_readwrite("head_floor", &ReplayOptions::head_floor)
       .def_readwrite("sequences", &ReplayOptions::sequences)
       .def_readwrite("layers", &ReplayOptions::layers)
       .def_readwrite("threads", &ReplayOptions::threads);

@@ -60,6 +60,11 @@ kvtrace::RowsFrom parse_rows(const std::string& text) {
 
 namespace {
 
+// T, the tokens a layer schedule's allocation sees: the prompt in prefill mode, else the sequence.
+int64_t schedule_tokens(const ReplayConfig& config, const kvtrace::SequenceMeta& sequence) {
+  return config.mode == Mode::prefill ? std::min(sequence.prompt_len, sequence.n_tokens) : sequence.n_tokens;
+}
+
 // A cell of the grid: cells[(policy * quants + quant) * budgets + budget].
 struct CellKey {
   size_t policy, quant, budget;
@@ -155,7 +160,8 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
     const GroupRange range = policy_groups(*policy.info, meta.n_kv_heads);
     for (size_t l = 0; l < lanes.size(); ++l) {
       const int layer = item.layers[l];
-      const int64_t budget = config.schedule.apply(config.budgets[key.budget].resolve(n), layer);
+      const int64_t budget = config.schedule.apply(config.budgets[key.budget].resolve(n), layer, item.seq,
+                                                   schedule_tokens(config, reader.sequence(item.seq)));
       for (int g = range.first; g < range.last; ++g) {
         where.emplace_back(l, lanes[l].specs.size());
         // A cross-layer chain runs over the chosen layers in order: its links are the lanes.
@@ -183,6 +189,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
   options.aggregate = config.aggregate;
   options.paging = config.paging;
   options.output_error = output_error;
+  options.head_floor = config.head_floor;
   item.sums.resize(item.records.size());
   std::vector<std::vector<size_t>> record_of(lanes.size());  // [lane][simulation]
   for (size_t r = 0; r < where.size(); ++r) {
@@ -254,6 +261,20 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
   return records;
 }
 
+std::vector<double> mean_layer_budgets(const kvtrace::TraceReader& reader, const ReplayConfig& config,
+                                       const Budget& budget) {
+  const std::vector<int> sequences = chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path());
+  std::vector<double> out(static_cast<size_t>(reader.meta().n_layers), 0.0);
+  for (int seq : sequences) {
+    const kvtrace::SequenceMeta& sequence = reader.sequence(seq);
+    for (size_t l = 0; l < out.size(); ++l)
+      out[l] += static_cast<double>(config.schedule.apply(budget.resolve(sequence.n_tokens), static_cast<int>(l), seq,
+                                                          schedule_tokens(config, sequence)));
+  }
+  for (double& b : out) b /= static_cast<double>(sequences.size());
+  return out;
+}
+
 ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfig& config,
                            const std::function<void(int64_t, int64_t)>& progress) {
   if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
@@ -264,6 +285,9 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   if (!config.schedule.weights.empty() && static_cast<int>(config.schedule.weights.size()) != meta.n_layers)
     reader.fail("", "the layer budget schedule has " + std::to_string(config.schedule.weights.size()) +
                         " weights for " + std::to_string(meta.n_layers) + " layers");
+  if (config.schedule.kind != LayerSchedule::Kind::weights && config.schedule.n_layers != meta.n_layers)
+    reader.fail("", "the layer budget schedule is for " + std::to_string(config.schedule.n_layers) + " layers, not " +
+                        std::to_string(meta.n_layers));
 
   bool has_values = true;
   for (int seq : sequences)
@@ -401,7 +425,8 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
         for (int seq : sequences)
           for (int layer : layers) {
             const int64_t n = reader.sequence(seq).n_tokens;
-            const int64_t budget = config.schedule.apply(cell.budget.resolve(n), layer);
+            const int64_t budget = config.schedule.apply(cell.budget.resolve(n), layer, seq,
+                                                         schedule_tokens(config, reader.sequence(seq)));
             budget_sum += static_cast<double>(budget);
             share_sum += static_cast<double>(budget) / static_cast<double>(n);
             ++budget_count;

@@ -112,6 +112,13 @@ void apply_replay_request(const ReplayRequest& request, ReplayConfig& config) {
   apply_protocol(request, config);
   if (request.page < 0) bad_option("page", "must be >= 0 (0: token mode)");
   config.paging = {request.page, parse_page_score(request.page_score)};
+  if (!(request.head_floor >= 0 && request.head_floor <= 1)) bad_option("head-floor", "must be in [0, 1]");
+  if (request.head_budget == "adaptive")
+    config.head_floor = request.head_floor;
+  else if (request.head_budget != "uniform")
+    bad_option("head-budget", "'" + request.head_budget + "' is not uniform or adaptive");
+  if (config.head_floor >= 0 && config.paging.on())
+    bad_option("head-budget", "adaptive allocates single positions across heads: it cannot run with --page");
 }
 
 }  // namespace kvsim

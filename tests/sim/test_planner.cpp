@@ -299,3 +299,26 @@ TEST(PlannerCards, BundledCardsParseAndAgreeWithTheirConfigs) {
   EXPECT_THROW(kvsim::parse_model_card("not json", "x.json"), kvtrace::InputError);
   EXPECT_THROW(kvsim::parse_gpu_card("{\"name\": \"g\", \"source\": \"s\"}", "g.json"), kvtrace::InputError);
 }
+
+TEST(PlannerBytes, BudgetsThatMove) {
+  // 4 layers, 8 kv heads, context 1000, B = 100, blocks of 16. Uniform: 101 tokens, 7 blocks.
+  auto setup = setup_for(card("four", 4, 8, 8, 1000000000, 4096), {1000});
+  const auto layout = kvsim::kv_layout(setup, kvsim::QuantSpec{});
+  const auto budget = kvsim::Budget::parse("100");
+  EXPECT_DOUBLE_EQ(kvsim::footprint(setup, layout, budget).blocks, 7);
+  // pyramid (W = 32, beta = 20; test_layer_budgets.cpp): B_l = 165, 122, 78, 35, so layers hold
+  // 166, 123, 79, 36 tokens in 11, 8, 5, 3 blocks: 6.75 a layer on average.
+  setup.schedule = kvsim::LayerSchedule::parse("pyramid", 4);
+  const auto pyramid = kvsim::footprint(setup, layout, budget);
+  EXPECT_DOUBLE_EQ(pyramid.tokens, 101);
+  EXPECT_DOUBLE_EQ(pyramid.budget_tokens, 100);
+  EXPECT_DOUBLE_EQ(pyramid.blocks, 6.75);
+  EXPECT_DOUBLE_EQ(pyramid.bytes, 6.75 * static_cast<double>(layout.block_bytes));
+  // Adaptive heads, uniform layers: 8 heads hold 8 x 101 = 808 tokens in at most
+  // ceil(808 / 16) + 7 = 58 blocks of their own, 58 / 8 = 7.25 blocks of the layer.
+  setup.schedule = kvsim::LayerSchedule::parse("uniform", 4);
+  setup.adaptive_heads = true;
+  EXPECT_DOUBLE_EQ(kvsim::footprint(setup, layout, budget).blocks, 7.25);
+  // A context the heads cannot outgrow: B = 2000 holds the 1000 tokens, 63 blocks each.
+  EXPECT_DOUBLE_EQ(kvsim::footprint(setup, layout, kvsim::Budget::parse("2000")).blocks, 63);
+}

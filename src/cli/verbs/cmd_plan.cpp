@@ -114,6 +114,10 @@ int cmd_plan(const std::vector<std::string>& args) {
                                                                                         "also write the plan as JSON")(
       "plot", po::value(&plot), "write maximum concurrent sequences vs budget as PNG or SVG")(
       "cards", po::value(&o.cards)->default_value(o.cards), "folder holding models/*.json and gpus/*.json")(
+      "layer-budget", po::value(&o.layer_budget)->default_value(o.layer_budget),
+      "per-layer budgets as the sweep used: uniform, pyramid[:beta=20][:window=32] or one weight per layer")(
+      "head-budget", po::value(&o.head_budget)->default_value(o.head_budget),
+      "uniform, or adaptive (the sweep's --head-budget adaptive: each kv head in blocks of its own)")(
       "list", po::bool_switch(&list), "list the model cards, GPU cards and quantization presets");
   po::positional_options_description positional;
   po::variables_map vm;

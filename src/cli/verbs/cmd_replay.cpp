@@ -1,6 +1,7 @@
 // kvsim replay TRACE --policy P --budget B: one policy at one budget, in detail.
 #include <iostream>
 
+#include "kvsim/core/text_util.hpp"
 #include "kvsim/replay/report.hpp"
 #include "kvtrace/reader.hpp"
 #include "../mpi_split.hpp"
@@ -38,7 +39,15 @@ int cmd_replay(const std::vector<std::string>& args) {
   write_outputs(values, reader, results, false);  // first: a failed write is then the only line
   std::cout << reader.meta().model << ": " << results.sequences << " sequences, mode " << mode_name(results.mode)
             << protocol_text(results) << paging_text(results.paging) << "\n"
-            << replay_table(results.cells.front(), results.output_error) << wrap_text(kTeacherForcedNote) << "\n";
+            << replay_table(results.cells.front(), results.output_error);
+  if (config.schedule.kind != LayerSchedule::Kind::weights || !config.schedule.weights.empty()) {
+    std::cout << "layer budgets B_l (" << config.schedule.name << ", mean over the sequences):";
+    const std::vector<double> budgets = mean_layer_budgets(reader, config, config.budgets.front());
+    for (size_t l = 0; l < budgets.size(); ++l)
+      std::cout << (l ? ", " : " ") << l << ": " << text::fixed(budgets[l], 0, 1);
+    std::cout << "\n";
+  }
+  std::cout << wrap_text(kTeacherForcedNote) << "\n";
   return 0;
 }
 

@@ -117,7 +117,8 @@ def _budget(value) -> str:
 
 
 def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
-                    question=None, compress_every=None, page=0, page_score="mean"):
+                    question=None, compress_every=None, page=0, page_score="mean", head_budget="uniform",
+                    head_floor=0.2):
     o = _native._ReplayOptions()
     o.page = int(page)
     o.page_score = str(page_score)
@@ -139,6 +140,8 @@ def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, la
     if not isinstance(layer_budget, str):
         layer_budget = ",".join(repr(float(w)) for w in layer_budget)
     o.layer_budget = layer_budget
+    o.head_budget = str(head_budget)
+    o.head_floor = float(head_floor)
     o.threads = int(threads)
     return o
 
@@ -245,16 +248,19 @@ def bundled_trace() -> str:
 
 
 def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto", seqs=None, layers=None,
-           output_error="auto", quant=None, layer_budget="uniform", threads=0, records=None, params=None,
-           as_frame=None, question=None, compress_every=None, page=0, page_score="mean", **policy_params):
+           output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform", head_floor=0.2,
+           threads=0, records=None, params=None, as_frame=None, question=None, compress_every=None, page=0,
+           page_score="mean", **policy_params):
     """Replay one policy at one budget over a trace (kvsim replay).
 
     trace: a kvsim.Trace or a path. budget: tokens (64) or a share of each sequence ('20%').
     Policy parameters as keyword arguments (w=400, r=10) or params={'w': 400}.
     Options as the CLI's: mode 'stream'|'prefill', aggregate 'mean'|'max'|'sum',
     rows 'auto'|'attn'|'qk', seqs/layers (lists of indices), output_error 'auto'|'on'|'off',
-    quant (one spec: 'flexgen4', 'kivi2', 'int8', ...), layer_budget ('uniform', 'persistence'
-    or one weight per layer), threads (0: all cores; results do not depend on it), question
+    quant (one spec: 'flexgen4', 'kivi2', 'int8', ...), layer_budget ('uniform', 'persistence',
+    'pyramid[:beta=20][:window=32]', 'cake[:tau1=1][:tau2=1][:window=32]' or one weight per layer),
+    head_budget ('uniform', or 'adaptive': Ada-KV across a layer's kv heads, each keeping at least
+    head_floor x B of its top scores), threads (0: all cores; results do not depend on it), question
     (mode 'prefill': the prompt's last N tokens, or 'auto'; the summary then has
     question_retention_* and answer_retention_*), compress_every (decode-time compression every
     N steps); docs/semantics.md, section 2. page (P: evict whole pages of P positions by the
@@ -275,7 +281,7 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     if pandas is not None and records:
         raise InputError("records=True: the per-step records come in the dict that as_frame=False returns")
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
-                              question, compress_every, page, page_score)
+                              question, compress_every, page, page_score, head_budget, head_floor)
     out = _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
                           pandas is None and records is not False)
     if pandas is None:
@@ -294,8 +300,9 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
 
 
 def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean", rows="auto", seqs=None,
-          layers=None, output_error="auto", quant=None, layer_budget="uniform", threads=0, params=None,
-          as_frame=None, question=None, compress_every=None, page=0, page_score="mean", **policy_params):
+          layers=None, output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform",
+          head_floor=0.2, threads=0, params=None, as_frame=None, question=None, compress_every=None, page=0,
+          page_score="mean", **policy_params):
     """The policies x budgets grid (kvsim sweep): with pandas a DataFrame with the columns of
     `kvsim sweep --csv` (SWEEP_COLUMNS) in its order, one row per line, NaN where the CSV is
     empty. With as_frame=False a dict of those columns (strings as lists, numbers as numpy
@@ -312,7 +319,7 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
     pandas = _pandas(as_frame)
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
-                              question, compress_every, page, page_score)
+                              question, compress_every, page, page_score, head_budget, head_floor)
     out = _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
     if pandas is None:
         return out
@@ -402,7 +409,7 @@ def analyze_rows(attention, *, lags=(1, 4, 16, 64), topk="10%", min_positions=8,
 
 def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
          reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None,
-         as_frame=None):
+         layer_budget="uniform", head_budget="uniform", as_frame=None):
     """Capacity planning (kvsim plan). With pandas: a DataFrame of the plan's rows, one per
     policy and budget, with the keys of the rows of `kvsim plan --json` as columns (policy,
     budget, quant, kv_bytes_per_token, blocks_per_sequence, max_sequences, gain, ...; the plan
@@ -414,11 +421,13 @@ def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=N
     (a mix) or a CSV file; default the model's maximum. budget: tokens or shares, a list or
     '20%,512'. sweep: a sweep CSV file or kvsim.sweep()'s result (DataFrame or dict); target: 'retention>=0.95'
     (the default with a sweep), 'output_error<=0.05', ... kv_quant: 'flexgen4', 'kivi2', specs.
-    cards: the folder holding models/ and gpus/ (default data_dir()).
+    cards: the folder holding models/ and gpus/ (default data_dir()). layer_budget ('uniform',
+    'pyramid[...]' or one weight per layer) and head_budget ('uniform', 'adaptive'): as the sweep's.
     """
     pandas = _pandas(as_frame)
     out = _native._plan(_plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve,
-                                   block_size, context, budget, sweep, target, cards))
+                                   block_size, context, budget, sweep, target, cards,
+                                   layer_budget, head_budget))
     if pandas is None:
         return out
     frame = pandas.DataFrame(out["rows"])
@@ -427,15 +436,19 @@ def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=N
 
 
 def plan_text(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
-              reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None) -> str:
+              reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None,
+              layer_budget="uniform", head_budget="uniform") -> str:
     """The same plan as the table `kvsim plan` prints (print(kvsim.plan_text(...)))."""
     return _native._plan_text(_plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve,
-                                         block_size, context, budget, sweep, target, cards))
+                                         block_size, context, budget, sweep, target, cards,
+                                   layer_budget, head_budget))
 
 
 def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve, block_size, context, budget,
-               sweep, target, cards):
+               sweep, target, cards, layer_budget="uniform", head_budget="uniform"):
     a = _native._PlanArgs()
+    a.layer_budget = str(layer_budget)
+    a.head_budget = str(head_budget)
     a.model = _text(model)
     a.gpu = _text(gpu)
     a.gpus = int(gpus)

@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "kvsim/core/budget.hpp"
+#include "kvsim/core/engine.hpp"
 #include "kvtrace/attention_source.hpp"
 
 namespace kvtrace {
@@ -154,10 +155,26 @@ std::vector<double> persistence_weights(std::span<const double> layer_persistenc
 // named "persistence".
 LayerSchedule persistence_schedule(const kvtrace::TraceReader& reader, const std::vector<int>& sequences,
                                    kvtrace::RowsFrom rows, int threads);
-// --layer-budget as the front ends take it: "persistence" (persistence_schedule), else
-// LayerSchedule::parse over the trace's layers (uniform, or one weight per layer).
+// CAKE's spatial dispersion H and temporal variance V of one layer (layer_preference.cpp):
+// over the last `window` rows before step `tokens` of every head of `source`, the keys before
+// the window. Not measured when window < 2 or tokens <= window.
+struct CakeMeasure {
+  double dispersion = 0, variance = 0;
+  bool measured = false;
+};
+CakeMeasure cake_measure(kvtrace::AttentionSource& source, int64_t tokens, int64_t window);
+// P_l = H^(1 / tau1) V^(1 / tau2).
+double cake_preference(const CakeMeasure& measure, double tau1, double tau2);
+// "cake[:tau1=X][:tau2=X][:window=N]": every layer's preference on `sequences` (empty: all),
+// T = the prompt (prefill) or the sequence (stream).
+LayerSchedule cake_schedule(const std::string& text, const kvtrace::TraceReader& reader,
+                            const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads, Mode mode);
+// --layer-budget as the front ends take it: "persistence" (persistence_schedule), "cake..."
+// (cake_schedule), else LayerSchedule::parse over the trace's layers (uniform, pyramid, or one
+// weight per layer).
 LayerSchedule layer_schedule(const std::string& text, const kvtrace::TraceReader& reader,
-                             const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads);
+                             const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads,
+                             Mode mode = Mode::stream);
 
 // ---- reports (analysis_report.cpp) ----
 std::string analysis_table(const TraceAnalysis& analysis, const std::vector<std::vector<std::string>>& token_text);

@@ -111,6 +111,11 @@ struct EngineOptions {
   // Page mode (kvsim/core/pages.hpp): every simulation evicts whole pages by its policy's
   // scores; a policy that does not score is refused (InputError).
   Paging paging;
+  // Head-adaptive budgets (Ada-KV; kvsim/core/head_budget.hpp), in run_engine and
+  // run_lockstep: the simulations of one scoring policy (Policy::scores) with the same
+  // parameters, budget B, layer and view on a layer's kv heads share n_kv_heads x B, each
+  // head keeping at least its top floor(head_floor x B). Negative: every kv head keeps B.
+  double head_floor = -1;
 };
 
 // What one simulation did on its group. Steps are the recorded ones: all steps in stream

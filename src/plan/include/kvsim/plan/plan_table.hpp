@@ -23,14 +23,16 @@ struct PlanRequest {
   double utilization = 0.90;
   std::string reserve = "2GiB";
   int block_size = 16;
-  std::string context;       // "4096", "3072+1024" or a CSV file of lengths; "": the model's maximum
-  std::string context_text;  // CSV text of lengths, used instead of reading `context` when not empty
-  std::string budget;        // comma-separated budgets for any policy ("" : none)
-  std::string sweep;         // a kvsim sweep --csv file ("": no sweep); the JSON names the sweep so
-  std::string sweep_text;    // the sweep's text, used instead of reading `sweep` when not empty
-  std::optional<SweepCsv> sweep_rows;  // the sweep's rows themselves (Python), instead of either
-  std::string target;        // with a sweep: "retention>=0.95" (the default when empty), ...
-  std::string cards;         // the folder holding models/ and gpus/ (data_dir() holds the bundled ones)
+  std::string context;                   // "4096", "3072+1024" or a CSV file of lengths; "": the model's maximum
+  std::string context_text;              // CSV text of lengths, used instead of reading `context` when not empty
+  std::string budget;                    // comma-separated budgets for any policy ("" : none)
+  std::string sweep;                     // a kvsim sweep --csv file ("": no sweep); the JSON names the sweep so
+  std::string sweep_text;                // the sweep's text, used instead of reading `sweep` when not empty
+  std::optional<SweepCsv> sweep_rows;    // the sweep's rows themselves (Python), instead of either
+  std::string target;                    // with a sweep: "retention>=0.95" (the default when empty), ...
+  std::string cards;                     // the folder holding models/ and gpus/ (data_dir() holds the bundled ones)
+  std::string layer_budget = "uniform";  // uniform, pyramid[...] or weights (the replay's --layer-budget)
+  std::string head_budget = "uniform";   // or adaptive
 };
 
 // The checks of the request that need no file (required cards, --budget or --sweep, --target

@@ -74,6 +74,11 @@ struct PlanSetup {
   uint64_t reserve_bytes = 2ull << 30;  // activations, CUDA graphs, allocator slack, per GPU
   int block_size = 16;
   std::vector<int64_t> contexts;  // prompt + generation tokens per sequence (one, or a mix)
+  // Budgets that move (docs/semantics.md, section 2): layer l holds min(context, B_l + 1),
+  // B_l from the schedule with T = the context; with head-adaptive budgets the kv heads of a
+  // layer hold their H x that in all, in blocks of their own (footprint).
+  LayerSchedule schedule;
+  bool adaptive_heads = false;
 };
 
 struct MemoryPlan {

@@ -57,6 +57,7 @@ struct ReplayConfig {
   std::vector<Budget> budgets;
   std::vector<QuantSpec> quant;  // KV quantization specs (empty: none); each multiplies the grid
   LayerSchedule schedule;
+  double head_floor = -1;  // >= 0: head-adaptive budgets with this floor (EngineOptions::head_floor)
   Mode mode = Mode::stream;
   Protocol protocol;           // --question, --compress-every
   bool question_auto = false;  // --question auto: each sequence's question_len attribute
@@ -126,6 +127,10 @@ struct Cancelled : std::runtime_error {
 
 ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfig& config,
                            const std::function<void(int64_t, int64_t)>& progress = {});
+// Per layer of the trace, B_l under config.schedule for `budget`, the mean over the replayed
+// sequences (each resolved against its length, T as the replay takes it).
+std::vector<double> mean_layer_budgets(const kvtrace::TraceReader& reader, const ReplayConfig& config,
+                                       const Budget& budget);
 
 // One policy at one budget over the rows of one layer given directly, no trace file: the
 // source's heads are grouped by kv head (n_kv_heads of them) or as one layer, as the policy
@@ -155,11 +160,13 @@ OutputErrorMode parse_output_error(const std::string& text);
 // give them: the one mapping onto a ReplayConfig. (replay_options.cpp)
 struct ReplayRequest {
   std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto";
-  std::string question;                // "", a token count, or "auto" (the trace's question_len)
-  std::string compress_every;          // "", or a step count
-  std::string quant;                   // KV quantization specs, comma-separated ("": none)
-  int64_t page = 0;                    // page size P (0: token mode)
-  std::string page_score = "mean";     // how a page's scores combine: mean or max
+  std::string question;                 // "", a token count, or "auto" (the trace's question_len)
+  std::string compress_every;           // "", or a step count
+  std::string quant;                    // KV quantization specs, comma-separated ("": none)
+  int64_t page = 0;                     // page size P (0: token mode)
+  std::string page_score = "mean";      // how a page's scores combine: mean or max
+  std::string head_budget = "uniform";  // or "adaptive" (Ada-KV, with head_floor)
+  double head_floor = 0.2;
   std::vector<int> sequences, layers;  // empty: all
   int threads = 0;                     // 0: one per core
 };

@@ -1,0 +1,65 @@
+// Budgets that move, as a user runs them: --layer-budget pyramid and cake, --head-budget
+// adaptive, in replay, sweep and plan, and their bad input (docs/semantics.md, section 2).
+#include <gtest/gtest.h>
+
+#include "../support/cli_checks.hpp"
+#include "../support/run_cli.hpp"
+#include "../support/temp_dir.hpp"
+
+namespace {
+
+const std::string kTrace = std::string(KVSIM_SOURCE_DIR) + "/data/traces/stories15M-8x256.h5";
+
+bool has(const std::string& output, const std::string& text) { return output.find(text) != std::string::npos; }
+
+}  // namespace
+
+TEST(CliBudgets, LayerBudgetsHoldTheTotal) {
+  // Stream mode, T = 256, B = 64, W = 32, 6 layers: pyramid's B_l = 95, 83, 70, 58, 45, 33
+  // (min 32 // 20 = 1, max 63; the line 63, 50.6, 38.2, 25.8, 13.4, 1 by largest remainder), so
+  // layer 0 peaks at 96 and the mean stays 64.
+  const auto pyramid =
+      kvtest::run_kvsim("replay " + kTrace + " --policy snapkv --budget 64 --seqs 0 --layer-budget pyramid");
+  ASSERT_EQ(pyramid.code, 0) << pyramid.output;
+  EXPECT_TRUE(has(pyramid.output, "peak occupancy 96,")) << pyramid.output;
+  EXPECT_TRUE(has(pyramid.output,
+                  "layer budgets B_l (pyramid, mean over the sequences): 0: 95.0, 1: 83.0, 2: 70.0, "
+                  "3: 58.0, 4: 45.0, 5: 33.0\n"))
+      << pyramid.output;
+  for (const std::string schedule : {"pyramid", "cake", "cake:tau1=1.6:tau2=0.4"}) {
+    const auto sweep =
+        kvtest::run_kvsim("sweep " + kTrace + " --policies h2o --budgets 64 --seqs 0,1 --layer-budget " + schedule);
+    ASSERT_EQ(sweep.code, 0) << sweep.output;
+    EXPECT_TRUE(has(sweep.output, "budget B per sequence and layer, mean: 64=64.0")) << sweep.output;
+  }
+  for (const std::string bad : {"pyramid:beta=0", "pyramid:gamma=1", "cake:tau1=0", "cake:window=1", "cakes"})
+    kvtest::expect_one_line_error("sweep " + kTrace + " --policies h2o --budgets 64 --layer-budget " + bad);
+}
+
+TEST(CliBudgets, AdaptiveHeadsShareTheLayer) {
+  kvtest::TempDir dir;
+  const std::string gqa = dir.file("gqa.h5");
+  ASSERT_EQ(
+      kvtest::run_kvsim("synth " + gqa + " --layers 2 --heads 8 --kv-heads 2 --head-dim 32 --tokens 256 --seqs 1").code,
+      0);
+  const std::string common = "replay " + gqa + " --policy snapkv --budget 64 --mode prefill";
+  const auto uniform = kvtest::run_kvsim(common);
+  const auto adaptive = kvtest::run_kvsim(common + " --head-budget adaptive --head-floor 0.2");
+  ASSERT_EQ(uniform.code, 0) << uniform.output;
+  ASSERT_EQ(adaptive.code, 0) << adaptive.output;
+  // Uniform: every kv head peaks at B + 1; adaptive: some head holds more (the layer holds 2 x 64).
+  EXPECT_TRUE(has(uniform.output, "peak occupancy 65,")) << uniform.output;
+  EXPECT_FALSE(has(adaptive.output, "peak occupancy 65,")) << adaptive.output;
+  kvtest::expect_one_line_error(common + " --head-budget ada");
+  kvtest::expect_one_line_error(common + " --head-budget adaptive --head-floor 1.5");
+}
+
+TEST(CliBudgets, PlanTakesTheSchedules) {
+  const std::string common = "plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --budget 512";
+  const auto pyramid = kvtest::run_kvsim(common + " --layer-budget pyramid --head-budget adaptive");
+  ASSERT_EQ(pyramid.code, 0) << pyramid.output;
+  EXPECT_TRUE(has(pyramid.output, "layer budgets: pyramid")) << pyramid.output;
+  EXPECT_TRUE(has(pyramid.output, "head budgets: adaptive")) << pyramid.output;
+  kvtest::expect_one_line_error(common + " --layer-budget cake");
+  kvtest::expect_one_line_error(common + " --head-budget sometimes");
+}
