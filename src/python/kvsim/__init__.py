@@ -14,6 +14,7 @@ as_frame=False (or after kvsim.set_dataframes(False)) or without pandas:
   kvsim.plan(model, gpu, ...)                      capacity planning, as `kvsim plan --json`
   kvsim.plan_text(model, gpu, ...)                 the same plan as the table `kvsim plan` prints
   kvsim.policies(), kvsim.data_dir(), kvsim.bundled_trace(), kvsim.InputError (a ValueError)
+  kvsim.register_policy(name, cls)                 a policy written in Python (kvsim.PolicyError)
 These names load the compiled module on first use; `import kvsim` alone imports nothing heavy,
 so the pure-Python tools below work on machines that only have the .py files.
 
@@ -26,8 +27,8 @@ Submodules (import them explicitly):
 __version__ = "0.1.0"
 
 _NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "analyze", "analyze_rows",
-                 "plan", "plan_text", "policies", "data_dir", "bundled_trace", "SWEEP_COLUMNS", "REPLAY_COLUMNS",
-                 "set_dataframes")
+                 "plan", "plan_text", "policies", "register_policy", "PolicyError", "data_dir", "bundled_trace",
+                 "SWEEP_COLUMNS", "REPLAY_COLUMNS", "set_dataframes")
 
 
 def __getattr__(name):
