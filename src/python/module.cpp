@@ -75,5 +75,6 @@ PYBIND11_MODULE(_kvsim, m) {
   bind_replay(m);
   bind_analysis(m);
   bind_plan(m);
+  bind_eval(m);
   bind_policy(m);
 }

@@ -1,6 +1,6 @@
 """Policies written in Python (kvsim.register_policy): the numpy H2O of docs/extending.md
-equals the C++ h2o bit for bit on the bundled trace, every number replay and sweep report, at
-one thread and four, and prints what the docs show; a numpy knorm reading the keys equals the
+equals the C++ h2o bit for bit on the bundled trace, every number replay, sweep and the closed
+loop (kvsim.eval, itself the CLI's) report, at one thread and four, and prints what the docs show; a numpy knorm reading the keys equals the
 C++ knorm; the tensors a class declares are the stored ones; exceptions and bad answers from
 evict raise kvsim.PolicyError, one line naming the policy, layer and step.
 Needs the compiled module (ctest python.policies sets PYTHONPATH); skipped without it unless
@@ -8,8 +8,11 @@ KVSIM_REQUIRE_NATIVE=1."""
 
 import contextlib
 import io
+import json
 import math
 import os
+import subprocess
+import tempfile
 import unittest
 
 import numpy as np
@@ -27,7 +30,14 @@ except ImportError as e:
 
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 TRACE = os.path.join(ROOT, "data", "traces", "stories15M-8x256.h5")
-SWEEP_TEXT = ("policy", "label", "budget", "params", "quant", "mode", "aggregate")
+EXE = os.environ.get("KVSIM_EXE", os.path.join(ROOT, "build", "kvsim"))
+
+
+def model_path():
+    """stories15M where scripts/fetch-model.sh caches it, as kvsim looks for it."""
+    folder = os.environ.get("KVSIM_MODEL_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "kvsim", "models")
+    return os.path.join(folder, "stories15M.bin")
 
 
 def docs_example():
@@ -190,6 +200,34 @@ class PythonPolicyTest(unittest.TestCase):
                 self.assertEqual(a, b, column)
             else:
                 same(self, np.asarray(a), np.asarray(b), column)
+
+    @unittest.skipUnless(os.path.exists(model_path()), "no stories15M (scripts/fetch-model.sh)")
+    def test_closed_loop_equals_cpp_h2o_and_the_cli(self):
+        """kvsim.eval: the closed loop with the Python H2O is the C++ one's, every number; the
+        module's document for h2o is the CLI's `kvsim eval --json`."""
+        args = dict(seqs=[0, 4], tokens=96, threads=2)
+        e = kvsim.eval(TRACE, model_path(), ["h2o", "h2o-py"], ["30%", 20], **args)
+        self.assertEqual([c["label"] for c in e["cells"]], ["h2o", "h2o", "h2o-py", "h2o-py"])
+        for want, got in zip(e["cells"][:2], e["cells"][2:]):
+            for key in ("policy", "label"):
+                got.pop(key), want.pop(key)
+            self.assertGreater(got["closed_loop"]["evictions"], 0)
+            same(self, want, got, f"eval {want['budget']}")
+        if not os.path.exists(EXE):
+            self.skipTest(f"no kvsim program at {EXE} (set KVSIM_EXE)")
+        with tempfile.TemporaryDirectory() as tmp:
+            out = os.path.join(tmp, "eval.json")
+            subprocess.run([EXE, "eval", model_path(), "--trace", TRACE, "--policies", "h2o", "--budgets", "30%,20",
+                            "--seqs", "0,4", "--tokens", "96", "--threads", "2", "--json", out],
+                           check=True, capture_output=True, timeout=300)
+            with open(out, encoding="utf-8") as f:
+                cli = json.load(f)
+        module = kvsim.eval(TRACE, model_path(), "h2o", "30%,20", **args)
+        for doc in (cli, module):
+            doc.pop("elapsed_seconds", None)
+        self.assertEqual(module, cli)
+        with self.assertRaisesRegex(kvsim.InputError, "--seqs: sequence 9 out of range"):
+            kvsim.eval(TRACE, model_path(), "h2o-py", "30%", seqs=[9])
 
     def test_replay_rows(self):
         rng = np.random.default_rng(1)

@@ -9,6 +9,7 @@ as_frame=False (or after kvsim.set_dataframes(False)) or without pandas:
   kvsim.replay(trace, policy, budget, **params)    per layer; the dict adds per-step records
   kvsim.replay_rows(attention, policy, budget)     the same on rows given as a numpy array
   kvsim.sweep(trace, policies, budgets)            the policies x budgets table
+  kvsim.eval(trace, model, policies, budgets)      the closed loop, as `kvsim eval --json`
   kvsim.SWEEP_COLUMNS, kvsim.REPLAY_COLUMNS        `kvsim sweep --csv`'s, `kvsim replay --csv`'s columns
   kvsim.analyze(trace) / kvsim.analyze_rows(rows)  persistence of importance
   kvsim.plan(model, gpu, ...)                      capacity planning, as `kvsim plan --json`
@@ -26,8 +27,8 @@ Submodules (import them explicitly):
 
 __version__ = "0.1.0"
 
-_NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "analyze", "analyze_rows",
-                 "plan", "plan_text", "policies", "register_policy", "PolicyError", "data_dir", "bundled_trace",
+_NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "eval", "analyze",
+                 "analyze_rows", "plan", "plan_text", "policies", "register_policy", "PolicyError", "data_dir", "bundled_trace",
                  "SWEEP_COLUMNS", "REPLAY_COLUMNS", "set_dataframes")
 
 
