@@ -50,10 +50,42 @@ std::string describe(const py::error_already_set& error) {
   return text;
 }
 
+// The GIL, taken from any thread. An engine thread (not Python's) keeps the Python thread
+// state it gets on its first call until it ends, instead of making and deleting one at every
+// call (which cost about as much as a small policy's whole step).
+class Gil {
+ public:
+  Gil() {
+    thread_local const ThreadState kept;
+    state_ = PyGILState_Ensure();
+  }
+  ~Gil() { PyGILState_Release(state_); }
+  Gil(const Gil&) = delete;
+  Gil& operator=(const Gil&) = delete;
+
+ private:
+  struct ThreadState {
+    ThreadState() : made(PyGILState_GetThisThreadState() == nullptr) {
+      if (!made) return;  // a Python thread (replay_rows runs on the caller's)
+      state = PyGILState_Ensure();
+      saved = PyEval_SaveThread();  // the GIL goes, the thread state stays
+    }
+    ~ThreadState() {
+      if (!made || !Py_IsInitialized()) return;
+      PyEval_RestoreThread(saved);
+      PyGILState_Release(state);  // deletes the thread state, releases the GIL
+    }
+    bool made;
+    PyGILState_STATE state{};
+    PyThreadState* saved = nullptr;
+  };
+  PyGILState_STATE state_;
+};
+
 class PyPolicy final : public Policy {
  public:
   PyPolicy(const PyClass& cls, const Params& params) : cls_(cls) {
-    py::gil_scoped_acquire gil;
+    Gil gil;
     guarded("__init__", [&] {
       py::dict kwargs;
       for (const ParamSpec& spec : cls.info->params) {
@@ -71,14 +103,14 @@ class PyPolicy final : public Policy {
     });
   }
   ~PyPolicy() override {
-    py::gil_scoped_acquire gil;
+    Gil gil;
     bound_.reset();
   }
 
   void reset(const GroupContext& group) override {
     tensors_ = group.tensors;
     layer_ = group.layer;
-    py::gil_scoped_acquire gil;
+    Gil gil;
     guarded("reset", [&] {
       py::object ctx = py::module_::import("types").attr("SimpleNamespace")(
           py::arg("n_tokens") = group.n_tokens, py::arg("budget") = group.budget, py::arg("n_heads") = group.n_heads,
@@ -89,7 +121,7 @@ class PyPolicy final : public Policy {
 
   void observe(int64_t step, std::span<const int32_t> cache, std::span<const float> attention) override {
     step_ = step;
-    py::gil_scoped_acquire gil;
+    Gil gil;
     guarded("observe", [&] {
       py::array_t<int32_t> positions(static_cast<py::ssize_t>(cache.size()), cache.data());  // copies
       py::array_t<float> row(static_cast<py::ssize_t>(attention.size()), attention.data());
@@ -114,7 +146,7 @@ class PyPolicy final : public Policy {
     step_ = step;
     const size_t first = victims.size();
     {
-      py::gil_scoped_acquire gil;
+      Gil gil;
       guarded("evict", [&] {
         py::array_t<int32_t> positions(static_cast<py::ssize_t>(cache.size()), cache.data());
         const py::object answer = bound_->evict(step, positions, excess, compress);
@@ -166,8 +198,8 @@ class PyPolicy final : public Policy {
 
   [[noreturn]] void fail(const std::string& problem) const {
     std::string text = "Python policy " + cls_.info->name;
-    if (step_ >= 0)
-      text.append(", layer ").append(std::to_string(layer_)).append(", step ").append(std::to_string(step_));
+    if (layer_ >= 0) text.append(", layer ").append(std::to_string(layer_));
+    if (step_ >= 0) text.append(", step ").append(std::to_string(step_));
     throw PolicyError(text.append(": ").append(problem));
   }
 
@@ -184,7 +216,7 @@ class PyPolicy final : public Policy {
   const PyClass& cls_;
   std::optional<Bound> bound_;
   const GroupTensors* tensors_ = nullptr;
-  int layer_ = 0;
+  int layer_ = -1;     // -1 before reset
   int64_t step_ = -1;  // -1 before the first step
 };
 

@@ -93,6 +93,21 @@ class Knorm:
             return cache[np.argsort(self.minus_norm[cache], kind="stable")[:excess]]
 
 
+class Tova:
+    """TOVA in numpy: per layer, evict the lowest current-step attention"""
+
+    grouping = "layer"
+
+    def reset(self, ctx):
+        assert ctx.n_heads == 6  # the layer's heads share the cache
+
+    def observe(self, step, cache, attention):
+        self.current = attention
+
+    def evict(self, step, cache, excess, compress):
+        return cache[np.argsort(self.current, kind="stable")[:max(excess, 0)]]
+
+
 class Recorder:
     """keeps what it is given (a test: instances share the class's list, one thread)"""
 
@@ -249,6 +264,16 @@ class PythonPolicyTest(unittest.TestCase):
                 got.pop(key), want.pop(key)
             same(self, want, got, f"knorm {budget}")
 
+    def test_layer_grouping_equals_cpp_tova(self):
+        kvsim.register_policy("tova-py", Tova)
+        for budget, mode in (("20%", "stream"), ("30%", "prefill")):
+            want = kvsim.replay(self.trace, "tova", budget, seqs=[0, 3], layers=[1, 4], mode=mode, records=True)
+            got = kvsim.replay(self.trace, "tova-py", budget, seqs=[0, 3], layers=[1, 4], mode=mode, records=True)
+            for key in ("policy", "label"):
+                got.pop(key), want.pop(key)
+            self.assertEqual(sorted(got["groups"]), [(s, l, 0) for s in (0, 3) for l in (1, 4)])
+            same(self, want, got, f"tova {budget} {mode}")
+
     def test_tensors_are_the_stored_ones(self):
         Recorder.seen.clear()
         kvsim.register_policy("recorder", Recorder)
@@ -315,6 +340,11 @@ class PythonPolicyTest(unittest.TestCase):
 
         kvsim.register_policy("broken", Broken)
         with self.assertRaisesRegex(kvsim.PolicyError, r"^Python policy broken: __init__ raised KeyError: 'k' \(at"):
+            kvsim.replay(self.trace, "broken", 6, seqs=[1], layers=[3])
+        Broken.__init__ = lambda self: None
+        Broken.reset = lambda self, ctx: ctx.missing
+        with self.assertRaisesRegex(kvsim.PolicyError, r"^Python policy broken, layer 3: reset raised AttributeError: "
+                                                       r"'types.SimpleNamespace' object has no attribute 'missing'"):
             kvsim.replay(self.trace, "broken", 6, seqs=[1], layers=[3])
 
     def test_registration_is_checked(self):
