@@ -1,12 +1,13 @@
 // kvsim._kvsim, policies written in Python: kvsim.register_policy (kvsim/_api.py reads the
 // class's attributes) adds a PolicyInfo to the registry whose make() wraps a new instance of
-// the class in a PyPolicy, so replay, sweep and replay_rows run it as any C++ policy.
+// the class in a PyPolicy, so replay, sweep, replay_rows and eval run it as any C++ policy.
 //
 // Threads: the engine runs its work items on several threads, each simulation with its own
 // instance; every call into Python takes the GIL (the calls are serialised, the C++ work
 // between them is not). Results do not depend on the thread count as long as instances share
 // no mutable state (module globals, class attributes, a global random generator: use
-// ctx.seed). The functions that run policies release the GIL first (module_replay.cpp).
+// ctx.seed). The functions that run policies release the GIL first (module_replay.cpp,
+// module_eval.cpp), else the engine's threads would wait for it forever.
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -40,7 +41,7 @@ std::string describe(const py::error_already_set& error) {
   const std::string message = py::str(error.value());
   if (!message.empty()) text.append(": ").append(message);
   py::object tb = py::reinterpret_borrow<py::object>(error.trace());
-  if (!tb.is_none()) {
+  if (tb && !tb.is_none()) {  // null when raised from C++ with no Python frame
     while (!tb.attr("tb_next").is_none()) tb = tb.attr("tb_next");
     const std::string file = py::str(tb.attr("tb_frame").attr("f_code").attr("co_filename"));
     text.append(" (at ").append(file.substr(file.find_last_of('/') + 1)).append(":");
