@@ -350,8 +350,9 @@ class PythonPolicyTest(unittest.TestCase):
     def test_registration_is_checked(self):
         with self.assertRaisesRegex(kvsim.InputError, "policy 'h2o' is built in and cannot be replaced"):
             kvsim.register_policy("h2o", Knorm)
-        with self.assertRaisesRegex(kvsim.InputError, "policy name 'a b'"):
-            kvsim.register_policy("a b", Knorm)
+        for bad in ("a b", "my.h2o", ""):
+            with self.assertRaisesRegex(kvsim.InputError, f"policy name '{bad}'"):
+                kvsim.register_policy(bad, Knorm)
         with self.assertRaisesRegex(kvsim.InputError, "no method evict"):
             kvsim.register_policy("x", type("X", (), {"reset": print, "observe": print}))
         with self.assertRaisesRegex(kvsim.InputError, "grouping must be 'kv_head' or 'layer'"):

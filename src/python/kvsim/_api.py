@@ -235,8 +235,8 @@ _PARAM_TYPES = ("integer", "real", "choice", "index_set")
 
 
 def register_policy(name, cls):
-    """Make the class `cls` a policy named `name` for replay, sweep and replay_rows, as the
-    built-in ones (docs/extending.md, "A policy in Python"). Each cache group gets its own
+    """Make the class `cls` a policy named `name` for replay, sweep, replay_rows and eval, as
+    the built-in ones (docs/extending.md, "A policy in Python"). Each cache group gets its own
     instance, cls(**params), then:
       reset(ctx)                               ctx.n_tokens, budget, n_heads, layer, seed
       observe(step, cache, attention[, keys=, values=, queries=])
@@ -254,8 +254,8 @@ def register_policy(name, cls):
     and step. Instances must not share mutable state (then results do not depend on threads).
     """
     name = str(name)
-    if not name or not all(c.isalnum() or c in "_-." for c in name):
-        raise InputError(f"register_policy: policy name {name!r}: letters, digits, '_', '-' and '.' only")
+    if not name or not all(c.isalnum() or c in "_-" for c in name):  # '.' would split params={'name.key': v}
+        raise InputError(f"register_policy: policy name {name!r}: letters, digits, '_' and '-' only")
     for method in ("reset", "observe", "evict"):
         if not callable(getattr(cls, method, None)):
             raise InputError(f"register_policy: {name}: the class has no method {method}()")
