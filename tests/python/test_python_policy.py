@@ -1,8 +1,9 @@
 """Policies written in Python (kvsim.register_policy): the numpy H2O of docs/extending.md
 equals the C++ h2o bit for bit on the bundled trace, every number replay, sweep and the closed
-loop (kvsim.eval, itself the CLI's) report, at one thread and four, and prints what the docs show; a numpy knorm reading the keys equals the
-C++ knorm; the tensors a class declares are the stored ones; exceptions and bad answers from
-evict raise kvsim.PolicyError, one line naming the policy, layer and step.
+loop (kvsim.eval, itself the CLI's) report, at one thread and four, and prints what the docs
+show; a numpy knorm reading the keys equals the C++ knorm, a numpy TOVA (one cache per layer)
+tova; the tensors a class declares are the stored ones; exceptions and bad answers from evict
+raise kvsim.PolicyError, one line naming the policy, layer and step.
 Needs the compiled module (ctest python.policies sets PYTHONPATH); skipped without it unless
 KVSIM_REQUIRE_NATIVE=1."""
 

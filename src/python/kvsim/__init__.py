@@ -28,8 +28,8 @@ Submodules (import them explicitly):
 __version__ = "0.1.0"
 
 _NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "eval", "analyze",
-                 "analyze_rows", "plan", "plan_text", "policies", "register_policy", "PolicyError", "data_dir", "bundled_trace",
-                 "SWEEP_COLUMNS", "REPLAY_COLUMNS", "set_dataframes")
+                 "analyze_rows", "plan", "plan_text", "policies", "register_policy", "PolicyError", "data_dir",
+                 "bundled_trace", "SWEEP_COLUMNS", "REPLAY_COLUMNS", "set_dataframes")
 
 
 def __getattr__(name):
