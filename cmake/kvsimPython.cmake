@@ -38,6 +38,8 @@ if(KVSIM_PYTHON)
       src/python/module_replay.cpp
       src/python/module_analysis.cpp
       src/python/module_plan.cpp
+      src/python/module_eval.cpp
+      src/python/module_policy.cpp
       src/python/array_source.cpp
     )
     string(TOUPPER "${CMAKE_BUILD_TYPE}" kvsim_build_type)

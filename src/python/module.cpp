@@ -50,6 +50,7 @@ py::list policies_list() {
     if (info.needs_values) reads.append("v");
     if (info.needs_queries) reads.append("q");
     d["reads"] = reads;
+    d["python"] = is_python_policy(info.name);
     d["params"] = params;
     out.append(d);
   }
@@ -74,4 +75,6 @@ PYBIND11_MODULE(_kvsim, m) {
   bind_replay(m);
   bind_analysis(m);
   bind_plan(m);
+  bind_eval(m);
+  bind_policy(m);
 }

@@ -2,7 +2,8 @@
 // What the files of the Python module kvsim._kvsim share: numpy arrays that own the library's
 // vectors, the trace handle, attention rows given as numpy arrays, and each area's bindings
 // (module_trace.cpp: the trace; module_replay.cpp: policies, replay and sweep;
-// module_analysis.cpp: persistence analysis; module_plan.cpp: capacity planning).
+// module_analysis.cpp: persistence analysis; module_plan.cpp: capacity planning;
+// module_eval.cpp: the closed loop; module_policy.cpp: policies written in Python).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -76,5 +77,8 @@ void bind_trace(py::module_& m);
 void bind_replay(py::module_& m);
 void bind_analysis(py::module_& m);
 void bind_plan(py::module_& m);
+void bind_eval(py::module_& m);                  // module_eval.cpp: the closed loop
+void bind_policy(py::module_& m);                // module_policy.cpp: policies written in Python
+bool is_python_policy(const std::string& name);  // registered by kvsim.register_policy
 
 }  // namespace kvsim::python

@@ -9,11 +9,13 @@ as_frame=False (or after kvsim.set_dataframes(False)) or without pandas:
   kvsim.replay(trace, policy, budget, **params)    per layer; the dict adds per-step records
   kvsim.replay_rows(attention, policy, budget)     the same on rows given as a numpy array
   kvsim.sweep(trace, policies, budgets)            the policies x budgets table
+  kvsim.eval(trace, model, policies, budgets)      the closed loop, as `kvsim eval --json`
   kvsim.SWEEP_COLUMNS, kvsim.REPLAY_COLUMNS        `kvsim sweep --csv`'s, `kvsim replay --csv`'s columns
   kvsim.analyze(trace) / kvsim.analyze_rows(rows)  persistence of importance
   kvsim.plan(model, gpu, ...)                      capacity planning, as `kvsim plan --json`
   kvsim.plan_text(model, gpu, ...)                 the same plan as the table `kvsim plan` prints
   kvsim.policies(), kvsim.data_dir(), kvsim.bundled_trace(), kvsim.InputError (a ValueError)
+  kvsim.register_policy(name, cls)                 a policy written in Python (kvsim.PolicyError)
 These names load the compiled module on first use; `import kvsim` alone imports nothing heavy,
 so the pure-Python tools below work on machines that only have the .py files.
 
@@ -25,9 +27,9 @@ Submodules (import them explicitly):
 
 __version__ = "0.1.0"
 
-_NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "analyze", "analyze_rows",
-                 "plan", "plan_text", "policies", "data_dir", "bundled_trace", "SWEEP_COLUMNS", "REPLAY_COLUMNS",
-                 "set_dataframes")
+_NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "eval", "analyze",
+                 "analyze_rows", "plan", "plan_text", "policies", "register_policy", "PolicyError", "data_dir",
+                 "bundled_trace", "SWEEP_COLUMNS", "REPLAY_COLUMNS", "set_dataframes")
 
 
 def __getattr__(name):

@@ -29,6 +29,7 @@ except ImportError as _error:  # pragma: no cover - depends on the installation
 import numpy as np
 
 InputError = _native.InputError
+PolicyError = _native.PolicyError
 
 DEFAULT_SWEEP_POLICIES = ("scissorhands", "h2o", "streaming", "tova", "recent", "oracle")
 DEFAULT_SWEEP_BUDGETS = ("10%", "20%", "30%", "40%", "50%", "60%", "70%", "80%", "90%")
@@ -236,6 +237,59 @@ def policies() -> list:
     return _native.policies()
 
 
+_POLICY_FLAGS = (("budgeted", True), ("needs_attention", True), ("needs_keys", False), ("needs_values", False),
+                 ("needs_queries", False))
+_PARAM_TYPES = ("integer", "real", "choice", "index_set")
+
+
+def register_policy(name, cls):
+    """Make the class `cls` a policy named `name` for replay, sweep, replay_rows and eval, as
+    the built-in ones (docs/extending.md, "A policy in Python"). Each cache group gets its own
+    instance, cls(**params), then:
+      reset(ctx)                               ctx.n_tokens, budget, n_heads, layer, seed
+      observe(step, cache, attention[, keys=, values=, queries=])
+          cache: int32 [c] the cached positions, ascending, `step` last; attention: float32 [c]
+          the group's renormalised row over them; keys, values: float32 [kv heads, c, head_dim]
+          of those positions, queries: float32 [heads, head_dim] of `step` (when declared)
+      evict(step, cache, excess, compress) -> the positions to evict (a list, an array or None);
+          at least `excess` when it is positive
+    Class attributes (optional): summary (str), grouping ('kv_head' or 'layer'), budgeted
+    (True), needs_attention (True: False skips observe unless a tensor is needed), needs_keys,
+    needs_values, needs_queries (False), params (dicts as kvsim.policies() lists them: name,
+    type 'integer'|'real'|'choice'|'index_set', default, help, min, max, choices).
+    Registering a name again replaces the class; a built-in name is refused. An exception in
+    the class, or a bad answer from evict, raises kvsim.PolicyError naming the policy, layer
+    and step. Instances must not share mutable state (then results do not depend on threads).
+    """
+    name = str(name)
+    if not name or not all(c.isalnum() or c in "_-" for c in name):  # '.' would split params={'name.key': v}
+        raise InputError(f"register_policy: policy name {name!r}: letters, digits, '_' and '-' only")
+    for method in ("reset", "observe", "evict"):
+        if not callable(getattr(cls, method, None)):
+            raise InputError(f"register_policy: {name}: the class has no method {method}()")
+    summary = getattr(cls, "summary", None) or (cls.__doc__ or "").strip().split("\n")[0]
+    grouping = getattr(cls, "grouping", "kv_head")
+    if grouping not in ("kv_head", "layer"):
+        raise InputError(f"register_policy: {name}: grouping must be 'kv_head' or 'layer', not {grouping!r}")
+    flags = []
+    for flag, default in _POLICY_FLAGS:
+        value = getattr(cls, flag, default)
+        if not isinstance(value, (bool, np.bool_)):
+            raise InputError(f"register_policy: {name}: {flag} must be True or False, not {value!r}")
+        flags.append(bool(value))
+    specs = []
+    for spec in getattr(cls, "params", ()):
+        if not isinstance(spec, dict) or "name" not in spec or spec.get("type", "integer") not in _PARAM_TYPES:
+            raise InputError(f"register_policy: {name}: each of params is a dict with a name and a type in "
+                             f"{', '.join(_PARAM_TYPES)}; got {spec!r}")
+        default = spec.get("default")
+        specs.append({"name": str(spec["name"]), "type": spec.get("type", "integer"),
+                      "default": "" if default is None else _text(default), "help": str(spec.get("help", "")),
+                      "min": float(spec.get("min", 0)), "max": float(spec.get("max", 1e18)),
+                      "choices": [str(c) for c in spec.get("choices", ())]})
+    _native._register_policy(name, cls, str(summary), grouping, flags, specs)
+
+
 def data_dir() -> str:
     """The folder with kvsim's model and GPU cards and the bundled traces ($KVSIM_DATA_DIR,
     the source tree's data/ from a build tree, or the installation's share/kvsim)."""
@@ -352,6 +406,26 @@ def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", pr
                                 _params(params, policy_params), str(mode), int(prompt_len), int(question),
                                 int(compress_every), str(aggregate), values,
                                 [int(v) for v in origin])
+
+
+DEFAULT_EVAL_POLICIES = ("scissorhands", "h2o", "tova", "streaming", "recent")
+DEFAULT_EVAL_BUDGETS = ("20%", "30%", "50%")
+
+
+def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggregate="mean", threads=0,  # noqa: A001
+         params=None, **policy_params) -> dict:
+    """The closed loop (kvsim eval --trace): the llama2.c checkpoint `model` (a path, e.g.
+    ~/.cache/kvsim/models/stories15M.bin) runs over the trace's token sequences with every
+    head attending only to its cache, the policies (built-in or kvsim.register_policy's)
+    deciding; beside it the teacher-forced replay on the same tokens. Returns the document
+    `kvsim eval --json` writes, as a dict: full_cache, cells (per policy and budget:
+    closed_loop perplexity, perplexity_increase, top1_agreement, ...; replay retention and
+    output error), per_sequence, correlations. tokens: the first N of each sequence (0: all).
+    """
+    names = _comma_list(policies if policies is not None else DEFAULT_EVAL_POLICIES, "policies")
+    grid = _comma_list(budgets if budgets is not None else DEFAULT_EVAL_BUDGETS, "budgets")
+    return _native._eval(_trace(trace), os.fspath(model), names, grid, _params(params, policy_params),
+                         _indices(seqs, "seqs"), int(tokens), str(aggregate), int(threads))
 
 
 def _analyze_options(lags, topk, min_positions, max_steps, samples, correlations=True):

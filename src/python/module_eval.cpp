@@ -1,0 +1,56 @@
+// kvsim._kvsim, the closed loop: kvsim.eval() is the document `kvsim eval --json` writes,
+// computed by the library's evaluate (kvsim/eval/eval.hpp) on a trace's token sequences, as
+// the CLI computes it (with the GIL released: Python policies take it call by call).
+#include <pybind11/stl.h>
+
+#include "kvsim/eval/eval.hpp"
+#include "kvsim/model/llama2.hpp"
+#include "module.hpp"
+
+namespace kvsim::python {
+namespace {
+
+py::object eval(const Trace& trace, const std::string& model_path, const std::vector<std::string>& policy_names,
+                const std::vector<std::string>& budgets, const std::vector<std::pair<std::string, std::string>>& params,
+                const std::vector<int>& seqs, int tokens, const std::string& aggregate, int threads) {
+  const auto held = trace.hold();
+  const kvtrace::TraceReader& reader = *held;
+  EvalConfig config;
+  if (policy_names.empty()) bad_option("policies", "no policy given");
+  config.policies = choose_policies(policy_names, params);
+  for (const PolicyChoice& policy : config.policies) check_closed_loop_policy(*policy.info);
+  if (budgets.empty()) bad_option("budgets", "no budget given");
+  for (const auto& budget : budgets) config.budgets.push_back(Budget::parse(budget));
+  config.aggregate = parse_aggregate(aggregate);
+  if (threads < 0) bad_option("threads", "must be >= 0");
+  if (tokens < 0) bad_option("tokens", "must be >= 0");
+  config.threads = threads;
+  std::vector<int> chosen = seqs;
+  if (chosen.empty())
+    for (int s = 0; s < reader.n_sequences(); ++s) chosen.push_back(s);
+  std::vector<EvalSequence> sequences;
+  for (int s : chosen) {
+    if (s < 0 || s >= reader.n_sequences())
+      bad_option("seqs", "sequence " + std::to_string(s) + " out of range (there are " +
+                             std::to_string(reader.n_sequences()) + ")");
+    EvalSequence sequence;
+    sequence.index = s;
+    for (int32_t token : reader.tokens(s)) sequence.tokens.push_back(token);
+    if (tokens > 0 && static_cast<int>(sequence.tokens.size()) > tokens)
+      sequence.tokens.resize(static_cast<size_t>(tokens));
+    sequences.push_back(std::move(sequence));
+  }
+  std::string json;
+  {
+    py::gil_scoped_release release;
+    const kvtrace::Llama2Model model = kvtrace::Llama2Model::load(model_path);
+    json = eval_json(evaluate(model, sequences, config), reader.path(), model_path);
+  }
+  return py::module_::import("json").attr("loads")(json);
+}
+
+}  // namespace
+
+void bind_eval(py::module_& m) { m.def("_eval", &eval); }
+
+}  // namespace kvsim::python

@@ -1,0 +1,64 @@
+// The registry's run-time extension (kvsim::register_policy, what kvsim.register_policy uses):
+// a policy added at run time is found, listed after the built-in ones and replayed like them;
+// registering its name again replaces it in place; a built-in name is refused. Its own
+// program: the policy it adds would join test_sim's loops over every policy.
+#include <gtest/gtest.h>
+
+#include "hand_cases.hpp"
+#include "kvtrace/error.hpp"
+#include "kvsim/policies/registry.hpp"
+
+namespace {
+
+// Evicts the newest cached positions but `step` itself (keep the oldest B - 1 and the new one).
+class KeepOldest final : public kvsim::Policy {
+ public:
+  void reset(const kvsim::GroupContext&) override {}
+  void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
+    for (int64_t k = 0; k < excess; ++k) victims.push_back(cache[cache.size() - 2 - static_cast<size_t>(k)]);
+  }
+};
+
+kvsim::PolicyInfo keep_oldest(const std::string& summary) {
+  kvsim::PolicyInfo info;
+  info.name = "test-keep-oldest";
+  info.summary = summary;
+  info.needs_attention = false;
+  info.make = [](const kvsim::Params&) { return std::make_unique<KeepOldest>(); };
+  return info;
+}
+
+}  // namespace
+
+TEST(Registry, RunTimePolicyIsFoundListedAndReplayed) {
+  const size_t built_in = kvsim::policies().size();
+  const kvsim::PolicyInfo& h2o = kvsim::find_policy("h2o");
+  kvsim::register_policy(keep_oldest("first"));
+  ASSERT_EQ(kvsim::policies().size(), built_in + 1);
+  EXPECT_EQ(kvsim::policies().back().name, "test-keep-oldest");
+  EXPECT_EQ(&kvsim::find_policy("h2o"), &h2o);  // the built-in entries did not move
+  const kvsim::PolicyInfo& added = kvsim::find_policy("test-keep-oldest");
+  EXPECT_EQ(added.summary, "first");
+
+  // Trace A at B = 2: t2 C={0,1,2}, evict 1; t3 C={0,2,3}, evict 2; t4 {0,3,4} evict 3;
+  // t5 {0,4,5} evict 4. r = 1, 1, .5+.1+.4 = 1, .4+.15+.4 = .95, .3+.1+.3 = .7, .25+.1+.2 = .55.
+  const auto r = hand::replay1(hand::kA, "test-keep-oldest", 2);
+  hand::expect_caches(r, {{0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {0, 5}});
+  hand::expect_retention(r, 0, {1, 1, 1, 0.95, 0.7, 0.55});
+  hand::expect_eviction_steps(r, {-1, 2, 3, 4, 5, -1});
+
+  kvsim::register_policy(keep_oldest("second"));  // replaced in place
+  EXPECT_EQ(kvsim::policies().size(), built_in + 1);
+  EXPECT_EQ(&kvsim::find_policy("test-keep-oldest"), &added);
+  EXPECT_EQ(added.summary, "second");
+
+  kvsim::PolicyInfo clash = keep_oldest("x");
+  clash.name = "h2o";
+  try {
+    kvsim::register_policy(clash);
+    FAIL() << "a built-in name was replaced";
+  } catch (const kvtrace::InputError& e) {
+    EXPECT_STREQ(e.what(), "policy 'h2o' is built in and cannot be replaced");
+  }
+  EXPECT_EQ(kvsim::find_policy("h2o").summary, h2o.summary);
+}
