@@ -91,7 +91,7 @@ PolicyInfo keydiff_policy() {
       {"block",
        ParamType::integer,
        "128",
-       "prefill: compress the prompt by blocks of this many tokens (BlockPress); 0: at once",
+       "prefill: the prompt compressed in blocks of this many tokens (0: at once)",
        0,
        1e9,
        {}},
