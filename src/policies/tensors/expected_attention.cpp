@@ -109,16 +109,18 @@ class ExpectedAttention final : public Policy {
       for (size_t a = 0; a < d_; ++a) rotate(cov_.data() + a * d_, 1);  // (R Sigma) R^T: each row
       const size_t kv = h * tensors_->keys.size() / heads_;
       for (size_t j = 0; j < open.size(); ++j) {
-        const std::span<const float> key = tensors_->key(kv, open[j]);
-        double linear = 0, quadratic = 0;
+        const std::span<const float> stored = tensors_->key(kv, open[j]);
+        key_.assign(stored.begin(), stored.end());
+        double linear = 0, quadratic = 0;  // k^T Sigma' k from Sigma''s upper triangle
         for (size_t a = 0; a < d_; ++a) {
-          linear += key[a] * mean_[a];
+          linear += key_[a] * mean_[a];
           if (!covariance_) continue;
-          double row = 0;
-          for (size_t b = 0; b < d_; ++b) row += cov_[a * d_ + b] * key[b];
-          quadratic += key[a] * row;
+          const double* row = cov_.data() + a * d_;
+          double sum = row[a] * key_[a] / 2;
+          for (size_t b = a + 1; b < d_; ++b) sum += row[b] * key_[b];
+          quadratic += key_[a] * sum;
         }
-        logits_[j] = linear / root + (covariance_ ? quadratic / static_cast<double>(d_) / 2 : 0.0);
+        logits_[j] = linear / root + (covariance_ ? quadratic / static_cast<double>(d_) : 0.0);
       }
       const double top = *std::max_element(logits_.begin(), logits_.end());
       double total = 0;
@@ -171,7 +173,7 @@ class ExpectedAttention final : public Policy {
   std::vector<std::pair<size_t, size_t>> pair_;
   std::vector<double> sum_, products_;  // per head: sum of q, sum of q q^T (un-rotated)
   int64_t count_ = 0;
-  std::vector<double> query_, mean_, cov_, cos_, sin_, logits_, scores_;
+  std::vector<double> query_, key_, mean_, cov_, cos_, sin_, logits_, scores_;
 };
 
 }  // namespace
