@@ -10,7 +10,11 @@
   X(streaming)             \
   X(tova)                  \
   X(snapkv)                \
+  X(observed_attention)    \
   X(knorm)                 \
+  X(keydiff)               \
+  X(lagkv)                 \
+  X(expected_attention)    \
   X(recent)                \
   X(random)                \
   X(oracle)                \

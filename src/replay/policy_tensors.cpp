@@ -27,6 +27,9 @@ void refuse_missing_tensors(const kvtrace::TraceReader& reader, std::span<const 
                             std::span<const int> sequences, std::span<const int> layers) {
   for (const PolicyInfo* policy : policies) {
     if (!policy->needs_tensors()) continue;
+    if (policy->rope_problem)
+      if (const std::string problem = policy->rope_problem(reader.meta().rope); !problem.empty())
+        reader.fail("/", "policy " + policy->name + " " + problem);
     for (int seq : sequences)
       for (int layer : layers)
         if (const std::string problem = missing_tensors(*policy, reader.layer(seq, layer)); !problem.empty())

@@ -156,3 +156,15 @@ TEST_F(BadInput, PolicyNeedsTensorsTheTraceLacks) {
   EXPECT_EQ(ran.code, 0) << ran.output;
   EXPECT_NE(ran.output.find("knorm"), std::string::npos) << ran.output;
 }
+
+TEST_F(BadInput, PolicyNeedsRopeTheTraceLacks) {
+  // A synthetic trace declares no RoPE: expected-attention (it un-rotates the queries) is
+  // refused before the replay, naming the root group.
+  const std::string line =
+      "/: policy expected-attention needs the trace's RoPE attributes rope_theta and rope_pairing to un-rotate the "
+      "queries; the trace declares none";
+  expect_all({
+      {"replay " + trace_ + " --policy expected-attention --budget 50% --csv " + out("r.csv"), line},
+      {"sweep " + trace_ + " --policies h2o,expected-attention --budgets 50% --csv " + out("s.csv"), line},
+  });
+}

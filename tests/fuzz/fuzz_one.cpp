@@ -3,7 +3,9 @@
 #include <H5Cpp.h>
 
 #include <algorithm>
+#include <map>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "kvsim/core/budget.hpp"
@@ -83,19 +85,28 @@ Result run_image(std::span<const unsigned char> image, const Choices& choices) {
       return result;
     }
 
-    // The policies the replayed layer can feed: one that reads tensors the layer lacks is
-    // refused by design (tests/cli covers that), and would make every such input a rejection.
+    // The policies the replayed layer can feed: one that reads tensors the layer lacks, or
+    // un-rotates with RoPE attributes the trace lacks, is refused by design (tests/cli covers
+    // that), and would make every such input a rejection.
     const kvtrace::LayerForm& form = reader.layer(0, 0);
     std::vector<std::string> runnable;
     for (const kvsim::PolicyInfo& info : kvsim::policies())
-      if ((!info.needs_keys || form.has_k) && (!info.needs_values || form.has_v) && (!info.needs_queries || form.has_q))
+      if ((!info.needs_keys || form.has_k) && (!info.needs_values || form.has_v) &&
+          (!info.needs_queries || form.has_q) && (!info.rope_problem || info.rope_problem(meta.rope).empty()))
         runnable.push_back(info.name);
+    const bool percent = (choices.options & 4) != 0;
+    const int64_t budget = percent ? std::max<int64_t>(1, (1 + choices.budget % 100) * n / 100)
+                                   : 1 + static_cast<int64_t>(choices.budget) % (n + 2);
+    // Likewise a policy keeping `sinks` positions refuses a budget at or below them: fewer sinks.
+    const std::string& second = runnable[choices.policy % runnable.size()];
+    std::map<std::string, std::string> params;
+    for (const kvsim::ParamSpec& param : kvsim::find_policy(second).params)
+      if (param.name == "sinks") params["sinks"] = std::to_string(std::clamp<int64_t>(budget - 1, 0, 4));
     kvsim::ReplayConfig config;
     config.policies.push_back(kvsim::choose_policy("scissorhands"));
-    config.policies.push_back(kvsim::choose_policy(runnable[choices.policy % runnable.size()]));
-    config.budgets.push_back(kvsim::Budget::parse((choices.options & 4)
-                                                      ? std::to_string(1 + choices.budget % 100) + "%"
-                                                      : std::to_string(1 + choices.budget % (n + 2))));
+    config.policies.push_back(kvsim::choose_policy(second, params));
+    config.budgets.push_back(
+        kvsim::Budget::parse(percent ? std::to_string(1 + choices.budget % 100) + "%" : std::to_string(budget)));
     config.mode = (choices.options & 1) ? kvsim::Mode::prefill : kvsim::Mode::stream;
     if (choices.options & 2) config.quant.push_back(kvsim::parse_quant("kivi2"));
     config.aggregate = static_cast<kvsim::Aggregate>((choices.options >> 3) % 3);

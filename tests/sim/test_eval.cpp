@@ -157,8 +157,9 @@ void expect_engines_agree(const Llama2Model& model, const std::vector<int>& toke
       auto of_layer = [&](const std::vector<std::vector<std::vector<float>>>& heads) {
         return heads.empty() ? std::span<const std::vector<float>>() : heads[static_cast<size_t>(l)];
       };
-      kvsim::attach_group_tensors(groups.back(), c.n_heads, c.n_kv_heads,
-                                  {of_layer(run.keys), of_layer(run.values), of_layer(run.queries), c.head_dim(), {}});
+      kvsim::attach_group_tensors(
+          groups.back(), c.n_heads, c.n_kv_heads,
+          {of_layer(run.keys), of_layer(run.values), of_layer(run.queries), c.head_dim(), kvtrace::llama2_rope(c)});
       for (int g = range.first; g < range.last; ++g)
         specs[static_cast<size_t>(l)].push_back(kvsim::simulation_spec(policy, budget, g, l, state));
     }

@@ -170,8 +170,14 @@ TEST(OutputBatch, BatchedStepsEqualThePerStepPath) {
       groups[static_cast<size_t>(g)].head_dim = d;
       groups[static_cast<size_t>(g)].seed = kvsim::cache_group_seed(0, 0, g);
     }
-    // Policies that read keys read the values as keys: any stored floats will do here.
-    kvsim::attach_group_tensors(groups, n_heads, 4, {values, values, {}, d, {}});
+    // Policies that read keys or queries read the values: any stored floats will do here
+    // (and any RoPE for those that un-rotate them).
+    std::vector<std::vector<float>> queries;
+    for (int h = 0; h < n_heads; ++h) queries.push_back(values[static_cast<size_t>(h / 4)]);
+    kvtrace::RopeMeta rope;
+    rope.theta = 10000;
+    rope.pairing = "half";
+    kvsim::attach_group_tensors(groups, n_heads, 4, {values, values, queries, d, rope});
     for (const kvsim::PolicyInfo& info : kvsim::policies()) {
       if (!info.budgeted || info.engine == kvsim::Engine::bound) continue;
       SCOPED_TRACE(info.name + " head_dim " + std::to_string(d));

@@ -224,6 +224,8 @@ class Trace(_native.Trace):
         out = {k: m[k] for k in ("file", "file_size", "model", "source", "created", "tool", "version",
                                  "n_layers", "n_heads", "n_kv_heads", "head_dim", "attn_scale")}
         out["sequences"] = sequences
+        if "rope" in m:
+            out["rope"] = m["rope"]
         return out
 
 

@@ -174,6 +174,9 @@ struct PolicyInfo {
   // without them is refused for this policy).
   bool needs_keys = false, needs_values = false, needs_queries = false;
   bool needs_tensors() const { return needs_keys || needs_values || needs_queries; }
+  // Set by a policy that un-rotates q or k: the problem with a trace's RoPE attributes for it
+  // ("" when usable); a trace with a problem is refused before the replay.
+  std::function<std::string(const kvtrace::RopeMeta&)> rope_problem;
   std::function<std::unique_ptr<Policy>(const Params&)> make;
   std::function<std::shared_ptr<void>(const Params&, int n_layers, int64_t n_tokens)>
       make_sequence_state;  // cross_layer

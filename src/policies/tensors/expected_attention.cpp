@@ -1,0 +1,207 @@
+// expected-attention: kvpress's ExpectedAttentionPress (Devoto et al., 2025). The next
+// queries are modelled as a Gaussian: per query head, the mean mu and covariance Sigma of
+// the un-rotated queries seen so far after the first `sinks`, rotated by the RoPE averaged
+// over the next `future` positions (R: mu' = R mu, Sigma' = R Sigma R^T). A cached key's
+// score is softmax_j(k_j.mu'/sqrt(d) + k_j^T Sigma' k_j / (2d)) over the non-sink cache, the
+// mean over the group's heads, times |v_j| (plus epsilon first); the first `sinks` cache
+// entries are kept. Recomputed at every eviction. docs/semantics.md, section 4.
+#include <algorithm>
+#include <cmath>
+
+#include "kvsim/core/policy.hpp"
+#include "kvtrace/error.hpp"
+#include "../select.hpp"
+
+namespace kvsim {
+namespace {
+
+std::string rope_problem(const kvtrace::RopeMeta& rope) {
+  if (rope.theta <= 0 || rope.pairing.empty())
+    return "needs the trace's RoPE attributes rope_theta and rope_pairing to un-rotate the queries; the trace "
+           "declares " +
+           (rope.declared() ? rope.describe() : std::string("none"));
+  if (!rope.scaling_type.empty() && rope.scaling_type != "none" && rope.scaling_type != "linear")
+    return "supports RoPE scaling none or linear, not " + rope.scaling_type;
+  return "";
+}
+
+class ExpectedAttention final : public Policy {
+ public:
+  explicit ExpectedAttention(const Params& params)
+      : future_(params.integer("future")),
+        sinks_(params.integer("sinks")),
+        epsilon_(params.real("epsilon")),
+        covariance_(params.text("covariance") == "on"),
+        vnorm_(params.text("vnorm") == "on") {}
+
+  void reset(const GroupContext& group) override {
+    tensors_ = group.tensors;
+    if (const std::string problem = rope_problem(tensors_->rope); !problem.empty())
+      throw kvtrace::InputError("", "", "policy expected-attention " + problem);
+    if (group.budget <= sinks_)
+      throw kvtrace::InputError(
+          "", "", "policy expected-attention needs a budget above its " + std::to_string(sinks_) + " sinks");
+    d_ = static_cast<size_t>(tensors_->head_dim);
+    const kvtrace::RopeMeta& rope = tensors_->rope;
+    const auto rotary = static_cast<size_t>(rope.rotary_dims > 0 ? rope.rotary_dims : tensors_->head_dim);
+    const double scale = rope.scaling_type == "linear" ? rope.scaling_factor : 1.0;
+    frequency_.resize(rotary / 2);
+    pair_.resize(rotary / 2);
+    for (size_t i = 0; i < rotary / 2; ++i) {
+      frequency_[i] = std::pow(rope.theta, -static_cast<double>(2 * i) / static_cast<double>(rotary)) / scale;
+      pair_[i] = rope.pairing == "interleaved" ? std::pair{2 * i, 2 * i + 1} : std::pair{i, i + rotary / 2};
+    }
+    heads_ = tensors_->queries.size();
+    sum_.assign(heads_ * d_, 0.0);
+    products_.assign(heads_ * d_ * d_, 0.0);
+    count_ = 0;
+  }
+  bool adopt(const Policy& other) override {
+    const auto& from = static_cast<const ExpectedAttention&>(other);
+    sum_ = from.sum_;
+    products_ = from.products_;
+    count_ = from.count_;
+    return true;
+  }
+
+  // The query of each head at `step`, un-rotated by its position, joins the statistics.
+  void observe(int64_t step, std::span<const int32_t>, std::span<const float>) override {
+    if (step < sinks_) return;
+    query_.resize(d_);
+    for (size_t h = 0; h < heads_; ++h) {
+      const std::span<const float> q = tensors_->query(h, step);
+      std::copy(q.begin(), q.end(), query_.begin());
+      for (size_t i = 0; i < pair_.size(); ++i) {
+        const double angle = static_cast<double>(step) * frequency_[i], c = std::cos(angle), s = std::sin(angle);
+        const auto [a, b] = pair_[i];
+        const double x = query_[a], y = query_[b];
+        query_[a] = c * x + s * y;
+        query_[b] = c * y - s * x;
+      }
+      double* sum = sum_.data() + h * d_;
+      double* products = products_.data() + h * d_ * d_;
+      for (size_t a = 0; a < d_; ++a) {
+        sum[a] += query_[a];
+        for (size_t b = 0; b < d_; ++b) products[a * d_ + b] += query_[a] * query_[b];
+      }
+    }
+    ++count_;
+  }
+
+  void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool,
+             std::vector<int32_t>& victims) override {
+    if (excess <= 0) return;
+    average_rope(step + 1);
+    const auto sinks = static_cast<size_t>(sinks_);
+    const std::span<const int32_t> open = cache.subspan(std::min(sinks, cache.size()));
+    scores_.assign(open.size(), 0.0);
+    logits_.resize(open.size());
+    const double n = static_cast<double>(count_), root = std::sqrt(static_cast<double>(d_));
+    for (size_t h = 0; h < heads_; ++h) {
+      // mu and Sigma (divided by N, as kvpress), then rotated.
+      mean_.resize(d_);
+      for (size_t a = 0; a < d_; ++a) mean_[a] = sum_[h * d_ + a] / n;
+      cov_.resize(d_ * d_);
+      for (size_t a = 0; a < d_; ++a)
+        for (size_t b = 0; b < d_; ++b) cov_[a * d_ + b] = products_[(h * d_ + a) * d_ + b] / n - mean_[a] * mean_[b];
+      rotate(mean_.data(), 1);
+      for (size_t a = 0; a < d_; ++a) rotate(cov_.data() + a, d_);      // R Sigma: each column
+      for (size_t a = 0; a < d_; ++a) rotate(cov_.data() + a * d_, 1);  // (R Sigma) R^T: each row
+      const size_t kv = h * tensors_->keys.size() / heads_;
+      for (size_t j = 0; j < open.size(); ++j) {
+        const std::span<const float> stored = tensors_->key(kv, open[j]);
+        key_.assign(stored.begin(), stored.end());
+        double linear = 0, quadratic = 0;  // k^T Sigma' k from Sigma''s upper triangle
+        for (size_t a = 0; a < d_; ++a) {
+          linear += key_[a] * mean_[a];
+          if (!covariance_) continue;
+          const double* row = cov_.data() + a * d_;
+          double sum = row[a] * key_[a] / 2;
+          for (size_t b = a + 1; b < d_; ++b) sum += row[b] * key_[b];
+          quadratic += key_[a] * sum;
+        }
+        logits_[j] = linear / root + (covariance_ ? quadratic / static_cast<double>(d_) : 0.0);
+      }
+      const double top = *std::max_element(logits_.begin(), logits_.end());
+      double total = 0;
+      for (double& x : logits_) total += x = std::exp(x - top);
+      for (size_t j = 0; j < open.size(); ++j) scores_[j] += logits_[j] / total;
+    }
+    for (size_t j = 0; j < open.size(); ++j) {
+      scores_[j] /= static_cast<double>(heads_);
+      if (!vnorm_) continue;
+      double squares = 0;
+      for (float x : tensors_->value(0, open[j])) squares += static_cast<double>(x) * x;
+      scores_[j] = (scores_[j] + epsilon_) * std::sqrt(squares);
+    }
+    evict_lowest(open, scores_, excess, victims);
+  }
+
+ private:
+  // Per rotated pair, the mean over positions p = first .. first + future - 1 of cos and sin
+  // of p w: the Dirichlet kernel's closed form of the sums, in double.
+  void average_rope(int64_t first) {
+    cos_.resize(pair_.size());
+    sin_.resize(pair_.size());
+    const auto f = static_cast<double>(future_);
+    for (size_t i = 0; i < pair_.size(); ++i) {
+      const double w = frequency_[i];
+      const double kernel = std::sin(f * w / 2) / std::sin(w / 2) / f;
+      const double middle = (static_cast<double>(first) + (f - 1) / 2) * w;
+      cos_[i] = kernel * std::cos(middle);
+      sin_[i] = kernel * std::sin(middle);
+    }
+  }
+
+  // x <- R x for the vector x[0], x[stride], ..., x[(d-1) stride]: each pair (a, b) turns by
+  // the averaged rotation [[cos, -sin], [sin, cos]]; unrotated dims stay.
+  void rotate(double* x, size_t stride) const {
+    for (size_t i = 0; i < pair_.size(); ++i) {
+      const auto [a, b] = pair_[i];
+      const double u = x[a * stride], v = x[b * stride];
+      x[a * stride] = cos_[i] * u - sin_[i] * v;
+      x[b * stride] = sin_[i] * u + cos_[i] * v;
+    }
+  }
+
+  int64_t future_, sinks_;
+  double epsilon_;
+  bool covariance_, vnorm_;
+  const GroupTensors* tensors_ = nullptr;
+  size_t d_ = 0, heads_ = 0;
+  std::vector<double> frequency_;
+  std::vector<std::pair<size_t, size_t>> pair_;
+  std::vector<double> sum_, products_;  // per head: sum of q, sum of q q^T (un-rotated)
+  int64_t count_ = 0;
+  std::vector<double> query_, key_, mean_, cov_, cos_, sin_, logits_, scores_;
+};
+
+}  // namespace
+
+PolicyInfo expected_attention_policy() {
+  PolicyInfo info;
+  info.name = "expected-attention";
+  info.summary = "ExpectedAttentionPress: softmax of a Gaussian model of the next queries, times |v|";
+  info.params = {
+      {"future", ParamType::integer, "512", "future positions the RoPE is averaged over", 1, 1e9, {}},
+      {"sinks",
+       ParamType::integer,
+       "4",
+       "first cache entries kept, and queries left out of the statistics",
+       0,
+       1e9,
+       {}},
+      {"epsilon", ParamType::real, "0", "added to the score before the value norm multiplies it", 0, 1e9, {}},
+      {"covariance", ParamType::choice, "on", "off: the mean term only", 0, 0, {"on", "off"}},
+      {"vnorm", ParamType::choice, "on", "off: no value-norm factor", 0, 0, {"on", "off"}},
+  };
+  info.needs_attention = false;
+  info.needs_keys = true;
+  info.needs_values = true;
+  info.needs_queries = true;
+  info.rope_problem = rope_problem;
+  info.make = [](const Params& params) { return std::make_unique<ExpectedAttention>(params); };
+  return info;
+}
+
+}  // namespace kvsim
