@@ -219,7 +219,8 @@ class OutputBatch {
     steps_.push_back({t, evicted.size(), offset, length});
     mass_.insert(mass_.end(), mass.begin(), mass.end());
     used_ += quads.size() * 4 * length;
-    if (weights_.size() < used_) weights_.resize(std::max(used_, 2 * weights_.size()));  // no fill at every step
+    if (weights_.size() < used_)  // grown by doubling, no fill at every step, never past the bound
+      weights_.resize(std::max(used_, std::min(2 * weights_.size(), max_weights(quads.size() * 4))));
     for (size_t q = 0; q < quads.size(); ++q) {
       float* w = weights_.data() + offset + q * 4 * length;
       if (complement) {

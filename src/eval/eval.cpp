@@ -10,6 +10,7 @@
 #include "kvsim/eval/eval.hpp"
 #include "kvtrace/attention_source.hpp"
 #include "kvtrace/error.hpp"
+#include "kvtrace/reader.hpp"
 #include "kvsim/model/llama2.hpp"
 #include "kvtrace/schema.hpp"
 #include "kvsim/model/tokenizer.hpp"
@@ -253,6 +254,15 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
     if (options.record_queries) run.queries = hook->take_queries();
   }
   return run;
+}
+
+EvalSequence trace_sequence(const kvtrace::TraceReader& reader, int seq, int tokens) {
+  EvalSequence sequence;
+  sequence.index = seq;
+  for (int32_t token : reader.tokens(seq)) sequence.tokens.push_back(token);
+  if (tokens > 0 && static_cast<int>(sequence.tokens.size()) > tokens)
+    sequence.tokens.resize(static_cast<size_t>(tokens));
+  return sequence;
 }
 
 std::vector<EvalSequence> text_sequences(const kvtrace::Tokenizer& tokenizer, std::string_view text, int tokens) {

@@ -33,12 +33,7 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
     if (s < 0 || s >= reader.n_sequences())
       bad_option("seqs", "sequence " + std::to_string(s) + " out of range (there are " +
                              std::to_string(reader.n_sequences()) + ")");
-    EvalSequence sequence;
-    sequence.index = s;
-    for (int32_t token : reader.tokens(s)) sequence.tokens.push_back(token);
-    if (tokens > 0 && static_cast<int>(sequence.tokens.size()) > tokens)
-      sequence.tokens.resize(static_cast<size_t>(tokens));
-    sequences.push_back(std::move(sequence));
+    sequences.push_back(trace_sequence(reader, s, tokens));
   }
   std::string json;
   {

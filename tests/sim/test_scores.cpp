@@ -134,6 +134,8 @@ TEST(ScoresHook, EveryScoringPolicyNamesItsOwnVictims) {
       expect_consistent("h2o", {}, *rows, budget);
       expect_consistent("tova", {}, *rows, budget);
       expect_consistent("knorm", {}, *rows, budget);
+      expect_consistent("keydiff", {}, *rows, budget);
+      expect_consistent("observed-attention", {}, *rows, budget);
       expect_consistent("lookahead", {}, *rows, budget);
       expect_consistent("scissorhands-xlayer", {}, *rows, budget);
       expect_consistent("snapkv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);

@@ -159,14 +159,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   if (!trace_path.empty()) {
     source = trace_path;
     const kvtrace::TraceReader reader = open_trace(trace_path);
-    for (int s = 0; s < reader.n_sequences(); ++s) {
-      EvalSequence sequence;
-      sequence.index = s;
-      for (int32_t token : reader.tokens(s)) sequence.tokens.push_back(token);
-      if (tokens > 0 && static_cast<int>(sequence.tokens.size()) > tokens)
-        sequence.tokens.resize(static_cast<size_t>(tokens));
-      sequences.push_back(std::move(sequence));
-    }
+    for (int s = 0; s < reader.n_sequences(); ++s) sequences.push_back(trace_sequence(reader, s, tokens));
     sequences = choose(std::move(sequences), chosen, trace_path);
     for (const EvalSequence& sequence : sequences) {
       const std::string where = kvtrace::seq_path(sequence.index) + "/tokens";

@@ -29,11 +29,18 @@ class ObservedAttention final : public Policy {
   void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool,
              std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
-    scores_.resize(cache.size());
-    for (size_t j = 0; j < cache.size(); ++j) scores_[j] = sum_[j] / static_cast<double>(step + 1 - cache[j]);
+    scores(step, cache, scores_);
     evict_lowest(cache, scores_, excess, victims, &erased_);
-    erase_indices(sum_.data(), size_, erased_);
-    size_ -= erased_.size();
+    forget(cache, erased_);
+  }
+  bool scores(int64_t step, std::span<const int32_t> cache, std::vector<double>& out) const override {
+    out.resize(cache.size());
+    for (size_t j = 0; j < cache.size(); ++j) out[j] = sum_[j] / static_cast<double>(step + 1 - cache[j]);
+    return true;
+  }
+  void forget(std::span<const int32_t>, std::span<const size_t> indices) override {
+    erase_indices(sum_.data(), size_, indices);
+    size_ -= indices.size();
   }
 
  private:

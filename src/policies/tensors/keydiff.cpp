@@ -40,15 +40,32 @@ class KeyDiff final : public Policy {
   }
 
  private:
+  // Whole-cache scores: what evict() ranks at every eviction but the prefill's blocks.
+  bool scores(int64_t, std::span<const int32_t> cache, std::vector<double>& out) const override {
+    score(cache, out);
+    return true;
+  }
+
   // Evicts the `count` lowest-scored candidates_ and removes them from candidates_ (which
   // stay ascending: a block's positions follow the kept ones).
   void drop_lowest(int64_t count, std::vector<int32_t>& victims) {
     const size_t m = candidates_.size();
+    score(candidates_, scores_);
+    evict_lowest(candidates_, scores_, count, victims, &erased_);
+    erase_indices(candidates_.data(), m, erased_);
+    candidates_.resize(m - erased_.size());
+  }
+
+  // out[j] = minus the cosine of position j's key with the mean of the normalised keys.
+  void score(std::span<const int32_t> positions, std::vector<double>& out) const {
+    const size_t m = positions.size();
+    out.resize(m);
+    if (m == 0) return;
     const auto d = static_cast<size_t>(tensors_->head_dim);
     anchor_.assign(d, 0.0);
     norms_.resize(m);
     for (size_t j = 0; j < m; ++j) {
-      const std::span<const float> key = tensors_->key(0, candidates_[j]);
+      const std::span<const float> key = tensors_->key(0, positions[j]);
       double squares = 0;
       for (float x : key) squares += static_cast<double>(x) * x;
       norms_[j] = std::sqrt(squares);
@@ -61,23 +78,20 @@ class KeyDiff final : public Policy {
       anchor_squares += x * x;
     }
     const double anchor_norm = std::sqrt(anchor_squares);
-    scores_.resize(m);
     for (size_t j = 0; j < m; ++j) {
-      const std::span<const float> key = tensors_->key(0, candidates_[j]);
+      const std::span<const float> key = tensors_->key(0, positions[j]);
       double dot = 0;
       for (size_t c = 0; c < d; ++c) dot += key[c] * anchor_[c];
-      scores_[j] = -dot / std::max(norms_[j] * anchor_norm, 1e-8);  // cosine_similarity's eps
+      out[j] = -dot / std::max(norms_[j] * anchor_norm, 1e-8);  // cosine_similarity's eps
     }
-    evict_lowest(candidates_, scores_, count, victims, &erased_);
-    erase_indices(candidates_.data(), m, erased_);
-    candidates_.resize(m - erased_.size());
   }
 
   int64_t block_;
   const GroupTensors* tensors_ = nullptr;
   int64_t budget_ = 0;
   std::vector<int32_t> candidates_;  // ascending positions
-  std::vector<double> anchor_, norms_, scores_;
+  std::vector<double> scores_;
+  mutable std::vector<double> anchor_, norms_;  // score()'s scratch
   std::vector<size_t> erased_;
 };
 

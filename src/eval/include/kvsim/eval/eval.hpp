@@ -97,6 +97,9 @@ struct EvalSequence {
 // The text encoded once with BOS (llama2.c's encode) and cut into consecutive sequences of
 // `tokens` tokens; a shorter last piece is kept when it holds at least 2 tokens.
 std::vector<EvalSequence> text_sequences(const kvtrace::Tokenizer& tokenizer, std::string_view text, int tokens);
+// Sequence `seq` of a trace as the closed loop runs it: its tokens, the first `tokens` of them
+// (0: all).
+EvalSequence trace_sequence(const kvtrace::TraceReader& reader, int seq, int tokens);
 
 struct EvalConfig {
   std::vector<PolicyChoice> policies;
