@@ -13,6 +13,8 @@
 #include <QTest>
 #include <numeric>
 
+#include "charts/budget_chart.hpp"
+#include "charts/charts_panel.hpp"
 #include "controls_panel.hpp"
 #include "engine_options_panel.hpp"
 #include "kvsim/analysis/analysis.hpp"
@@ -126,6 +128,22 @@ class GuiOptionsTest : public QObject {
     QVERIFY(session->replayIsCurrent());
     QVERIFY(session->replay().cached);
     QVERIFY(shows_engine(*session, tokens, 0));
+  }
+
+  void theBudgetChartFollowsPageMode() {
+    // Its compared policies include some that do not score: page mode replays the others.
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openFile(kTrace));
+    window.controls()->policyEditor()->policyBox()->setCurrentText("h2o");
+    kvgui::BudgetChart* chart = window.charts()->budgetChart();
+    window.charts()->setCurrentWidget(chart);
+    window.waitIdle();
+    QVERIFY(chart->isCurrent());
+    window.controls()->engineOptions()->pageBox()->setValue(16);
+    QVERIFY(!chart->isCurrent());
+    window.waitIdle();
+    QVERIFY(chart->isCurrent());
   }
 
   void refusalsAreTheStatusMessage() {
