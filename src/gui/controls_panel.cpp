@@ -91,6 +91,7 @@ ControlsPanel::ControlsPanel(Session* session, QWidget* parent) : QWidget(parent
   slider_row->addWidget(value_);
   budget_layout->addLayout(slider_row);
   budget_ = new QLabel;
+  budget_->setWordWrap(true);  // with a layer schedule it names the layer's B_l too
   budget_layout->addWidget(budget_);
   layout->addWidget(budget);
 

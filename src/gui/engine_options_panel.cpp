@@ -119,6 +119,24 @@ ReplayOptions EngineOptionsPanel::options() const {
   return options;
 }
 
+void EngineOptionsPanel::setOptions(const ReplayOptions& options) {
+  {
+    const QSignalBlocker a(page_), b(page_score_), c(question_), d(question_auto_), e(compress_every_),
+        f(layer_budget_), g(head_budget_), h(head_floor_);
+    page_->setValue(static_cast<int>(options.page));
+    page_score_->setCurrentText(QString::fromStdString(options.page_score));
+    question_auto_->setChecked(options.question == "auto");
+    question_->setValue(
+        options.question.empty() || options.question == "auto" ? 0 : QString::fromStdString(options.question).toInt());
+    compress_every_->setValue(QString::fromStdString(options.compress_every).toInt());
+    layer_budget_->setCurrentText(QString::fromStdString(options.layer_budget));
+    head_budget_->setCurrentText(QString::fromStdString(options.head_budget));
+    head_floor_->setValue(options.head_floor);
+  }
+  sync();
+  session_->setReplayOptions(options);
+}
+
 void EngineOptionsPanel::apply() {
   sync();
   session_->setReplayOptions(options());

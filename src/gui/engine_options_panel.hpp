@@ -31,6 +31,8 @@ class EngineOptionsPanel : public QWidget {
   QDoubleSpinBox* headFloorBox() const { return head_floor_; }
   // What the widgets say now.
   ReplayOptions options() const;
+  // Shows `options` and gives them to the session (kvsim-gui's command line).
+  void setOptions(const ReplayOptions& options);
 
  private:
   void apply();
