@@ -16,6 +16,7 @@
 #include <algorithm>
 
 #include "kvsim/replay/report.hpp"
+#include "engine_options_panel.hpp"
 #include "kvtrace/reader.hpp"
 #include "policy_editor.hpp"
 #include "session.hpp"
@@ -64,6 +65,8 @@ ControlsPanel::ControlsPanel(Session* session, QWidget* parent) : QWidget(parent
       tr("stream: token t is appended at step t and the policy may evict at every step.\n"
          "prefill: the prompt is processed with the full cache, compressed to B, then decoding streams."));
   policy_layout->addWidget(mode_);
+  engine_ = new EngineOptionsPanel(session_);
+  policy_layout->addWidget(engine_);
   layout->addWidget(policy);
 
   auto* budget = new QGroupBox(tr("3. KV budget B"));
@@ -88,6 +91,7 @@ ControlsPanel::ControlsPanel(Session* session, QWidget* parent) : QWidget(parent
   slider_row->addWidget(value_);
   budget_layout->addLayout(slider_row);
   budget_ = new QLabel;
+  budget_->setWordWrap(true);  // with a layer schedule it names the layer's B_l too
   budget_layout->addWidget(budget_);
   layout->addWidget(budget);
 
@@ -173,7 +177,7 @@ void ControlsPanel::locationChanged() {
 // The user switched units: the same B in the other unit.
 void ControlsPanel::unitChanged() {
   const int64_t n = std::max<int64_t>(1, session_->nTokens());
-  const int64_t tokens = session_->budgetTokens();
+  const int64_t tokens = session_->baseBudgetTokens();
   const std::string text = percent_->isChecked()
                                ? std::to_string(std::clamp<int64_t>((tokens * 100 + n - 1) / n, 1, 100)) + "%"
                                : std::to_string(std::min(tokens, n));
@@ -218,10 +222,17 @@ void ControlsPanel::showBudget() {
     budget_->clear();
     return;
   }
-  budget_->setText(tr("B = <b>%1</b> of %2 tokens (%3%)")
-                       .arg(session_->budgetTokens())
-                       .arg(n)
-                       .arg(100.0 * static_cast<double>(session_->budgetTokens()) / static_cast<double>(n), 0, 'f', 1));
+  const int64_t base = session_->baseBudgetTokens();
+  QString text = tr("B = <b>%1</b> of %2 tokens (%3%)")
+                     .arg(base)
+                     .arg(n)
+                     .arg(100.0 * static_cast<double>(base) / static_cast<double>(n), 0, 'f', 1);
+  if (session_->schedule().name != "uniform")  // the schedule's B_l, as the library gives it
+    text += tr("; layer %1 (%2): B = <b>%3</b>")
+                .arg(session_->layer())
+                .arg(QString::fromStdString(session_->schedule().name).toHtmlEscaped())
+                .arg(session_->budgetTokens());
+  budget_->setText(text);
   const int mode = session_->mode() == kvsim::Mode::stream ? 0 : 1;
   if (mode_->currentIndex() != mode) mode_->setCurrentIndex(mode);
 }

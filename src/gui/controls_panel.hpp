@@ -1,7 +1,7 @@
 #pragma once
 // The left column's controls: which sequence, layer and head; the eviction policy and its
-// parameters; the KV budget (a slider in tokens or % of the sequence); stream or prefill
-// mode; and how long the last replay took.
+// parameters and the engine options (EngineOptionsPanel); the KV budget (a slider in tokens or % of the sequence);
+// stream or prefill mode; and how long the last replay took.
 #include <QWidget>
 
 class QButtonGroup;
@@ -14,6 +14,7 @@ class QSpinBox;
 
 namespace kvgui {
 
+class EngineOptionsPanel;
 class PolicyEditor;
 class Session;
 
@@ -25,6 +26,8 @@ class ControlsPanel : public QWidget {
   QRadioButton* percentButton() const { return percent_; }
   QRadioButton* tokensButton() const { return tokens_; }
   PolicyEditor* policyEditor() const { return policy_; }
+  EngineOptionsPanel* engineOptions() const { return engine_; }
+  QLabel* statusLabel() const { return status_; }
   QComboBox* sequenceBox() const { return sequence_; }
   QComboBox* layerBox() const { return layer_; }
   QComboBox* headBox() const { return head_; }
@@ -45,6 +48,7 @@ class ControlsPanel : public QWidget {
   QLabel *name_, *file_;
   QComboBox *sequence_, *layer_, *head_;
   PolicyEditor* policy_;
+  EngineOptionsPanel* engine_;
   QRadioButton *tokens_, *percent_;
   QButtonGroup* units_;
   QSlider* slider_;

@@ -37,7 +37,8 @@ std::vector<std::vector<kvsim::GroupRecord>> replay_heads(const std::shared_ptr<
   std::vector<int> heads(static_cast<size_t>(range.count));
   std::iota(heads.begin(), heads.end(), range.first);
   const int group = meta.kv_head_of(range.first);
-  const int kv_heads = layer_wide(policy) ? meta.n_kv_heads : 1;
+  // The whole layer (layer-wide policies, head-adaptive budgets) is one replay of its kv heads.
+  const int kv_heads = range.count == meta.n_heads ? meta.n_kv_heads : 1;
   const auto source = LayerRows::source(rows, heads);
   const kvsim::RowsOrigin origin{rows->seq(), rows->layer(), kv_heads == 1 ? group : 0};
   auto records = kvsim::replay_rows_at_budgets(*source, kv_heads, policy, budgets, options, origin);
@@ -55,7 +56,9 @@ std::vector<std::vector<kvsim::GroupRecord>> replay_heads(const std::shared_ptr<
 
 }  // namespace
 
-ReplayHeads replayHeads(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head) {
+ReplayHeads replayHeads(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head,
+                        const kvsim::EngineOptions& options) {
+  if (options.head_floor >= 0) return {0, meta.n_heads};  // the kv heads share n_kv_heads x B
   if (policy.info->engine == kvsim::Engine::bound && !policy.info->needs_future) return {head, 1};
   return group_of(policy, meta, head);
 }
@@ -65,7 +68,7 @@ std::vector<std::vector<kvsim::GroupRecord>> replayLayerAtBudgets(const std::sha
                                                                   const kvsim::PolicyChoice& policy,
                                                                   std::span<const int64_t> budgets,
                                                                   const kvsim::EngineOptions& options, int head) {
-  return replay_heads(rows, meta, policy, replayHeads(policy, meta, head), budgets, options);
+  return replay_heads(rows, meta, policy, replayHeads(policy, meta, head, options), budgets, options);
 }
 
 std::vector<std::vector<kvsim::GroupRecord>> replayWholeLayerAtBudgets(const std::shared_ptr<const LayerRows>& rows,
@@ -73,7 +76,8 @@ std::vector<std::vector<kvsim::GroupRecord>> replayWholeLayerAtBudgets(const std
                                                                        const kvsim::PolicyChoice& policy,
                                                                        std::span<const int64_t> budgets,
                                                                        const kvsim::EngineOptions& options) {
-  if (layer_wide(policy)) return replay_heads(rows, meta, policy, group_of(policy, meta, 0), budgets, options);
+  if (layer_wide(policy) || options.head_floor >= 0)
+    return replay_heads(rows, meta, policy, {0, meta.n_heads}, budgets, options);
   // Kv group by kv group, as replay_trace groups them (seeded policies see the same seeds).
   std::vector<std::vector<kvsim::GroupRecord>> records(budgets.size());
   for (int kv = 0; kv < meta.n_kv_heads; ++kv) {

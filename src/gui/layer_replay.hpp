@@ -26,6 +26,7 @@ struct LayerReplay {
   QString budget_text;  // as chosen ("64" or "20%")
   int64_t budget = 0;   // B it resolved to
   kvsim::Mode mode = kvsim::Mode::stream;
+  kvsim::EngineOptions options;             // the engine options it ran with (paging, protocol, head floor)
   std::vector<kvsim::GroupRecord> records;  // of those heads
   QString error;                            // the policy refused this setting (records empty)
   double replay_ms = 0;                     // time the library's replay took (0: from the cache)
@@ -45,8 +46,10 @@ struct ReplayHeads {
 };
 // What the views replay to show query head `head`: the head alone for an upper bound that
 // reads only its own rows (each head's bound is its own: oracle), its kv group for the other
-// per-kv-head policies, the whole layer for layer-wide and cross-layer ones.
-ReplayHeads replayHeads(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head);
+// per-kv-head policies, the whole layer for layer-wide and cross-layer ones, and for every
+// policy under head-adaptive budgets (options.head_floor >= 0: the kv heads share the budget).
+ReplayHeads replayHeads(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head,
+                        const kvsim::EngineOptions& options = {});
 
 // kvsim::replay_rows over the shown layer's rows: replayHeads(policy, meta, head) only (so a
 // change replays as little as it must), or, with head < 0, every kv group of the layer, one

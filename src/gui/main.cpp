@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "controls_panel.hpp"
+#include "engine_options_panel.hpp"
 #include "kvsim/core/version.hpp"
 #include "main_window.hpp"
 #include "policy_editor.hpp"
@@ -35,6 +36,15 @@ int main(int argc, char** argv) {
       budget("budget", "KV budget: tokens (64) or % (20%)", "B", "20%"),
       step("step", "step cursor (default: the last step)", "t", "-1");
   parser.addOptions({seq, layer, head, policy, budget, step});
+  // The engine options, as kvsim replay takes them (the Engine options of the window).
+  QCommandLineOption mode("mode", "stream or prefill", "mode", "stream"),
+      page("page", "page size P (0: token mode)", "P", "0"), page_score("page-score", "mean or max", "how", "mean"),
+      question("question", "question tokens (prefill mode), or auto", "N"),
+      compress_every("compress-every", "compress to B every N decode steps", "N"),
+      layer_budget("layer-budget", "uniform, persistence, pyramid, cake, or weights", "schedule", "uniform"),
+      head_budget("head-budget", "uniform or adaptive", "how", "uniform"),
+      head_floor("head-floor", "adaptive: each head keeps its top F x B", "F", "0.2");
+  parser.addOptions({mode, page, page_score, question, compress_every, layer_budget, head_budget, head_floor});
   // Parsed before any QApplication exists: --help, --version and a bad option work without
   // a display, and no display is one line.
   QStringList arguments;
@@ -80,6 +90,20 @@ int main(int argc, char** argv) {
       if (!session->setPolicy(parser.value(policy).toStdString(), {}, &policy_error))
         QMessageBox::warning(&window, QObject::tr("Bad policy"), policy_error);
       session->setLocation(parser.value(seq).toInt(), parser.value(layer).toInt(), parser.value(head).toInt());
+      try {
+        session->setMode(kvsim::parse_mode(parser.value(mode).toStdString()));
+      } catch (const std::exception& e) {
+        QMessageBox::warning(&window, QObject::tr("Bad mode"), QString::fromStdString(e.what()));
+      }
+      kvgui::ReplayOptions options;  // what the library refuses is the status line's message
+      options.page = parser.value(page).toLongLong();
+      options.page_score = parser.value(page_score).toStdString();
+      options.question = parser.value(question).toStdString();
+      options.compress_every = parser.value(compress_every).toStdString();
+      options.layer_budget = parser.value(layer_budget).toStdString();
+      options.head_budget = parser.value(head_budget).toStdString();
+      options.head_floor = parser.value(head_floor).toDouble();
+      window.controls()->engineOptions()->setOptions(options);
       if (parser.value(step).toLongLong() >= 0) session->setStep(parser.value(step).toLongLong());
     }
   }

@@ -251,11 +251,11 @@ bool MainWindow::exportSurvival(const QString& path, QString* error) {
   cell.info = replay.policy.info;
   cell.budget = kvsim::Budget::parse(replay.budget_text.toStdString());
   cell.records = replay.records;
-  if (!replay.records.front().layer_wide) {  // the views replayed one cache group: the table has them all
-    kvsim::EngineOptions options = session_->engineOptions();
-    options.mode = replay.mode;
-    cell.records = replayLayer(session_->rows(), session_->meta(), replay.policy, replay.budget, options);
-  }
+  size_t covered = 0;
+  for (const auto& record : replay.records) covered += record.heads.size();
+  if (static_cast<int>(covered) <
+      session_->meta().n_heads)  // the views replayed one cache group: the table has them all
+    cell.records = replayLayer(session_->rows(), session_->meta(), replay.policy, replay.budget, replay.options);
   results.cells.push_back(std::move(cell));
   results.mode = replay.mode;
   std::vector<std::vector<std::string>> text(static_cast<size_t>(replay.seq) + 1);

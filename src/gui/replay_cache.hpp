@@ -1,6 +1,6 @@
 #pragma once
 // Replays of the shown trace already made, by what they depend on: (sequence, layer, heads
-// replayed, policy with its parameters, mode, budget B). The session and
+// replayed, policy with its parameters, mode and engine options, budget B). The session and
 // the step chart look here first, so a budget-slider step to a budget computed before (or
 // computed ahead, as a neighbour of the shown one) is a lookup. Used on the UI thread only;
 // the oldest entries go beyond a fixed count.
@@ -22,11 +22,13 @@ struct ReplayKey {
   int first_head = 0, n_heads = 0;  // the query heads replayed (replayHeads)
   std::string label;                // the policy and the parameters that differ from its defaults
   kvsim::Mode mode = kvsim::Mode::stream;
-  int64_t budget = 0;
+  std::string engine;  // the other engine options (engineKey: paging, protocol, head floor)
+  int64_t budget = 0;  // B of the layer (the layer schedule's B_l)
 
   bool operator<(const ReplayKey& other) const {
-    return std::tie(seq, layer, first_head, n_heads, label, mode, budget) <
-           std::tie(other.seq, other.layer, other.first_head, other.n_heads, other.label, other.mode, other.budget);
+    return std::tie(seq, layer, first_head, n_heads, label, mode, engine, budget) <
+           std::tie(other.seq, other.layer, other.first_head, other.n_heads, other.label, other.mode, other.engine,
+                    other.budget);
   }
 };
 

@@ -27,11 +27,15 @@ qint64 now_ns() {
 }  // namespace
 
 Session::Session(QObject* parent)
-    : QObject(parent), loader_(new JobRunner(this)), replayer_(new JobRunner(this)), prefetcher_(new JobRunner(this)) {
+    : QObject(parent),
+      loader_(new JobRunner(this)),
+      replayer_(new JobRunner(this)),
+      prefetcher_(new JobRunner(this)),
+      scheduler_(new JobRunner(this)) {
   policy_ = kvsim::choose_policy("scissorhands");
   budget_ = kvsim::Budget::parse("20%");
   prefetcher_->setBackground(true);
-  for (JobRunner* runner : {loader_, replayer_, prefetcher_}) {
+  for (JobRunner* runner : {loader_, replayer_, prefetcher_, scheduler_}) {
     connect(runner, &JobRunner::busyChanged, this, &Session::updateBusy);
     connect(runner, &JobRunner::failed, this, &Session::failed);
   }
@@ -39,6 +43,7 @@ Session::Session(QObject* parent)
 
 Session::~Session() {
   // The runners wait for their running job before the session's members go.
+  delete scheduler_;
   delete prefetcher_;
   delete replayer_;
   delete loader_;
@@ -61,6 +66,7 @@ bool Session::open(const QString& path, QString* error) {
   path_ = path;
   seq_ = layer_ = head_ = 0;
   replay_ = LayerReplay();
+  applyOptions(true);  // a schedule of the trace before does not fit this one
   emit traceChanged();
   setLocation(0, 0, 0);
   return true;
@@ -85,15 +91,6 @@ QString Session::tokenLabel(int64_t position) const {
   }
   text.replace('\n', QChar(0x21B5)).replace('\t', QChar(0x2192)).replace('\r', "");
   return text;
-}
-
-int64_t Session::budgetTokens() const { return budget_.resolve(std::max<int64_t>(1, nTokens())); }
-
-kvsim::EngineOptions Session::engineOptions() const {
-  kvsim::EngineOptions options;
-  options.mode = mode_;
-  options.prompt_len = promptLen();
-  return options;
 }
 
 void Session::setLocation(int seq, int layer, int head) {
@@ -172,6 +169,7 @@ void Session::setBudget(const kvsim::Budget& budget) {
 
 void Session::setMode(kvsim::Mode mode) {
   mode_ = mode;
+  applyOptions(options_.layer_budget.rfind("cake", 0) == 0);  // cake measures T: prompt or sequence
   emit settingsChanged();
   requestReplay();
 }
@@ -194,20 +192,26 @@ void Session::setSelection(QList<qint64> positions) {
 
 namespace {
 
-ReplayKey replayKeyOf(int seq, int layer, int head, const kvsim::PolicyChoice& policy, kvsim::Mode mode, int64_t budget,
-                      const kvtrace::TraceMeta& meta) {
-  const ReplayHeads heads = replayHeads(policy, meta, head);
-  return ReplayKey{seq, layer, heads.first, heads.count, policy.label, mode, budget};
+ReplayKey replayKeyOf(int seq, int layer, int head, const kvsim::PolicyChoice& policy,
+                      const kvsim::EngineOptions& options, int64_t budget, const kvtrace::TraceMeta& meta) {
+  const ReplayHeads heads = replayHeads(policy, meta, head, options);
+  return ReplayKey{seq, layer, heads.first, heads.count, policy.label, options.mode, engineKey(options), budget};
+}
+
+// Replayed over the trace rather than the rows in memory: cross-layer policies beyond layer
+// 0 (their layers decide together), and policies that read the stored tensors.
+bool replaysTrace(const kvsim::PolicyChoice& policy, int layer) {
+  return (policy.info->engine == kvsim::Engine::cross_layer && layer > 0) || policy.info->needs_tensors();
 }
 
 }  // namespace
 
 ReplayKey Session::replayKey(const kvsim::PolicyChoice& policy, int64_t budget) const {
-  return replayKeyOf(seq_, layer_, head_, policy, mode_, budget, meta());
+  return replayKeyOf(seq_, layer_, head_, policy, engineOptions(), budget, meta());
 }
 
 void Session::requestReplay() {
-  if (!reader_ || !rows_) return;
+  if (!reader_ || !rows_ || scheduler_->busy()) return;  // the schedule's arrival asks again
   requested_at_ns_ = now_ns();
   LayerReplay settings;
   settings.seq = seq_;
@@ -217,33 +221,37 @@ void Session::requestReplay() {
   settings.budget_text = QString::fromStdString(budget_.text);
   settings.budget = budgetTokens();
   settings.mode = mode_;
+  settings.options = engineOptions();
+  if (const QString refused = optionsError(); !refused.isEmpty()) {
+    replayer_->cancel();
+    settings.error = refused;
+    return showReplay(std::move(settings));
+  }
   if (const ReplayCache::Records records = cache_.find(replayKey(policy_, settings.budget))) {
     replayer_->cancel();  // a replay still running is for a setting left since
     settings.records = *records;
     settings.cached = true;
     return showReplay(std::move(settings));
   }
-  const kvsim::EngineOptions options = engineOptions();
-  const kvsim::Budget budget = budget_;
+  const kvsim::EngineOptions options = settings.options;
+  kvsim::ReplayConfig config = traceConfig();  // for replaysTrace
+  config.budgets = {budget_};
   const auto rows = rows_;
   const auto reader = reader_;
-  replayer_->submit([this, settings, options, budget, rows, reader]() -> JobRunner::Finish {
+  replayer_->submit([this, settings, options, config, rows, reader]() mutable -> JobRunner::Finish {
     LayerReplay result = settings;
     QElapsedTimer timer;
     timer.start();
     const double cpu_start = thread_cpu_ms();
     try {
-      if (settings.policy.info->engine == kvsim::Engine::cross_layer && settings.layer > 0) {
-        // Its layers decide together: replay layers 0..shown of the sequence in lockstep
-        // (layer 0 is a chain of one: the rows in memory).
-        kvsim::ReplayConfig config;
+      if (replaysTrace(settings.policy, settings.layer)) {
+        // A cross-layer policy's layers decide together: layers 0..shown of the sequence in
+        // lockstep (layer 0 is a chain of one: the rows in memory). A policy reading the
+        // stored tensors: the shown layer.
         config.policies = {settings.policy};
-        config.budgets = {budget};
-        config.mode = settings.mode;
         config.sequences = {settings.seq};
-        for (int l = 0; l <= settings.layer; ++l) config.layers.push_back(l);
-        config.output_error = kvsim::OutputErrorMode::off;
-        config.threads = 1;
+        const bool chain = settings.policy.info->engine == kvsim::Engine::cross_layer;
+        for (int l = chain ? 0 : settings.layer; l <= settings.layer; ++l) config.layers.push_back(l);
         config.keep_records = true;
         kvsim::ReplayResults results = kvsim::replay_trace(*reader, config);
         for (auto& record : results.cells.front().records)
@@ -263,7 +271,7 @@ void Session::requestReplay() {
         return requestReplay();  // the head moved to another group
       if (result.valid())
         cache_.insert(
-            replayKeyOf(result.seq, result.layer, result.head, result.policy, result.mode, result.budget, meta()),
+            replayKeyOf(result.seq, result.layer, result.head, result.policy, result.options, result.budget, meta()),
             std::make_shared<const std::vector<kvsim::GroupRecord>>(result.records));
       showReplay(std::move(result));
     };
@@ -291,9 +299,14 @@ void Session::prefetchNeighbours() {
   std::vector<Ahead> ahead;
   std::vector<kvsim::PolicyChoice> policies{policy_};
   policies.insert(policies.end(), compared_.begin(), compared_.end());
-  const std::vector<int64_t> neighbours = neighbourBudgets(budget_, nTokens());
+  std::vector<int64_t> neighbours;
+  for (int64_t base : neighbourBudgets(budget_, nTokens())) {
+    const int64_t b = layerBudget(base);
+    if (b != budgetTokens() && std::find(neighbours.begin(), neighbours.end(), b) == neighbours.end())
+      neighbours.push_back(b);
+  }
   for (const kvsim::PolicyChoice& policy : policies) {
-    if (policy.info->engine == kvsim::Engine::cross_layer) continue;
+    if (policy.info->engine == kvsim::Engine::cross_layer || policy.info->needs_tensors()) continue;
     if (std::any_of(ahead.begin(), ahead.end(), [&](const Ahead& a) { return a.policy.label == policy.label; }))
       continue;
     Ahead next{policy, {}};
@@ -305,9 +318,8 @@ void Session::prefetchNeighbours() {
   const kvsim::EngineOptions options = engineOptions();
   const auto rows = rows_;
   const int seq = seq_, layer = layer_, head = head_;
-  const kvsim::Mode mode = mode_;
   const kvtrace::TraceMeta meta = reader_->meta();
-  prefetcher_->submit([this, ahead, options, rows, seq, layer, head, mode, meta]() -> JobRunner::Finish {
+  prefetcher_->submit([this, ahead, options, rows, seq, layer, head, meta]() -> JobRunner::Finish {
     std::vector<std::pair<ReplayKey, ReplayCache::Records>> made;
     for (const Ahead& a : ahead) {
       std::vector<std::vector<kvsim::GroupRecord>> records;
@@ -317,7 +329,7 @@ void Session::prefetchNeighbours() {
         continue;  // a budget the policy refuses: the replay of that budget will say so
       }
       for (size_t b = 0; b < a.budgets.size(); ++b)
-        made.emplace_back(replayKeyOf(seq, layer, head, a.policy, mode, a.budgets[b], meta),
+        made.emplace_back(replayKeyOf(seq, layer, head, a.policy, options, a.budgets[b], meta),
                           std::make_shared<const std::vector<kvsim::GroupRecord>>(std::move(records[b])));
     }
     return [this, made = std::move(made)]() {
@@ -338,13 +350,13 @@ int64_t Session::evictionStep(int64_t position) const {
   return record->result.eviction_step[static_cast<size_t>(position)];
 }
 
-bool Session::busy() const { return loader_->busy() || replayer_->busy(); }
+bool Session::busy() const { return loader_->busy() || replayer_->busy() || scheduler_->busy(); }
 bool Session::prefetching() const { return prefetcher_->busy(); }
 
 bool Session::replayIsCurrent() const {
   return rows_ && (replay_.valid() || !replay_.error.isEmpty()) && replay_.seq == seq_ && replay_.layer == layer_ &&
          replay_.policy.label == policy_.label && replay_.budget == budgetTokens() && replay_.mode == mode_ &&
-         (!replay_.valid() || replay_.record_of(head_));
+         engineKey(replay_.options) == engineKey(engineOptions()) && (!replay_.valid() || replay_.record_of(head_));
 }
 
 void Session::updateBusy() {
@@ -356,6 +368,7 @@ void Session::updateBusy() {
 
 void Session::waitIdle() {
   while (busy() || prefetching()) {
+    scheduler_->wait();
     loader_->wait();
     replayer_->wait();
     prefetcher_->wait();

@@ -20,6 +20,7 @@
 #include "layer_replay.hpp"
 #include "layer_rows.hpp"
 #include "replay_cache.hpp"
+#include "replay_options.hpp"
 
 namespace kvtrace {
 class TraceReader;
@@ -59,9 +60,21 @@ class Session : public QObject {
   const kvsim::PolicyChoice& policy() const { return policy_; }
   const std::map<std::string, std::string>& policyOverrides() const { return overrides_; }
   const kvsim::Budget& budget() const { return budget_; }
-  int64_t budgetTokens() const;  // B for the shown sequence
+  int64_t baseBudgetTokens() const;         // B for the shown sequence
+  int64_t budgetTokens() const;             // B of the shown layer: the layer schedule's B_l
+  int64_t layerBudget(int64_t base) const;  // the schedule's B_l of the shown layer for B = base
   kvsim::Mode mode() const { return mode_; }
+  // Paging, question, compress-every, head and layer budgets, as the CLI's options
+  // (session_options.cpp); the engine options they make for the shown sequence.
+  const ReplayOptions& replayOptions() const { return options_; }
+  const kvsim::LayerSchedule& schedule() const { return schedule_; }
   kvsim::EngineOptions engineOptions() const;
+  // The same as a ReplayConfig with the schedule, for views that replay the trace (policies
+  // and budgets left for them).
+  kvsim::ReplayConfig traceConfig() const;
+  // Why the library refuses the options shown now (one line: a bad option, a question the
+  // prompt cannot hold, a schedule it cannot make), empty when it does not.
+  QString optionsError() const;
 
   const LayerReplay& replay() const { return replay_; }
   // Replays made so far, and the key of `policy` at B = budget for what is shown now.
@@ -97,6 +110,7 @@ class Session : public QObject {
                  QString* error = nullptr);
   void setBudget(const kvsim::Budget& budget);
   void setMode(kvsim::Mode mode);
+  void setReplayOptions(const ReplayOptions& options);
   void setStep(qint64 step);
   void setSelection(QList<qint64> positions);
 
@@ -117,6 +131,7 @@ class Session : public QObject {
   void showReplay(LayerReplay replay);
   void prefetchNeighbours();
   void updateBusy();
+  void applyOptions(bool reschedule);
 
   std::shared_ptr<const kvtrace::TraceReader> reader_;
   QString path_;
@@ -127,12 +142,17 @@ class Session : public QObject {
   std::map<std::string, std::string> overrides_;
   kvsim::Budget budget_;
   kvsim::Mode mode_ = kvsim::Mode::stream;
+  ReplayOptions options_;
+  kvsim::ReplayConfig config_;  // options_ as the library maps them (valid when options_error_ is empty)
+  QString options_error_;
+  kvsim::LayerSchedule schedule_;
   LayerReplay replay_;
   int64_t step_ = 0;
   QList<qint64> selection_;
   JobRunner* loader_;
   JobRunner* replayer_;
   JobRunner* prefetcher_;  // the budget slider's neighbours, after the shown replay
+  JobRunner* scheduler_;   // the layer schedule (persistence and cake measure the trace)
   ReplayCache cache_;
   std::vector<kvsim::PolicyChoice> compared_;
   bool busy_ = false;

@@ -8,10 +8,12 @@
 #include <QTimer>
 #include <QValueAxis>
 #include <QVBoxLayout>
+#include <optional>
 
 #include "charts/chart_style.hpp"
 #include "colors.hpp"
 #include "job_runner.hpp"
+#include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "session.hpp"
 
@@ -70,8 +72,9 @@ std::vector<kvsim::PolicyChoice> BudgetChart::policies() const {
 }
 
 QString BudgetChart::curveKey(const kvsim::PolicyChoice& policy) const {
-  return session_->path() + "|" + QString::fromStdString(policy.label) +
-         (session_->mode() == kvsim::Mode::stream ? "|s" : "|p");
+  return session_->path() + "|" + QString::fromStdString(policy.label) + "|" +
+         QString::fromStdString(engineKey(session_->engineOptions())) + "|" +
+         QString::fromStdString(session_->schedule().name);
 }
 
 // Recomputes only when the trace, mode or selected policy changes, and then only the curves
@@ -130,7 +133,11 @@ QString BudgetChart::scope() const {
 void BudgetChart::compute() {
   const auto reader = session_->reader();
   if (!reader || draw()) return;
-  kvsim::ReplayConfig config;
+  if (!session_->optionsError().isEmpty()) {
+    status_->setText(tr("Cannot replay: %1").arg(session_->optionsError()));
+    return;
+  }
+  kvsim::ReplayConfig config = session_->traceConfig();  // the session's engine options and schedule
   std::vector<QString> keys;
   for (const kvsim::PolicyChoice& policy : policies())
     if (!curves_.count(curveKey(policy))) {
@@ -138,8 +145,7 @@ void BudgetChart::compute() {
       keys.push_back(curveKey(policy));
     }
   config.budgets = kvsim::parse_budgets(kBudgets);
-  config.mode = session_->mode();
-  config.output_error = kvsim::OutputErrorMode::off;
+  config.threads = 0;
   status_->setText(tr("Replaying %1 policies at %2 budgets over %3\u2026")
                        .arg(config.policies.size())
                        .arg(config.budgets.size())
@@ -147,16 +153,32 @@ void BudgetChart::compute() {
   runner_->submit([this, reader, config, keys]() -> JobRunner::Finish {
     QElapsedTimer timer;
     timer.start();
-    const kvsim::ReplayResults results = kvsim::replay_trace(*reader, config);
+    // One replay for all (the rows computed once); when the library refuses one of them (page
+    // mode with a policy that does not score), each alone, and the refused ones have no curve.
+    std::vector<std::optional<kvsim::ReplayResults>> of_policy(config.policies.size());
+    try {
+      const kvsim::ReplayResults all = kvsim::replay_trace(*reader, config);
+      for (size_t p = 0; p < config.policies.size(); ++p) {
+        kvsim::ReplayResults one;
+        const auto first = all.cells.begin() + static_cast<std::ptrdiff_t>(p * config.budgets.size());
+        one.cells.assign(first, first + static_cast<std::ptrdiff_t>(config.budgets.size()));
+        of_policy[p] = std::move(one);
+      }
+    } catch (const kvtrace::InputError&) {
+      for (size_t p = 0; p < config.policies.size(); ++p) try {
+          kvsim::ReplayConfig alone = config;
+          alone.policies = {config.policies[p]};
+          of_policy[p] = kvsim::replay_trace(*reader, alone);
+        } catch (const kvtrace::InputError&) {}
+    }
     std::vector<Curve> curves;
     for (size_t p = 0; p < config.policies.size(); ++p) {
       Curve curve;
       curve.name = QString::fromStdString(config.policies[p].label);
       curve.bound = config.policies[p].info->engine == kvsim::Engine::bound;
-      for (size_t b = 0; b < config.budgets.size(); ++b) {
-        const kvsim::CellResult& cell = results.cells[p * config.budgets.size() + b];
-        curve.points.emplace_back(100.0 * cell.budget_share_mean, cell.retention.mean);
-      }
+      if (of_policy[p])
+        for (const kvsim::CellResult& cell : of_policy[p]->cells)
+          curve.points.emplace_back(100.0 * cell.budget_share_mean, cell.retention.mean);
       curves.push_back(std::move(curve));
     }
     const double seconds = static_cast<double>(timer.elapsed()) / 1000.0;
@@ -170,7 +192,7 @@ void BudgetChart::compute() {
 
 void BudgetChart::moveMarker() {
   if (!marker_ || !session_->isOpen()) return;
-  const double share = 100.0 * static_cast<double>(session_->budgetTokens()) /
+  const double share = 100.0 * static_cast<double>(session_->baseBudgetTokens()) /
                        static_cast<double>(std::max<int64_t>(1, session_->nTokens()));
   charts::move_marker(marker_, share, 0, 1);
 }

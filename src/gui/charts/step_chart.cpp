@@ -68,6 +68,10 @@ StepChart::StepChart(Session* session, QWidget* parent)
   }
   choose_->setMenu(menu);
   status_ = new QLabel;
+  // The refusals of compared policies are long (page mode refuses every non-scoring one):
+  // wrapped, they never widen the window.
+  status_->setWordWrap(true);
+  status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   bar->addWidget(choose_);
   bar->addWidget(status_, 1);
   layout->addLayout(bar);

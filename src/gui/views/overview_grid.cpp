@@ -78,8 +78,9 @@ QString OverviewGrid::keyOf(int64_t budget) const {
   QString key =
       session_->path() + "|" + QString::number(session_->sequence()) + "|" + QString::number(metric_->currentIndex());
   if (metric() != Metric::persistence)
-    key += "|" + QString::fromStdString(session_->policy().label) + "|" + QString::number(budget) +
-           (session_->mode() == kvsim::Mode::stream ? "|s" : "|p");
+    key += "|" + QString::fromStdString(session_->policy().label) + "|" + QString::number(budget) + "|" +
+           QString::fromStdString(engineKey(session_->engineOptions())) + "|" +
+           QString::fromStdString(session_->schedule().name);
   return key;
 }
 
@@ -179,29 +180,52 @@ void OverviewGrid::compute() {
   }
   const kvsim::PolicyChoice policy = session_->policy();
   const RetentionStat stat = metric() == Metric::mean_retention ? RetentionStat::mean : RetentionStat::min;
-  const int64_t budget = session_->budgetTokens();
-  std::vector<int64_t> ahead;
-  for (int64_t b : neighbourBudgets(session_->budget(), session_->nTokens()))
-    if (const auto it = cache_.find(keyOf(b)); it == cache_.end() || !it->second.complete()) ahead.push_back(b);
-  std::map<int64_t, QString> keys;
-  for (int64_t b : ahead) keys[b] = keyOf(b);
+  if (const QString refused = session_->optionsError(); !refused.isEmpty()) {
+    caption_->setText(tr("Cannot replay: %1").arg(refused));
+    return;
+  }
+  // Budgets B before the layer schedule (the other layers' replay applies it) and the shown
+  // layer's B_l of each, which the keys name.
+  const int64_t base = session_->baseBudgetTokens();
+  const int64_t budget = session_->layerBudget(base);
+  std::vector<int64_t> ahead_base, ahead;
+  for (int64_t b : neighbourBudgets(session_->budget(), session_->nTokens())) {
+    const int64_t layer_b = session_->layerBudget(b);
+    if (layer_b == budget || std::find(ahead.begin(), ahead.end(), layer_b) != ahead.end()) continue;
+    if (const auto it = cache_.find(keyOf(layer_b)); it == cache_.end() || !it->second.complete()) {
+      ahead_base.push_back(b);
+      ahead.push_back(layer_b);
+    }
+  }
+  std::map<int64_t, QString> keys, keys_of_base;
+  for (size_t i = 0; i < ahead.size(); ++i) {
+    keys[ahead[i]] = keyOf(ahead[i]);
+    keys_of_base[ahead_base[i]] = keys[ahead[i]];
+  }
   keys[budget] = key;
+  keys_of_base[base] = key;
   auto rows = session_->rows();
   if (rows && rows->seq() != seq) rows.reset();
-  if (policy.info->engine == kvsim::Engine::cross_layer) rows.reset();  // its layers decide together
+  // Its layers decide together, or it reads the stored tensors: replayed over the trace.
+  if (policy.info->engine == kvsim::Engine::cross_layer || policy.info->needs_tensors()) rows.reset();
   const int shown = rows ? rows->layer() : -1;
   std::vector<int> others;
   for (int l = 0; l < layers_; ++l)
     if (l != shown) others.push_back(l);
   const kvsim::EngineOptions options = session_->engineOptions();
-  const kvsim::Mode mode = session_->mode();
+  const kvsim::ReplayConfig config = session_->traceConfig();
   const auto keyed = [keys](const std::map<int64_t, OverviewCells>& by_budget) {
     std::map<QString, OverviewCells> out;
     for (const auto& [b, cells] : by_budget) out[keys.at(b)] = cells;
     return out;
   };
-  std::vector<int64_t> all_budgets{budget};
-  all_budgets.insert(all_budgets.end(), ahead.begin(), ahead.end());
+  const auto keyed_base = [keys_of_base](const std::map<int64_t, OverviewCells>& by_budget) {
+    std::map<QString, OverviewCells> out;
+    for (const auto& [b, cells] : by_budget) out[keys_of_base.at(b)] = cells;
+    return out;
+  };
+  std::vector<int64_t> all_budgets{base};
+  all_budgets.insert(all_budgets.end(), ahead_base.begin(), ahead_base.end());
   auto neighbours_of_shown = [this, reader, rows, policy, ahead, options, stat, shown, keyed]() {
     if (ahead.empty() || !rows) return;
     runner_->submit([=, this]() -> JobRunner::Finish {
@@ -209,10 +233,11 @@ void OverviewGrid::compute() {
       return [this, cells, shown]() { merge(cells, {shown}); };
     });
   };
-  auto other_layers = [this, reader, seq, others, policy, all_budgets, mode, stat, keyed, key, neighbours_of_shown]() {
+  auto other_layers = [this, reader, seq, others, policy, all_budgets, config, stat, keyed_base, key,
+                       neighbours_of_shown]() {
     if (others.empty()) return neighbours_of_shown();
     runner_->submit([=, this]() -> JobRunner::Finish {
-      const auto cells = keyed(retentionOfLayers(*reader, seq, others, policy, all_budgets, mode, stat));
+      const auto cells = keyed_base(retentionOfLayers(*reader, seq, others, policy, all_budgets, config, stat));
       return [this, cells, others, key, neighbours_of_shown]() {
         merge(cells, others);
         showCells(key);

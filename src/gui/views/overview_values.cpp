@@ -40,12 +40,11 @@ std::map<int64_t, OverviewCells> retentionOfShownLayer(const std::shared_ptr<con
 
 std::map<int64_t, OverviewCells> retentionOfLayers(const kvtrace::TraceReader& reader, int seq,
                                                    const std::vector<int>& layers, const kvsim::PolicyChoice& policy,
-                                                   std::span<const int64_t> budgets, kvsim::Mode mode,
+                                                   std::span<const int64_t> budgets, kvsim::ReplayConfig config,
                                                    RetentionStat stat) {
-  kvsim::ReplayConfig config;
   config.policies = {policy};
+  config.budgets.clear();
   for (int64_t b : budgets) config.budgets.push_back(kvsim::Budget::parse(std::to_string(b)));
-  config.mode = mode;
   config.sequences = {seq};
   config.layers = layers;
   config.output_error = kvsim::OutputErrorMode::off;

@@ -30,10 +30,11 @@ std::map<int64_t, OverviewCells> retentionOfShownLayer(const std::shared_ptr<con
                                                        const kvsim::PolicyChoice& policy,
                                                        std::span<const int64_t> budgets,
                                                        const kvsim::EngineOptions& options, RetentionStat stat);
-// `layers` of sequence `seq` (all of them when empty), per budget, in one replay_trace.
+// `layers` of sequence `seq` (all of them when empty), per budget B (before `config`'s layer
+// schedule), in one replay_trace with `config`'s engine options and schedule.
 std::map<int64_t, OverviewCells> retentionOfLayers(const kvtrace::TraceReader& reader, int seq,
                                                    const std::vector<int>& layers, const kvsim::PolicyChoice& policy,
-                                                   std::span<const int64_t> budgets, kvsim::Mode mode,
+                                                   std::span<const int64_t> budgets, kvsim::ReplayConfig config,
                                                    RetentionStat stat);
 OverviewCells persistenceOfSequence(const kvtrace::TraceReader& reader, int seq);
 

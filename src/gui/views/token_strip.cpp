@@ -144,7 +144,10 @@ void TokenStrip::updateSummary() {
   int index = 0;
   const kvsim::GroupRecord* record = replay.record_of(session_->head(), &index);
   if (!session_->isOpen() || !record) {
-    summary_->setText(session_->isOpen() ? tr("replaying\u2026") : QString());
+    // A refusal is the status line's message; here only that nothing was replayed.
+    summary_->setText(!session_->isOpen()      ? QString()
+                      : replay.error.isEmpty() ? tr("replaying\u2026")
+                                               : tr("not replayed (see the message under the budget)"));
     return;
   }
   const kvsim::SimulationResult& result = record->result;
