@@ -9,7 +9,7 @@ PolicyInfo h2o_policy();
 PolicyInfo ada_h2o_policy() {
   PolicyInfo info = h2o_policy();
   info.name = "ada-h2o";
-  info.summary = "Ada-KV on h2o: h2o's scores, head-adaptive budgets (floor 0.2)";
+  info.summary = "Ada-KV on h2o: h2o's scores, budgets shared by a layer's kv heads";
   info.head_floor = 0.2;
   return info;
 }

@@ -9,7 +9,7 @@ PolicyInfo snapkv_policy();
 PolicyInfo ada_snapkv_policy() {
   PolicyInfo info = snapkv_policy();
   info.name = "ada-snapkv";
-  info.summary = "Ada-KV on snapkv: snapkv's scores, head-adaptive budgets (floor 0.2)";
+  info.summary = "Ada-KV on snapkv: snapkv's scores, budgets shared by a layer's kv heads";
   info.head_floor = 0.2;
   return info;
 }

@@ -11,7 +11,8 @@ PolicyInfo snapkv_policy();
 PolicyInfo pyramidkv_policy() {
   PolicyInfo info = snapkv_policy();
   info.name = "pyramidkv";
-  info.summary = "PyramidKV: snapkv's scores (avg-pooled) under the pyramid layer schedule (beta 20)";
+  info.summary = "PyramidKV: snapkv's scores, average-pooled as the authors pool them";
+  info.params[1].help = "pooling kernel size along positions (odd)";  // snapkv's "kernel"
   info.params.push_back({"pool",
                          ParamType::choice,
                          "avg",
