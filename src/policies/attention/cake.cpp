@@ -113,8 +113,7 @@ class Cake final : public Policy {
 PolicyInfo cake_policy() {
   PolicyInfo info;
   info.name = "cake";
-  info.summary =
-      "CAKE: mean + 200 x variance of the last 32 rows, average-pooled (kernel 5)";
+  info.summary = "CAKE: mean + 200 x variance of the last 32 rows, average-pooled (kernel 5)";
   info.params = {
       {"window", ParamType::integer, "32", "window W (query rows, and recent positions kept)", 2, 1e9, {}},
       {"kernel", ParamType::integer, "5", "average-pool kernel size along positions (odd)", 1, 1e9, {}},
