@@ -12,6 +12,7 @@
 #include "charts/chart_style.hpp"
 #include "colors.hpp"
 #include "job_runner.hpp"
+#include "kvsim/analysis/analysis.hpp"
 #include "kvtrace/reader.hpp"
 #include "session.hpp"
 
@@ -147,7 +148,9 @@ void BudgetChart::compute() {
   runner_->submit([this, reader, config, keys]() -> JobRunner::Finish {
     QElapsedTimer timer;
     timer.start();
-    const kvsim::ReplayResults results = kvsim::replay_trace(*reader, config);
+    kvsim::ReplayConfig scheduled = config;
+    kvsim::set_layer_schedules("uniform", *reader, scheduled);  // pyramidkv's and cake's own
+    const kvsim::ReplayResults results = kvsim::replay_trace(*reader, scheduled);
     std::vector<Curve> curves;
     for (size_t p = 0; p < config.policies.size(); ++p) {
       Curve curve;

@@ -50,6 +50,7 @@ std::map<int64_t, OverviewCells> retentionOfLayers(const kvtrace::TraceReader& r
   config.layers = layers;
   config.output_error = kvsim::OutputErrorMode::off;
   config.keep_records = true;
+  kvsim::set_layer_schedules("uniform", reader, config);  // pyramidkv's and cake's own
   const kvsim::ReplayResults results = kvsim::replay_trace(reader, config);
   std::map<int64_t, OverviewCells> cells;
   for (size_t b = 0; b < budgets.size(); ++b) fill(results.cells[b].records, reader.meta(), stat, cells[budgets[b]]);
