@@ -8,6 +8,7 @@
 
 #include "kvsim/analysis/analysis.hpp"
 #include "kvsim/core/lists.hpp"
+#include "kvsim/replay/replay.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvsim/core/parallel_for.hpp"
@@ -193,6 +194,26 @@ LayerSchedule layer_schedule(const std::string& text, const kvtrace::TraceReader
   if (text == "persistence") return persistence_schedule(reader, sequences, rows, threads);
   if (text == "cake" || text.rfind("cake:", 0) == 0) return cake_schedule(text, reader, sequences, rows, threads, mode);
   return LayerSchedule::parse(text, reader.meta().n_layers);
+}
+
+void set_layer_schedules(const std::string& text, const kvtrace::TraceReader& reader, ReplayConfig& config) {
+  config.schedule = layer_schedule(text, reader, config.sequences, config.rows, config.threads, config.mode);
+  for (const PolicyChoice& policy : config.policies)
+    if (policy.info->layer_budget && text != "uniform")
+      throw kvtrace::InputError("", "",
+                                "--layer-budget: policy " + policy.info->name + " runs under its own layer schedule (" +
+                                    policy.info->layer_budget(policy.params) +
+                                    "); leave --layer-budget uniform or replay it apart");
+  set_policy_schedules(reader, config);
+}
+
+void set_policy_schedules(const kvtrace::TraceReader& reader, ReplayConfig& config) {
+  config.policy_schedules.clear();
+  for (const PolicyChoice& policy : config.policies) {
+    if (!policy.info->layer_budget) continue;
+    config.policy_schedules[policy.label] = layer_schedule(policy.info->layer_budget(policy.params), reader,
+                                                           config.sequences, config.rows, config.threads, config.mode);
+  }
 }
 
 }  // namespace kvsim

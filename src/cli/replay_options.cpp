@@ -72,7 +72,7 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   request.layers = parse_indices("layers", v.layers);
   request.threads = v.threads;
   apply_replay_request(request, config);
-  config.schedule = layer_schedule(v.layer_budget, reader, config.sequences, config.rows, config.threads, config.mode);
+  set_layer_schedules(v.layer_budget, reader, config);
   config.keep_records = !v.survival.empty();
   check_plot_path("plot", v.plot);
   prepare_outputs({v.trace}, {v.csv, v.json, v.survival}, {v.plot});

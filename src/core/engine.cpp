@@ -39,9 +39,17 @@ void share_budgets(const Lane& lane, std::vector<Simulation>& running, const std
 struct Coupling {
   std::vector<size_t> members;  // one per kv head, in group order
   int64_t budget = 0;
+  double floor = 0;  // alpha
 };
 
-std::vector<Coupling> head_couplings(const Lane& lane, std::vector<Simulation>& running, std::vector<char>& coupled) {
+// The floor a simulation's heads share slots with: its policy's own (PolicyInfo::head_floor),
+// else the run's (EngineOptions::head_floor); negative: not coupled.
+double head_floor(const SimulationSpec& spec, const EngineOptions& options) {
+  return spec.policy->head_floor >= 0 ? spec.policy->head_floor : options.head_floor;
+}
+
+std::vector<Coupling> head_couplings(const Lane& lane, std::vector<Simulation>& running, std::vector<char>& coupled,
+                                     const EngineOptions& options) {
   using Key = std::tuple<int64_t, int, const PolicyInfo*, std::map<std::string, std::string>, int>;
   std::map<Key, std::vector<size_t>> alike;
   const auto kv_heads = static_cast<int>(lane.groups.size()) - 1;  // the last group is the layer's
@@ -49,7 +57,7 @@ std::vector<Coupling> head_couplings(const Lane& lane, std::vector<Simulation>& 
   for (size_t s = 0; s < lane.simulations.size(); ++s) {
     const SimulationSpec& spec = lane.simulations[s];
     if (spec.policy->engine != Engine::cache || spec.policy->grouping != Grouping::kv_head || !spec.policy->budgeted ||
-        spec.sequence_state || spec.group >= kv_heads || !running[s].scores(0, probe))
+        spec.sequence_state || spec.group >= kv_heads || head_floor(spec, options) < 0 || !running[s].scores(0, probe))
       continue;
     alike[{spec.budget, spec.layer, spec.policy, spec.params.values(), spec.quant}].push_back(s);
   }
@@ -61,13 +69,13 @@ std::vector<Coupling> head_couplings(const Lane& lane, std::vector<Simulation>& 
       running[m].defer_eviction();
       coupled[m] = 1;
     }
-    couplings.push_back({members, std::get<0>(key)});
+    couplings.push_back({members, std::get<0>(key), head_floor(lane.simulations[members.front()], options)});
   }
   return couplings;
 }
 
 // After every simulation of the lane took step t: one allocation over the coupled heads.
-void evict_coupled(std::vector<Simulation>& running, const Coupling& coupling, int64_t t, double floor_share) {
+void evict_coupled(std::vector<Simulation>& running, const Coupling& coupling, int64_t t) {
   if (!running[coupling.members.front()].may_evict(t)) return;
   const size_t heads = coupling.members.size();
   std::vector<std::vector<double>> scores(heads);
@@ -81,7 +89,7 @@ void evict_coupled(std::vector<Simulation>& running, const Coupling& coupling, i
     positions[h] = simulation.cache();
     if (scores[h].size() != positions[h].size()) throw std::logic_error("a policy scored a cache of another size");
   }
-  const auto keep = adaptive_keep(scores, positions, coupling.budget, floor_share);
+  const auto keep = adaptive_keep(scores, positions, coupling.budget, coupling.floor);
   for (size_t h = 0; h < heads; ++h) running[coupling.members[h]].evict_chosen(t, keep[h]);
 }
 
@@ -161,7 +169,7 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
       for (size_t s : state.by_group[static_cast<size_t>(group)]) run(s);
     else
       for (size_t s = 0; s < state.running.size(); ++s) run(s);
-    for (const Coupling& coupling : state.couplings) evict_coupled(state.running, coupling, t, options.head_floor);
+    for (const Coupling& coupling : state.couplings) evict_coupled(state.running, coupling, t);
   };
   // Lanes in lockstep (a cross-layer chain) step every lane at each t. A single lane with
   // independent simulations runs one cache group's simulations over a whole block of rows
@@ -202,7 +210,7 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
     for (size_t s = 0; s < lane.simulations.size(); ++s)
       state.by_group[static_cast<size_t>(lane.simulations[s].group)].push_back(s);
     std::vector<char> coupled(lane.simulations.size(), 0);
-    if (options.head_floor >= 0) state.couplings = head_couplings(lane, state.running, coupled);
+    state.couplings = head_couplings(lane, state.running, coupled, options);
     group_major = group_major && state.couplings.empty();  // the heads evict together at each step
     share_budgets(lane, state.running, coupled);
   }

@@ -199,6 +199,11 @@ void check_closed_loop_policy(const PolicyInfo& info) {
                               "policy " + info.name +
                                   " is an upper bound (the best cache of each head at each step, chosen from "
                                   "the full row), not a cache a model can run with; kvsim eval cannot run it");
+  if (info.head_floor >= 0 || info.layer_budget)
+    throw kvtrace::InputError("", "",
+                              "policy " + info.name +
+                                  " runs under its own layer or head budgets, which kvsim eval's closed loop does "
+                                  "not allocate; replay or sweep it");
 }
 
 ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const int> tokens,

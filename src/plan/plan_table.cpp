@@ -5,6 +5,7 @@
 #include <cctype>
 #include <cmath>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <set>
 
 #include "kvsim/core/policy.hpp"
@@ -133,6 +134,7 @@ class RowBuilder {
     row.policy = choice.policy + (choice.params.empty() ? "" : "(" + choice.params + ")");
     row.mode = plan_.sweep.mixed_modes ? choice.mode : "";
     row.bound = info && info->engine == Engine::bound;
+    if (info) own_budgets(choice, *info, row);
     plan_.any_bound |= row.bound;
     row.quant = q;
     row.quant_measured = measured;
@@ -151,6 +153,31 @@ class RowBuilder {
       if (!choice.rows.empty() && !is_full) row.budget = Budget::parse(choice.rows.back().budget);
     }
     return row;
+  }
+
+  // The layer schedule and head budgets a policy declares (PolicyInfo::layer_budget,
+  // head_floor) hold its row's memory; cake's schedule is measured on a trace, so its row is
+  // planned with the setup's layers and a note says so.
+  void own_budgets(const SweepChoice& choice, const PolicyInfo& info, PlanRow& row) {
+    row.adaptive_heads = info.head_floor >= 0;
+    if (!info.layer_budget) return;
+    std::map<std::string, std::string> overrides;
+    size_t at = 0;
+    while (at < choice.params.size()) {
+      const size_t comma = std::min(choice.params.find(',', at), choice.params.size());
+      const std::string item = choice.params.substr(at, comma - at);
+      const size_t equals = item.find('=');
+      if (equals != std::string::npos) overrides[item.substr(0, equals)] = item.substr(equals + 1);
+      at = comma + 1;
+    }
+    const std::string own = info.layer_budget(resolve_params(info, overrides));
+    if (own.rfind("cake", 0) == 0) {
+      const std::string note = info.name + ": its layer budgets (" + own +
+                               ") are measured on a trace; its rows are planned with the setup's layer budgets";
+      if (std::find(plan_.notes.begin(), plan_.notes.end(), note) == plan_.notes.end()) plan_.notes.push_back(note);
+      return;
+    }
+    row.schedule = LayerSchedule::parse(own, plan_.setup.model.n_layers);
   }
 
   Plan& plan_;

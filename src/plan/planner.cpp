@@ -224,7 +224,14 @@ double compression_factor(const Footprint& full, const Footprint& compressed) {
 
 void fill_row(const PlanSetup& setup, const MemoryPlan& memory, PlanRow& row, const PlanRow* reference) {
   row.layout = kv_layout(setup, row.quant);
-  row.footprint = footprint(setup, row.layout, row.budget);
+  if (row.schedule || row.adaptive_heads) {
+    PlanSetup own = setup;
+    if (row.schedule) own.schedule = *row.schedule;
+    own.adaptive_heads = own.adaptive_heads || row.adaptive_heads;
+    row.footprint = footprint(own, row.layout, row.budget);
+  } else {
+    row.footprint = footprint(setup, row.layout, row.budget);
+  }
   row.max_sequences = max_sequences(memory, row.footprint);
   if (reference) {
     row.gain = reference->max_sequences > 0 ? static_cast<double>(row.max_sequences) / reference->max_sequences : 0.0;

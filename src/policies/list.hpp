@@ -10,6 +10,10 @@
   X(streaming)             \
   X(tova)                  \
   X(snapkv)                \
+  X(pyramidkv)             \
+  X(ada_snapkv)            \
+  X(ada_h2o)               \
+  X(cake)                  \
   X(observed_attention)    \
   X(knorm)                 \
   X(keydiff)               \

@@ -50,6 +50,10 @@ py::list policies_list() {
     if (info.needs_values) reads.append("v");
     if (info.needs_queries) reads.append("q");
     d["reads"] = reads;
+    // Its own budget mechanisms (PolicyInfo::layer_budget at the defaults, head_floor), or None.
+    d["layer_budget"] =
+        info.layer_budget ? py::object(py::str(info.layer_budget(resolve_params(info, {})))) : py::object(py::none());
+    d["head_floor"] = info.head_floor >= 0 ? py::object(py::float_(info.head_floor)) : py::object(py::none());
     d["python"] = is_python_policy(info.name);
     d["params"] = params;
     out.append(d);

@@ -60,7 +60,7 @@ struct ReplayOptions : ReplayRequest {
 
 void apply_options(const ReplayOptions& o, const kvtrace::TraceReader& reader, ReplayConfig& config) {
   apply_replay_request(o, config);
-  config.schedule = layer_schedule(o.layer_budget, reader, config.sequences, config.rows, config.threads, config.mode);
+  set_layer_schedules(o.layer_budget, reader, config);
 }
 
 // As the CLI's --param (kvsim::choose_policies), with at least one policy.

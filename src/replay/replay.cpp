@@ -160,8 +160,9 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
     const GroupRange range = policy_groups(*policy.info, meta.n_kv_heads);
     for (size_t l = 0; l < lanes.size(); ++l) {
       const int layer = item.layers[l];
-      const int64_t budget = config.schedule.apply(config.budgets[key.budget].resolve(n), layer, item.seq,
-                                                   schedule_tokens(config, reader.sequence(item.seq)));
+      const int64_t budget = policy_schedule(config, key.policy)
+                                 .apply(config.budgets[key.budget].resolve(n), layer, item.seq,
+                                        schedule_tokens(config, reader.sequence(item.seq)));
       for (int g = range.first; g < range.last; ++g) {
         where.emplace_back(l, lanes[l].specs.size());
         // A cross-layer chain runs over the chosen layers in order: its links are the lanes.
@@ -261,15 +262,26 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
   return records;
 }
 
+const LayerSchedule& policy_schedule(const ReplayConfig& config, size_t policy) {
+  const PolicyChoice& choice = config.policies.at(policy);
+  if (!choice.info->layer_budget) return config.schedule;
+  const auto own = config.policy_schedules.find(choice.label);
+  if (own == config.policy_schedules.end())
+    throw kvtrace::InputError("", "",
+                              "policy " + choice.label + " declares a layer schedule this replay was not given");
+  return own->second;
+}
+
 std::vector<double> mean_layer_budgets(const kvtrace::TraceReader& reader, const ReplayConfig& config,
-                                       const Budget& budget) {
+                                       const Budget& budget, size_t policy) {
+  const LayerSchedule& schedule = policy_schedule(config, policy);
   const std::vector<int> sequences = chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path());
   std::vector<double> out(static_cast<size_t>(reader.meta().n_layers), 0.0);
   for (int seq : sequences) {
     const kvtrace::SequenceMeta& sequence = reader.sequence(seq);
     for (size_t l = 0; l < out.size(); ++l)
-      out[l] += static_cast<double>(config.schedule.apply(budget.resolve(sequence.n_tokens), static_cast<int>(l), seq,
-                                                          schedule_tokens(config, sequence)));
+      out[l] += static_cast<double>(schedule.apply(budget.resolve(sequence.n_tokens), static_cast<int>(l), seq,
+                                                   schedule_tokens(config, sequence)));
   }
   for (double& b : out) b /= static_cast<double>(sequences.size());
   return out;
@@ -282,12 +294,19 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   const kvtrace::TraceMeta& meta = reader.meta();
   const std::vector<int> sequences = chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path());
   const std::vector<int> layers = chosen_or_all(config.layers, meta.n_layers, "layer", reader.path());
-  if (!config.schedule.weights.empty() && static_cast<int>(config.schedule.weights.size()) != meta.n_layers)
-    reader.fail("", "the layer budget schedule has " + std::to_string(config.schedule.weights.size()) +
-                        " weights for " + std::to_string(meta.n_layers) + " layers");
-  if (config.schedule.kind != LayerSchedule::Kind::weights && config.schedule.n_layers != meta.n_layers)
-    reader.fail("", "the layer budget schedule is for " + std::to_string(config.schedule.n_layers) + " layers, not " +
-                        std::to_string(meta.n_layers));
+  for (size_t p = 0; p < config.policies.size(); ++p) {
+    const LayerSchedule& schedule = policy_schedule(config, p);
+    if (!schedule.weights.empty() && static_cast<int>(schedule.weights.size()) != meta.n_layers)
+      reader.fail("", "the layer budget schedule has " + std::to_string(schedule.weights.size()) + " weights for " +
+                          std::to_string(meta.n_layers) + " layers");
+    if (schedule.kind != LayerSchedule::Kind::weights && schedule.n_layers != meta.n_layers)
+      reader.fail("", "the layer budget schedule is for " + std::to_string(schedule.n_layers) + " layers, not " +
+                          std::to_string(meta.n_layers));
+    if (config.policies[p].info->head_floor >= 0 && config.paging.on())
+      throw kvtrace::InputError("", "",
+                                "--page: policy " + config.policies[p].info->name +
+                                    " allocates single positions across heads (Ada-KV): it cannot run with --page");
+  }
 
   bool has_values = true;
   for (int seq : sequences)

@@ -63,3 +63,53 @@ TEST(CliBudgets, PlanTakesTheSchedules) {
   kvtest::expect_one_line_error(common + " --layer-budget cake");
   kvtest::expect_one_line_error(common + " --head-budget sometimes");
 }
+
+namespace {
+
+// The replay's table and the lines under it, without the line naming the policy.
+std::string after_policy_line(const std::string& output) {
+  const size_t table = output.find("\nlayer ");
+  return table == std::string::npos ? output : output.substr(table);
+}
+
+}  // namespace
+
+TEST(CliBudgets, PoliciesWithTheirOwnBudgets) {
+  // pyramidkv with snapkv's max-pooling is snapkv under --layer-budget pyramid, its schedule
+  // named by its parameters (B_l as in LayerBudgetsHoldTheTotal).
+  const std::string seq0 = " --budget 64 --seqs 0";
+  const auto pyramidkv = kvtest::run_kvsim("replay " + kTrace + " --policy pyramidkv --param pool=max" + seq0);
+  const auto snapkv = kvtest::run_kvsim("replay " + kTrace + " --policy snapkv --layer-budget pyramid" + seq0);
+  ASSERT_EQ(pyramidkv.code, 0) << pyramidkv.output;
+  ASSERT_EQ(snapkv.code, 0) << snapkv.output;
+  EXPECT_TRUE(has(pyramidkv.output,
+                  "layer budgets B_l (pyramid:beta=20:window=32, mean over the sequences): 0: 95.0, 1: 83.0, "
+                  "2: 70.0, 3: 58.0, 4: 45.0, 5: 33.0\n"))
+      << pyramidkv.output;
+  const std::string named = "(pyramid:beta=20:window=32,";
+  std::string expected = after_policy_line(snapkv.output);
+  expected.replace(expected.find("(pyramid,"), 9, named);
+  EXPECT_EQ(after_policy_line(pyramidkv.output), expected);
+  // ada-h2o is h2o under --head-budget adaptive (floor 0.2), on a GQA trace.
+  kvtest::TempDir dir;
+  const std::string gqa = dir.file("gqa.h5");
+  ASSERT_EQ(
+      kvtest::run_kvsim("synth " + gqa + " --layers 2 --heads 8 --kv-heads 2 --head-dim 32 --tokens 256 --seqs 1").code,
+      0);
+  const auto ada = kvtest::run_kvsim("replay " + gqa + " --policy ada-h2o --budget 64");
+  const auto h2o = kvtest::run_kvsim("replay " + gqa + " --policy h2o --budget 64 --head-budget adaptive");
+  ASSERT_EQ(ada.code, 0) << ada.output;
+  EXPECT_EQ(after_policy_line(ada.output), after_policy_line(h2o.output));
+  // Another layer schedule, pages with adaptive heads, the closed loop: one line each.
+  kvtest::expect_one_line_error("sweep " + kTrace + " --policies h2o,pyramidkv --budgets 64 --layer-budget pyramid");
+  kvtest::expect_one_line_error("sweep " + kTrace + " --policies cake --budgets 64 --layer-budget 1,1,1,1,1,2");
+  kvtest::expect_one_line_error("sweep " + kTrace + " --policies ada-snapkv --budgets 64 --page 16");
+  kvtest::expect_one_line_error("eval --trace " + kTrace + " --seqs 0 --tokens 32 --policies cake --budgets 30%");
+  // cake runs in both modes, under the cake schedule of its tau1 and tau2.
+  for (const std::string mode : {"stream", "prefill"}) {
+    const auto cake = kvtest::run_kvsim("replay " + kTrace + " --policy cake --param tau1=1.6 --param tau2=0.4 " +
+                                        "--budget 64 --seqs 0 --mode " + mode);
+    ASSERT_EQ(cake.code, 0) << cake.output;
+    EXPECT_TRUE(has(cake.output, "layer budgets B_l (cake:tau1=1.6:tau2=0.4:window=32,")) << cake.output;
+  }
+}

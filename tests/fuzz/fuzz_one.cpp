@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kvsim/analysis/analysis.hpp"
 #include "kvsim/core/budget.hpp"
 #include "kvsim/core/policy.hpp"
 #include "kvsim/quant/quant.hpp"
@@ -115,6 +116,7 @@ Result run_image(std::span<const unsigned char> image, const Choices& choices) {
     config.layers = {0};
     config.threads = 1;
     config.keep_records = true;
+    kvsim::set_layer_schedules("uniform", reader, config);  // pyramidkv's and cake's own
     const kvsim::ReplayResults results = kvsim::replay_trace(reader, config);
     result.outcome = Outcome::replayed;
     result.message = "replayed " + std::to_string(results.cells.size()) + " cells: " + config.policies[0].label + ", " +

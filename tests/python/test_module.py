@@ -474,6 +474,16 @@ class ModuleTest(unittest.TestCase):
             self.assertIn(name, listed)
         scissorhands = next(p for p in kvsim.policies() if p["name"] == "scissorhands")
         self.assertEqual({p["name"]: p["default"] for p in scissorhands["params"]}["w"], "400")
+        # The policies with their own budget mechanisms say which (docs/semantics.md, section 2).
+        own = {p["name"]: (p["layer_budget"], p["head_floor"]) for p in kvsim.policies()}
+        self.assertEqual(own["pyramidkv"], ("pyramid:beta=20:window=32", None))
+        self.assertEqual(own["cake"], ("cake:tau1=1:tau2=1:window=32", None))
+        self.assertEqual(own["ada-snapkv"], (None, 0.2))
+        self.assertEqual(own["ada-h2o"], (None, 0.2))
+        self.assertEqual(own["snapkv"], (None, None))
+        # They run from Python as in the CLI (their schedules set as the CLI sets them).
+        cells = kvsim.sweep(TRACE, policies=["pyramidkv", "ada-h2o", "cake"], budgets=["20%"], seqs=[0])
+        self.assertEqual(list(cells["policy"]), ["pyramidkv", "ada-h2o", "cake"])
         data = os.path.join(INSTALLED, "share", "kvsim") if INSTALLED else os.path.join(ROOT, "data")
         self.assertEqual(os.path.realpath(kvsim.data_dir()), os.path.realpath(data))
         self.assertTrue(os.path.exists(kvsim.bundled_trace()))

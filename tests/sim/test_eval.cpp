@@ -74,13 +74,19 @@ std::vector<int> random_tokens(int n) {
   return tokens;
 }
 
+// Not bounds (such as oracle: not caches), nor policies with their own layer or head budgets
+// (which the closed loop does not allocate: check_closed_loop_policy refuses both).
+bool closed_loop_runs(const kvsim::PolicyInfo& info) {
+  return info.engine != kvsim::Engine::bound && !info.layer_budget && info.head_floor < 0;
+}
+
 // Every registered policy a model can run with (bounds such as oracle are not caches), at its
 // defaults (streaming's sinks adapted to B), and a few with small windows that make them
 // evict early; `few`: the ones that read attention (for the slower real model).
 std::vector<PolicyChoice> runnable_policies(int64_t budget, bool few = false) {
   std::vector<PolicyChoice> chosen;
   for (const kvsim::PolicyInfo& info : kvsim::policies()) {
-    if (info.engine == kvsim::Engine::bound) continue;
+    if (!closed_loop_runs(info)) continue;
     if (few && !info.needs_attention && !info.needs_full_rows && !info.needs_future) continue;
     std::map<std::string, std::string> params;
     for (const auto& param : info.params)
@@ -191,7 +197,7 @@ void expect_engines_agree(const Llama2Model& model, const std::vector<int>& toke
   EXPECT_GT(compared_evictions, 0);
   for (const kvsim::PolicyInfo& info : kvsim::policies()) {  // every policy eval runs was compared
     const bool reads_rows = info.needs_attention || info.needs_full_rows || info.needs_future;
-    if (info.engine != kvsim::Engine::bound && (!few || reads_rows)) {
+    if (closed_loop_runs(info) && (!few || reads_rows)) {
       EXPECT_TRUE(compared.count(info.name)) << info.name;
     }
   }

@@ -23,6 +23,11 @@ int cmd_policies(const std::vector<std::string>& args) {
     std::string reads;
     for (auto [needed, tensor] : {std::pair{info.needs_keys, "k"}, {info.needs_values, "v"}, {info.needs_queries, "q"}})
       if (needed) reads += std::string(reads.empty() ? ", reads " : " ") + tensor;
+    if (info.layer_budget) reads.append(", layer budgets ").append(info.layer_budget(resolve_params(info, {})));
+    if (info.head_floor >= 0) {
+      std::snprintf(line, sizeof line, ", adaptive heads (floor %g)", info.head_floor);
+      reads += line;
+    }
     out += wrap_text(info.name + std::string(std::max<size_t>(1, 23 - info.name.size()), ' ') + info.summary + " [" +
                          grouping + (info.budgeted ? "" : ", ignores the budget") + reads + "]\n",
                      100, 23);

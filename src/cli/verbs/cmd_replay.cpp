@@ -40,8 +40,9 @@ int cmd_replay(const std::vector<std::string>& args) {
   std::cout << reader.meta().model << ": " << results.sequences << " sequences, mode " << mode_name(results.mode)
             << protocol_text(results) << paging_text(results.paging) << "\n"
             << replay_table(results.cells.front(), results.output_error);
-  if (config.schedule.kind != LayerSchedule::Kind::weights || !config.schedule.weights.empty()) {
-    std::cout << "layer budgets B_l (" << config.schedule.name << ", mean over the sequences):";
+  const LayerSchedule& schedule = policy_schedule(config, 0);
+  if (schedule.kind != LayerSchedule::Kind::weights || !schedule.weights.empty()) {
+    std::cout << "layer budgets B_l (" << schedule.name << ", mean over the sequences):";
     const std::vector<double> budgets = mean_layer_budgets(reader, config, config.budgets.front());
     for (size_t l = 0; l < budgets.size(); ++l)
       std::cout << (l ? ", " : " ") << l << ": " << text::fixed(budgets[l], 0, 1);

@@ -13,6 +13,7 @@
 #include "charts/chart_style.hpp"
 #include "colors.hpp"
 #include "job_runner.hpp"
+#include "kvsim/analysis/analysis.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "session.hpp"
@@ -155,9 +156,11 @@ void BudgetChart::compute() {
     timer.start();
     // One replay for all (the rows computed once); when the library refuses one of them (page
     // mode with a policy that does not score), each alone, and the refused ones have no curve.
+    kvsim::ReplayConfig scheduled = config;
+    kvsim::set_policy_schedules(*reader, scheduled);  // pyramidkv's and cake's own
     std::vector<std::optional<kvsim::ReplayResults>> of_policy(config.policies.size());
     try {
-      const kvsim::ReplayResults all = kvsim::replay_trace(*reader, config);
+      const kvsim::ReplayResults all = kvsim::replay_trace(*reader, scheduled);
       for (size_t p = 0; p < config.policies.size(); ++p) {
         kvsim::ReplayResults one;
         const auto first = all.cells.begin() + static_cast<std::ptrdiff_t>(p * config.budgets.size());
@@ -166,7 +169,7 @@ void BudgetChart::compute() {
       }
     } catch (const kvtrace::InputError&) {
       for (size_t p = 0; p < config.policies.size(); ++p) try {
-          kvsim::ReplayConfig alone = config;
+          kvsim::ReplayConfig alone = scheduled;
           alone.policies = {config.policies[p]};
           of_policy[p] = kvsim::replay_trace(*reader, alone);
         } catch (const kvtrace::InputError&) {}

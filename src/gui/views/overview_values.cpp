@@ -49,6 +49,7 @@ std::map<int64_t, OverviewCells> retentionOfLayers(const kvtrace::TraceReader& r
   config.layers = layers;
   config.output_error = kvsim::OutputErrorMode::off;
   config.keep_records = true;
+  kvsim::set_policy_schedules(reader, config);  // pyramidkv's and cake's own (the run's schedule kept)
   const kvsim::ReplayResults results = kvsim::replay_trace(reader, config);
   std::map<int64_t, OverviewCells> cells;
   for (size_t b = 0; b < budgets.size(); ++b) fill(results.cells[b].records, reader.meta(), stat, cells[budgets[b]]);

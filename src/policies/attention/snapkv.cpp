@@ -18,7 +18,11 @@ namespace {
 
 class SnapKV final : public Policy {
  public:
-  explicit SnapKV(const Params& params) : window_(params.integer("window")), kernel_(params.integer("kernel")) {}
+  // `pool` is taken by the policies built on snapkv's scores (pyramidkv); snapkv max-pools.
+  explicit SnapKV(const Params& params)
+      : window_(params.integer("window")),
+        kernel_(params.integer("kernel")),
+        average_(params.has("pool") && params.text("pool") == "avg") {}
 
   void reset(const GroupContext& group) override {
     budget_ = group.budget;
@@ -83,7 +87,7 @@ class SnapKV final : public Policy {
     const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
     const size_t open = cache.size() > protect ? cache.size() - protect : 0;
     if (open == 0) return;
-    if (excess == 1) {  // one per step: pooled and searched in one pass
+    if (excess == 1 && !average_) {  // one per step: pooled and searched in one pass
       const size_t index = lowest_pooled(open);
       victims.push_back(cache[index]);
       erased_.assign(1, index);
@@ -133,10 +137,16 @@ class SnapKV final : public Policy {
   }
 
   // Max-pooling of the candidates' window sums over [j - kernel/2, j + kernel/2], clipped to
-  // the `open` candidates.
+  // the `open` candidates; or average pooling as torch's avg_pool1d with zero padding
+  // (count_include_pad): their sum over the clipped span, divided by the kernel.
   double pooled(size_t j, size_t open) const {
     const auto half = static_cast<size_t>(kernel_ / 2);
     const size_t lo = j >= half ? j - half : 0, hi = std::min(open - 1, j + half);
+    if (average_) {
+      double sum = 0;
+      for (size_t i = lo; i <= hi; ++i) sum += window_sum_[i];
+      return sum / static_cast<double>(kernel_);
+    }
     double value = window_sum_[lo];
     for (size_t i = lo + 1; i <= hi; ++i) value = std::max(value, window_sum_[i]);
     return value;
@@ -185,6 +195,7 @@ class SnapKV final : public Policy {
   }
 
   int64_t window_, kernel_;
+  bool average_;
   int64_t budget_ = 0;
   size_t n_tokens_ = 0;
   std::vector<double> window_sum_;  // in cache order

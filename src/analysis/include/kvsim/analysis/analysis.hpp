@@ -39,6 +39,10 @@
 #include "kvsim/core/engine.hpp"
 #include "kvtrace/attention_source.hpp"
 
+namespace kvsim {
+struct ReplayConfig;
+}
+
 namespace kvtrace {
 class TraceReader;
 }
@@ -175,6 +179,14 @@ LayerSchedule cake_schedule(const std::string& text, const kvtrace::TraceReader&
 LayerSchedule layer_schedule(const std::string& text, const kvtrace::TraceReader& reader,
                              const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads,
                              Mode mode = Mode::stream);
+// config.schedule from --layer-budget `text` (layer_schedule, over config's sequences, rows,
+// threads and mode), and config.policy_schedules for the chosen policies that declare their
+// own (PolicyInfo::layer_budget). Refuses, naming the policy, a `text` other than uniform
+// with such a policy. config.policies must be chosen first.
+void set_layer_schedules(const std::string& text, const kvtrace::TraceReader& reader, ReplayConfig& config);
+// Only the policies' own schedules (ReplayConfig::policy_schedules), config.schedule kept: for
+// a front end that set the run's schedule itself (the GUI).
+void set_policy_schedules(const kvtrace::TraceReader& reader, ReplayConfig& config);
 
 // ---- reports (analysis_report.cpp) ----
 std::string analysis_table(const TraceAnalysis& analysis, const std::vector<std::vector<std::string>>& token_text);

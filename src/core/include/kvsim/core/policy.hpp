@@ -177,6 +177,13 @@ struct PolicyInfo {
   // Set by a policy that un-rotates q or k: the problem with a trace's RoPE attributes for it
   // ("" when usable); a trace with a problem is refused before the replay.
   std::function<std::string(const kvtrace::RopeMeta&)> rope_problem;
+  // A method that is a policy's scores under a budget mechanism (docs/semantics.md, section
+  // 2) declares it here, and every run of the policy uses it. layer_budget: the
+  // --layer-budget text of its layer schedule for these parameters ("" or empty function:
+  // the run's); replay refuses an explicit non-uniform --layer-budget with it. head_floor >=
+  // 0: Ada-KV's head-adaptive budgets with this floor, whatever --head-budget says.
+  std::function<std::string(const Params&)> layer_budget;
+  double head_floor = -1;
   std::function<std::unique_ptr<Policy>(const Params&)> make;
   std::function<std::shared_ptr<void>(const Params&, int n_layers, int64_t n_tokens)>
       make_sequence_state;  // cross_layer

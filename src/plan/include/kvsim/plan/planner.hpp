@@ -142,6 +142,10 @@ struct PlanRow {
   int64_t max_sequences = 0;
   double gain = 0;         // max_sequences / the full fp cache's
   double compression = 0;  // bytes per sequence of the full fp cache / this row's
+  // A policy that runs under its own budget mechanism (PolicyInfo::layer_budget, head_floor):
+  // its layer schedule and head-adaptive budgets, in place of the setup's.
+  std::optional<LayerSchedule> schedule;
+  bool adaptive_heads = false;
 };
 // Fills layout, footprint, max_sequences, gain and compression of `row` (policy, budget,
 // quant set); `reference` is the full cache at full precision (its own gain is 1).

@@ -57,6 +57,10 @@ struct ReplayConfig {
   std::vector<Budget> budgets;
   std::vector<QuantSpec> quant;  // KV quantization specs (empty: none); each multiplies the grid
   LayerSchedule schedule;
+  // By policy label, the schedules the chosen policies declare (PolicyInfo::layer_budget);
+  // the others run under `schedule`. kvsim/analysis's set_layer_schedules fills both; read
+  // them through policy_schedule.
+  std::map<std::string, LayerSchedule> policy_schedules;
   double head_floor = -1;  // >= 0: head-adaptive budgets with this floor (EngineOptions::head_floor)
   Mode mode = Mode::stream;
   Protocol protocol;           // --question, --compress-every
@@ -125,12 +129,16 @@ struct Cancelled : std::runtime_error {
   Cancelled() : std::runtime_error("cancelled") {}
 };
 
+// The layer schedule policy `policy` of config.policies runs under (InputError when it
+// declares one that config.policy_schedules lacks).
+const LayerSchedule& policy_schedule(const ReplayConfig& config, size_t policy);
+
 ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfig& config,
                            const std::function<void(int64_t, int64_t)>& progress = {});
-// Per layer of the trace, B_l under config.schedule for `budget`, the mean over the replayed
-// sequences (each resolved against its length, T as the replay takes it).
+// Per layer of the trace, B_l under policy `policy`'s schedule for `budget`, the mean over the
+// replayed sequences (each resolved against its length, T as the replay takes it).
 std::vector<double> mean_layer_budgets(const kvtrace::TraceReader& reader, const ReplayConfig& config,
-                                       const Budget& budget);
+                                       const Budget& budget, size_t policy = 0);
 
 // One policy at one budget over the rows of one layer given directly, no trace file: the
 // source's heads are grouped by kv head (n_kv_heads of them) or as one layer, as the policy
