@@ -56,7 +56,7 @@ std::vector<std::vector<kvsim::GroupRecord>> replay_heads(const std::shared_ptr<
 }  // namespace
 
 ReplayHeads replayHeads(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head) {
-  if (policy.info->engine == kvsim::Engine::bound && !policy.info->needs_future) return {head, 1};
+  if (policy.info->upper_bound() && !policy.info->needs_future) return {head, 1};
   return group_of(policy, meta, head);
 }
 

@@ -235,7 +235,7 @@ def open(path) -> Trace:  # noqa: A001 - kvsim.open reads like open()
 
 
 def policies() -> list:
-    """Every policy: name, summary, grouping, budgeted, bound, cross_layer, params (with defaults)."""
+    """Every policy: name, summary, grouping, budgeted, bound, selects, cross_layer, params (with defaults)."""
     return _native.policies()
 
 
