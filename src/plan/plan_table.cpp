@@ -142,6 +142,11 @@ class RowBuilder {
       const TargetRow& chosen = choice.rows[*choice.chosen];
       if (!is_full && !selects) row.budget = Budget::parse(chosen.budget);
       row.metric = chosen.metric;
+      if (selects)
+        plan_.notes.push_back(std::string(choice.policy)
+                                  .append(": budget ")
+                                  .append(chosen.budget)
+                                  .append(" bounds what a step reads; the whole cache stays in memory"));
     } else {
       row.met = false;
       double best = std::nan("");

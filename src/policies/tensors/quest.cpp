@@ -102,9 +102,7 @@ class Quest final : public BoundPolicy {
 PolicyInfo quest_policy() {
   PolicyInfo info;
   info.name = "quest";
-  info.summary =
-      "Quest: keeps the full cache; per step each head reads its top max(3, B/page) pages by the bound "
-      "sum_d max(q_d min k_d, q_d max k_d)";
+  info.summary = "Quest: per step each head reads its top max(3, B/page) pages by sum_d max(q_d min k_d, q_d max k_d)";
   info.params = {
       {"page", ParamType::integer, "16", "positions per page (the authors' chunk_size)", 1, 1e9, {}},
       {"dense", ParamType::integer, "2", "the first layers read every page", 0, 1e9, {}},
