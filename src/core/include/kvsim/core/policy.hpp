@@ -123,7 +123,8 @@ class BoundPolicy : public Policy {
   // The attention mass of the best cache of at most budget + 1 entries at `step` for the
   // group's head `head`, given its full row a_t[0..step] and the earlier entries
   // a_t[0..step-1] ranked by value (null when ranks() is false). Appends the chosen
-  // positions to `positions` when it is not null.
+  // positions to `positions` when it is not null. A selection (PolicyInfo::selects) returns
+  // the mass of what it reads instead, however many positions that is.
   virtual double bound(int64_t step, size_t head, std::span<const float> row, RowRanking* earlier, int64_t budget,
                        std::vector<int32_t>* positions) = 0;
   virtual bool ranks() const { return true; }  // false: bound() reads no ranking (none is built)
