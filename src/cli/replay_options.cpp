@@ -103,7 +103,7 @@ void write_outputs(const ReplayCliOptions& v, const kvtrace::TraceReader& reader
     plot.y_max = 1;
     for (const auto& cell : results.cells) {
       if (plot.series.empty() || plot.series.back().name != cell.policy) {
-        plot.series.push_back({cell.policy, {}, cell.info && cell.info->engine == Engine::bound});
+        plot.series.push_back({cell.policy, {}, cell.info && cell.info->upper_bound()});
       }
       const double x = all_fractions ? 100.0 * cell.budget_share_mean : cell.budget_tokens_mean;
       plot.series.back().points.emplace_back(x, cell.retention.mean);

@@ -482,8 +482,9 @@ class Simulation {
     for (size_t k = 0; k < group_.heads.size(); ++k) {
       const int head = group_.heads[k];
       bound_cache_.clear();
-      mass_[k] =
-          bound_->bound(t, rows.row(head)[t], rows.ranking(head), budget, need_positions ? &bound_cache_ : nullptr);
+      const std::span<const float> row(rows.row(head), static_cast<size_t>(t + 1));
+      mass_[k] = bound_->bound(t, k, row, bound_->ranks() ? &rows.ranking(head) : nullptr, budget,
+                               need_positions ? &bound_cache_ : nullptr);
       retained_[k] = mass_[k];
       if (quantized_) {
         mass_[k] = gather_sum(model.row(head), bound_cache_);
@@ -500,7 +501,8 @@ class Simulation {
       }
       record_head(rows, k, false);
     }
-    result_.occupancy[slot(t)] = static_cast<int32_t>(std::min<int64_t>(t + 1, budget + 1));
+    result_.occupancy[slot(t)] =
+        static_cast<int32_t>(spec_.policy->selects ? t + 1 : std::min<int64_t>(t + 1, budget + 1));
   }
 
   int group_index() const { return spec_.group; }

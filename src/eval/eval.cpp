@@ -194,6 +194,11 @@ double negative_log_likelihood(std::span<const float> logits, int target) {
 }  // namespace
 
 void check_closed_loop_policy(const PolicyInfo& info) {
+  if (info.selects)
+    throw kvtrace::InputError("", "",
+                              "policy " + info.name +
+                                  " selects what each step reads from the full cache (per head), which the "
+                                  "closed loop's attention does not model; kvsim eval cannot run it");
   if (info.engine == Engine::bound)
     throw kvtrace::InputError("", "",
                               "policy " + info.name +

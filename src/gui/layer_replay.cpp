@@ -58,8 +58,9 @@ std::vector<std::vector<kvsim::GroupRecord>> replay_heads(const std::shared_ptr<
 
 ReplayHeads replayHeads(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head,
                         const kvsim::EngineOptions& options) {
-  if (options.head_floor >= 0) return {0, meta.n_heads};  // the kv heads share n_kv_heads x B
-  if (policy.info->engine == kvsim::Engine::bound && !policy.info->needs_future) return {head, 1};
+  // Head-adaptive budgets: the kv heads share n_kv_heads x B.
+  if (options.head_floor >= 0 || policy.info->head_floor >= 0) return {0, meta.n_heads};
+  if (policy.info->upper_bound() && !policy.info->needs_future) return {head, 1};
   return group_of(policy, meta, head);
 }
 

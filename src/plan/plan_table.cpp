@@ -130,10 +130,11 @@ class RowBuilder {
   PlanRow chosen_row(const SweepChoice& choice, const PolicyInfo* info, const QuantSpec& q, bool measured) {
     const Target& target = *plan_.target;
     const bool is_full = choice.policy == "full";
+    const bool selects = info && info->selects;  // its budget bounds reads: memory is the full cache
     PlanRow row;
     row.policy = choice.policy + (choice.params.empty() ? "" : "(" + choice.params + ")");
     row.mode = plan_.sweep.mixed_modes ? choice.mode : "";
-    row.bound = info && info->engine == Engine::bound;
+    row.bound = info && info->upper_bound();
     if (info) own_budgets(choice, *info, row);
     plan_.any_bound |= row.bound;
     row.quant = q;
@@ -141,8 +142,13 @@ class RowBuilder {
     plan_.unmeasured |= !measured && q.enabled();
     if (choice.chosen) {
       const TargetRow& chosen = choice.rows[*choice.chosen];
-      if (!is_full) row.budget = Budget::parse(chosen.budget);
+      if (!is_full && !selects) row.budget = Budget::parse(chosen.budget);
       row.metric = chosen.metric;
+      if (selects)
+        plan_.notes.push_back(std::string(choice.policy)
+                                  .append(": budget ")
+                                  .append(chosen.budget)
+                                  .append(" bounds what a step reads; the whole cache stays in memory"));
     } else {
       row.met = false;
       double best = std::nan("");
@@ -150,7 +156,7 @@ class RowBuilder {
         if (!std::isnan(r.metric) && (std::isnan(best) || (target.at_least ? r.metric > best : r.metric < best)))
           best = r.metric;
       if (!std::isnan(best)) row.metric = best;
-      if (!choice.rows.empty() && !is_full) row.budget = Budget::parse(choice.rows.back().budget);
+      if (!choice.rows.empty() && !is_full && !selects) row.budget = Budget::parse(choice.rows.back().budget);
     }
     return row;
   }

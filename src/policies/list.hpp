@@ -19,6 +19,8 @@
   X(keydiff)               \
   X(lagkv)                 \
   X(expected_attention)    \
+  X(rkv)                   \
+  X(quest)                 \
   X(recent)                \
   X(random)                \
   X(oracle)                \

@@ -43,7 +43,8 @@ py::list policies_list() {
     d["summary"] = info.summary;
     d["grouping"] = grouping_name(info.grouping);
     d["budgeted"] = info.budgeted;
-    d["bound"] = info.engine == Engine::bound;
+    d["bound"] = info.upper_bound();
+    d["selects"] = info.selects;
     d["cross_layer"] = info.engine == Engine::cross_layer;
     py::list reads;  // the stored tensors it reads: "k", "v", "q"
     if (info.needs_keys) reads.append("k");

@@ -46,6 +46,7 @@ TEST(CliEval, BadInputIsOneLineAndExitTwo) {
            "eval",                                                         // neither --trace nor --text
            "eval --trace " + kTrace + " --text " + dir.file("blank.txt"),  // both
            "eval --trace " + kTrace + " --policies oracle",                // a bound
+           "eval --trace " + kTrace + " --policies quest",                 // a selection (per head)
            "eval --trace " + kTrace + " --policies nonesuch",
            "eval --trace " + kTrace + " --budgets 0",
            "eval --trace " + kTrace + " --budgets 120%",

@@ -81,6 +81,21 @@ TEST(CliPlan, SweepTargetPicksTheSmallestBudgetPerPolicy) {
   EXPECT_TRUE(found);
 }
 
+TEST(CliPlan, QuestPlansAsTheFullCache) {
+  // quest meets 0.95 at 20%, but its budget bounds what a step reads: it holds the whole
+  // context, 4096 tokens in 256 blocks, 28019 / 256 = 109 sequences, as full does.
+  kvtest::TempDir dir;
+  write(dir.file("sweep.csv"), std::string(kSweep) + "quest,,20%,51,0.19921875,stream,0.9600,0.80,0.30\n");
+  const auto result = kvtest::run_kvsim("plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --sweep " +
+                                        dir.file("sweep.csv") + " --target 'retention>=0.95'");
+  ASSERT_EQ(result.code, 0) << result.output;
+  EXPECT_NE(result.output.find("quest         4096 (full)"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find(" 256      109  1.00x"), std::string::npos) << result.output;
+  EXPECT_NE(result.output.find("quest: budget 20% bounds what a step reads; the whole cache stays in memory"),
+            std::string::npos)
+      << result.output;
+}
+
 TEST(CliPlan, BudgetsQuantizationAndTensorParallel) {
   auto result = kvtest::run_kvsim(
       "plan --model llama-2-70b --gpu a100-80gb --gpus 4 --context 3072+1024 --budget 20%,512 --kv-quant kivi2");

@@ -36,7 +36,8 @@ class RowsFuture final : public kvsim::FutureAttention {
   const hand::Rows& rows_;
 };
 
-// One policy instance on one head's rows, with keys (knorm) and the future (lookahead).
+// One policy instance on one head's rows, with keys (knorm), queries (r-kv) and the future
+// (lookahead).
 struct Driver {
   Driver(const std::string& name, const std::map<std::string, std::string>& overrides, const hand::Rows& rows,
          int64_t budget)
@@ -46,9 +47,12 @@ struct Driver {
     for (int64_t t = 0; t < n; ++t) {  // keys: (t mod 3 + 1, t mod 2): norms with ties
       keys.push_back(static_cast<float>(t % 3 + 1));
       keys.push_back(static_cast<float>(t % 2));
+      queries.push_back(static_cast<float>(t % 2));  // queries: (t mod 2, t mod 5 - 2)
+      queries.push_back(static_cast<float>(t % 5 - 2));
     }
     tensors.head_dim = 2;
     tensors.keys = {keys.data()};
+    tensors.queries = {queries.data()};
     kvsim::GroupContext context;
     context.n_tokens = n;
     context.budget = budget;
@@ -77,7 +81,7 @@ struct Driver {
   kvsim::Params params;
   const hand::Rows& rows;
   RowsFuture future;
-  std::vector<float> keys;
+  std::vector<float> keys, queries;
   kvsim::GroupTensors tensors;
   std::unique_ptr<kvsim::Policy> policy;
   int64_t budget = 0;
@@ -136,6 +140,8 @@ TEST(ScoresHook, EveryScoringPolicyNamesItsOwnVictims) {
       expect_consistent("knorm", {}, *rows, budget);
       expect_consistent("keydiff", {}, *rows, budget);
       expect_consistent("observed-attention", {}, *rows, budget);
+      expect_consistent("r-kv", {}, *rows, budget);
+      expect_consistent("r-kv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);
       expect_consistent("lookahead", {}, *rows, budget);
       expect_consistent("scissorhands-xlayer", {}, *rows, budget);
       expect_consistent("snapkv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);
@@ -146,7 +152,7 @@ TEST(ScoresHook, EveryScoringPolicyNamesItsOwnVictims) {
 }
 
 TEST(ScoresHook, NonScoringPoliciesSayNo) {
-  for (const char* name : {"full", "recent", "streaming", "random", "scissorhands-official", "oracle"}) {
+  for (const char* name : {"full", "recent", "streaming", "random", "scissorhands-official", "oracle", "quest"}) {
     Driver driver(name, {}, hand::kC, 6);  // asked as page mode asks: after reset, no cache
     std::vector<double> scores;
     EXPECT_FALSE(driver.policy->scores(-1, {}, scores)) << name;

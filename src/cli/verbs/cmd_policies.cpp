@@ -29,7 +29,8 @@ int cmd_policies(const std::vector<std::string>& args) {
       reads += line;
     }
     out += wrap_text(info.name + std::string(std::max<size_t>(1, 23 - info.name.size()), ' ') + info.summary + " [" +
-                         grouping + (info.budgeted ? "" : ", ignores the budget") + reads + "]\n",
+                         grouping + (info.budgeted ? "" : ", ignores the budget") +
+                         (info.selects ? ", keeps the full cache" : "") + reads + "]\n",
                      100, 23);
     for (const auto& param : info.params) {
       std::snprintf(line, sizeof line, "    %-10s = %-6s ", param.name.c_str(),

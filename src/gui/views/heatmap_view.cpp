@@ -232,6 +232,9 @@ void HeatmapView::paintEvent(QPaintEvent*) {
   QString note = tr("Teacher-forced replay: rows from the full-cache run.");
   if (!replay.error.isEmpty())
     note = tr("This setting cannot run: %1").arg(replay.error);
+  else if (replay.bound() && replay.policy.info->selects)
+    note = tr("%1 keeps the full cache and selects what each step reads, so nothing is dimmed.")
+               .arg(QString::fromStdString(replay.policy.label));
   else if (replay.bound())
     note = tr("%1 is an upper bound: it keeps no cache, so nothing is dimmed.")
                .arg(QString::fromStdString(replay.policy.label));
@@ -389,7 +392,7 @@ void HeatmapView::showHover(QPoint pixel, QPoint global) {
   if (!session_->replay().valid())
     fate = tr("no replay");
   else if (session_->replay().bound())
-    fate = tr("upper bound: no cache");
+    fate = session_->replay().policy.info->selects ? tr("selection: never evicted") : tr("upper bound: no cache");
   else if (evicted < 0)
     fate = tr("never evicted (kept to the end)");
   else

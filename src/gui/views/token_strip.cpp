@@ -161,7 +161,9 @@ void TokenStrip::updateSummary() {
                      .arg(result.occupancy[at])
                      .arg(step + 1)
                      .arg(100.0 * kept, 0, 'f', 1);
-  if (replay.bound()) text += tr(" (upper bound: its best cache for this step)");
+  if (replay.bound())
+    text += replay.policy.info->selects ? tr(" (holds them all, reads only the pages it selects)")
+                                        : tr(" (upper bound: its best cache for this step)");
   summary_->setText(text);
 }
 

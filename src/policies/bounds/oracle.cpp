@@ -11,11 +11,11 @@ namespace {
 class Oracle final : public BoundPolicy {
  public:
   void reset(const GroupContext&) override {}
-  double bound(int64_t step, float current, RowRanking& earlier, int64_t budget,
+  double bound(int64_t step, size_t, std::span<const float> row, RowRanking* earlier, int64_t budget,
                std::vector<int32_t>* positions) override {
-    const double top = earlier.top_sum(std::min<int64_t>(budget, step), positions);
+    const double top = earlier->top_sum(std::min<int64_t>(budget, step), positions);
     if (positions) positions->push_back(static_cast<int32_t>(step));
-    return current + top;
+    return row.back() + top;
   }
 };
 

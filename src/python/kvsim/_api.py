@@ -235,8 +235,8 @@ def open(path) -> Trace:  # noqa: A001 - kvsim.open reads like open()
 
 
 def policies() -> list:
-    """Every policy: name, summary, grouping, budgeted, bound, cross_layer, reads, layer_budget
-    and head_floor (its own budget mechanisms, or None), params (with defaults)."""
+    """Every policy: name, summary, grouping, budgeted, bound, selects, cross_layer, reads,
+    layer_budget and head_floor (its own budget mechanisms, or None), params (with defaults)."""
     return _native.policies()
 
 

@@ -120,11 +120,14 @@ class RowRanking;
 class BoundPolicy : public Policy {
  public:
   void evict(int64_t, std::span<const int32_t>, int64_t, bool, std::vector<int32_t>&) override {}
-  // The attention mass of the best cache of at most budget + 1 entries at `step`, given the
-  // current token's attention and the earlier entries a_t[0..step-1] ranked by value. Appends
-  // the chosen positions to `positions` when it is not null.
-  virtual double bound(int64_t step, float current, RowRanking& earlier, int64_t budget,
+  // The attention mass of the best cache of at most budget + 1 entries at `step` for the
+  // group's head `head`, given its full row a_t[0..step] and the earlier entries
+  // a_t[0..step-1] ranked by value (null when ranks() is false). Appends the chosen
+  // positions to `positions` when it is not null. A selection (PolicyInfo::selects) returns
+  // the mass of what it reads instead, however many positions that is.
+  virtual double bound(int64_t step, size_t head, std::span<const float> row, RowRanking* earlier, int64_t budget,
                        std::vector<int32_t>* positions) = 0;
+  virtual bool ranks() const { return true; }  // false: bound() reads no ranking (none is built)
 };
 
 // ---- parameters ----
@@ -165,7 +168,11 @@ struct PolicyInfo {
   std::vector<ParamSpec> params;
   Grouping grouping = Grouping::kv_head;
   Engine engine = Engine::cache;
-  bool budgeted = true;          // false: ignores the budget (full, scissorhands-official)
+  bool budgeted = true;  // false: ignores the budget (full, scissorhands-official)
+  // Engine::bound only: a selection method, not an upper bound (quest): the whole cache stays
+  // in memory (occupancy and plans count it) and bound() picks what each step reads.
+  bool selects = false;
+  bool upper_bound() const { return engine == Engine::bound && !selects; }
   bool needs_attention = true;   // false: no observed row (recent, streaming, ...): observe() is not called
                                  // unless needs_full_rows
   bool needs_future = false;     // lookahead
