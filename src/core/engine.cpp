@@ -254,6 +254,7 @@ struct SteppedEngine::State {
   EngineOptions options;
   std::vector<std::unique_ptr<PackedFuture>> futures;  // per group, for policies that need them
   std::vector<Simulation> running;                     // holds references to the members above
+  std::vector<Coupling> couplings;                     // head-adaptive budgets, as run_lockstep's
   StepRows rows, full_rows;
 
   State(int n_heads, std::vector<CacheGroup> cache_groups, std::vector<SimulationSpec> simulations,
@@ -285,6 +286,11 @@ SteppedEngine::SteppedEngine(int n_heads, std::vector<CacheGroup> groups, std::v
   for (const auto& spec : state.specs)
     state.running.emplace_back(spec, state.groups[static_cast<size_t>(spec.group)], n_tokens, state.options,
                                state.futures[static_cast<size_t>(spec.group)].get(), nullptr);
+  Lane view;
+  view.groups = state.groups;
+  view.simulations = state.specs;
+  std::vector<char> coupled(state.specs.size(), 0);
+  state.couplings = head_couplings(view, state.running, coupled, state.options);
 }
 
 SteppedEngine::~SteppedEngine() = default;
@@ -299,6 +305,7 @@ void SteppedEngine::step(const kvtrace::RowBlock& rows, const kvtrace::RowBlock*
   if (full_rows) state.full_rows.start(*full_rows, rows.first);
   for (auto& simulation : state.running)
     simulation.step(state.rows, state.rows, full_rows ? &state.full_rows : nullptr);
+  for (const Coupling& coupling : state.couplings) evict_coupled(state.running, coupling, rows.first);
 }
 
 std::vector<SimulationResult> SteppedEngine::results() {

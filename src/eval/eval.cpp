@@ -142,6 +142,7 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
     engine_options.aggregate = options_.aggregate;
     engine_options.protocol.compress_every = options_.compress_every;
     engine_options.paging = options_.paging;
+    engine_options.head_floor = options_.head_floor;
     for (int l = 0; l < config_.n_layers; ++l) {
       LoopLayer& loop = layers_.emplace_back();
       if (info.needs_future)
@@ -204,11 +205,11 @@ void check_closed_loop_policy(const PolicyInfo& info) {
                               "policy " + info.name +
                                   " is an upper bound (the best cache of each head at each step, chosen from "
                                   "the full row), not a cache a model can run with; kvsim eval cannot run it");
-  if (info.head_floor >= 0 || info.layer_budget)
+  if (info.layer_budget)
     throw kvtrace::InputError("", "",
                               "policy " + info.name +
-                                  " runs under its own layer or head budgets, which kvsim eval's closed loop does "
-                                  "not allocate; replay or sweep it");
+                                  " runs under its own layer budgets, which kvsim eval's closed loop does not "
+                                  "allocate; replay or sweep it");
 }
 
 ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const int> tokens,

@@ -84,6 +84,7 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   options.aggregate = config.aggregate;
   options.protocol.compress_every = config.compress_every;
   options.paging = config.paging;
+  options.head_floor = config.head_floor;
   options.output_error = true;
   std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
   reference.retention.resize(cells);
@@ -209,6 +210,7 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
         options.aggregate = config.aggregate;
         options.compress_every = config.compress_every;
         options.paging = config.paging;
+        options.head_floor = config.head_floor;
         options.sequence = sequence.index;
         if (needs_future) options.future_rows = &reference.rows;
         const int64_t budget = config.budgets[cell % budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));

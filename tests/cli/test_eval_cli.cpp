@@ -126,3 +126,22 @@ TEST(CliEval, TextFileAndPlot) {
   EXPECT_EQ(result.code, 2) << result.output;
 #endif
 }
+
+TEST(CliEval, HeadAdaptiveBudgetsInTheClosedLoop) {
+  if (!kvtest::have_model()) GTEST_SKIP() << "stories15M not found in " << kvtest::model_dir();
+  kvtest::TempDir dir;
+  // ada-h2o is h2o under its own floor of 0.2; --head-budget adaptive gives h2o the same: the
+  // closed loop couples a layer's kv heads as replay does. Rows equal but for the policy's name.
+  const std::string run = "eval --trace " + kTrace + " --seqs 0 --tokens 96 --budgets 30% --csv ";
+  ASSERT_EQ(kvtest::run_kvsim(run + dir.file("own.csv") + " --policies ada-h2o").code, 0);
+  ASSERT_EQ(kvtest::run_kvsim(run + dir.file("option.csv") + " --policies h2o --head-budget adaptive").code, 0);
+  ASSERT_EQ(kvtest::run_kvsim(run + dir.file("uniform.csv") + " --policies h2o").code, 0);
+  auto row = [&](const std::string& file) {
+    const std::string csv = kvtest::slurp(dir.file(file));
+    const std::string line = csv.substr(csv.find('\n') + 1);
+    return line.substr(line.find(','));
+  };
+  EXPECT_EQ(row("own.csv"), row("option.csv"));
+  EXPECT_NE(row("own.csv"), row("uniform.csv"));
+  kvtest::expect_one_line_error("eval --trace " + kTrace + " --seqs 0 --tokens 8 --head-budget adaptive --page 16");
+}

@@ -74,10 +74,10 @@ std::vector<int> random_tokens(int n) {
   return tokens;
 }
 
-// Not bounds (such as oracle: not caches), nor policies with their own layer or head budgets
-// (which the closed loop does not allocate: check_closed_loop_policy refuses both).
+// Not bounds (such as oracle: not caches), nor policies with their own layer budgets (which
+// the closed loop does not allocate: check_closed_loop_policy refuses both).
 bool closed_loop_runs(const kvsim::PolicyInfo& info) {
-  return info.engine != kvsim::Engine::bound && !info.layer_budget && info.head_floor < 0;
+  return info.engine != kvsim::Engine::bound && !info.layer_budget;
 }
 
 // Every registered policy a model can run with (bounds such as oracle are not caches), at its

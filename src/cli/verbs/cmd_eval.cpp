@@ -92,6 +92,8 @@ int cmd_eval(const std::vector<std::string>& args) {
   std::vector<std::string> params;
   int tokens = 0, threads = 0;
   int64_t compress_every = 0;
+  std::string head_budget = "uniform";
+  double head_floor = 0.2;
   po::options_description options("eval options");
   options.add_options()("model", po::value(&model_path),
                         "llama2.c checkpoint (default: stories15M.bin in $KVSIM_MODEL_DIR or ~/.cache/kvsim/models)")(
@@ -115,6 +117,10 @@ int cmd_eval(const std::vector<std::string>& args) {
       "and replay)")("page", po::value(&page)->default_value(page),
                      "evict whole pages of P consecutive positions by the policy's scores (0: single positions)")(
       "page-score", po::value(&page_score)->default_value(page_score), "a page's score: mean or max (with --page)")(
+      "head-budget", po::value(&head_budget)->default_value(head_budget),
+      "uniform, or adaptive: Ada-KV's head-adaptive budgets across a layer's kv heads (closed loop and replay)")(
+      "head-floor", po::value(&head_floor)->default_value(head_floor),
+      "with --head-budget adaptive: the share of B each kv head keeps of its own top scores")(
       "threads", po::value(&threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
       "csv", po::value(&csv), "write one row per (policy, budget) as CSV")(
       "json", po::value(&json), "write results, per-sequence values and correlations as JSON")(
@@ -140,6 +146,13 @@ int cmd_eval(const std::vector<std::string>& args) {
   config.compress_every = compress_every;
   if (page < 0) bad_option("page", "must be >= 0 (0: token mode)");
   config.paging = {page, parse_page_score(page_score)};
+  if (!(head_floor >= 0 && head_floor <= 1)) bad_option("head-floor", "must be in [0, 1]");
+  if (head_budget == "adaptive")
+    config.head_floor = head_floor;
+  else if (head_budget != "uniform")
+    bad_option("head-budget", "'" + head_budget + "' is not uniform or adaptive");
+  if (config.head_floor >= 0 && config.paging.on())
+    bad_option("head-budget", "adaptive allocates single positions across heads: it cannot run with --page");
   config.threads = threads;
   const std::vector<int> chosen = parse_indices("seqs", seqs);
   check_plot_path("plot", plot);

@@ -52,6 +52,7 @@ struct ClosedLoopOptions {
   Aggregate aggregate = Aggregate::mean;
   int64_t compress_every = 0;  // Protocol::compress_every (stream semantics: no question)
   Paging paging;               // page mode (--page), as replay's
+  double head_floor = -1;      // head-adaptive budgets (EngineOptions::head_floor), as replay's
   int sequence = 0;            // seeds of seeded policies, as replay_trace's (sequence, layer, group)
   bool keep_logits = false;    // ClosedLoopRun::logits
   bool record_rows = false;    // ClosedLoopRun::rows
@@ -107,6 +108,7 @@ struct EvalConfig {
   Aggregate aggregate = Aggregate::mean;
   int64_t compress_every = 0;  // decode-time compression every N steps (0: every step), both runs
   Paging paging;               // page mode (--page): the closed loop and its replay alike
+  double head_floor = -1;      // --head-budget adaptive's floor (-1: uniform), both runs
   int threads = 0;             // 0: all cores; results do not depend on it
 };
 
