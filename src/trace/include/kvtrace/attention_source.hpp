@@ -69,7 +69,7 @@ struct HeldHead {
   std::vector<float> floats;     // empty when held as float16
   std::vector<uint16_t> halves;  // empty when held as float32
   HeldHead() = default;
-  HeldHead(std::vector<float> values);  // NOLINT: implicit, a float32 head is held as it is best
+  HeldHead(std::vector<float> values);  // implicit: a head of values becomes the head held
   size_t size() const { return floats.empty() ? halves.size() : floats.size(); }
 };
 
