@@ -112,13 +112,16 @@ void apply_replay_request(const ReplayRequest& request, ReplayConfig& config) {
   apply_protocol(request, config);
   if (request.page < 0) bad_option("page", "must be >= 0 (0: token mode)");
   config.paging = {request.page, parse_page_score(request.page_score)};
-  if (!(request.head_floor >= 0 && request.head_floor <= 1)) bad_option("head-floor", "must be in [0, 1]");
-  if (request.head_budget == "adaptive")
-    config.head_floor = request.head_floor;
-  else if (request.head_budget != "uniform")
-    bad_option("head-budget", "'" + request.head_budget + "' is not uniform or adaptive");
-  if (config.head_floor >= 0 && config.paging.on())
+  config.head_floor = head_floor_of(request.head_budget, request.head_floor, config.paging);
+}
+
+double head_floor_of(const std::string& head_budget, double head_floor, const Paging& paging) {
+  if (!(head_floor >= 0 && head_floor <= 1)) bad_option("head-floor", "must be in [0, 1]");
+  if (head_budget == "uniform") return -1;
+  if (head_budget != "adaptive") bad_option("head-budget", "'" + head_budget + "' is not uniform or adaptive");
+  if (paging.on())
     bad_option("head-budget", "adaptive allocates single positions across heads: it cannot run with --page");
+  return head_floor;
 }
 
 }  // namespace kvsim

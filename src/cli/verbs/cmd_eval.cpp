@@ -146,13 +146,7 @@ int cmd_eval(const std::vector<std::string>& args) {
   config.compress_every = compress_every;
   if (page < 0) bad_option("page", "must be >= 0 (0: token mode)");
   config.paging = {page, parse_page_score(page_score)};
-  if (!(head_floor >= 0 && head_floor <= 1)) bad_option("head-floor", "must be in [0, 1]");
-  if (head_budget == "adaptive")
-    config.head_floor = head_floor;
-  else if (head_budget != "uniform")
-    bad_option("head-budget", "'" + head_budget + "' is not uniform or adaptive");
-  if (config.head_floor >= 0 && config.paging.on())
-    bad_option("head-budget", "adaptive allocates single positions across heads: it cannot run with --page");
+  config.head_floor = head_floor_of(head_budget, head_floor, config.paging);
   config.threads = threads;
   const std::vector<int> chosen = parse_indices("seqs", seqs);
   check_plot_path("plot", plot);

@@ -182,5 +182,8 @@ struct ReplayRequest {
 // kvsim/analysis's layer_schedule makes, since it may measure the trace). Throws InputError
 // naming the option.
 void apply_replay_request(const ReplayRequest& request, ReplayConfig& config);
+// --head-budget uniform|adaptive with --head-floor, as ReplayConfig::head_floor (-1: uniform);
+// refused with page mode. Throws InputError naming the option.
+double head_floor_of(const std::string& head_budget, double head_floor, const Paging& paging);
 
 }  // namespace kvsim
