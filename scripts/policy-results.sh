@@ -42,8 +42,10 @@ EOF
 echo "Mean attention-mass retention (docs/semantics.md, section 3), one row per policy with its"
 echo "defaults. Made by \`bash scripts/policy-results.sh\`."
 table "Bundled trace, stream" "$bundled" "$percent"
-table "Bundled trace, prefill" "$bundled" 4,8,12,16,24 --mode prefill
-table "Bundled trace, question (the prompt's last 8 tokens)" "$bundled" 4,8,12,16 --mode prefill --question 8
+table "Bundled trace, prefill" "$bundled" "$percent" --mode prefill
+table "Bundled trace, prefill at token budgets (the prompts are 17-33 tokens)" "$bundled" 4,8,12,16,24 --mode prefill
+table "Bundled trace, question (the prompt's last 8 tokens)" "$bundled" "$percent" --mode prefill --question 8
+table "Bundled trace, question at token budgets" "$bundled" 4,8,12,16 --mode prefill --question 8
 table "Synthetic GQA trace (8 heads, 2 kv heads), stream" "$tmp/gqa.h5" "$percent"
 table "Synthetic GQA trace, prefill" "$tmp/gqa.h5" "$percent" --mode prefill
 table "Synthetic GQA trace, question (the prompt's last 32 tokens)" "$tmp/gqa.h5" "$percent" --mode prefill \
