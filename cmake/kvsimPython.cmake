@@ -50,6 +50,11 @@ if(KVSIM_PYTHON)
       OUTPUT_NAME _kvsim
       LIBRARY_OUTPUT_DIRECTORY "${KVSIM_PYTHON_BUILD_DIR}/kvsim")
     target_link_libraries(kvsim_python PRIVATE kvsim_sim nlohmann_json::nlohmann_json)
+    if(KVSIM_HAVE_QT)  # kvsim.gui: kvsim-gui's window in the Python process
+      target_sources(kvsim_python PRIVATE src/python/module_gui.cpp)
+      target_link_libraries(kvsim_python PRIVATE kvsim_gui_lib)
+      target_compile_definitions(kvsim_python PRIVATE KVSIM_HAVE_QT)
+    endif()
     add_dependencies(kvsim_python kvsim_python_files)
     message(STATUS "kvsim: Python module for ${Python_EXECUTABLE} (${Python_VERSION}), pybind11 ${pybind11_VERSION}")
   else()

@@ -262,6 +262,9 @@ void Session::requestReplay() {
     } catch (const kvtrace::InputError& e) {
       result.records.clear();
       result.error = QString::fromStdString(e.problem());
+    } catch (const std::exception& e) {  // the policy failed (a Python policy raised): shown as a refusal
+      result.records.clear();
+      result.error = QString::fromStdString(e.what());
     }
     result.replay_ms = static_cast<double>(timer.nsecsElapsed()) / 1e6;
     result.replay_cpu_ms = thread_cpu_ms() - cpu_start;

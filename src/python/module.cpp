@@ -82,4 +82,7 @@ PYBIND11_MODULE(_kvsim, m) {
   bind_plan(m);
   bind_eval(m);
   bind_policy(m);
+#ifdef KVSIM_HAVE_QT
+  bind_gui(m);  // kvsim.gui; without Qt, kvsim/_api.py says so
+#endif
 }

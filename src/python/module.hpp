@@ -3,7 +3,8 @@
 // vectors, the trace handle, attention rows given as numpy arrays, and each area's bindings
 // (module_trace.cpp: the trace; module_replay.cpp: policies, replay and sweep;
 // module_analysis.cpp: persistence analysis; module_plan.cpp: capacity planning;
-// module_eval.cpp: the closed loop; module_policy.cpp: policies written in Python).
+// module_eval.cpp: the closed loop; module_policy.cpp: policies written in Python;
+// module_gui.cpp: kvsim-gui's window, with Qt).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -15,6 +16,10 @@
 
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
+
+namespace kvsim {
+struct GroupRecord;
+}
 
 namespace kvsim::python {
 
@@ -71,6 +76,10 @@ struct Rows {
 // Throws InputError naming "attention".
 Rows rows_of(const py::handle& object);
 
+// One cache group's record as replay()'s "groups" list it (module_replay.cpp); with_position
+// adds its sequence and layer.
+py::dict group_dict(GroupRecord&& record, bool with_position);
+
 // ---- each area's functions, added to the module ----
 
 void bind_trace(py::module_& m);
@@ -80,5 +89,6 @@ void bind_plan(py::module_& m);
 void bind_eval(py::module_& m);                  // module_eval.cpp: the closed loop
 void bind_policy(py::module_& m);                // module_policy.cpp: policies written in Python
 bool is_python_policy(const std::string& name);  // registered by kvsim.register_policy
+void bind_gui(py::module_& m);                   // module_gui.cpp: kvsim.gui (built with Qt only)
 
 }  // namespace kvsim::python

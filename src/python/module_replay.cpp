@@ -88,6 +88,8 @@ py::dict summary_dict(const CellResult& cell, Mode mode, const Paging& paging, S
   return d;
 }
 
+}  // namespace
+
 py::dict group_dict(GroupRecord&& record, bool with_position) {
   SimulationResult& r = record.result;
   py::dict d;
@@ -115,6 +117,8 @@ py::dict group_dict(GroupRecord&& record, bool with_position) {
   d["budget"] = r.budget;
   return d;
 }
+
+namespace {
 
 py::dict replay(const Trace& trace, const std::string& policy, const std::string& budget,
                 const std::vector<std::pair<std::string, std::string>>& params, const ReplayOptions& options,

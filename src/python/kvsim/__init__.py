@@ -16,6 +16,7 @@ as_frame=False (or after kvsim.set_dataframes(False)) or without pandas:
   kvsim.plan_text(model, gpu, ...)                 the same plan as the table `kvsim plan` prints
   kvsim.policies(), kvsim.data_dir(), kvsim.bundled_trace(), kvsim.InputError (a ValueError)
   kvsim.register_policy(name, cls)                 a policy written in Python (kvsim.PolicyError)
+  kvsim.gui(trace, policy=..., budget=..., ...)    kvsim-gui's window in this process (built with Qt)
 These names load the compiled module on first use; `import kvsim` alone imports nothing heavy,
 so the pure-Python tools below work on machines that only have the .py files.
 
@@ -29,7 +30,7 @@ __version__ = "0.1.0"
 
 _NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "eval", "analyze",
                  "analyze_rows", "plan", "plan_text", "policies", "register_policy", "PolicyError", "data_dir",
-                 "bundled_trace", "SWEEP_COLUMNS", "REPLAY_COLUMNS", "set_dataframes")
+                 "bundled_trace", "SWEEP_COLUMNS", "REPLAY_COLUMNS", "set_dataframes", "gui")
 
 
 def __getattr__(name):

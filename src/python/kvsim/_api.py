@@ -293,6 +293,35 @@ def register_policy(name, cls):
     _native._register_policy(name, cls, str(summary), grouping, flags, specs)
 
 
+def gui(trace=None, **options):
+    """Open kvsim-gui's window on `trace` (a kvsim.Trace or a path; None: no trace) in this
+    process, so the policies kvsim.register_policy added are in its policy list, and return
+    when the window is closed. options: kvsim-gui's command-line options as keywords (`kvsim-gui
+    --help`), each given as --name-with-dashes: seq, layer, head, policy, budget (64 or '20%'),
+    step, mode, page, page_score, question, compress_every, layer_budget, head_budget,
+    head_floor; screenshot='shot.png' saves the window once every view has caught up and quits,
+    quit_after_ms=N quits N ms after they have (both for scripts and tests).
+
+    Returns what the window showed at the end: policies (the policy list), policy (the one
+    selected), label, seq, layer, head, step, n_tokens, budget (B of the shown layer),
+    budget_text, mode, status (the controls' status line), message (the status bar), error
+    (why the shown setting cannot run, e.g. the Python policy raised; '' if it ran), groups
+    (the shown replay's cache groups, as replay()'s), mask (bool [step, position]: whether the
+    shown head's cache held the position, what the heatmap draws) and exit_code. An option the
+    window refuses raises kvsim.InputError; no display (DISPLAY unset, no QT_QPA_PLATFORM=
+    offscreen), or kvsim built without Qt, RuntimeError."""
+    if not hasattr(_native, "_gui"):
+        raise RuntimeError("kvsim.gui: this kvsim was built without Qt 6 (Widgets and Charts), so without "
+                           "kvsim-gui; rebuild it with Qt 6 installed (-DKVSIM_GUI=ON)")
+    args = []
+    for name, value in options.items():
+        if value is not None:
+            args += ["--" + name.replace("_", "-"), _text(value)]
+    if trace is not None:
+        args += ["--", trace.path if isinstance(trace, Trace) else os.fspath(trace)]
+    return _native._gui(args)
+
+
 def data_dir() -> str:
     """The folder with kvsim's model and GPU cards and the bundled traces ($KVSIM_DATA_DIR,
     the source tree's data/ from a build tree, or the installation's share/kvsim)."""

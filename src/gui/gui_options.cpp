@@ -1,0 +1,158 @@
+#include "gui_options.hpp"
+
+#include <QApplication>
+#include <QCommandLineParser>
+#include <QImage>
+#include <QTimer>
+#include <algorithm>
+#include <exception>
+
+#include "controls_panel.hpp"
+#include "engine_options_panel.hpp"
+#include "kvsim/core/version.hpp"
+#include "main_window.hpp"
+#include "policy_editor.hpp"
+#include "session.hpp"
+
+namespace kvgui {
+
+CommandLine parseCommandLine(const QStringList& arguments) {
+  QCommandLineParser parser;
+  parser.setApplicationDescription(
+      "Explore one attention trace: which tokens an eviction policy keeps at a KV budget.");
+  const QCommandLineOption help({"h", "help"}, "Displays help on commandline options."),
+      version("version", "Displays version information.");
+  parser.addOption(help);
+  parser.addOption(version);
+  parser.addPositionalArgument("trace", "trace file (HDF5, schema v1) to open");
+  const QCommandLineOption seq("seq", "sequence to show", "i", "0"), layer("layer", "layer to show", "l", "0"),
+      head("head", "query head to show", "h", "0"), policy("policy", "eviction policy", "name", "scissorhands"),
+      budget("budget", "KV budget: tokens (64) or % (20%)", "B", "20%"),
+      step("step", "step cursor (default: the last step)", "t", "-1");
+  parser.addOptions({seq, layer, head, policy, budget, step});
+  // The engine options, as kvsim replay takes them (the Engine options of the window).
+  const QCommandLineOption mode("mode", "stream or prefill", "mode", "stream"),
+      page("page", "page size P (0: token mode)", "P", "0"), page_score("page-score", "mean or max", "how", "mean"),
+      question("question", "question tokens (prefill mode), or auto", "N"),
+      compress_every("compress-every", "compress to B every N decode steps", "N"),
+      layer_budget("layer-budget", "uniform, persistence, pyramid, cake, or weights", "schedule", "uniform"),
+      head_budget("head-budget", "uniform or adaptive", "how", "uniform"),
+      head_floor("head-floor", "adaptive: each head keeps its top F x B", "F", "0.2");
+  parser.addOptions({mode, page, page_score, question, compress_every, layer_budget, head_budget, head_floor});
+  const QCommandLineOption screenshot("screenshot", "once the views have caught up, save the window as PNG and quit",
+                                      "file.png"),
+      quit_after("quit-after-ms", "quit this long after the views have caught up", "ms", "-1");
+  parser.addOptions({screenshot, quit_after});
+
+  CommandLine line;
+  if (!parser.parse(arguments)) {
+    line.outcome = CommandLine::bad;
+    line.text = parser.errorText();
+    return line;
+  }
+  if (parser.isSet(help)) {
+    line.outcome = CommandLine::help;
+    line.text = parser.helpText().replace("<executable_name>", "kvsim-gui");
+    return line;
+  }
+  if (parser.isSet(version)) {
+    line.outcome = CommandLine::version;
+    line.text = QString("kvsim-gui %1\n").arg(kvsim::version());
+    return line;
+  }
+  // Numbers are numbers: "--layer x" is refused, not layer 0.
+  const auto refuse = [&](const QCommandLineOption& option, const char* what) {
+    if (line.outcome != CommandLine::run) return;
+    line.outcome = CommandLine::bad;
+    line.text = QString("--%1: '%2' is not %3").arg(option.names().front(), parser.value(option), what);
+  };
+  const auto integer = [&](const QCommandLineOption& option, auto* to) {
+    bool ok = false;
+    const QString text = parser.value(option);
+    if constexpr (sizeof(*to) == sizeof(int))
+      *to = text.toInt(&ok);
+    else
+      *to = text.toLongLong(&ok);
+    if (!ok) refuse(option, "an integer");
+  };
+  GuiOptions& o = line.options;
+  if (!parser.positionalArguments().isEmpty()) o.trace = parser.positionalArguments().front();
+  integer(seq, &o.seq);
+  integer(layer, &o.layer);
+  integer(head, &o.head);
+  integer(step, &o.step);
+  integer(page, &o.engine.page);
+  integer(quit_after, &o.quit_after_ms);
+  bool ok = false;
+  o.engine.head_floor = parser.value(head_floor).toDouble(&ok);
+  if (!ok) refuse(head_floor, "a number");
+  o.policy = parser.value(policy);
+  o.budget = parser.value(budget);
+  o.mode = parser.value(mode);
+  o.engine.page_score = parser.value(page_score).toStdString();
+  o.engine.question = parser.value(question).toStdString();
+  o.engine.compress_every = parser.value(compress_every).toStdString();
+  o.engine.layer_budget = parser.value(layer_budget).toStdString();
+  o.engine.head_budget = parser.value(head_budget).toStdString();
+  o.screenshot = parser.value(screenshot);
+  return line;
+}
+
+bool hasDisplay() {
+  const QByteArray platform = qgetenv("QT_QPA_PLATFORM");
+  if (!platform.isEmpty() && !platform.startsWith("xcb") && !platform.startsWith("wayland")) return true;
+  return !qgetenv("DISPLAY").isEmpty() || !qgetenv("WAYLAND_DISPLAY").isEmpty();
+}
+
+QString noDisplayMessage() {
+  return "no display (DISPLAY is not set); run it in a desktop session, under xvfb-run, or with "
+         "QT_QPA_PLATFORM=offscreen";
+}
+
+std::vector<OptionProblem> applyOptions(MainWindow& window, const GuiOptions& options) {
+  std::vector<OptionProblem> problems;
+  if (options.trace.isEmpty()) return problems;
+  QString error;
+  if (!window.openFile(options.trace, &error)) {
+    problems.push_back({QObject::tr("Cannot open the trace"), error});
+    return problems;
+  }
+  Session* session = window.session();
+  try {
+    session->setBudget(kvsim::Budget::parse(options.budget.toStdString()));
+  } catch (const std::exception& e) {
+    problems.push_back({QObject::tr("Bad budget"), QString::fromStdString(e.what())});
+  }
+  window.controls()->policyEditor()->setPolicy(options.policy);
+  QString policy_error;
+  if (!session->setPolicy(options.policy.toStdString(), {}, &policy_error))
+    problems.push_back({QObject::tr("Bad policy"), policy_error});
+  session->setLocation(options.seq, options.layer, options.head);
+  try {
+    session->setMode(kvsim::parse_mode(options.mode.toStdString()));
+  } catch (const std::exception& e) {
+    problems.push_back({QObject::tr("Bad mode"), QString::fromStdString(e.what())});
+  }
+  window.controls()->engineOptions()->setOptions(options.engine);  // what the library refuses is the status line's
+  if (options.step >= 0) session->setStep(options.step);
+  return problems;
+}
+
+void runUnattended(MainWindow& window, const GuiOptions& options, QString* error) {
+  if (options.screenshot.isEmpty() && options.quit_after_ms < 0) return;
+  QTimer::singleShot(0, &window, [&window, options, error]() {
+    window.waitIdle();
+    int code = 0;
+    if (!options.screenshot.isEmpty()) {
+      QApplication::processEvents();  // the layouts and the last repaints
+      if (!window.grab().toImage().save(options.screenshot, "PNG")) {
+        *error = QObject::tr("cannot write the screenshot %1").arg(options.screenshot);
+        code = 1;
+      }
+    }
+    QTimer::singleShot(code == 0 ? std::max(0, options.quit_after_ms) : 0, qApp,
+                       [code]() { QApplication::exit(code); });
+  });
+}
+
+}  // namespace kvgui
