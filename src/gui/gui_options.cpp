@@ -52,7 +52,11 @@ CommandLine parseCommandLine(const QStringList& arguments) {
   }
   if (parser.isSet(help)) {
     line.outcome = CommandLine::help;
-    line.text = parser.helpText().replace("<executable_name>", "kvsim-gui");
+    // "Usage: <program> [options] trace": Qt names the running program (python3, a test) or,
+    // before there is an application, a placeholder.
+    line.text = parser.helpText();
+    const qsizetype from = line.text.indexOf("Usage: ") + 7, to = line.text.indexOf(' ', from);
+    if (from >= 7 && to > from) line.text.replace(from, to - from, "kvsim-gui");
     return line;
   }
   if (parser.isSet(version)) {

@@ -7,6 +7,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
+#include <QImage>
 #include <QLabel>
 #include <QLineEdit>
 #include <QSpinBox>
@@ -17,6 +18,7 @@
 #include "charts/charts_panel.hpp"
 #include "controls_panel.hpp"
 #include "engine_options_panel.hpp"
+#include "gui_options.hpp"
 #include "kvsim/analysis/analysis.hpp"
 #include "kvsim/core/summary.hpp"
 #include "kvsim/replay/replay.hpp"
@@ -286,6 +288,97 @@ class GuiOptionsTest : public QObject {
     config.keep_records = true;
     const auto results = kvsim::replay_trace(kvtrace::TraceReader(kTrace.toStdString()), config);
     QVERIFY(shows_engine(*window.session(), results.cells.front().records, 1));
+  }
+
+  // kvsim-gui's command line (gui_options.cpp), which kvsim.gui in Python writes its keywords as.
+  void theCommandLineIsGuiOptions() {
+    const kvgui::CommandLine defaults = kvgui::parseCommandLine({"kvsim-gui"});
+    QCOMPARE(defaults.outcome, kvgui::CommandLine::run);
+    QVERIFY(defaults.options.trace.isEmpty());
+    QCOMPARE(defaults.options.policy, QString("scissorhands"));
+    QCOMPARE(defaults.options.budget, QString("20%"));
+    QCOMPARE(defaults.options.step, qint64(-1));
+    QCOMPARE(defaults.options.quit_after_ms, -1);
+    QVERIFY(defaults.options.engine == kvgui::ReplayOptions());
+    const kvgui::CommandLine line = kvgui::parseCommandLine({"kvsim-gui", "--seq",
+                                                             "1",         "--layer",
+                                                             "3",         "--head",
+                                                             "2",         "--policy",
+                                                             "h2o",       "--budget",
+                                                             "64",        "--step",
+                                                             "10",        "--mode",
+                                                             "prefill",   "--page",
+                                                             "16",        "--page-score",
+                                                             "max",       "--question",
+                                                             "auto",      "--compress-every",
+                                                             "8",         "--layer-budget",
+                                                             "pyramid",   "--head-budget",
+                                                             "adaptive",  "--head-floor",
+                                                             "0.5",       "--screenshot",
+                                                             "s.png",     "--quit-after-ms",
+                                                             "5",         "--",
+                                                             "t.h5"});
+    QCOMPARE(line.outcome, kvgui::CommandLine::run);
+    const kvgui::GuiOptions& o = line.options;
+    QCOMPARE(o.trace, QString("t.h5"));
+    QCOMPARE((std::vector<int>{o.seq, o.layer, o.head}), (std::vector<int>{1, 3, 2}));
+    QCOMPARE(o.policy, QString("h2o"));
+    QCOMPARE(o.budget, QString("64"));
+    QCOMPARE(o.step, qint64(10));
+    QCOMPARE(o.mode, QString("prefill"));
+    QVERIFY(o.engine == (kvgui::ReplayOptions{16, "max", "auto", "8", "adaptive", 0.5, "pyramid"}));
+    QCOMPARE(o.screenshot, QString("s.png"));
+    QCOMPARE(o.quit_after_ms, 5);
+    // Refusals: one line each; numbers are numbers (not 0 when they are not).
+    const auto refused = [](QStringList arguments) {
+      arguments.prepend("kvsim-gui");
+      const kvgui::CommandLine bad = kvgui::parseCommandLine(arguments);
+      return bad.outcome == kvgui::CommandLine::bad ? bad.text : QString();
+    };
+    QCOMPARE(refused({"--layer", "x"}), QString("--layer: 'x' is not an integer"));
+    QCOMPARE(refused({"--seq", "99999999999"}), QString("--seq: '99999999999' is not an integer"));
+    QCOMPARE(refused({"--head-floor", "lots"}), QString("--head-floor: 'lots' is not a number"));
+    QCOMPARE(refused({"--colour", "red"}), QString("Unknown option 'colour'."));
+    const kvgui::CommandLine help = kvgui::parseCommandLine({"kvsim-gui", "--help"});
+    QCOMPARE(help.outcome, kvgui::CommandLine::help);
+    QVERIFY(help.text.contains("--screenshot <file.png>") && help.text.contains("kvsim-gui [options] trace"));
+  }
+
+  // The options applied as a user sets them, what cannot be applied as problems, and the
+  // unattended run: the window as PNG once the views caught up, then the event loop ends.
+  void optionsApplyAndAScreenshotQuits() {
+    kvgui::GuiOptions options;
+    options.trace = kTrace;
+    options.policy = "h2o";
+    options.budget = "32";
+    options.layer = 1;
+    options.head = 3;
+    const kvtest::TempDir dir;
+    options.screenshot = QString::fromStdString(dir.file("shot.png"));
+    MainWindow window;
+    window.show();
+    QVERIFY(kvgui::applyOptions(window, options).empty());
+    QString error;
+    kvgui::runUnattended(window, options, &error);
+    QCOMPARE(QApplication::exec(), 0);
+    QVERIFY(error.isEmpty());
+    QVERIFY(window.viewsAreCurrent());
+    const kvgui::Session& session = *window.session();
+    QCOMPARE(window.controls()->policyEditor()->policy(), QString("h2o"));
+    QCOMPARE((std::vector<int64_t>{session.layer(), session.head(), session.budgetTokens()}),
+             (std::vector<int64_t>{1, 3, 32}));
+    QCOMPARE(QImage(options.screenshot).size(), window.size());
+
+    options.policy = "nope";
+    options.budget = "lots";
+    options.screenshot = QString::fromStdString(dir.file("no/such/dir.png"));
+    const auto problems = kvgui::applyOptions(window, options);
+    QCOMPARE(problems.size(), size_t(2));
+    QCOMPARE(problems[0].title, QString("Bad budget"));
+    QCOMPARE(problems[1].title, QString("Bad policy"));
+    kvgui::runUnattended(window, options, &error);
+    QCOMPARE(QApplication::exec(), 1);
+    QVERIFY(error.startsWith("cannot write the screenshot"));
   }
 };
 
