@@ -6,7 +6,8 @@ heads) and a synthetic GQA trace (32 heads, 8 kv heads); a Python policy that ra
 window's one-line message, not a crash; a bad option is kvsim.InputError; the docs' kvsim.gui
 block prints what they show.
 Needs the compiled module built with Qt (ctest python.gui sets PYTHONPATH); skipped without it
-unless KVSIM_REQUIRE_NATIVE=1."""
+unless KVSIM_REQUIRE_NATIVE=1 and KVSIM_REQUIRE_GUI=1. Named to run after test_module in a
+discovery (pip_install.py): the policies registered here stay in the process's list."""
 
 import contextlib
 import io
