@@ -112,7 +112,8 @@ LayerSchedule cake_schedule(const std::string& text, const ScheduleRows& rows, i
       if (!measure.measured) break;
       preference.push_back(cake_preference(measure, tau1, tau2));
     }
-    if (preference.size() == layers) schedule.preference[static_cast<size_t>(rows.sequences[s])] = std::move(preference);
+    if (preference.size() == layers)
+      schedule.preference[static_cast<size_t>(rows.sequences[s])] = std::move(preference);
   }
   return schedule;
 }

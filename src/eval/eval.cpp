@@ -219,7 +219,8 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
   const kvtrace::Llama2Config& config = model.config();
   const auto n = static_cast<int64_t>(tokens.size());
   if (n < 1) throw kvtrace::InputError("", "", "no tokens to evaluate");
-  if (options.question < 0 || (options.question > 0 && (options.question >= options.prompt_len || options.prompt_len >= n)))
+  if (options.question < 0 ||
+      (options.question > 0 && (options.question >= options.prompt_len || options.prompt_len >= n)))
     throw kvtrace::InputError("", "",
                               std::string("--question ")
                                   .append(std::to_string(options.question))
@@ -243,9 +244,8 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
     if (!options.layer_budgets.empty() &&
         (static_cast<int>(options.layer_budgets.size()) != config.n_layers ||
          *std::min_element(options.layer_budgets.begin(), options.layer_budgets.end()) < 1))
-      throw kvtrace::InputError("", "",
-                                "layer budgets: one of at least 1 token per layer (" +
-                                    std::to_string(config.n_layers) + ") needed");
+      throw kvtrace::InputError(
+          "", "", "layer budgets: one of at least 1 token per layer (" + std::to_string(config.n_layers) + ") needed");
     if (policy->info->needs_future) {
       const auto* future = options.future_rows;
       if (!future || static_cast<int>(future->size()) != config.n_layers ||

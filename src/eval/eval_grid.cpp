@@ -354,8 +354,7 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
       replay_occupancy += reference.occupancy_sum[cell];
       replay_steps += reference.occupancy_steps[cell];
       for (size_t l = 0; l < layers; ++l) {
-        out.layer_budget_mean[l] +=
-            static_cast<double>(plans[s].layer_budgets[cell][l]) / static_cast<double>(n_seqs);
+        out.layer_budget_mean[l] += static_cast<double>(plans[s].layer_budgets[cell][l]) / static_cast<double>(n_seqs);
         layer_sum[l] += run.layer_occupancy_sum[l];
         layer_steps[l] += run.layer_steps[l];
         replay_layer_sum[l] += reference.layer_occupancy_sum[cell][l];

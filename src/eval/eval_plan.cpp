@@ -28,7 +28,8 @@ std::vector<SequenceProtocol> sequence_protocols(std::span<const EvalSequence> s
       question = sequence.question_len;
     }
     if (sequence.prompt_len <= 0)
-      throw kvtrace::InputError("", which, "--question needs the prompt's length (the trace's prompt_len, or --prompt-len)");
+      throw kvtrace::InputError("", which,
+                                "--question needs the prompt's length (the trace's prompt_len, or --prompt-len)");
     if (question >= sequence.prompt_len)
       throw kvtrace::InputError("", which,
                                 std::string("--question ")
@@ -98,7 +99,8 @@ std::vector<LayerSchedule> policy_schedules(const EvalConfig& config, int n_laye
   };
   std::vector<LayerSchedule> out;
   for (const PolicyChoice& policy : config.policies)
-    out.push_back(schedule_of(policy.info->layer_budget ? policy.info->layer_budget(policy.params) : config.layer_budget));
+    out.push_back(
+        schedule_of(policy.info->layer_budget ? policy.info->layer_budget(policy.params) : config.layer_budget));
   return out;
 }
 

@@ -175,9 +175,10 @@ TEST(CliEval, LayerBudgetsInTheClosedLoop) {
   EXPECT_NE(grid[0], moved[0]);  // snapkv uniform vs snapkv under the pyramid
   // The table's budget is the uniform B: 64 in every row.
   for (const std::string& row : grid) EXPECT_EQ(row.rfind(",,50%,64,0.5,", 0), 0u) << row;
-  for (const std::string& args : {run + "--policies pyramidkv --layer-budget pyramid",  // its own schedule
-                                  run + "--policies h2o --layer-budget 1,2",             // 2 weights, 6 layers
-                                  run + "--policies h2o --layer-budget pyramid:beta=0", run + "--layer-budget cake:x=1"})
+  for (const std::string& args :
+       {run + "--policies pyramidkv --layer-budget pyramid",  // its own schedule
+        run + "--policies h2o --layer-budget 1,2",            // 2 weights, 6 layers
+        run + "--policies h2o --layer-budget pyramid:beta=0", run + "--layer-budget cake:x=1"})
     kvtest::expect_one_line_error(args);
 }
 
@@ -200,16 +201,16 @@ TEST(CliEval, QuestionProtocolInTheClosedLoop) {
   ASSERT_EQ(kvtest::run_kvsim(run + "--question 8 --prompt-len 48").code, 0);
   std::ofstream(dir.file("story.txt")) << "Once upon a time, there was a little girl named Lily. She loved to play "
                                           "in the park with her dog, and every day they ran in the sun.";
-  const auto text =
-      kvtest::run_kvsim("eval --text " + dir.file("story.txt") + " --budgets 4 --policies h2o --question 4 --prompt-len 12");
+  const auto text = kvtest::run_kvsim("eval --text " + dir.file("story.txt") +
+                                      " --budgets 4 --policies h2o --question 4 --prompt-len 12");
   ASSERT_EQ(text.code, 0) << text.output;
   EXPECT_NE(text.output.find("prompt 12 tokens, the last 4 of them the question"), std::string::npos) << text.output;
   for (const std::string& args : {
-           run + "--question 19",                        // not shorter than the prompt
-           run + "--question 8 --prompt-len 96",         // no answer token
-           run + "--question auto",                      // the trace has no question_len
-           run + "--question 0", run + "--question x",   //
-           run + "--prompt-len 30",                      // without --question
+           run + "--question 19",                                     // not shorter than the prompt
+           run + "--question 8 --prompt-len 96",                      // no answer token
+           run + "--question auto",                                   // the trace has no question_len
+           run + "--question 0", run + "--question x",                //
+           run + "--prompt-len 30",                                   // without --question
            "eval --text " + dir.file("story.txt") + " --question 4",  // text has no prompt
        })
     kvtest::expect_one_line_error(args);

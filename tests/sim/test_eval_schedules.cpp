@@ -199,8 +199,7 @@ TEST(EvalQuestion, ContextCompressedOnceQuestionAndAnswerKept) {
     EXPECT_EQ(record.result.question_steps, 2);
     EXPECT_EQ(record.result.occupancy, (std::vector<int32_t>{3, 4, 5, 6, 7, 8}));
     EXPECT_EQ(record.result.evictions, 2);
-    EXPECT_EQ(record.result.eviction_step,
-              (std::vector<int32_t>{3, 3, -1, -1, -1, -1, -1, -1, -1, -1}));
+    EXPECT_EQ(record.result.eviction_step, (std::vector<int32_t>{3, 3, -1, -1, -1, -1, -1, -1, -1, -1}));
   }
   const size_t vocab = 13;
   EXPECT_EQ(0, std::memcmp(run.logits.data(), full.logits.data(), 4 * vocab * sizeof(float)));

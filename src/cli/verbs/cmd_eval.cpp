@@ -132,8 +132,8 @@ int cmd_eval(const std::vector<std::string>& args) {
       "answer's predictions count")(
       "prompt-len", po::value(&prompt_len),
       "with --question: each sequence's prompt is its first P tokens (default: the trace's prompt_len; --text "
-      "needs it)")(
-      "threads", po::value(&threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
+      "needs it)")("threads", po::value(&threads)->default_value(0),
+                   "worker threads (0: all cores); results do not depend on it")(
       "csv", po::value(&csv), "write one row per (policy, budget) as CSV")(
       "json", po::value(&json), "write results, per-sequence values and correlations as JSON")(
       "plot", po::value(&plot), "write perplexity increase vs budget as PNG or SVG, one line per policy")(

@@ -107,8 +107,8 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
 // ---- the policies x budgets grid over sequences ----
 
 struct EvalSequence {
-  int index = 0;            // in the trace (or the text chunk's number): labels and seeds
-  std::vector<int> tokens;  // at least 2
+  int index = 0;              // in the trace (or the text chunk's number): labels and seeds
+  std::vector<int> tokens;    // at least 2
   int64_t prompt_len = -1;    // the prompt's tokens (the trace's prompt_len, --prompt-len); -1: unknown
   int64_t question_len = -1;  // the trace's question_len (--question auto); -1: unknown
 };
