@@ -200,10 +200,33 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
   };
 
   // The full cache: references for agreement, the rows the replay runs on and the measured
-  // schedules read.
+  // schedules read. Unless a schedule measures them, each sequence's full-cache run is replayed
+  // and dropped at once; else every run is kept until the schedules are measured.
   const std::vector<eval_plan::SequenceProtocol> protocols = eval_plan::sequence_protocols(sequences, config);
   const bool measure = eval_plan::schedules_measure(config);
-  eval_plan::policy_schedules(config, c.n_layers, {}, {}, {}, 1);  // bad schedules fail before any run
+  std::vector<LayerSchedule> schedules =
+      eval_plan::policy_schedules(config, c.n_layers, {}, {}, {}, 1);  // bad schedules fail before any run
+  std::vector<SequencePlan> plans(n_seqs);
+  auto make_plans = [&] {
+    for (size_t s = 0; s < n_seqs; ++s) {
+      plans[s].protocol = protocols[s];
+      const auto n = static_cast<int64_t>(sequences[s].tokens.size());
+      for (size_t cell = 0; cell < cells; ++cell)
+        plans[s].layer_budgets.push_back(eval_plan::layer_budgets(schedules[cell / budgets],
+                                                                  config.budgets[cell % budgets].resolve(n),
+                                                                  sequences[s].index, n, protocols[s], c.n_layers));
+    }
+  };
+  if (!measure) make_plans();
+  std::vector<Reference> references(n_seqs);
+  auto replay_full = [&](size_t s, ClosedLoopRun& full) {
+    Reference& reference = references[s];
+    replay_reference(model, sequences[s], config, plans[s], full, reference);
+    reference.argmax = std::move(full.argmax);
+    reference.nll = std::move(full.nll);
+    if (needs_future) reference.rows = std::move(full.rows);
+    full = ClosedLoopRun();
+  };
   std::vector<ClosedLoopRun> fulls(n_seqs);
   parallel_for(
       n_seqs, threads,
@@ -216,34 +239,19 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
           options.record_queries = options.record_queries || policy.info->needs_queries;
         }
         fulls[s] = run_closed_loop(model, sequences[s].tokens, nullptr, 0, options);
+        if (!measure) replay_full(s, fulls[s]);
       },
-      [] {});
-  std::vector<const std::vector<std::vector<std::vector<float>>>*> full_rows;
-  for (const ClosedLoopRun& full : fulls) full_rows.push_back(measure ? &full.rows : nullptr);
-  const std::vector<LayerSchedule> schedules =
-      eval_plan::policy_schedules(config, c.n_layers, sequences, protocols, full_rows, threads);
-  std::vector<SequencePlan> plans(n_seqs);
-  for (size_t s = 0; s < n_seqs; ++s) {
-    plans[s].protocol = protocols[s];
-    const auto n = static_cast<int64_t>(sequences[s].tokens.size());
-    for (size_t cell = 0; cell < cells; ++cell)
-      plans[s].layer_budgets.push_back(eval_plan::layer_budgets(schedules[cell / budgets],
-                                                                config.budgets[cell % budgets].resolve(n),
-                                                                sequences[s].index, n, protocols[s], c.n_layers));
+      [&] {
+        if (!measure) tick();
+      });
+  if (measure) {
+    std::vector<const std::vector<std::vector<std::vector<float>>>*> full_rows;
+    for (const ClosedLoopRun& full : fulls) full_rows.push_back(&full.rows);
+    schedules = eval_plan::policy_schedules(config, c.n_layers, sequences, protocols, full_rows, threads);
+    make_plans();
+    parallel_for(
+        n_seqs, threads, [&](size_t s) { replay_full(s, fulls[s]); }, tick);
   }
-  std::vector<Reference> references(n_seqs);
-  parallel_for(
-      n_seqs, threads,
-      [&](size_t s) {
-        ClosedLoopRun& full = fulls[s];
-        Reference& reference = references[s];
-        replay_reference(model, sequences[s], config, plans[s], full, reference);
-        reference.argmax = std::move(full.argmax);
-        reference.nll = std::move(full.nll);
-        if (needs_future) reference.rows = std::move(full.rows);
-        full = ClosedLoopRun();
-      },
-      tick);
 
   // The closed loop: one run per (sequence, policy, budget).
   std::vector<RunResult> runs(n_seqs * cells);
