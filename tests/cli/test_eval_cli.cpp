@@ -205,6 +205,11 @@ TEST(CliEval, QuestionProtocolInTheClosedLoop) {
                                       " --budgets 4 --policies h2o --question 4 --prompt-len 12");
   ASSERT_EQ(text.code, 0) << text.output;
   EXPECT_NE(text.output.find("prompt 12 tokens, the last 4 of them the question"), std::string::npos) << text.output;
+  // Text measures cake's preferences on the full-cache run's rows (there is no trace).
+  const auto cake = kvtest::run_kvsim("eval --text " + dir.file("story.txt") +
+                                      " --budgets 50% --policies h2o --layer-budget cake:window=4");
+  ASSERT_EQ(cake.code, 0) << cake.output;
+  EXPECT_NE(cake.output.find("per-layer budgets B_l"), std::string::npos) << cake.output;
   for (const std::string& args : {
            run + "--question 19",                                     // not shorter than the prompt
            run + "--question 8 --prompt-len 96",                      // no answer token

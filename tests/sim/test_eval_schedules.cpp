@@ -8,6 +8,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -233,4 +234,48 @@ TEST(EvalQuestion, ContextCompressedOnceQuestionAndAnswerKept) {
   EXPECT_THROW(kvsim::evaluate(model, sequences, config), kvtrace::InputError);
   sequences[0].prompt_len = -1;  // unknown
   EXPECT_THROW(kvsim::evaluate(model, sequences, config), kvtrace::InputError);
+}
+
+// persistence is measured once over every evaluated sequence's full-cache rows and heads
+// (persistence_schedule on ScheduleRows, the code replay's persistence runs); the grid with it,
+// cake and a question is the same whatever the thread count.
+TEST(EvalLayerBudgets, PersistenceOverEverySequenceSameWhateverTheThreads) {
+  kvtest::TempDir dir;
+  const Llama2Model model = random_model(dir);
+  const std::vector<EvalSequence> sequences{{0, tokens_of(40), 20, -1}, {2, tokens_of(34, 9), 16, -1}};
+  EvalConfig config;
+  config.policies = {kvsim::choose_policy("h2o"), kvsim::choose_policy("snapkv", {{"window", "4"}})};
+  config.budgets = kvsim::parse_budgets("30%,12");
+  config.layer_budget = "persistence";
+  config.threads = 1;
+  const kvsim::EvalResults one = kvsim::evaluate(model, sequences, config);
+  std::vector<ClosedLoopRun> fulls;
+  for (const EvalSequence& sequence : sequences) {
+    ClosedLoopOptions record;
+    record.record_rows = true;
+    fulls.push_back(kvsim::run_closed_loop(model, sequence.tokens, nullptr, 0, record));
+  }
+  kvsim::ScheduleRows rows;
+  rows.n_layers = 2;
+  rows.sequences = {0, 2};
+  rows.open = [&](int seq, int layer) -> std::unique_ptr<kvtrace::AttentionSource> {
+    const size_t s = seq == 0 ? 0 : 1;
+    return std::make_unique<kvtrace::PackedAttentionSource>(static_cast<int64_t>(sequences[s].tokens.size()),
+                                                            fulls[s].rows[static_cast<size_t>(layer)]);
+  };
+  const kvsim::LayerSchedule schedule = kvsim::persistence_schedule(rows, 1);
+  ASSERT_EQ(schedule.weights.size(), 2u);
+  const kvsim::EvalCell& cell = one.cells.at(1);  // h2o at 12 tokens
+  EXPECT_EQ(cell.layer_budget_mean, (std::vector<double>{static_cast<double>(schedule.apply(12, 0)),
+                                                         static_cast<double>(schedule.apply(12, 1))}));
+  EXPECT_NE(cell.layer_budget_mean[0], cell.layer_budget_mean[1]);
+  for (const std::string& text : {std::string("persistence"), std::string("cake:window=4")})
+    for (const int64_t question : {int64_t{0}, int64_t{5}}) {
+      config.layer_budget = text;
+      config.question = question;
+      config.threads = 1;
+      const std::string a = kvsim::eval_json(kvsim::evaluate(model, sequences, config), "x", "m");
+      config.threads = 3;
+      EXPECT_EQ(kvsim::eval_json(kvsim::evaluate(model, sequences, config), "x", "m"), a) << text << " " << question;
+    }
 }
