@@ -228,7 +228,12 @@ int cmd_eval(const std::vector<std::string>& args) {
   EvalResults results;
   {
     Progress progress("eval");
-    results = evaluate(model, sequences, config, progress.callback());
+    try {
+      results = evaluate(model, sequences, config, progress.callback());
+    } catch (const kvtrace::InputError& e) {  // a sequence's problem (its prompt, question): name the file
+      if (!e.file().empty() || e.dataset().empty()) throw;
+      throw kvtrace::InputError(source, e.dataset(), e.problem());
+    }
   }
   // Outputs first: a failed write is then the only line printed.
   if (!csv.empty()) kvtrace::write_file_atomically(csv, eval_csv(results));
