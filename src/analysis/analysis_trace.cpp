@@ -175,18 +175,73 @@ std::vector<double> persistence_weights(std::span<const double> layer_persistenc
   return weights;
 }
 
+namespace {
+
+// A trace's rows as a measured schedule reads them: `sequences` (empty: all) in ascending
+// order, T the prompt in prefill mode.
+ScheduleRows trace_rows(const kvtrace::TraceReader& reader, const std::vector<int>& sequences, kvtrace::RowsFrom rows,
+                        Mode mode) {
+  ScheduleRows out;
+  out.n_layers = reader.meta().n_layers;
+  out.sequences = sorted_indices(chosen_or_all(sequences, reader.n_sequences(), "sequence", reader.path()));
+  std::vector<int> heads(static_cast<size_t>(reader.meta().n_heads));
+  for (int h = 0; h < reader.meta().n_heads; ++h) heads[static_cast<size_t>(h)] = h;
+  out.open = [&reader, heads, rows](int seq, int layer) {
+    return kvtrace::open_attention_source(reader, seq, layer, heads, rows);
+  };
+  out.tokens = [&reader, mode](int seq) {
+    const kvtrace::SequenceMeta& info = reader.sequence(seq);
+    return mode == Mode::prefill ? std::min(info.prompt_len, info.n_tokens) : info.n_tokens;
+  };
+  return out;
+}
+
+}  // namespace
+
+// Each layer's persistence: the mean over the measured sequences (ascending) and their heads
+// of the defined values, as analyze_trace's layer means take it.
+LayerSchedule persistence_schedule(const ScheduleRows& rows, int threads) {
+  AnalysisOptions options;
+  options.correlations = false;
+  options.repeat_samples = 0;
+  const auto layers = static_cast<size_t>(rows.n_layers);
+  std::vector<LayerAnalysis> items(rows.sequences.size() * layers);
+  const int workers = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  parallel_for(
+      items.size(), workers,
+      [&](size_t i) {
+        auto source = rows.open(rows.sequences[i / layers], static_cast<int>(i % layers));
+        items[i] = analyze_rows(*source, options);
+      },
+      [] {});
+  std::vector<double> persistence;
+  for (size_t l = 0; l < layers; ++l) {
+    double sum = 0;
+    int64_t defined = 0;
+    for (size_t s = 0; s < rows.sequences.size(); ++s)
+      for (const HeadAnalysis& head : items[s * layers + l].heads)
+        if (!std::isnan(head.persistence)) sum += head.persistence, ++defined;
+    persistence.push_back(defined > 0 ? sum / static_cast<double>(defined) : NAN);
+  }
+  return LayerSchedule::from_weights("persistence", persistence_weights(persistence));
+}
+
 LayerSchedule persistence_schedule(const kvtrace::TraceReader& reader, const std::vector<int>& sequences,
                                    kvtrace::RowsFrom rows, int threads) {
-  AnalysisConfig config;
-  config.options.correlations = false;
-  config.options.repeat_samples = 0;
-  config.rows = rows;
-  config.sequences = sequences;
-  config.threads = threads;
-  const TraceAnalysis analysis = analyze_trace(reader, config);
-  std::vector<double> persistence;
-  for (const StatRow& row : analysis.layer_means) persistence.push_back(row.persistence);
-  return LayerSchedule::from_weights("persistence", persistence_weights(persistence));
+  return persistence_schedule(trace_rows(reader, sequences, rows, Mode::stream), threads);
+}
+
+LayerSchedule cake_schedule(const std::string& text, const kvtrace::TraceReader& reader,
+                            const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads, Mode mode) {
+  LayerSchedule schedule = cake_schedule(text, trace_rows(reader, sequences, rows, mode), threads);
+  schedule.preference.resize(static_cast<size_t>(reader.n_sequences()));
+  return schedule;
+}
+
+LayerSchedule layer_schedule(const std::string& text, const ScheduleRows& rows, int threads) {
+  if (text == "persistence") return persistence_schedule(rows, threads);
+  if (text == "cake" || text.rfind("cake:", 0) == 0) return cake_schedule(text, rows, threads);
+  return LayerSchedule::parse(text, rows.n_layers);
 }
 
 LayerSchedule layer_schedule(const std::string& text, const kvtrace::TraceReader& reader,

@@ -67,13 +67,11 @@ double cake_preference(const CakeMeasure& measure, double tau1, double tau2) {
   return std::pow(measure.dispersion, 1.0 / tau1) * std::pow(measure.variance, 1.0 / tau2);
 }
 
-LayerSchedule cake_schedule(const std::string& text, const kvtrace::TraceReader& reader,
-                            const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads, Mode mode) {
+LayerSchedule cake_schedule(const std::string& text, const ScheduleRows& rows, int threads) {
   LayerSchedule schedule;
   schedule.name = text;
   schedule.kind = LayerSchedule::Kind::cake;
-  const kvtrace::TraceMeta& meta = reader.meta();
-  schedule.n_layers = meta.n_layers;
+  schedule.n_layers = rows.n_layers;
   // The authors' default when no tuned pair is given (experiments/LongBench/pred_cake.py L200).
   double tau1 = 1.0, tau2 = 1.0;
   size_t at = text.find(':');
@@ -93,32 +91,29 @@ LayerSchedule cake_schedule(const std::string& text, const kvtrace::TraceReader&
     }
     at = next;
   }
-  const std::vector<int> chosen = chosen_or_all(sequences, reader.n_sequences(), "sequence", reader.path());
-  std::vector<int> heads(static_cast<size_t>(meta.n_heads));
-  for (int h = 0; h < meta.n_heads; ++h) heads[static_cast<size_t>(h)] = h;
-  std::vector<CakeMeasure> measures(chosen.size() * static_cast<size_t>(meta.n_layers));
+  const auto layers = static_cast<size_t>(rows.n_layers);
+  std::vector<CakeMeasure> measures(rows.sequences.size() * layers);
   const int workers = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   parallel_for(
       measures.size(), workers,
       [&](size_t i) {
-        const int seq = chosen[i / static_cast<size_t>(meta.n_layers)];
-        const int layer = static_cast<int>(i % static_cast<size_t>(meta.n_layers));
-        const kvtrace::SequenceMeta& info = reader.sequence(seq);
-        const int64_t tokens = mode == Mode::prefill ? std::min(info.prompt_len, info.n_tokens) : info.n_tokens;
-        auto source = kvtrace::open_attention_source(reader, seq, layer, heads, rows);
-        measures[i] = cake_measure(*source, tokens, schedule.window);
+        const int seq = rows.sequences[i / layers];
+        auto source = rows.open(seq, static_cast<int>(i % layers));
+        measures[i] = cake_measure(*source, rows.tokens(seq), schedule.window);
       },
       [] {});
-  schedule.preference.resize(static_cast<size_t>(reader.n_sequences()));
-  for (size_t s = 0; s < chosen.size(); ++s) {
+  if (!rows.sequences.empty())
+    schedule.preference.resize(static_cast<size_t>(*std::max_element(rows.sequences.begin(), rows.sequences.end())) +
+                               1);
+  for (size_t s = 0; s < rows.sequences.size(); ++s) {
     std::vector<double> preference;
-    for (int l = 0; l < meta.n_layers; ++l) {
-      const CakeMeasure& measure = measures[s * static_cast<size_t>(meta.n_layers) + static_cast<size_t>(l)];
+    for (size_t l = 0; l < layers; ++l) {
+      const CakeMeasure& measure = measures[s * layers + l];
       if (!measure.measured) break;
       preference.push_back(cake_preference(measure, tau1, tau2));
     }
-    if (static_cast<int>(preference.size()) == meta.n_layers)
-      schedule.preference[static_cast<size_t>(chosen[s])] = std::move(preference);
+    if (preference.size() == layers)
+      schedule.preference[static_cast<size_t>(rows.sequences[s])] = std::move(preference);
   }
   return schedule;
 }

@@ -143,6 +143,11 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
     engine_options.protocol.compress_every = options_.compress_every;
     engine_options.paging = options_.paging;
     engine_options.head_floor = options_.head_floor;
+    if (options_.question > 0) {
+      engine_options.mode = Mode::prefill;
+      engine_options.prompt_len = options_.prompt_len;
+      engine_options.protocol.question = options_.question;
+    }
     for (int l = 0; l < config_.n_layers; ++l) {
       LoopLayer& loop = layers_.emplace_back();
       if (info.needs_future)
@@ -160,7 +165,9 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
       for (int g = range.first; g < range.last; ++g) {
         for (int head : groups[static_cast<size_t>(g)].heads)
           loop.simulation_of_head[static_cast<size_t>(head)] = specs.size();
-        specs.push_back(simulation_spec(*policy_, budget, g, l, state));
+        const int64_t layer_budget =
+            options_.layer_budgets.empty() ? budget : options_.layer_budgets[static_cast<size_t>(l)];
+        specs.push_back(simulation_spec(*policy_, layer_budget, g, l, state));
         GroupRecord& record = loop.records.emplace_back();
         record.seq = options_.sequence;
         record.layer = l;
@@ -205,11 +212,6 @@ void check_closed_loop_policy(const PolicyInfo& info) {
                               "policy " + info.name +
                                   " is an upper bound (the best cache of each head at each step, chosen from "
                                   "the full row), not a cache a model can run with; kvsim eval cannot run it");
-  if (info.layer_budget)
-    throw kvtrace::InputError("", "",
-                              "policy " + info.name +
-                                  " runs under its own layer budgets, which kvsim eval's closed loop does not "
-                                  "allocate; replay or sweep it");
 }
 
 ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const int> tokens,
@@ -217,6 +219,16 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
   const kvtrace::Llama2Config& config = model.config();
   const auto n = static_cast<int64_t>(tokens.size());
   if (n < 1) throw kvtrace::InputError("", "", "no tokens to evaluate");
+  if (options.question < 0 ||
+      (options.question > 0 && (options.question >= options.prompt_len || options.prompt_len >= n)))
+    throw kvtrace::InputError("", "",
+                              std::string("--question ")
+                                  .append(std::to_string(options.question))
+                                  .append(" needs a prompt longer than it (prompt ")
+                                  .append(std::to_string(options.prompt_len))
+                                  .append(" tokens) and at least one answer token after it (")
+                                  .append(std::to_string(n))
+                                  .append(" tokens)"));
   if (n > config.seq_len)
     throw kvtrace::InputError("", "",
                               "sequence of " + std::to_string(n) + " tokens is longer than the model's seq_len " +
@@ -229,6 +241,11 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
   if (policy) {
     check_closed_loop_policy(*policy->info);
     if (budget < 1) throw kvtrace::InputError("", "", "budget must be at least 1 token");
+    if (!options.layer_budgets.empty() &&
+        (static_cast<int>(options.layer_budgets.size()) != config.n_layers ||
+         *std::min_element(options.layer_budgets.begin(), options.layer_budgets.end()) < 1))
+      throw kvtrace::InputError(
+          "", "", "layer budgets: one of at least 1 token per layer (" + std::to_string(config.n_layers) + ") needed");
     if (policy->info->needs_future) {
       const auto* future = options.future_rows;
       if (!future || static_cast<int>(future->size()) != config.n_layers ||
@@ -271,6 +288,8 @@ EvalSequence trace_sequence(const kvtrace::TraceReader& reader, int seq, int tok
   EvalSequence sequence;
   sequence.index = seq;
   for (int32_t token : reader.tokens(seq)) sequence.tokens.push_back(token);
+  sequence.prompt_len = reader.sequence(seq).prompt_len;
+  sequence.question_len = reader.sequence(seq).question_len;
   if (tokens > 0 && static_cast<int>(sequence.tokens.size()) > tokens)
     sequence.tokens.resize(static_cast<size_t>(tokens));
   return sequence;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "eval_plan.hpp"
 #include "kvsim/analysis/analysis.hpp"
 #include "kvsim/eval/eval.hpp"
 #include "kvtrace/attention_source.hpp"
@@ -29,6 +30,8 @@ struct Reference {
   std::vector<std::vector<float>> retention, output_error;
   std::vector<double> occupancy_sum;
   std::vector<int64_t> occupancy_steps;
+  std::vector<std::vector<double>> layer_occupancy_sum;  // per cell, per layer
+  std::vector<std::vector<int64_t>> layer_steps;
 };
 
 // One closed-loop run's numbers.
@@ -37,12 +40,20 @@ struct RunResult {
   int64_t predictions = 0, agreements = 0;
   double occupancy_sum = 0;
   int64_t occupancy_steps = 0, occupancy_peak = 0, evictions = 0;
+  std::vector<double> layer_occupancy_sum;
+  std::vector<int64_t> layer_steps;
+};
+
+// What every run of a sequence shares: its protocol and every cell's B_l.
+struct SequencePlan {
+  eval_plan::SequenceProtocol protocol;
+  std::vector<std::vector<int64_t>> layer_budgets;  // per cell
 };
 
 // The teacher-forced replay of the full-cache rows of one sequence, every cell at once (all
 // layers stepped together, which cross-layer policies need and the others do not mind).
 void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& sequence, const EvalConfig& config,
-                      const ClosedLoopRun& full, Reference& reference) {
+                      const SequencePlan& plan, const ClosedLoopRun& full, Reference& reference) {
   const kvtrace::Llama2Config& c = model.config();
   const auto n = static_cast<int64_t>(sequence.tokens.size());
   const int n_kv = c.n_kv_heads;
@@ -68,14 +79,14 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   std::vector<std::vector<std::pair<size_t, size_t>>> where(cells);  // per cell: (lane, spec) in (layer, group) order
   for (size_t cell = 0; cell < cells; ++cell) {
     const PolicyChoice& policy = config.policies[cell / budgets];
-    const int64_t budget = config.budgets[cell % budgets].resolve(n);
     std::shared_ptr<void> state;
     if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, c.n_layers, n);
     const GroupRange range = policy_groups(*policy.info, n_kv);
     for (int l = 0; l < c.n_layers; ++l)
       for (int g = range.first; g < range.last; ++g) {
         where[cell].emplace_back(static_cast<size_t>(l), lanes[static_cast<size_t>(l)].specs.size());
-        lanes[static_cast<size_t>(l)].specs.push_back(simulation_spec(policy, budget, g, l, state));
+        lanes[static_cast<size_t>(l)].specs.push_back(
+            simulation_spec(policy, plan.layer_budgets[cell][static_cast<size_t>(l)], g, l, state));
       }
   }
   std::vector<Lane> engine_lanes;
@@ -86,11 +97,18 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   options.paging = config.paging;
   options.head_floor = config.head_floor;
   options.output_error = true;
+  if (plan.protocol.question > 0) {
+    options.mode = Mode::prefill;
+    options.prompt_len = plan.protocol.prompt;
+    options.protocol.question = plan.protocol.question;
+  }
   std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
   reference.retention.resize(cells);
   reference.output_error.resize(cells);
   reference.occupancy_sum.assign(cells, 0.0);
   reference.occupancy_steps.assign(cells, 0);
+  reference.layer_occupancy_sum.assign(cells, std::vector<double>(static_cast<size_t>(c.n_layers), 0.0));
+  reference.layer_steps.assign(cells, std::vector<int64_t>(static_cast<size_t>(c.n_layers), 0));
   for (size_t cell = 0; cell < cells; ++cell)
     for (const auto& [lane, spec] : where[cell]) {
       const SimulationResult& result = results[lane][spec];
@@ -98,8 +116,12 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
                                        result.retention.end());
       reference.output_error[cell].insert(reference.output_error[cell].end(), result.output_error.begin(),
                                           result.output_error.end());
-      for (int32_t occupancy : result.occupancy) reference.occupancy_sum[cell] += occupancy;
+      double sum = 0;
+      for (int32_t occupancy : result.occupancy) sum += occupancy;
+      reference.occupancy_sum[cell] += sum;
       reference.occupancy_steps[cell] += result.n_steps;
+      reference.layer_occupancy_sum[cell][lane] += sum;
+      reference.layer_steps[cell][lane] += result.n_steps;
     }
 }
 
@@ -177,8 +199,35 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
     progress(now, total);
   };
 
-  // The full cache: references for agreement and the rows the replay runs on.
+  // The full cache: references for agreement, the rows the replay runs on and the measured
+  // schedules read. Unless a schedule measures them, each sequence's full-cache run is replayed
+  // and dropped at once; else every run is kept until the schedules are measured.
+  const std::vector<eval_plan::SequenceProtocol> protocols = eval_plan::sequence_protocols(sequences, config);
+  const bool measure = eval_plan::schedules_measure(config);
+  std::vector<LayerSchedule> schedules =
+      eval_plan::policy_schedules(config, c.n_layers, {}, {}, {}, 1);  // bad schedules fail before any run
+  std::vector<SequencePlan> plans(n_seqs);
+  auto make_plans = [&] {
+    for (size_t s = 0; s < n_seqs; ++s) {
+      plans[s].protocol = protocols[s];
+      const auto n = static_cast<int64_t>(sequences[s].tokens.size());
+      for (size_t cell = 0; cell < cells; ++cell)
+        plans[s].layer_budgets.push_back(eval_plan::layer_budgets(schedules[cell / budgets],
+                                                                  config.budgets[cell % budgets].resolve(n),
+                                                                  sequences[s].index, n, protocols[s], c.n_layers));
+    }
+  };
+  if (!measure) make_plans();
   std::vector<Reference> references(n_seqs);
+  auto replay_full = [&](size_t s, ClosedLoopRun& full) {
+    Reference& reference = references[s];
+    replay_reference(model, sequences[s], config, plans[s], full, reference);
+    reference.argmax = std::move(full.argmax);
+    reference.nll = std::move(full.nll);
+    if (needs_future) reference.rows = std::move(full.rows);
+    full = ClosedLoopRun();
+  };
+  std::vector<ClosedLoopRun> fulls(n_seqs);
   parallel_for(
       n_seqs, threads,
       [&](size_t s) {
@@ -189,14 +238,20 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
           options.record_keys = options.record_keys || policy.info->needs_keys;
           options.record_queries = options.record_queries || policy.info->needs_queries;
         }
-        ClosedLoopRun full = run_closed_loop(model, sequences[s].tokens, nullptr, 0, options);
-        Reference& reference = references[s];
-        replay_reference(model, sequences[s], config, full, reference);
-        reference.argmax = std::move(full.argmax);
-        reference.nll = std::move(full.nll);
-        if (needs_future) reference.rows = std::move(full.rows);
+        fulls[s] = run_closed_loop(model, sequences[s].tokens, nullptr, 0, options);
+        if (!measure) replay_full(s, fulls[s]);
       },
-      tick);
+      [&] {
+        if (!measure) tick();
+      });
+  if (measure) {
+    std::vector<const std::vector<std::vector<std::vector<float>>>*> full_rows;
+    for (const ClosedLoopRun& full : fulls) full_rows.push_back(&full.rows);
+    schedules = eval_plan::policy_schedules(config, c.n_layers, sequences, protocols, full_rows, threads);
+    make_plans();
+    parallel_for(
+        n_seqs, threads, [&](size_t s) { replay_full(s, fulls[s]); }, tick);
+  }
 
   // The closed loop: one run per (sequence, policy, budget).
   std::vector<RunResult> runs(n_seqs * cells);
@@ -213,22 +268,32 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
         options.head_floor = config.head_floor;
         options.sequence = sequence.index;
         if (needs_future) options.future_rows = &reference.rows;
+        const SequencePlan& plan = plans[s];
+        options.layer_budgets = plan.layer_budgets[cell];
+        options.prompt_len = plan.protocol.prompt;
+        options.question = plan.protocol.question;
         const int64_t budget = config.budgets[cell % budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));
         const ClosedLoopRun run =
             run_closed_loop(model, sequence.tokens, &config.policies[cell / budgets], budget, options);
         RunResult& result = runs[item];
-        for (size_t i = 0; i < run.nll.size(); ++i) {
+        for (auto i = static_cast<size_t>(plan.protocol.first_prediction()); i < run.nll.size(); ++i) {
           result.nll_sum += run.nll[i];
           result.agreements += run.argmax[i] == reference.argmax[i];
+          ++result.predictions;
         }
-        result.predictions = static_cast<int64_t>(run.nll.size());
+        result.layer_occupancy_sum.assign(static_cast<size_t>(c.n_layers), 0.0);
+        result.layer_steps.assign(static_cast<size_t>(c.n_layers), 0);
         for (const GroupRecord& record : run.groups) {
+          double sum = 0;
           for (int32_t occupancy : record.result.occupancy) {
-            result.occupancy_sum += occupancy;
+            sum += occupancy;
             result.occupancy_peak = std::max<int64_t>(result.occupancy_peak, occupancy);
           }
+          result.occupancy_sum += sum;
           result.occupancy_steps += record.result.n_steps;
           result.evictions += record.result.evictions;
+          result.layer_occupancy_sum[static_cast<size_t>(record.layer)] += sum;
+          result.layer_steps[static_cast<size_t>(record.layer)] += record.result.n_steps;
         }
       },
       tick);
@@ -238,12 +303,20 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
   results.paging = config.paging;
   results.policies = config.policies.size();
   results.budgets = budgets;
+  results.layer_budget = config.layer_budget;
+  results.question = config.question > 0 || config.question_auto;
   double full_nll = 0;
   for (size_t s = 0; s < n_seqs; ++s) {
     double sum = 0;
-    for (double nll : references[s].nll) sum += nll;
+    const std::vector<double>& nlls = references[s].nll;
+    const auto first = static_cast<size_t>(protocols[s].first_prediction());
+    for (size_t i = first; i < nlls.size(); ++i) sum += nlls[i];
     full_nll += sum;
-    const auto predictions = static_cast<int64_t>(references[s].nll.size());
+    const auto predictions = static_cast<int64_t>(nlls.size() - first);
+    if (results.question) {
+      results.sequence_prompt.push_back(protocols[s].prompt);
+      results.sequence_question.push_back(protocols[s].question);
+    }
     results.predictions += predictions;
     results.tokens += static_cast<int64_t>(sequences[s].tokens.size());
     results.sequence_index.push_back(sequences[s].index);
@@ -263,6 +336,10 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
     double nll = 0, occupancy = 0, replay_occupancy = 0;
     int64_t agreements = 0, occupancy_steps = 0, replay_steps = 0;
     std::vector<float> retention, output_error;
+    const auto layers = static_cast<size_t>(c.n_layers);
+    std::vector<double> layer_sum(layers, 0.0), replay_layer_sum(layers, 0.0);
+    std::vector<int64_t> layer_steps(layers, 0), replay_layer_steps(layers, 0);
+    out.layer_budget_mean.assign(layers, 0.0);
     for (size_t s = 0; s < n_seqs; ++s) {
       const RunResult& run = runs[s * cells + cell];
       const Reference& reference = references[s];
@@ -284,6 +361,18 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
       out.sequence_replay_output_error.push_back(summarize(reference.output_error[cell]).mean);
       replay_occupancy += reference.occupancy_sum[cell];
       replay_steps += reference.occupancy_steps[cell];
+      for (size_t l = 0; l < layers; ++l) {
+        out.layer_budget_mean[l] += static_cast<double>(plans[s].layer_budgets[cell][l]) / static_cast<double>(n_seqs);
+        layer_sum[l] += run.layer_occupancy_sum[l];
+        layer_steps[l] += run.layer_steps[l];
+        replay_layer_sum[l] += reference.layer_occupancy_sum[cell][l];
+        replay_layer_steps[l] += reference.layer_steps[cell][l];
+      }
+    }
+    for (size_t l = 0; l < layers; ++l) {
+      out.layer_occupancy_mean.push_back(layer_steps[l] ? layer_sum[l] / static_cast<double>(layer_steps[l]) : NAN);
+      out.replay_layer_occupancy_mean.push_back(
+          replay_layer_steps[l] ? replay_layer_sum[l] / static_cast<double>(replay_layer_steps[l]) : NAN);
     }
     out.nll_mean = nll / static_cast<double>(results.predictions);
     out.perplexity = std::exp(out.nll_mean);

@@ -1,4 +1,5 @@
 // kvsim eval's results as people and programs read them: the table, CSV and JSON.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
@@ -33,13 +34,42 @@ std::string budget_text(const EvalCell& cell) {
          ")";
 }
 
+// Whether a cell's layers kept other budgets than B (a schedule that moved budget).
+bool scheduled(const EvalCell& cell) {
+  for (double b : cell.layer_budget_mean)
+    if (b != cell.budget_tokens_mean) return true;
+  return false;
+}
+
+bool any_scheduled(const EvalResults& results) {
+  for (const EvalCell& cell : results.cells)
+    if (scheduled(cell)) return true;
+  return false;
+}
+
+// The question protocol's prompts and questions, "P 19 (question 8)", or ranges over sequences.
+std::string protocol_text(const EvalResults& results) {
+  auto range = [](const std::vector<int64_t>& values) {
+    const auto [low, high] = std::minmax_element(values.begin(), values.end());
+    return *low == *high ? std::to_string(*low) : std::to_string(*low).append("..").append(std::to_string(*high));
+  };
+  return "prompt " + range(results.sequence_prompt) + " tokens, the last " + range(results.sequence_question) +
+         " of them the question";
+}
+
 }  // namespace
 
 std::string eval_table(const EvalResults& results) {
   std::ostringstream out;
   out << results.sequences << " sequence" << (results.sequences == 1 ? "" : "s") << ", " << results.tokens
-      << " tokens, " << results.predictions << " predictions; full cache: perplexity "
-      << format("%.4f", results.full_perplexity) << "\n\n";
+      << " tokens, " << results.predictions << (results.question ? " answer predictions" : " predictions")
+      << "; full cache: perplexity " << format("%.4f", results.full_perplexity) << "\n";
+  if (results.question)
+    out << "question protocol: " << protocol_text(results)
+        << "; the context is compressed to B at its end, the question and answer tokens are kept; perplexity and "
+           "top-1 over the answer's tokens (after the prompt)\n";
+  if (results.layer_budget != "uniform") out << "layer budgets: " << results.layer_budget << "\n";
+  out << "\n";
   size_t policy_width = 8, budget_width = 6;
   for (const EvalCell& cell : results.cells) {
     policy_width = std::max(policy_width, cell.policy.size());
@@ -68,6 +98,19 @@ std::string eval_table(const EvalResults& results) {
         << right(format("%.4f", cell.replay_retention.mean), 10) << right(format("%.4f", cell.replay_retention.p5), 8)
         << right(format("%.4f", cell.replay_output_error.mean), 9)
         << right(format("%.1f", cell.replay_occupancy_mean), 10) << "\n";
+  if (any_scheduled(results)) {
+    out << "\nper-layer budgets B_l (mean over sequences) and occupancy (positions attended per step)\n"
+        << left("policy", policy_width) << left("budget", budget_width) << right("layer", 5) << right("B_l", 8)
+        << right("closed loop", 13) << right("replay", 9) << "\n";
+    for (const EvalCell& cell : results.cells) {
+      if (!scheduled(cell)) continue;
+      for (size_t l = 0; l < cell.layer_budget_mean.size(); ++l)
+        out << left(l ? "" : cell.policy, policy_width) << left(l ? "" : budget_text(cell), budget_width)
+            << right(std::to_string(l), 5) << right(format("%.1f", cell.layer_budget_mean[l]), 8)
+            << right(format("%.1f", cell.layer_occupancy_mean[l]), 13)
+            << right(format("%.1f", cell.replay_layer_occupancy_mean[l]), 9) << "\n";
+    }
+  }
   out << "\nhow far replay predicts the closed loop: Spearman correlation with the perplexity increase\n"
       << "(a perfect proxy: -1 for retention, +1 for output error)\n";
   size_t over_width = 6;
@@ -139,6 +182,14 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
                        {"output_error", summary(cell.replay_output_error)},
                        {"occupancy_mean", or_null(cell.replay_occupancy_mean)}}},
                      {"sequences", per_sequence}});
+    if (results.layer_budget != "uniform" || scheduled(cell)) {
+      nlohmann::json layers = nlohmann::json::array();
+      for (size_t l = 0; l < cell.layer_budget_mean.size(); ++l)
+        layers.push_back({{"budget_tokens_mean", cell.layer_budget_mean[l]},
+                          {"occupancy_mean", or_null(cell.layer_occupancy_mean[l])},
+                          {"replay_occupancy_mean", or_null(cell.replay_layer_occupancy_mean[l])}});
+      cells.back()["layers"] = layers;
+    }
   }
   nlohmann::json correlations = nlohmann::json::array();
   for (const ProxyCorrelation& c : results.correlations)
@@ -156,6 +207,12 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
                         {"per_sequence", sequences},
                         {"cells", cells},
                         {"correlations", correlations}};
+  if (results.layer_budget != "uniform") out["layer_budget"] = results.layer_budget;
+  if (results.question) {
+    out["question"] = {{"prompt_tokens", results.sequence_prompt},
+                       {"question_tokens", results.sequence_question},
+                       {"predictions", "the answer's: positions prompt-1 .. n-2"}};
+  }
   return json_text(std::move(out), 1);
 }
 

@@ -12,7 +12,8 @@ namespace {
 
 py::object eval(const Trace& trace, const std::string& model_path, const std::vector<std::string>& policy_names,
                 const std::vector<std::string>& budgets, const std::vector<std::pair<std::string, std::string>>& params,
-                const std::vector<int>& seqs, int tokens, const std::string& aggregate, int threads) {
+                const std::vector<int>& seqs, int tokens, const std::string& aggregate, int threads,
+                const std::string& layer_budget, const std::string& question, int64_t prompt_len) {
   const auto held = trace.hold();
   const kvtrace::TraceReader& reader = *held;
   EvalConfig config;
@@ -25,6 +26,16 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
   if (threads < 0) bad_option("threads", "must be >= 0");
   if (tokens < 0) bad_option("tokens", "must be >= 0");
   config.threads = threads;
+  config.layer_budget = layer_budget;
+  if (question == "auto") {
+    config.question_auto = true;
+  } else if (!question.empty()) {
+    if (question.size() > 12 || question.find_first_not_of("0123456789") != std::string::npos)
+      bad_option("question", "'" + question + "' is not a token count or auto");
+    config.question = std::stoll(question);
+    if (config.question < 1) bad_option("question", "must be at least 1");
+  }
+  if (prompt_len < 0) bad_option("prompt_len", "must be >= 0 (0: the trace's prompt_len)");
   std::vector<int> chosen = seqs;
   if (chosen.empty())
     for (int s = 0; s < reader.n_sequences(); ++s) chosen.push_back(s);
@@ -34,6 +45,7 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
       bad_option("seqs", "sequence " + std::to_string(s) + " out of range (there are " +
                              std::to_string(reader.n_sequences()) + ")");
     sequences.push_back(trace_sequence(reader, s, tokens));
+    if (prompt_len > 0) sequences.back().prompt_len = prompt_len;
   }
   std::string json;
   {

@@ -100,11 +100,12 @@ TEST(CliBudgets, PoliciesWithTheirOwnBudgets) {
   const auto h2o = kvtest::run_kvsim("replay " + gqa + " --policy h2o --budget 64 --head-budget adaptive");
   ASSERT_EQ(ada.code, 0) << ada.output;
   EXPECT_EQ(after_policy_line(ada.output), after_policy_line(h2o.output));
-  // Another layer schedule, pages with adaptive heads, the closed loop: one line each.
+  // Another layer schedule (in the closed loop too), pages with adaptive heads: one line each.
   kvtest::expect_one_line_error("sweep " + kTrace + " --policies h2o,pyramidkv --budgets 64 --layer-budget pyramid");
   kvtest::expect_one_line_error("sweep " + kTrace + " --policies cake --budgets 64 --layer-budget 1,1,1,1,1,2");
   kvtest::expect_one_line_error("sweep " + kTrace + " --policies ada-snapkv --budgets 64 --page 16");
-  kvtest::expect_one_line_error("eval --trace " + kTrace + " --seqs 0 --tokens 32 --policies cake --budgets 30%");
+  kvtest::expect_one_line_error("eval --trace " + kTrace +
+                                " --seqs 0 --tokens 32 --policies cake --budgets 30% --layer-budget pyramid");
   // cake runs in both modes, under the cake schedule of its tau1 and tau2.
   for (const std::string mode : {"stream", "prefill"}) {
     const auto cake = kvtest::run_kvsim("replay " + kTrace + " --policy cake --param tau1=1.6 --param tau2=0.4 " +

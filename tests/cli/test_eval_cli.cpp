@@ -145,3 +145,78 @@ TEST(CliEval, HeadAdaptiveBudgetsInTheClosedLoop) {
   EXPECT_NE(row("own.csv"), row("uniform.csv"));
   kvtest::expect_one_line_error("eval --trace " + kTrace + " --seqs 0 --tokens 8 --head-budget adaptive --page 16");
 }
+
+TEST(CliEval, LayerBudgetsInTheClosedLoop) {
+  NEED_MODEL();
+  kvtest::TempDir dir;
+  // 50% of 128 tokens: B = 64 > W = 32, so PyramidKV's schedule moves budget (B_l = 95, 83, 70,
+  // 58, 45, 33: C - W = 32, min 32 // 20 = 1, max 63, the line by largest remainder, plus W).
+  const std::string run = "eval --trace " + kTrace + " --seqs 0 --tokens 128 --budgets 50% ";
+  const auto own = kvtest::run_kvsim(run + "--policies snapkv,pyramidkv,cake --csv " + dir.file("own.csv"));
+  ASSERT_EQ(own.code, 0) << own.output;
+  EXPECT_NE(own.output.find("per-layer budgets B_l"), std::string::npos) << own.output;
+  EXPECT_NE(own.output.find("pyramidkv  50% (64)      0    95.0"), std::string::npos) << own.output;
+  const auto pyramid = kvtest::run_kvsim(run + "--policies snapkv --layer-budget pyramid --csv " + dir.file("p.csv"));
+  ASSERT_EQ(pyramid.code, 0) << pyramid.output;
+  EXPECT_NE(pyramid.output.find("layer budgets: pyramid\n"), std::string::npos) << pyramid.output;
+  EXPECT_NE(pyramid.output.find("snapkv    50% (64)      0    95.0"), std::string::npos) << pyramid.output;
+  auto rows = [&](const std::string& file) {
+    std::vector<std::string> out;
+    std::stringstream stream(kvtest::slurp(dir.file(file)));
+    std::string line;
+    std::getline(stream, line);  // header
+    while (std::getline(stream, line)) out.push_back(line.substr(line.find(',')));
+    return out;
+  };
+  const std::vector<std::string> grid = rows("own.csv"), moved = rows("p.csv");
+  ASSERT_EQ(grid.size(), 3u);
+  EXPECT_NE(grid[0], grid[1]);   // snapkv uniform vs pyramidkv
+  EXPECT_NE(grid[0], grid[2]);   // vs cake
+  EXPECT_NE(grid[0], moved[0]);  // snapkv uniform vs snapkv under the pyramid
+  // The table's budget is the uniform B: 64 in every row.
+  for (const std::string& row : grid) EXPECT_EQ(row.rfind(",,50%,64,0.5,", 0), 0u) << row;
+  for (const std::string& args :
+       {run + "--policies pyramidkv --layer-budget pyramid",  // its own schedule
+        run + "--policies h2o --layer-budget 1,2",            // 2 weights, 6 layers
+        run + "--policies h2o --layer-budget pyramid:beta=0", run + "--layer-budget cake:x=1"})
+    kvtest::expect_one_line_error(args);
+}
+
+TEST(CliEval, QuestionProtocolInTheClosedLoop) {
+  NEED_MODEL();
+  kvtest::TempDir dir;
+  // Sequence 0's prompt is 19 tokens: the context 0..10 is compressed to 8 at step 10, the
+  // question 11..18 and the answer 19..95 are kept; 96 - 19 = 77 answer predictions count.
+  const std::string run = "eval --trace " + kTrace + " --seqs 0 --tokens 96 --budgets 8 --policies snapkv,streaming ";
+  const auto asked = kvtest::run_kvsim(run + "--question 8 --csv " + dir.file("q.csv"));
+  ASSERT_EQ(asked.code, 0) << asked.output;
+  EXPECT_NE(asked.output.find("1 sequence, 96 tokens, 77 answer predictions"), std::string::npos) << asked.output;
+  EXPECT_NE(asked.output.find("question protocol: prompt 19 tokens, the last 8 of them the question"),
+            std::string::npos)
+      << asked.output;
+  const auto stream = kvtest::run_kvsim(run + "--csv " + dir.file("s.csv"));
+  ASSERT_EQ(stream.code, 0) << stream.output;
+  EXPECT_NE(kvtest::slurp(dir.file("q.csv")), kvtest::slurp(dir.file("s.csv")));
+  // A longer prompt than the trace's, on the trace; and text needs --prompt-len.
+  ASSERT_EQ(kvtest::run_kvsim(run + "--question 8 --prompt-len 48").code, 0);
+  std::ofstream(dir.file("story.txt")) << "Once upon a time, there was a little girl named Lily. She loved to play "
+                                          "in the park with her dog, and every day they ran in the sun.";
+  const auto text = kvtest::run_kvsim("eval --text " + dir.file("story.txt") +
+                                      " --budgets 4 --policies h2o --question 4 --prompt-len 12");
+  ASSERT_EQ(text.code, 0) << text.output;
+  EXPECT_NE(text.output.find("prompt 12 tokens, the last 4 of them the question"), std::string::npos) << text.output;
+  // Text measures cake's preferences on the full-cache run's rows (there is no trace).
+  const auto cake = kvtest::run_kvsim("eval --text " + dir.file("story.txt") +
+                                      " --budgets 50% --policies h2o --layer-budget cake:window=4");
+  ASSERT_EQ(cake.code, 0) << cake.output;
+  EXPECT_NE(cake.output.find("per-layer budgets B_l"), std::string::npos) << cake.output;
+  for (const std::string& args : {
+           run + "--question 19",                                     // not shorter than the prompt
+           run + "--question 8 --prompt-len 96",                      // no answer token
+           run + "--question auto",                                   // the trace has no question_len
+           run + "--question 0", run + "--question x",                //
+           run + "--prompt-len 30",                                   // without --question
+           "eval --text " + dir.file("story.txt") + " --question 4",  // text has no prompt
+       })
+    kvtest::expect_one_line_error(args);
+}

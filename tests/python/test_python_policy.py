@@ -245,6 +245,29 @@ class PythonPolicyTest(unittest.TestCase):
         with self.assertRaisesRegex(kvsim.InputError, "--seqs: sequence 9 out of range"):
             kvsim.eval(TRACE, model_path(), "h2o-py", "30%", seqs=[9])
 
+    @unittest.skipUnless(os.path.exists(model_path()), "no stories15M (scripts/fetch-model.sh)")
+    def test_closed_loop_layer_budgets_and_question_equal_the_cli(self):
+        """kvsim.eval's layer_budget, question and prompt_len are kvsim eval's --layer-budget,
+        --question and --prompt-len: the same document."""
+        if not os.path.exists(EXE):
+            self.skipTest(f"no kvsim program at {EXE} (set KVSIM_EXE)")
+        for policies, kwargs, flags in (("snapkv", {"layer_budget": "pyramid"}, ["--layer-budget", "pyramid"]),
+                                        ("snapkv,pyramidkv", {"question": 8, "prompt_len": 40},
+                                         ["--question", "8", "--prompt-len", "40"])):
+            with tempfile.TemporaryDirectory() as tmp:
+                out = os.path.join(tmp, "eval.json")
+                subprocess.run([EXE, "eval", model_path(), "--trace", TRACE, "--policies", policies, "--budgets",
+                                "50%,16", "--seqs", "1", "--tokens", "96", "--json", out] + flags,
+                               check=True, capture_output=True, timeout=300)
+                with open(out, encoding="utf-8") as f:
+                    cli = json.load(f)
+            module = kvsim.eval(TRACE, model_path(), policies, "50%,16", seqs=[1], tokens=96, **kwargs)
+            for doc in (cli, module):
+                doc.pop("elapsed_seconds", None)
+            self.assertEqual(module, cli, kwargs)
+        with self.assertRaisesRegex(kvsim.InputError, "not shorter than the prompt"):
+            kvsim.eval(TRACE, model_path(), "snapkv", "16", seqs=[1], tokens=96, question=17)
+
     def test_replay_rows(self):
         rng = np.random.default_rng(1)
         n = 40

@@ -74,11 +74,10 @@ std::vector<int> random_tokens(int n) {
   return tokens;
 }
 
-// Not bounds (such as oracle: not caches), nor policies with their own layer budgets (which
-// the closed loop does not allocate: check_closed_loop_policy refuses both).
-bool closed_loop_runs(const kvsim::PolicyInfo& info) {
-  return info.engine != kvsim::Engine::bound && !info.layer_budget;
-}
+// Not bounds (such as oracle: not caches; check_closed_loop_policy refuses them). Policies
+// with their own layer budgets run here at the uniform B (run_closed_loop's layer_budgets
+// empty; kvsim::evaluate gives them their schedule: test_eval_schedules.cpp).
+bool closed_loop_runs(const kvsim::PolicyInfo& info) { return info.engine != kvsim::Engine::bound; }
 
 // Every registered policy a model can run with (bounds such as oracle are not caches), at its
 // defaults (streaming's sinks adapted to B), and a few with small windows that make them

@@ -92,8 +92,9 @@ int cmd_eval(const std::vector<std::string>& args) {
   std::vector<std::string> params;
   int tokens = 0, threads = 0;
   int64_t compress_every = 0;
-  std::string head_budget = "uniform";
+  std::string head_budget = "uniform", layer_budget = "uniform", question;
   double head_floor = 0.2;
+  int64_t prompt_len = 0;
   po::options_description options("eval options");
   options.add_options()("model", po::value(&model_path),
                         "llama2.c checkpoint (default: stories15M.bin in $KVSIM_MODEL_DIR or ~/.cache/kvsim/models)")(
@@ -121,7 +122,18 @@ int cmd_eval(const std::vector<std::string>& args) {
       "uniform, or adaptive: Ada-KV's head-adaptive budgets across a layer's kv heads (closed loop and replay)")(
       "head-floor", po::value(&head_floor)->default_value(head_floor),
       "with --head-budget adaptive: the share of B each kv head keeps of its own top scores")(
-      "threads", po::value(&threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
+      "layer-budget", po::value(&layer_budget)->default_value(layer_budget),
+      "per-layer budgets B_l, closed loop and replay: uniform; pyramid[:beta=20][:window=32] (PyramidKV); "
+      "cake[:tau1=1][:tau2=1][:window=32] (CAKE) or persistence, measured on the full-cache run's rows of the "
+      "evaluated sequences; or one weight per layer (w1,w2,...; normalised to mean 1)")(
+      "question", po::value(&question),
+      "the prompt's last N tokens are the question (N, or auto: the trace's question_len): the context before it "
+      "runs with the full cache and is compressed to B, the question and answer tokens are kept; only the "
+      "answer's predictions count")(
+      "prompt-len", po::value(&prompt_len),
+      "with --question: each sequence's prompt is its first P tokens (default: the trace's prompt_len; --text "
+      "needs it)")("threads", po::value(&threads)->default_value(0),
+                   "worker threads (0: all cores); results do not depend on it")(
       "csv", po::value(&csv), "write one row per (policy, budget) as CSV")(
       "json", po::value(&json), "write results, per-sequence values and correlations as JSON")(
       "plot", po::value(&plot), "write perplexity increase vs budget as PNG or SVG, one line per policy")(
@@ -147,6 +159,17 @@ int cmd_eval(const std::vector<std::string>& args) {
   if (page < 0) bad_option("page", "must be >= 0 (0: token mode)");
   config.paging = {page, parse_page_score(page_score)};
   config.head_floor = head_floor_of(head_budget, head_floor, config.paging);
+  config.layer_budget = layer_budget;
+  if (question == "auto") {
+    config.question_auto = true;
+  } else if (!question.empty()) {
+    if (question.size() > 12 || question.find_first_not_of("0123456789") != std::string::npos)
+      bad_option("question", "'" + question + "' is not a token count or auto");
+    config.question = std::stoll(question);
+    if (config.question < 1) bad_option("question", "must be at least 1");
+  }
+  if (vm.count("prompt-len") && prompt_len < 1) bad_option("prompt-len", "must be at least 1");
+  if (vm.count("prompt-len") && question.empty()) bad_option("prompt-len", "only means something with --question");
   config.threads = threads;
   const std::vector<int> chosen = parse_indices("seqs", seqs);
   check_plot_path("plot", plot);
@@ -197,10 +220,20 @@ int cmd_eval(const std::vector<std::string>& args) {
     sequences = choose(std::move(sequences), chosen, text_path);
   }
 
+  if (prompt_len > 0)
+    for (EvalSequence& sequence : sequences) sequence.prompt_len = prompt_len;
+  if (!text_path.empty() && !question.empty() && prompt_len == 0)
+    bad_option("question", "--text has no prompt: give --prompt-len P");
+
   EvalResults results;
   {
     Progress progress("eval");
-    results = evaluate(model, sequences, config, progress.callback());
+    try {
+      results = evaluate(model, sequences, config, progress.callback());
+    } catch (const kvtrace::InputError& e) {  // a sequence's problem (its prompt, question): name the file
+      if (!e.file().empty() || e.dataset().empty()) throw;
+      throw kvtrace::InputError(source, e.dataset(), e.problem());
+    }
   }
   // Outputs first: a failed write is then the only line printed.
   if (!csv.empty()) kvtrace::write_file_atomically(csv, eval_csv(results));

@@ -445,7 +445,7 @@ DEFAULT_EVAL_BUDGETS = ("20%", "30%", "50%")
 
 
 def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggregate="mean", threads=0,  # noqa: A001
-         params=None, **policy_params) -> dict:
+         layer_budget="uniform", question=None, prompt_len=0, params=None, **policy_params) -> dict:
     """The closed loop (kvsim eval --trace): the llama2.c checkpoint `model` (a path, e.g.
     ~/.cache/kvsim/models/stories15M.bin) runs over the trace's token sequences with every
     head attending only to its cache, the policies (built-in or kvsim.register_policy's)
@@ -453,11 +453,14 @@ def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggr
     `kvsim eval --json` writes, as a dict: full_cache, cells (per policy and budget:
     closed_loop perplexity, perplexity_increase, top1_agreement, ...; replay retention and
     output error), per_sequence, correlations. tokens: the first N of each sequence (0: all).
+    layer_budget: as kvsim eval --layer-budget; question: N or "auto" (--question), with
+    prompt_len (0: the trace's prompt_len).
     """
     names = _comma_list(policies if policies is not None else DEFAULT_EVAL_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_EVAL_BUDGETS, "budgets")
     return _native._eval(_trace(trace), os.fspath(model), names, grid, _params(params, policy_params),
-                         _indices(seqs, "seqs"), int(tokens), str(aggregate), int(threads))
+                         _indices(seqs, "seqs"), int(tokens), str(aggregate), int(threads), str(layer_budget),
+                         "" if question is None else str(question), int(prompt_len))
 
 
 def _analyze_options(lags, topk, min_positions, max_steps, samples, correlations=True):

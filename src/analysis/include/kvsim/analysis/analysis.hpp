@@ -31,6 +31,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -179,6 +180,20 @@ LayerSchedule cake_schedule(const std::string& text, const kvtrace::TraceReader&
 LayerSchedule layer_schedule(const std::string& text, const kvtrace::TraceReader& reader,
                              const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads,
                              Mode mode = Mode::stream);
+
+// The rows a measured schedule (persistence, cake) reads, wherever they come from: a trace's
+// (the overloads above build one), or rows the caller holds (kvsim eval's full-cache run).
+struct ScheduleRows {
+  int n_layers = 0;
+  std::vector<int> sequences;  // measured, ascending; cake's preference is indexed by them
+  // Sequence `seq`'s layer `layer`, every head.
+  std::function<std::unique_ptr<kvtrace::AttentionSource>(int seq, int layer)> open;
+  // T of cake's measure: the prompt in prefill mode, else the sequence.
+  std::function<int64_t(int seq)> tokens;
+};
+LayerSchedule persistence_schedule(const ScheduleRows& rows, int threads);
+LayerSchedule cake_schedule(const std::string& text, const ScheduleRows& rows, int threads);
+LayerSchedule layer_schedule(const std::string& text, const ScheduleRows& rows, int threads);
 // config.schedule from --layer-budget `text` (layer_schedule, over config's sequences, rows,
 // threads and mode), and config.policy_schedules for the chosen policies that declare their
 // own (PolicyInfo::layer_budget). Refuses, naming the policy, a `text` other than uniform

@@ -20,6 +20,17 @@
 // that ignore the budget (full, scissorhands-official) run as they are. Seeded policies get
 // the seeds replay_trace gives the same (sequence, layer, group).
 //
+// Layer budgets (--layer-budget, and pyramidkv's and cake's own): layer l keeps B_l, the
+// schedule's LayerSchedule::layer_budgets(B, sequence, T) with T the sequence's n tokens (the
+// prompt's P with a question, as replay's prefill mode); persistence and cake measure the
+// full-cache run's own rows of the evaluated sequences (ScheduleRows), so text works too.
+//
+// The question protocol (--question N, replay's Protocol::question): the prompt is the first
+// P tokens (the trace's prompt_len, or --prompt-len); its last N are the question. The context
+// (tokens 0..P-N-1) runs with the full cache and is compressed to B_l at its last step; the
+// question's and the answer's tokens join the cache and stay. Only the answer's predictions
+// count then (positions P-1..n-2, predicting tokens P..n-1), the full cache's alike.
+//
 // Metrics over the n-1 predictions of a sequence of n tokens (position i predicts token
 // i+1; every position counts, the prompt's too: stream semantics, as replay's default):
 // NLL in double from the float logits, perplexity = exp(mean NLL) over every prediction of
@@ -63,6 +74,11 @@ struct ClosedLoopOptions {
   bool record_keys = false, record_queries = false;  // ClosedLoopRun::keys, queries
   // Policies that need the future: the full-cache run's rows ([layer][head], packed).
   const std::vector<std::vector<std::vector<float>>>* future_rows = nullptr;
+  // B_l of every layer (a layer schedule); empty: the budget in every layer.
+  std::vector<int64_t> layer_budgets;
+  // The question protocol: the first prompt_len tokens are the prompt, its last `question` the
+  // question (0: none, stream semantics).
+  int64_t prompt_len = 0, question = 0;
 };
 
 struct ClosedLoopRun {
@@ -91,8 +107,10 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
 // ---- the policies x budgets grid over sequences ----
 
 struct EvalSequence {
-  int index = 0;            // in the trace (or the text chunk's number): labels and seeds
-  std::vector<int> tokens;  // at least 2
+  int index = 0;              // in the trace (or the text chunk's number): labels and seeds
+  std::vector<int> tokens;    // at least 2
+  int64_t prompt_len = -1;    // the prompt's tokens (the trace's prompt_len, --prompt-len); -1: unknown
+  int64_t question_len = -1;  // the trace's question_len (--question auto); -1: unknown
 };
 
 // The text encoded once with BOS (llama2.c's encode) and cut into consecutive sequences of
@@ -109,6 +127,11 @@ struct EvalConfig {
   int64_t compress_every = 0;  // decode-time compression every N steps (0: every step), both runs
   Paging paging;               // page mode (--page): the closed loop and its replay alike
   double head_floor = -1;      // --head-budget adaptive's floor (-1: uniform), both runs
+  // --layer-budget (uniform, pyramid..., cake..., persistence, or weights), both runs; the
+  // policies with their own schedule (pyramidkv, cake) take theirs and need it uniform.
+  std::string layer_budget = "uniform";
+  int64_t question = 0;        // --question N (0: none), both runs
+  bool question_auto = false;  // --question auto: each sequence's question_len
   int threads = 0;             // 0: all cores; results do not depend on it
 };
 
@@ -123,6 +146,9 @@ struct EvalCell {
   double perplexity_increase_relative = 0;  // that over the full cache's perplexity
   double top1_agreement = 0;
   double occupancy_mean = 0;  // positions attended per step, over every layer, group and step
+  // Per layer: B_l (mean over sequences), closed-loop and replay occupancy (mean over groups,
+  // recorded steps and sequences).
+  std::vector<double> layer_budget_mean, layer_occupancy_mean, replay_layer_occupancy_mean;
   int64_t occupancy_peak = 0, evictions = 0;
   std::vector<double> sequence_perplexity, sequence_agreement;  // per sequence
   // teacher-forced replay on the same tokens
@@ -149,6 +175,9 @@ struct EvalResults {
   size_t policies = 0, budgets = 0;
   std::vector<ProxyCorrelation> correlations;  // all pairs, then per budget, then per sequence
   Paging paging;
+  std::string layer_budget = "uniform";  // EvalConfig::layer_budget
+  bool question = false;                 // the question protocol: only the answer's predictions count
+  std::vector<int64_t> sequence_prompt, sequence_question;  // with a question: P and N per sequence
 };
 
 // progress(done, total) counts runs (full-cache and closed-loop).
