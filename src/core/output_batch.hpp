@@ -204,10 +204,11 @@ class OutputBatch {
     if (steps_.empty()) {
       complement_ = complement;
       run_ = run_begin <= t;
+      acquire();
+      cache_.clear();
       if (!complement) cache_.assign(cache.begin(), cache.end());
       mass_.clear();
       run_sums_.clear();
-      acquire(weights_);
       used_ = 0;
     }
     const int64_t first_t = steps_.empty() ? t : steps_.front().t;
@@ -288,7 +289,7 @@ class OutputBatch {
         record(steps_[i].t, k, sums, mass_.data() + i * heads + k);
       }
     steps_.clear();
-    release(weights_);
+    release();
   }
 
  private:
@@ -298,26 +299,37 @@ class OutputBatch {
     size_t offset;   // of its weights: [run][j][4 heads], j < length
     size_t length;   // the prefix of the union it holds
   };
+  // What a pending batch holds. Only pending batches hold them: at the row block's end every
+  // simulation of a group flushes, and the next group's reuse them (per thread), so the
+  // memory is one group's batches, not every simulation's.
+  struct Held {
+    std::vector<double> run_sums;  // [step][head][channel]
+    std::vector<int32_t> cache;    // at the first step (cached sums)
+    std::vector<double> mass;      // [step][head]
+    std::vector<float> weights;    // the steps' weights over the union: 4 heads per position
+  };
   struct Scratch {  // per thread: only a flush needs them
     std::vector<int32_t> positions;
     std::vector<double> weights, out, packed;
     std::vector<const double*> weight_rows;
     std::vector<double*> out_rows;
-    std::vector<std::vector<float>> pool;  // the weights of batches not pending, for reuse
+    std::vector<Held> pool;  // the buffers of batches not pending, for reuse
   };
   static Scratch& scratch() {
     thread_local Scratch s;
     return s;
   }
-  static void acquire(std::vector<float>& weights) {
+  void acquire() {
     auto& pool = scratch().pool;
     if (pool.empty()) return;
-    weights = std::move(pool.back());
+    Held& held = pool.back();
+    run_sums_ = std::move(held.run_sums), cache_ = std::move(held.cache), mass_ = std::move(held.mass);
+    weights_ = std::move(held.weights);
     pool.pop_back();
   }
-  static void release(std::vector<float>& weights) {
-    scratch().pool.push_back(std::move(weights));
-    weights = {};
+  void release() {
+    scratch().pool.push_back({std::move(run_sums_), std::move(cache_), std::move(mass_), std::move(weights_)});
+    run_sums_ = {}, cache_ = {}, mass_ = {}, weights_ = {};
   }
   std::vector<Step> steps_;
   bool complement_ = false;

@@ -38,21 +38,31 @@ class Scissorhands final : public Policy {
       throw kvtrace::InputError("", "",
                                 "policy scissorhands: m = " + std::to_string(drop_now_) +
                                     " exceeds the budget B = " + std::to_string(group.budget));
-    capacity_ = static_cast<size_t>(group.n_tokens);
+    // Sized for the budget's cache, grown if a protocol lets the cache grow past it (a
+    // prefill's prompt, --compress-every): at long contexts the words per token are the
+    // policy's memory.
+    n_tokens_ = static_cast<size_t>(group.n_tokens);
+    words_ = static_cast<size_t>((window_ + 63) / 64);
+    capacity_ = std::min(n_tokens_, static_cast<size_t>(group.budget) + 2);
     size_ = 0;
-    flags_.assign(static_cast<size_t>((window_ + 63) / 64) * capacity_, 0);
+    flags_.assign(words_ * capacity_, 0);
     count_.assign(capacity_, 0);
   }
 
   bool adopt(const Policy& other) override {  // drop_now_ stays this budget's
     const auto& from = static_cast<const Scissorhands&>(other);
-    flags_ = from.flags_;
-    count_ = from.count_;
     size_ = from.size_;
+    capacity_ = std::max(capacity_, size_);  // this budget's, not the leader's larger one
+    flags_.assign(words_ * capacity_, 0);
+    for (size_t w = 0; w < words_; ++w)
+      std::copy_n(from.flags_.data() + w * from.capacity_, size_, flags_.data() + w * capacity_);
+    count_.assign(from.count_.begin(), from.count_.begin() + static_cast<std::ptrdiff_t>(size_));
+    count_.resize(capacity_, 0);
     return true;
   }
 
   void observe(int64_t step, std::span<const int32_t> cache, std::span<const float> attention) override {
+    if (size_ == capacity_) grow();
     for (size_t word = 0; word < flags_.size(); word += capacity_) flags_[word + size_] = 0;  // the new token
     count_[size_++] = 0;
     const double threshold =
@@ -99,6 +109,16 @@ class Scissorhands final : public Policy {
   }
 
  private:
+  void grow() {
+    const size_t capacity = std::min(n_tokens_, std::max<size_t>(2 * capacity_, 64));
+    std::vector<uint64_t> flags(words_ * capacity, 0);
+    for (size_t w = 0; w < words_; ++w)
+      std::copy_n(flags_.data() + w * capacity_, size_, flags.data() + w * capacity);
+    flags_ = std::move(flags);
+    count_.resize(capacity, 0);  // entries past size_ are set when a token comes
+    capacity_ = capacity;
+  }
+
   // order_ = the `amount` indices of the largest counts, largest first, ties by lower index
   // (what evict_lowest gives for the negated counts), the r most recent counting 0. Counts
   // are small integers, so a counting sort ranks them without comparisons.
@@ -119,6 +139,7 @@ class Scissorhands final : public Policy {
   int64_t window_, recent_, drop_;
   bool paper_threshold_;
   int64_t drop_now_ = 1;
+  size_t n_tokens_ = 0, words_ = 0;
   size_t capacity_ = 0, size_ = 0;  // tokens the arrays can hold; tokens cached
   // In cache order: bit s % 64 of word s / 64 ([word][index]) flags step s of the window.
   std::vector<uint64_t> flags_;
