@@ -38,8 +38,9 @@ TailQuantile::TailQuantile(int64_t total, double q) : total_(total), q_(q), uppe
   const size_t lo = n ? percentile_index(total, q) : 0;
   keep_ = std::min(n, upper_ ? n - lo : lo + 2);
   // The slack sets the cost of re-selecting: at most capacity / (capacity - keep) moves a
-  // value, 9 with an eighth; the tails are most of a long sweep's memory.
-  capacity_ = keep_ + std::max<size_t>(keep_ / 8, 4096);
+  // value, 17 with a sixteenth, but only values below the kept tail's largest come in (few,
+  // once it has filled); the tails are most of a long sweep's memory.
+  capacity_ = keep_ + std::max<size_t>(keep_ / 16, 4096);
 }
 
 void TailQuantile::push(float v) {
