@@ -27,14 +27,9 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
   if (tokens < 0) bad_option("tokens", "must be >= 0");
   config.threads = threads;
   config.layer_budget = layer_budget;
-  if (question == "auto") {
-    config.question_auto = true;
-  } else if (!question.empty()) {
-    if (question.size() > 12 || question.find_first_not_of("0123456789") != std::string::npos)
-      bad_option("question", "'" + question + "' is not a token count or auto");
-    config.question = std::stoll(question);
-    if (config.question < 1) bad_option("question", "must be at least 1");
-  }
+  const QuestionOption asked = question_of(question);
+  config.question = asked.tokens;
+  config.question_auto = asked.automatic;
   if (prompt_len < 0) bad_option("prompt_len", "must be >= 0 (0: the trace's prompt_len)");
   std::vector<int> chosen = seqs;
   if (chosen.empty())

@@ -59,10 +59,9 @@ int64_t positive(const std::string& option, const std::string& text, const char*
 }
 
 void apply_protocol(const ReplayRequest& request, ReplayConfig& config) {
-  if (request.question == "auto")
-    config.question_auto = true;
-  else if (!request.question.empty())
-    config.protocol.question = positive("question", request.question, "a token count or auto");
+  const QuestionOption question = question_of(request.question);
+  config.question_auto = question.automatic;
+  config.protocol.question = question.tokens;
   if ((config.protocol.question > 0 || config.question_auto) && config.mode != Mode::prefill)
     bad_option("question", "needs --mode prefill (the context is compressed at its end, before the question)");
   if (!request.compress_every.empty())
@@ -70,6 +69,12 @@ void apply_protocol(const ReplayRequest& request, ReplayConfig& config) {
 }
 
 }  // namespace
+
+QuestionOption question_of(const std::string& question) {
+  if (question == "auto") return {0, true};
+  if (question.empty()) return {};
+  return {positive("question", question, "a token count or auto"), false};
+}
 
 std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
                                           const std::vector<std::pair<std::string, std::string>>& params) {

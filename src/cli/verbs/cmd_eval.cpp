@@ -160,14 +160,9 @@ int cmd_eval(const std::vector<std::string>& args) {
   config.paging = {page, parse_page_score(page_score)};
   config.head_floor = head_floor_of(head_budget, head_floor, config.paging);
   config.layer_budget = layer_budget;
-  if (question == "auto") {
-    config.question_auto = true;
-  } else if (!question.empty()) {
-    if (question.size() > 12 || question.find_first_not_of("0123456789") != std::string::npos)
-      bad_option("question", "'" + question + "' is not a token count or auto");
-    config.question = std::stoll(question);
-    if (config.question < 1) bad_option("question", "must be at least 1");
-  }
+  const QuestionOption asked = question_of(question);
+  config.question = asked.tokens;
+  config.question_auto = asked.automatic;
   if (vm.count("prompt-len") && prompt_len < 1) bad_option("prompt-len", "must be at least 1");
   if (vm.count("prompt-len") && question.empty()) bad_option("prompt-len", "only means something with --question");
   config.threads = threads;

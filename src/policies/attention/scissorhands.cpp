@@ -112,8 +112,7 @@ class Scissorhands final : public Policy {
   void grow() {
     const size_t capacity = std::min(n_tokens_, std::max<size_t>(2 * capacity_, 64));
     std::vector<uint64_t> flags(words_ * capacity, 0);
-    for (size_t w = 0; w < words_; ++w)
-      std::copy_n(flags_.data() + w * capacity_, size_, flags.data() + w * capacity);
+    for (size_t w = 0; w < words_; ++w) std::copy_n(flags_.data() + w * capacity_, size_, flags.data() + w * capacity);
     flags_ = std::move(flags);
     count_.resize(capacity, 0);  // entries past size_ are set when a token comes
     capacity_ = capacity;

@@ -185,5 +185,12 @@ void apply_replay_request(const ReplayRequest& request, ReplayConfig& config);
 // --head-budget uniform|adaptive with --head-floor, as ReplayConfig::head_floor (-1: uniform);
 // refused with page mode. Throws InputError naming the option.
 double head_floor_of(const std::string& head_budget, double head_floor, const Paging& paging);
+// --question N or auto: the count (0 with auto or "") and whether it is auto. Throws
+// InputError naming the option.
+struct QuestionOption {
+  int64_t tokens = 0;
+  bool automatic = false;
+};
+QuestionOption question_of(const std::string& question);
 
 }  // namespace kvsim
