@@ -50,9 +50,9 @@ for layers in 1 2 4; do printf '%8s %6s %14s %14s\n' "$layers" 1 "${peak[$layers
 printf '%8s %6s %14s %14s\n' 1 2 "${peak[1,2,1]}" -
 echo
 # The tails: per cell 5% of its values for retention and for output error (4 bytes each, with
-# the slack an eighth more), plus the layers being replayed; the rest is per work item.
+# the slack a sixteenth more), plus the layers being replayed; the rest is per work item.
 awk -v n="$n" -v one="${peak[1,1,1]}" -v four="${peak[4,1,1]}" -v two_t="${peak[4,1,2]}" 'BEGIN {
-  tails_4 = 54 * 2 * 0.05 * 1.125 * 4 * 32 * n * 4 / 1048576
+  tails_4 = 54 * 2 * 0.05 * 1.0625 * 4 * 32 * n * 4 / 1048576
   printf "growth from 1 to 4 layers, one thread: %d MiB (the tails of 4 layers: %.0f MiB)\n", four - one, tails_4
   printf "a second thread adds a work item: %d MiB at %d tokens\n", two_t - four, n
 }'
