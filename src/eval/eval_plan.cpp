@@ -49,18 +49,10 @@ std::vector<SequenceProtocol> sequence_protocols(std::span<const EvalSequence> s
   return out;
 }
 
-namespace {
-
-bool measures(const std::string& text) {
-  return text == "persistence" || text == "cake" || text.rfind("cake:", 0) == 0;
-}
-
-}  // namespace
-
 bool schedules_measure(const EvalConfig& config) {
-  bool any = measures(config.layer_budget);
+  bool any = schedule_measures_rows(config.layer_budget);
   for (const PolicyChoice& policy : config.policies)
-    any = any || (policy.info->layer_budget && measures(policy.info->layer_budget(policy.params)));
+    any = any || (policy.info->layer_budget && schedule_measures_rows(policy.info->layer_budget(policy.params)));
   return any;
 }
 
