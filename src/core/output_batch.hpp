@@ -98,15 +98,20 @@ inline void batched_value_sums(std::span<const double* const> weights, std::span
                                const float* values, size_t d, std::span<double* const> out,
                                std::vector<double>& packed) {
   const size_t n = positions.size();
-  packed.resize(n * d);             // block after block, each [j][width]
+  packed.resize(n * d);  // block after block, each [j][width]
+  double* const to = packed.data();
+  constexpr size_t ahead = 8;  // V rows are scattered: each is fetched whole, 8 rows ahead
   for (size_t j = 0; j < n; ++j) {  // each row of V read once, whole
+    if (j + ahead < n) {
+      const char* next = reinterpret_cast<const char*>(values + static_cast<size_t>(positions[j + ahead]) * d);
+      for (size_t byte = 0; byte < d * sizeof(float); byte += 64) _mm_prefetch(next + byte, _MM_HINT_T0);
+    }
     const float* v = values + static_cast<size_t>(positions[j]) * d;
-    if (j + 4 < n)
-      _mm_prefetch(reinterpret_cast<const char*>(values + static_cast<size_t>(positions[j + 4]) * d), _MM_HINT_T0);
-    for (size_t first = 0, at = 0; first < d; at += n * block_width(first, d), first += block_width(first, d)) {
+    for (size_t first = 0, at = 0; first < d;) {
       const size_t width = block_width(first, d);
-      for (size_t c = 0; c < width; c += 4)
-        _mm256_storeu_pd(packed.data() + at + j * width + c, _mm256_cvtps_pd(_mm_loadu_ps(v + first + c)));
+      double* block = to + at + j * width;
+      for (size_t c = 0; c < width; c += 4) _mm256_storeu_pd(block + c, _mm256_cvtps_pd(_mm_loadu_ps(v + first + c)));
+      at += n * width, first += width;
     }
   }
   for (size_t first = 0, at = 0; first < d; at += n * block_width(first, d), first += block_width(first, d)) {
@@ -269,10 +274,17 @@ class OutputBatch {
       }
       for (size_t begin = 0; begin < s.positions.size(); begin += kBatchTile) {
         const size_t n = std::min(kBatchTile, s.positions.size() - begin);
+        auto held_at = [&](const Step& step) { return std::min(n, step.length > begin ? step.length - begin : 0); };
+        auto from_at = [&](const Step& step) { return weights_.data() + step.offset + (k / 4 * step.length + begin) * 4; };
         for (size_t i = 0; i < count; ++i) {
           const Step& step = steps_[i];
-          const size_t held = std::min(n, step.length > begin ? step.length - begin : 0);
-          const float* from = weights_.data() + step.offset + (k / 4 * step.length + begin) * 4;
+          const size_t held = held_at(step);
+          const float* from = from_at(step);
+          if (i + 1 < count) {  // the steps' weights lie apart, each read once: fetched a step ahead
+            const char* next = reinterpret_cast<const char*>(from_at(steps_[i + 1]));
+            for (size_t byte = 0; byte < held_at(steps_[i + 1]) * 4 * sizeof(float); byte += 64)
+              _mm_prefetch(next + byte, _MM_HINT_T0);
+          }
           double* w = s.weights.data() + i * 4 * kBatchTile;
           for (size_t j = 0; j < held; ++j) _mm256_storeu_pd(w + 4 * j, _mm256_cvtps_pd(_mm_loadu_ps(from + 4 * j)));
           std::fill(w + 4 * held, w + 4 * n, 0.0);
