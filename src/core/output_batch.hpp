@@ -100,7 +100,7 @@ inline void batched_value_sums(std::span<const double* const> weights, std::span
   const size_t n = positions.size();
   packed.resize(n * d);  // block after block, each [j][width]
   double* const to = packed.data();
-  constexpr size_t ahead = 8;  // V rows are scattered: each is fetched whole, 8 rows ahead
+  constexpr size_t ahead = 8;       // V rows are scattered: each is fetched whole, 8 rows ahead
   for (size_t j = 0; j < n; ++j) {  // each row of V read once, whole
     if (j + ahead < n) {
       const char* next = reinterpret_cast<const char*>(values + static_cast<size_t>(positions[j + ahead]) * d);
@@ -275,7 +275,9 @@ class OutputBatch {
       for (size_t begin = 0; begin < s.positions.size(); begin += kBatchTile) {
         const size_t n = std::min(kBatchTile, s.positions.size() - begin);
         auto held_at = [&](const Step& step) { return std::min(n, step.length > begin ? step.length - begin : 0); };
-        auto from_at = [&](const Step& step) { return weights_.data() + step.offset + (k / 4 * step.length + begin) * 4; };
+        auto from_at = [&](const Step& step) {
+          return weights_.data() + step.offset + (k / 4 * step.length + begin) * 4;
+        };
         for (size_t i = 0; i < count; ++i) {
           const Step& step = steps_[i];
           const size_t held = held_at(step);
