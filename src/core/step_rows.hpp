@@ -405,6 +405,7 @@ class StepRows {
     }
     for (size_t begin = 0; begin < count; begin += kCheckpoint) {
       const size_t end = std::min(count, begin + kCheckpoint);
+      prefetch_values(values, end, std::min(count, end + kCheckpoint), d);
       shared_weighted_value_sums(shared_rows_.data(), heads.size(),
                                  std::span<const int32_t>(every_position_.data() + begin, end - begin), values, d,
                                  shared_out_.data(), shared_weights_, begin > 0);
@@ -412,6 +413,18 @@ class StepRows {
         for (size_t h = 0; h < heads.size(); ++h)
           std::copy_n(shared_out_[h], d, checkpoints_[heads[h]].data() + end / kCheckpoint * d);
     }
+  }
+
+  // V rows [begin, end) into L1 while the pass sums the piece before them: the piece's
+  // channel blocks each read its rows again, so they should come from L1.
+  static void prefetch_values(const float* values, size_t begin, size_t end, size_t d) {
+#if defined(__SSE__)
+    const char* from = reinterpret_cast<const char*>(values + begin * d);
+    const char* to = reinterpret_cast<const char*>(values + end * d);
+    for (; from < to; from += 64) _mm_prefetch(from, _MM_HINT_T0);
+#else
+    (void)values, (void)begin, (void)end, (void)d;
+#endif
   }
 
   std::span<const CacheGroup> groups_;
