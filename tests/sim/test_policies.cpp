@@ -487,6 +487,75 @@ TEST(PolicyScissorhandsOfficial, EqualsTheAuthorsLoopOnRandomRows) {
   EXPECT_GT(evictions, 20);
 }
 
+// kvsim's rule as the policy's comment states it, with each threshold from a sort of the whole
+// row and the renormalisation as the ratio of float sums: the reference for the policy's
+// faster search of the threshold, bit for bit.
+std::vector<int> float_rule(const hand::Rows& rows, int window, int recent, int start, double quantile) {
+  const auto n = static_cast<int64_t>(rows.size());
+  const auto rank = std::min<int64_t>(static_cast<int64_t>(quantile * static_cast<double>(n)), n - 1);
+  std::vector<int64_t> last_hit(static_cast<size_t>(n), std::numeric_limits<int64_t>::min() / 2);
+  std::vector<int> evicted(static_cast<size_t>(n), -1);
+  std::vector<int32_t> cache;
+  for (int64_t step = 0; step < n; ++step) {
+    cache.push_back(static_cast<int32_t>(step));
+    const std::vector<float> row(rows[static_cast<size_t>(step)].begin(), rows[static_cast<size_t>(step)].end());
+    std::vector<float> padded(static_cast<size_t>(n), 0.0f);
+    std::copy(row.begin(), row.end(), padded.begin());
+    std::sort(padded.begin(), padded.end());
+    const float tau = padded[static_cast<size_t>(rank)];
+    float scale = 1;
+    if (static_cast<int64_t>(cache.size()) < step + 1) {
+      float all = 0, kept = 0;
+      for (float a : row) all += a;
+      for (int32_t p : cache) kept += row[static_cast<size_t>(p)];
+      scale = all / kept;
+    }
+    for (int32_t p : cache)
+      if (row[static_cast<size_t>(p)] * scale > tau) last_hit[static_cast<size_t>(p)] = step;
+    const int64_t next = step + 1;
+    if (next < start || next >= n) continue;
+    std::vector<int32_t> kept;
+    for (int32_t p : cache) {
+      if (p < next - recent && last_hit[static_cast<size_t>(p)] < next - window)
+        evicted[static_cast<size_t>(p)] = static_cast<int>(step);
+      else
+        kept.push_back(p);
+    }
+    cache = kept;
+  }
+  return evicted;
+}
+
+TEST(PolicyScissorhandsOfficial, ThresholdFromTheFloorsAroundThePreviousOneEqualsASortOfTheRow) {
+  // The policy seeks each threshold between floors around the previous step's (0.9x .. 2x).
+  // Rows that drift slowly or fast land it inside a bracket, below the lowest floor and above
+  // the highest, and coarse levels make ties; the evictions must be those of a whole sort.
+  std::mt19937 random(5);
+  for (const bool ties : {false, true})
+    for (const double drift : {1.0, 1.004, 1.03, 1.3}) {
+      const int n = 300;
+      std::uniform_real_distribution<double> level(1, 12);
+      std::vector<double> base(static_cast<size_t>(n));
+      for (double& x : base) x = ties ? std::floor(level(random)) : level(random);
+      hand::Rows rows;
+      for (int t = 0; t < n; ++t) {
+        std::vector<double> row(base.begin(), base.begin() + t + 1);
+        for (size_t i = 0; i < row.size(); i += 7) row[i] *= std::pow(drift, t % 9);  // moves between steps
+        double sum = 0;
+        for (double x : row) sum += x;
+        for (double& x : row) x /= sum;
+        rows.push_back(row);
+      }
+      const std::map<std::string, std::string> params = {
+          {"window", "4"}, {"recent", "2"}, {"start", "20"}, {"quantile", "0.9"}};
+      const auto r = hand::replay1(rows, "scissorhands-official", 1, params);
+      const std::vector<int> expected = float_rule(rows, 4, 2, 20, 0.9);
+      EXPECT_EQ(std::vector<int>(r.eviction_step.begin(), r.eviction_step.end()), expected)
+          << "drift " << drift << (ties ? ", ties" : "");
+      EXPECT_GT(std::count_if(expected.begin(), expected.end(), [](int step) { return step >= 0; }), 10);
+    }
+}
+
 TEST(PolicyScissorhandsOfficial, GroupKeepsWhatAnyHeadKeeps) {
   // Two query heads share a kv head; quantile .5, window 1, recent 0, start 3 on 4 tokens.
   // Row 2 zero-padded to 4 and sorted: A [0,.1,.3,.6], B [0,.1,.3,.6]; rank 2: tau .3 in both.

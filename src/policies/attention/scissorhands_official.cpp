@@ -12,6 +12,8 @@
 // start-1 .. n-2 evict. Under GQA a key stays while any query head of its group keeps it.
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <iterator>
 #include <limits>
 
 #include "kvsim/core/lists.hpp"
@@ -42,22 +44,38 @@ class ScissorhandsOfficial final : public Policy {
   void observe(int64_t step, std::span<const int32_t> cache, std::span<const float>) override {
     if (!applies_) return;
     const bool masked = static_cast<int64_t>(cache.size()) < step + 1;  // has row `step` lost a key?
-    for (int head = 0; head < rows_->n_heads(); ++head) {
-      const std::span<const float> row = rows_->row(head);  // a_step[0..step]
-      const float tau = threshold(row, step);
-      // The row the model used: a_step renormalised over the cache. As the softmax over the
-      // kept keys that the authors recompute, in float32: the ratio of the float sums over
-      // all positions and over the cache, so that a mask whose mass float32 cannot resolve
-      // leaves the row unchanged bit for bit.
-      float scale = 1;
-      if (masked) {
-        float all = 0, kept = 0;
-        for (float a : row) all += a;
-        for (int32_t position : cache) kept += row[static_cast<size_t>(position)];
-        scale = all / kept;
+    const auto heads = static_cast<size_t>(rows_->n_heads());
+    scale_.assign(heads, 1.0f);
+    // The row the model used: a_step renormalised over the cache. As the softmax over the kept
+    // keys that the authors recompute, in float32: the ratio of the float sums over all
+    // positions and over the cache, so that a mask whose mass float32 cannot resolve leaves
+    // the row unchanged bit for bit. Each sum is one chain in position order; the heads'
+    // chains run side by side, four at a time.
+    if (masked) {
+      row_data_.resize(heads);
+      for (size_t h = 0; h < heads; ++h) row_data_[h] = rows_->row(static_cast<int>(h)).data();
+      all_.assign(heads, 0.0f), kept_.assign(heads, 0.0f);
+      for (size_t first = 0; first < heads; first += 4) {
+        const size_t last = std::min(heads, first + 4);
+        for (size_t i = 0; i <= static_cast<size_t>(step); ++i)
+          for (size_t h = first; h < last; ++h) all_[h] += row_data_[h][i];
+        for (int32_t position : cache)
+          for (size_t h = first; h < last; ++h) kept_[h] += row_data_[h][static_cast<size_t>(position)];
       }
-      for (int32_t position : cache)
-        if (row[static_cast<size_t>(position)] * scale > tau) last_hit_[static_cast<size_t>(position)] = step;
+      for (size_t h = 0; h < heads; ++h) scale_[h] = all_[h] / kept_[h];
+    }
+    if (tau_.size() != heads) tau_.assign(heads, 0.0f);
+    row_data_.resize(heads);
+    for (size_t h = 0; h < heads; ++h) {
+      const std::span<const float> row = rows_->row(static_cast<int>(h));  // a_step[0..step]
+      row_data_[h] = row.data();
+      tau_[h] = threshold(row, step, tau_[h]);
+    }
+    for (int32_t position : cache) {  // a key is hit when any head of the group gives it more than tau
+      const auto p = static_cast<size_t>(position);
+      bool hit = false;
+      for (size_t h = 0; h < heads; ++h) hit |= row_data_[h][p] * scale_[h] > tau_[h];
+      last_hit_[p] = hit ? step : last_hit_[p];  // without a branch: which keys are hit is not predictable
     }
   }
 
@@ -72,14 +90,60 @@ class ScissorhandsOfficial final : public Policy {
 
  private:
   // The value at ascending rank rank_ of a_step zero-padded to n: 0 while the padding
-  // (n - step - 1 zeros, the future positions) covers that rank.
-  float threshold(std::span<const float> row, int64_t step) {
+  // (n - step - 1 zeros, the future positions) covers that rank. Otherwise it is the c-th
+  // largest of the row, c = n - rank_ at every step, found without selecting in the whole
+  // row: rows change little from step to step, so floors around the previous step's
+  // threshold bracket it. With `above` entries over the higher floor (fewer than c) and at
+  // least c over the lower one, it is the (c - above)-th largest of the entries between.
+  float threshold(std::span<const float> row, int64_t step, float previous) {
     const int64_t padding = n_ - step - 1;
     if (rank_ < padding) return 0;
-    sorted_.assign(row.begin(), row.end());
-    const auto nth = sorted_.begin() + (rank_ - padding);
-    std::nth_element(sorted_.begin(), nth, sorted_.end());
+    const auto c = static_cast<size_t>(n_ - rank_);
+    above_.resize(row.size());
+    size_t count = keep_above(row.data(), row.size(), previous * 0.5f, above_.data());
+    if (count < c || previous <= 0) {  // not bracketed: the whole row
+      sorted_.assign(row.begin(), row.end());
+      const auto nth = sorted_.begin() + (rank_ - padding);
+      std::nth_element(sorted_.begin(), nth, sorted_.end());
+      return *nth;
+    }
+    constexpr float kFloors[] = {0.9f, 0.95f, 0.98f, 0.99f, 1.0f, 1.01f, 1.02f, 1.05f, 1.1f, 1.25f, 1.5f, 2.0f};
+    constexpr size_t kCount = std::size(kFloors);
+    float floors[kCount];
+    size_t over[kCount] = {};
+    for (size_t f = 0; f < kCount; ++f) floors[f] = previous * kFloors[f];
+    for (size_t i = 0; i < count; ++i)
+      for (size_t f = 0; f < kCount; ++f) over[f] += above_[i] > floors[f] ? 1 : 0;
+    float low = previous * 0.5f, high = std::numeric_limits<float>::infinity();
+    size_t above = 0;
+    for (size_t f = 0; f < kCount; ++f) {
+      if (over[f] < c) {
+        high = floors[f], above = over[f];
+        break;
+      }
+      low = floors[f];
+    }
+    size_t between = 0;
+    for (size_t i = 0; i < count; ++i) {
+      const float a = above_[i];
+      above_[between] = a;
+      between += a > low && a <= high ? 1 : 0;
+    }
+    const auto begin = above_.begin(), nth = begin + static_cast<std::ptrdiff_t>(c - above - 1);
+    std::nth_element(begin, nth, begin + static_cast<std::ptrdiff_t>(between), std::greater<float>());
     return *nth;
+  }
+
+  // Copies the entries of from[0..n) above `floor` to `to` (which may be `from`), in order,
+  // without a branch (which pass is not predictable); returns how many.
+  static size_t keep_above(const float* from, size_t n, float floor, float* to) {
+    size_t count = 0;
+    for (size_t i = 0; i < n; ++i) {
+      const float a = from[i];
+      to[count] = a;
+      count += a > floor ? 1 : 0;
+    }
+    return count;
   }
 
   int64_t window_, recent_, start_;
@@ -89,7 +153,9 @@ class ScissorhandsOfficial final : public Policy {
   bool applies_ = true;
   const FullRows* rows_ = nullptr;
   std::vector<int64_t> last_hit_;  // by position: the last row that gave it more than tau
-  std::vector<float> sorted_;
+  std::vector<float> tau_;         // by head: the threshold of the last row observed
+  std::vector<float> scale_, all_, kept_, above_, sorted_;
+  std::vector<const float*> row_data_;
 };
 
 }  // namespace
