@@ -88,7 +88,7 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
       std::copy(probs.begin(), probs.end(),
                 rows_[static_cast<size_t>(layer)][static_cast<size_t>(head)].data() + kvtrace::packed_row_offset(pos));
     LoopLayer& loop = layers_[static_cast<size_t>(layer)];
-    std::copy(probs.begin(), probs.end(), loop.full_rows.row(head, pos));
+    std::copy(probs.begin(), probs.end(), loop.full_rows.row_to_fill(head, pos));
   }
 
   void on_attention(int layer, int head, int pos, std::span<const int> positions,
@@ -100,7 +100,7 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
     }
     if (!policy_) return;
     LoopLayer& loop = layers_[static_cast<size_t>(layer)];
-    float* row = loop.rows.row(head, pos);  // the row the model used: its softmax over the cache, 0 elsewhere
+    float* row = loop.rows.row_to_fill(head, pos);  // the row the model used: its softmax over the cache, 0 elsewhere
     std::fill(row, row + pos + 1, 0.0f);
     for (size_t j = 0; j < positions.size(); ++j) row[positions[j]] = probs[j];
     if (head == config_.n_heads - 1) loop.engine->step(loop.rows, wants_full_rows(layer) ? &loop.full_rows : nullptr);

@@ -18,12 +18,9 @@ class SharedRowsSource final : public kvtrace::AttentionSource {
   int64_t n_tokens() const override { return rows_->n_tokens(); }
   int n_heads() const override { return static_cast<int>(heads_.size()); }
   void rows(int64_t first, int64_t count, kvtrace::RowBlock& block) override {
-    block.reshape(first, count, first + count, n_heads());
-    for (int h = 0; h < n_heads(); ++h)
-      for (int64_t t = first; t < first + count; ++t) {
-        const float* src = rows_->row(heads_[static_cast<size_t>(h)], t);
-        std::copy(src, src + t + 1, block.row(h, t));
-      }
+    std::vector<const float*> heads;
+    for (int head : heads_) heads.push_back(rows_->row(head, 0));
+    block.view_packed(first, count, std::move(heads));  // read in place: rows_ outlives the block
   }
 
  private:

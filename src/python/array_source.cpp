@@ -58,7 +58,7 @@ void ArrayAttentionSource::rows(int64_t first, int64_t count, kvtrace::RowBlock&
     for (int64_t t = first; t < first + count; ++t) {
       const float* src = row_data(h, t);
       const double sum = sums_[static_cast<size_t>(h) * static_cast<size_t>(n_tokens_) + static_cast<size_t>(t)];
-      float* dst = block.row(h, t);
+      float* dst = block.row_to_fill(h, t);
       for (int64_t i = 0; i <= t; ++i) dst[i] = static_cast<float>(src[i] / sum);
     }
 }

@@ -35,14 +35,14 @@ class QuantizedKeySource final : public kvtrace::AttentionSource {
     for (int h = 0; h < n_heads(); ++h) {
       const auto kv = static_cast<size_t>(h / group_size_);
       kvtrace::qk_logits(queries_[static_cast<size_t>(h)].data(), keys_[kv].data(), head_dim_, first, count,
-                         softmax_.scale, block.row(h, first), block.stride);
+                         softmax_.scale, block.row_to_fill(h, first), block.stride);
       kvtrace::qk_logits(queries_[static_cast<size_t>(h)].data(), quantized_keys_[kv].data(), head_dim_, first, count,
                          softmax_.scale, scratch_.data(), width);
       for (int64_t t = first; t < width; ++t) {
         const int64_t exact_from = first_full_precision(t);
         const float* quantized = scratch_.data() + (t - first) * width;
-        std::copy(quantized, quantized + exact_from, block.row(h, t));
-        kvtrace::causal_softmax_row(block.row(h, t), t, softmax_);
+        std::copy(quantized, quantized + exact_from, block.row_to_fill(h, t));
+        kvtrace::causal_softmax_row(block.row_to_fill(h, t), t, softmax_);
       }
     }
   }

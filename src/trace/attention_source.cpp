@@ -21,6 +21,16 @@ void RowBlock::reshape(int64_t first_row, int64_t rows, int64_t row_stride, int 
   stride = row_stride;
   n_heads = heads;
   data.resize(static_cast<size_t>(heads) * static_cast<size_t>(rows) * static_cast<size_t>(row_stride));
+  packed.clear();
+}
+
+void RowBlock::view_packed(int64_t first_row, int64_t rows, std::vector<const float*> heads) {
+  first = first_row;
+  count = rows;
+  stride = 0;
+  n_heads = static_cast<int>(heads.size());
+  data.clear();
+  packed = std::move(heads);
 }
 
 PackedAttentionSource::PackedAttentionSource(int64_t n_tokens, std::vector<std::vector<float>> packed_per_head)
@@ -33,12 +43,9 @@ PackedAttentionSource::PackedAttentionSource(int64_t n_tokens, std::vector<std::
 }
 
 void PackedAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) {
-  block.reshape(first, count, first + count, n_heads());
-  for (int h = 0; h < n_heads(); ++h)
-    for (int64_t t = first; t < first + count; ++t) {
-      const float* src = packed_[static_cast<size_t>(h)].data() + packed_row_offset(t);
-      std::copy(src, src + t + 1, block.row(h, t));
-    }
+  std::vector<const float*> heads;
+  for (const auto& head : packed_) heads.push_back(head.data());
+  block.view_packed(first, count, std::move(heads));  // read in place: the rows outlive the block
 }
 
 HeldHead::HeldHead(std::vector<float> values) {
@@ -228,8 +235,8 @@ void QKAttentionSource::rows(int64_t first, int64_t count, RowBlock& block) {
       widened_kv = kv;
     }
     const float* queries = rows_of(queries_[static_cast<size_t>(h)], d, first, count, block_queries_);
-    block_logits(queries, keys, head_dim_, first, count, options_.scale, block.row(h, first), block.stride);
-    for (int64_t t = first; t < width; ++t) causal_softmax_row(block.row(h, t), t, options_);
+    block_logits(queries, keys, head_dim_, first, count, options_.scale, block.row_to_fill(h, first), block.stride);
+    for (int64_t t = first; t < width; ++t) causal_softmax_row(block.row_to_fill(h, t), t, options_);
   }
 }
 
@@ -249,7 +256,7 @@ class StoredAttentionSource final : public AttentionSource {
           reader_.read_attn_rows(seq_, layer_, heads_[static_cast<size_t>(h)], first, count);
       const float* src = packed.data();
       for (int64_t t = first; t < first + count; ++t) {
-        std::copy(src, src + t + 1, block.row(h, t));
+        std::copy(src, src + t + 1, block.row_to_fill(h, t));
         src += t + 1;
       }
     }

@@ -19,16 +19,22 @@ struct RowBlock {
   int64_t stride = 0;  // floats from one row to the next
   int n_heads = 0;
   std::vector<float> data;  // [n_heads][count][stride]; row t holds a_t[0..t], the rest undefined
+  // Or, when not empty, the rows are read in place from where a source holds them: head h's
+  // as a packed lower triangle (row t at t (t + 1) / 2), which `data` then does not copy.
+  std::vector<const float*> packed;
 
   const float* row(int head, int64_t t) const {
+    if (!packed.empty()) return packed[static_cast<size_t>(head)] + static_cast<size_t>(t * (t + 1) / 2);
     return data.data() + (static_cast<size_t>(head) * static_cast<size_t>(count) + static_cast<size_t>(t - first)) *
                              static_cast<size_t>(stride);
   }
-  float* row(int head, int64_t t) {
+  float* row_to_fill(int head, int64_t t) {  // the rows the block holds (reshape)
     return data.data() + (static_cast<size_t>(head) * static_cast<size_t>(count) + static_cast<size_t>(t - first)) *
                              static_cast<size_t>(stride);
   }
   void reshape(int64_t first_row, int64_t rows, int64_t row_stride, int heads);
+  // Rows [first_row, first_row + rows) of packed triangles held elsewhere, one per head.
+  void view_packed(int64_t first_row, int64_t rows, std::vector<const float*> heads);
 };
 
 class AttentionSource {
