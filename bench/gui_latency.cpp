@@ -126,6 +126,10 @@ int main(int argc, char** argv) {
   kvgui::Session* session = window.session();
   for (const kvsim::PolicyInfo& info : kvsim::policies()) {
     if (!chosen(info.name) || info.engine == kvsim::Engine::cross_layer) continue;
+    if (info.needs_tensors()) {  // the session replays these over the trace, not from the rows
+      std::printf("%-28s %12s\n", info.name.c_str(), "(reads the stored tensors: the change below)");
+      continue;
+    }
     const kvsim::PolicyChoice policy = kvsim::choose_policy(info.name);
     std::vector<double> wall[2], cpu[2];
     for (int r = 0; r < repeat; ++r)

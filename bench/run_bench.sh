@@ -4,7 +4,8 @@
 #   bash bench/run_bench.sh                  # kvsim vs the NumPy reference on the bundled trace
 #                                            # (agreement within 1e-6, speed ratios, the floor)
 #   BIG=1 bash bench/run_bench.sh            # also the Llama-3.1-8B-shaped target (bench/big_trace.sh),
-#                                            # scaling with the context (scaling.sh), memory (memory.sh)
+#                                            # scaling with the context (scaling.sh), memory (memory.sh),
+#                                            # and kvsim-gui at that scale (gui.sh; with Qt)
 #   MICRO=1 bash bench/run_bench.sh          # also the Google Benchmark micro-benchmarks
 #   bash bench/run_bench.sh --seqs 0,1       # arguments go to bench/compare.py
 # Environment: KVSIM_BUILD (default build/), LAYERS/THREADS/REPEAT/SKIP for big_trace.sh.
@@ -19,8 +20,14 @@ if [[ ! -f $build/CMakeCache.txt ]]; then
   cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release
 fi
 targets=(kvsim kvsim_floor)
+gui=0
+build_targets=$(cmake --build "$build" --target help)
+if [[ ${BIG:-0} == 1 ]] && grep -q kvsim_gui_latency <<<"$build_targets"; then
+  targets+=(kvsim_gui_latency)
+  gui=1
+fi
 if [[ ${MICRO:-0} == 1 ]]; then
-  cmake --build "$build" --target help | grep -q kvsim_bench ||
+  grep -q kvsim_bench <<<"$build_targets" ||
     { echo "kvsim_bench is not configured: install libbenchmark-dev and re-run cmake" >&2; exit 2; }
   targets+=(kvsim_bench)
 fi
@@ -34,6 +41,12 @@ if [[ ${BIG:-0} == 1 ]]; then
   KVSIM_BUILD=$build bash "$root/bench/scaling.sh"
   echo
   KVSIM_BUILD=$build bash "$root/bench/memory.sh"
+  echo
+  if [[ $gui == 1 ]]; then
+    KVSIM_BUILD=$build bash "$root/bench/gui.sh"
+  else
+    echo "gui.sh: skipped: kvsim_gui_latency is not configured (Qt not found)"
+  fi
 fi
 if [[ ${MICRO:-0} == 1 ]]; then
   echo
