@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "controls_panel.hpp"
+#include "kvsim/core/heap.hpp"
 #include "kvsim/policies/registry.hpp"
 #include "kvtrace/schema.hpp"
 #include "main_window.hpp"
@@ -87,6 +88,7 @@ void measure(kvgui::MainWindow& window, const std::function<void()>& change, Fig
 }  // namespace
 
 int main(int argc, char** argv) {
+  kvsim::keep_large_blocks_in_heap(256 << 20, true);  // as kvsim-gui's main does
   if (argc < 2) {
     std::fprintf(stderr, "usage: kvsim_gui_latency TRACE [--repeat N] [--policies a,b]\n");
     return 2;

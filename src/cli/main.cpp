@@ -1,7 +1,5 @@
 // kvsim: replay attention traces through KV-cache eviction policies. One verb per file
 // (cmd_*.cpp); this file only dispatches and maps errors to exit codes.
-#include <malloc.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "cli_common.hpp"
+#include "kvsim/core/heap.hpp"
 #include "kvsim/core/version.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "mpi_split.hpp"
@@ -92,11 +91,7 @@ int run_verb(const std::vector<std::string>& all_args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  // A sweep allocates and frees many blocks of 0.1-10 MB (per-step results, aggregation
-  // buffers). glibc serves blocks that large with fresh mmaps by default, which the kernel
-  // must fault in and zero every time; from the heap they are reused instead.
-  mallopt(M_MMAP_THRESHOLD, 64 << 20);
-  mallopt(M_TRIM_THRESHOLD, 128 << 20);
+  kvsim::keep_large_blocks_in_heap();
   kvtrace::remove_temporaries_on_signals();  // no temporary output outlives Ctrl-C or kill
   std::unique_ptr<kvsim::WorkSplit> split = kvsim::cli::start_mpi(argc, argv);
   kvsim::cli::set_work_split(split.get());

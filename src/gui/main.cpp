@@ -5,9 +5,11 @@
 #include <cstdio>
 
 #include "gui_options.hpp"
+#include "kvsim/core/heap.hpp"
 #include "main_window.hpp"
 
 int main(int argc, char** argv) {
+  kvsim::keep_large_blocks_in_heap(256 << 20, true);  // lookahead's future sums: 2 x 67 MB at 4k tokens
   // Parsed before any QApplication exists: --help, --version and a bad option work without
   // a display, and no display is one line.
   QStringList arguments;
