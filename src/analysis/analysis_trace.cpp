@@ -238,20 +238,24 @@ LayerSchedule cake_schedule(const std::string& text, const kvtrace::TraceReader&
   return schedule;
 }
 
-bool schedule_measures_rows(const std::string& text) {
-  return text == "persistence" || text == "cake" || text.rfind("cake:", 0) == 0;
-}
+namespace {
+
+bool names_cake(const std::string& text) { return text == "cake" || text.rfind("cake:", 0) == 0; }
+
+}  // namespace
+
+bool schedule_measures_rows(const std::string& text) { return text == "persistence" || names_cake(text); }
 
 LayerSchedule layer_schedule(const std::string& text, const ScheduleRows& rows, int threads) {
   if (text == "persistence") return persistence_schedule(rows, threads);
-  if (schedule_measures_rows(text)) return cake_schedule(text, rows, threads);
+  if (names_cake(text)) return cake_schedule(text, rows, threads);
   return LayerSchedule::parse(text, rows.n_layers);
 }
 
 LayerSchedule layer_schedule(const std::string& text, const kvtrace::TraceReader& reader,
                              const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads, Mode mode) {
   if (text == "persistence") return persistence_schedule(reader, sequences, rows, threads);
-  if (schedule_measures_rows(text)) return cake_schedule(text, reader, sequences, rows, threads, mode);
+  if (names_cake(text)) return cake_schedule(text, reader, sequences, rows, threads, mode);
   return LayerSchedule::parse(text, reader.meta().n_layers);
 }
 

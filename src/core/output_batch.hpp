@@ -182,7 +182,8 @@ class OutputBatch {
   bool empty() const { return steps_.empty(); }
   bool complement() const { return complement_; }
   size_t head_length(int64_t run_begin) const {  // the positions of the first step's cache below the run
-    return static_cast<size_t>(std::lower_bound(cache_.begin(), cache_.end(), run_begin) - cache_.begin());
+    return static_cast<size_t>(std::lower_bound(held_.cache.begin(), held_.cache.end(), run_begin) -
+                               held_.cache.begin());
   }
 
   // run_begin: t + 1, or where the cache's last run begins when its sum comes with the step.
@@ -194,7 +195,7 @@ class OutputBatch {
     const Step& first = steps_.front();
     const size_t length = complement ? evicted
                           : run      ? head_length(run_begin)
-                                     : cache_.size() + static_cast<size_t>(t - first.t);
+                                     : held_.cache.size() + static_cast<size_t>(t - first.t);
     if (used_ + heads * length > max_weights(heads)) return false;
     if (complement) return evicted - first.evicted <= first.evicted / 8 + 16;
     return length - first.length + (evicted - first.evicted) <= first.length / 8 + 16;
@@ -211,32 +212,32 @@ class OutputBatch {
       complement_ = complement;
       run_ = run_begin <= t;
       acquire();
-      cache_.clear();
-      if (!complement) cache_.assign(cache.begin(), cache.end());
-      mass_.clear();
-      run_sums_.clear();
+      held_.cache.clear();
+      if (!complement) held_.cache.assign(cache.begin(), cache.end());
+      held_.mass.clear();
+      held_.run_sums.clear();
       used_ = 0;
     }
     const int64_t first_t = steps_.empty() ? t : steps_.front().t;
     const size_t length = complement ? evicted.size()
                           : run_     ? head_length(run_begin)
-                                     : cache_.size() + static_cast<size_t>(t - first_t);
-    run_sums_.insert(run_sums_.end(), run_sums.begin(), run_sums.end());
+                                     : held_.cache.size() + static_cast<size_t>(t - first_t);
+    held_.run_sums.insert(held_.run_sums.end(), run_sums.begin(), run_sums.end());
     const size_t offset = used_;
     steps_.push_back({t, evicted.size(), offset, length});
-    mass_.insert(mass_.end(), mass.begin(), mass.end());
+    held_.mass.insert(held_.mass.end(), mass.begin(), mass.end());
     used_ += quads.size() * 4 * length;
-    if (weights_.size() < used_)  // grown by doubling, no fill at every step, never past the bound
-      weights_.resize(std::max(used_, std::min(2 * weights_.size(), max_weights(quads.size() * 4))));
+    if (held_.weights.size() < used_)  // grown by doubling, no fill at every step, never past the bound
+      held_.weights.resize(std::max(used_, std::min(2 * held_.weights.size(), max_weights(quads.size() * 4))));
     for (size_t q = 0; q < quads.size(); ++q) {
-      float* w = weights_.data() + offset + q * 4 * length;
+      float* w = held_.weights.data() + offset + q * 4 * length;
       if (complement) {
         for (size_t j = 0; j < length; ++j) std::copy_n(quads[q] + 4 * static_cast<size_t>(evicted[j]), 4, w + 4 * j);
         continue;
       }
       for (size_t j = 0; j < length; ++j) {
-        const auto p =
-            j < cache_.size() ? static_cast<size_t>(cache_[j]) : static_cast<size_t>(first_t) + 1 + j - cache_.size();
+        const auto p = j < held_.cache.size() ? static_cast<size_t>(held_.cache[j])
+                                              : static_cast<size_t>(first_t) + 1 + j - held_.cache.size();
         if (in_cache[p])
           std::copy_n(quads[q] + 4 * p, 4, w + 4 * j);
         else
@@ -259,7 +260,7 @@ class OutputBatch {
     if (complement_) {
       s.positions.assign(evicted.begin(), evicted.begin() + static_cast<std::ptrdiff_t>(steps_.back().length));
     } else {
-      s.positions = cache_;
+      s.positions = held_.cache;
       for (int64_t p = steps_.front().t + 1; p <= steps_.back().t; ++p) s.positions.push_back(static_cast<int32_t>(p));
     }
     if (run_) s.positions.resize(steps_.back().length);
@@ -274,17 +275,17 @@ class OutputBatch {
       }
       for (size_t begin = 0; begin < s.positions.size(); begin += kBatchTile) {
         const size_t n = std::min(kBatchTile, s.positions.size() - begin);
-        auto held_at = [&](const Step& step) { return std::min(n, step.length > begin ? step.length - begin : 0); };
-        auto from_at = [&](const Step& step) {
-          return weights_.data() + step.offset + (k / 4 * step.length + begin) * 4;
+        auto tile_length = [&](const Step& step) { return std::min(n, step.length > begin ? step.length - begin : 0); };
+        auto tile_weights = [&](const Step& step) {
+          return held_.weights.data() + step.offset + (k / 4 * step.length + begin) * 4;
         };
         for (size_t i = 0; i < count; ++i) {
           const Step& step = steps_[i];
-          const size_t held = held_at(step);
-          const float* from = from_at(step);
+          const size_t held = tile_length(step);
+          const float* from = tile_weights(step);
           if (i + 1 < count) {  // the steps' weights lie apart, each read once: fetched a step ahead
-            const char* next = reinterpret_cast<const char*>(from_at(steps_[i + 1]));
-            for (size_t byte = 0; byte < held_at(steps_[i + 1]) * 4 * sizeof(float); byte += 64)
+            const char* next = reinterpret_cast<const char*>(tile_weights(steps_[i + 1]));
+            for (size_t byte = 0; byte < tile_length(steps_[i + 1]) * 4 * sizeof(float); byte += 64)
               _mm_prefetch(next + byte, _MM_HINT_T0);
           }
           double* w = s.weights.data() + i * 4 * kBatchTile;
@@ -296,12 +297,12 @@ class OutputBatch {
       }
     }
     if (run_)
-      for (size_t i = 0; i < s.out.size(); ++i) s.out[i] += run_sums_[i];
+      for (size_t i = 0; i < s.out.size(); ++i) s.out[i] += held_.run_sums[i];
     for (size_t i = 0; i < count; ++i)
       for (size_t k = 0; k < heads; k += 4) {
         double* sums[4];
         for (size_t h = 0; h < 4; ++h) sums[h] = s.out.data() + (i * heads + k + h) * d;
-        record(steps_[i].t, k, sums, mass_.data() + i * heads + k);
+        record(steps_[i].t, k, sums, held_.mass.data() + i * heads + k);
       }
     steps_.clear();
     release();
@@ -337,23 +338,18 @@ class OutputBatch {
   void acquire() {
     auto& pool = scratch().pool;
     if (pool.empty()) return;
-    Held& held = pool.back();
-    run_sums_ = std::move(held.run_sums), cache_ = std::move(held.cache), mass_ = std::move(held.mass);
-    weights_ = std::move(held.weights);
+    held_ = std::move(pool.back());
     pool.pop_back();
   }
   void release() {
-    scratch().pool.push_back({std::move(run_sums_), std::move(cache_), std::move(mass_), std::move(weights_)});
-    run_sums_ = {}, cache_ = {}, mass_ = {}, weights_ = {};
+    scratch().pool.push_back(std::move(held_));
+    held_ = {};
   }
   std::vector<Step> steps_;
   bool complement_ = false;
-  bool run_ = false;              // the cache below its last run; the run's sums came with the steps
-  std::vector<double> run_sums_;  // [step][head][channel]
-  std::vector<int32_t> cache_;    // at the first step (cached sums)
-  std::vector<double> mass_;      // [step][head]
-  std::vector<float> weights_;    // the steps' weights over the union: 4 heads per position
-  size_t used_ = 0;               // of weights_
+  bool run_ = false;  // the cache below its last run; the run's sums came with the steps
+  Held held_;         // the pending batch's buffers (in the pool while none is pending)
+  size_t used_ = 0;   // of held_.weights
 };
 #endif
 

@@ -168,6 +168,7 @@ class Simulation {
           // A run costs at most a checkpoint interval of positions (StepRows::range_outputs).
           run_partials(model, runs);
           complement = false;  // the runs are the cache itself
+#if defined(__AVX2__) && defined(__FMA__)
         } else if (batched_) {
           // A long last run of the cache (h2o's protected recent half) is summed from o_t and
           // its checkpoints (StepRows::range_outputs), and the batch sums the cache below it.
@@ -189,6 +190,7 @@ class Simulation {
           batch_.add(t, complement, run_begin, cache_, evicted_, in_cache_, batch_quads_, mass_,
                      run ? std::span<const double>(run_partials_) : std::span<const double>());
           deferred = true;
+#endif
         } else {
           shared_partials(model, positions);
         }
@@ -425,6 +427,7 @@ class Simulation {
 
   // The output errors of the steps batch_ holds (output_batch.hpp).
   void flush_batch(const StepRows& rows) {
+#if defined(__AVX2__) && defined(__FMA__)
     const auto d = static_cast<size_t>(group_.head_dim);
     batch_.flush(evicted_, group_.values, d, [&](int64_t t, size_t k, double* const* sums, const double* mass) {
       const double* full[4];
@@ -433,6 +436,9 @@ class Simulation {
       relative_errors(full, sums, mass, d, batch_.complement(), errors);
       for (size_t h = 0; h < 4; ++h) result_.output_error[value_at(k + h, t)] = errors[h];
     });
+#else
+    (void)rows;  // without AVX2 nothing is batched (batched_ stays false)
+#endif
   }
 
   // record_head's partials when the cache is runs of consecutive positions (recent,
@@ -612,7 +618,9 @@ class Simulation {
   std::vector<double*> shared_out_;
   std::vector<double> shared_weights_;
   bool batched_ = false;  // output error's sums a block of steps at a time: AVX2, kv heads of 4
+#if defined(__AVX2__) && defined(__FMA__)
   OutputBatch batch_;
+#endif
   std::vector<const float*> batch_quads_;
 };
 

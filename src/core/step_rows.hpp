@@ -418,7 +418,7 @@ class StepRows {
   // V rows [begin, end) into L1 while the pass sums the piece before them: the piece's
   // channel blocks each read its rows again, so they should come from L1.
   static void prefetch_values(const float* values, size_t begin, size_t end, size_t d) {
-#if defined(__SSE__)
+#if defined(__AVX2__)
     const char* from = reinterpret_cast<const char*>(values + begin * d);
     const char* to = reinterpret_cast<const char*>(values + end * d);
     for (; from < to; from += 64) _mm_prefetch(from, _MM_HINT_T0);

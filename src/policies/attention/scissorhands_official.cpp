@@ -36,6 +36,7 @@ class ScissorhandsOfficial final : public Policy {
     rows_ = group.full_rows;
     applies_ = index_selected(layers_, group.layer);
     last_hit_.assign(static_cast<size_t>(n_), std::numeric_limits<int64_t>::min() / 2);
+    tau_.assign(rows_ ? static_cast<size_t>(rows_->n_heads()) : 0, 0.0f);
     // int(0.9 * src_len) in Python: the product in double, truncated. A quantile of 1 would
     // slice past the row there; here it takes the row's largest value.
     rank_ = std::min<int64_t>(static_cast<int64_t>(quantile_ * static_cast<double>(n_)), n_ - 1);
@@ -45,6 +46,8 @@ class ScissorhandsOfficial final : public Policy {
     if (!applies_) return;
     const bool masked = static_cast<int64_t>(cache.size()) < step + 1;  // has row `step` lost a key?
     const auto heads = static_cast<size_t>(rows_->n_heads());
+    row_data_.resize(heads);
+    for (size_t h = 0; h < heads; ++h) row_data_[h] = rows_->row(static_cast<int>(h)).data();  // a_step[0..step]
     scale_.assign(heads, 1.0f);
     // The row the model used: a_step renormalised over the cache. As the softmax over the kept
     // keys that the authors recompute, in float32: the ratio of the float sums over all
@@ -52,8 +55,6 @@ class ScissorhandsOfficial final : public Policy {
     // the row unchanged bit for bit. Each sum is one chain in position order; the heads'
     // chains run side by side, four at a time.
     if (masked) {
-      row_data_.resize(heads);
-      for (size_t h = 0; h < heads; ++h) row_data_[h] = rows_->row(static_cast<int>(h)).data();
       all_.assign(heads, 0.0f), kept_.assign(heads, 0.0f);
       for (size_t first = 0; first < heads; first += 4) {
         const size_t last = std::min(heads, first + 4);
@@ -64,13 +65,7 @@ class ScissorhandsOfficial final : public Policy {
       }
       for (size_t h = 0; h < heads; ++h) scale_[h] = all_[h] / kept_[h];
     }
-    if (tau_.size() != heads) tau_.assign(heads, 0.0f);
-    row_data_.resize(heads);
-    for (size_t h = 0; h < heads; ++h) {
-      const std::span<const float> row = rows_->row(static_cast<int>(h));  // a_step[0..step]
-      row_data_[h] = row.data();
-      tau_[h] = threshold(row, step, tau_[h]);
-    }
+    for (size_t h = 0; h < heads; ++h) tau_[h] = threshold(rows_->row(static_cast<int>(h)), step, tau_[h]);
     for (int32_t position : cache) {  // a key is hit when any head of the group gives it more than tau
       const auto p = static_cast<size_t>(position);
       bool hit = false;
@@ -102,9 +97,9 @@ class ScissorhandsOfficial final : public Policy {
     above_.resize(row.size());
     size_t count = keep_above(row.data(), row.size(), previous * 0.5f, above_.data());
     if (count < c || previous <= 0) {  // not bracketed: the whole row
-      sorted_.assign(row.begin(), row.end());
-      const auto nth = sorted_.begin() + (rank_ - padding);
-      std::nth_element(sorted_.begin(), nth, sorted_.end());
+      above_.assign(row.begin(), row.end());
+      const auto nth = above_.begin() + (rank_ - padding);
+      std::nth_element(above_.begin(), nth, above_.end());
       return *nth;
     }
     constexpr float kFloors[] = {0.9f, 0.95f, 0.98f, 0.99f, 1.0f, 1.01f, 1.02f, 1.05f, 1.1f, 1.25f, 1.5f, 2.0f};
@@ -154,7 +149,7 @@ class ScissorhandsOfficial final : public Policy {
   const FullRows* rows_ = nullptr;
   std::vector<int64_t> last_hit_;  // by position: the last row that gave it more than tau
   std::vector<float> tau_;         // by head: the threshold of the last row observed
-  std::vector<float> scale_, all_, kept_, above_, sorted_;
+  std::vector<float> scale_, all_, kept_, above_;
   std::vector<const float*> row_data_;
 };
 

@@ -174,12 +174,12 @@ double cake_preference(const CakeMeasure& measure, double tau1, double tau2);
 // T = the prompt (prefill) or the sequence (stream).
 LayerSchedule cake_schedule(const std::string& text, const kvtrace::TraceReader& reader,
                             const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads, Mode mode);
-// --layer-budget as the front ends take it: "persistence" (persistence_schedule), "cake..."
-// (cake_schedule), else LayerSchedule::parse over the trace's layers (uniform, pyramid, or one
-// weight per layer).
 // Whether the schedule `text` names is measured on the rows (persistence, cake) rather than
 // given (uniform, pyramid, weights).
 bool schedule_measures_rows(const std::string& text);
+// --layer-budget as the front ends take it: "persistence" (persistence_schedule), "cake..."
+// (cake_schedule), else LayerSchedule::parse over the trace's layers (uniform, pyramid, or one
+// weight per layer).
 LayerSchedule layer_schedule(const std::string& text, const kvtrace::TraceReader& reader,
                              const std::vector<int>& sequences, kvtrace::RowsFrom rows, int threads,
                              Mode mode = Mode::stream);
