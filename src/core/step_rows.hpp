@@ -96,6 +96,7 @@ class StepRows {
     quad_step_.assign(quad_heads_.size(), -1);
     quad_prefixes_.resize(quad_heads_.size());
     quad_prefix_step_.assign(quad_heads_.size(), -1);
+    quad_prefix_asked_.assign(quad_heads_.size(), -1);
   }
 
   // Step t of `block`, for the simulations of cache group `group` (-1: of every group).
@@ -151,6 +152,7 @@ class StepRows {
       }
       return prefixes_[h][static_cast<size_t>(i)];
     }
+    quad_prefix_asked_[quad] = t_;
     if (quad_prefix_step_[quad] != t_) compute_quad_prefix(quad);
     return quad_prefixes_[quad][4 * static_cast<size_t>(i) + lane];
   }
@@ -248,10 +250,11 @@ class StepRows {
  private:
   static constexpr size_t kNoQuad = ~size_t{0};
 
-  // Interleaves a quad's rows for this step. With AVX2, in the same pass, when they were
-  // asked for at the previous step (they are then likely asked for again): the four heads'
-  // totals (lane l of quad_sums: entries l, l + 4, ...), and their prefix sums, one chain of
-  // dependent adds in whose shadow the rest of the pass runs.
+  // Interleaves a quad's rows for this step. With AVX2, in the same pass, what the previous
+  // step needed (it is then likely needed again): the four heads' totals (lane l of
+  // quad_sums: entries l, l + 4, ...) when they were computed, and their prefix sums when
+  // they were asked for: a chain of dependent adds that slows the pass, so it must stop once
+  // no simulation asks (a cache that was one run at first, and is not any more).
   const float* interleaved(size_t quad) {
     std::vector<float>& out = quads_[quad];
     if (quad_step_[quad] == t_) return out.data();
@@ -262,7 +265,7 @@ class StepRows {
 #if defined(__AVX2__)
     const bool with_totals = total_step_[static_cast<size_t>(quad_heads_[quad][0])] == t_ - 1;
     double* prefix = nullptr;
-    if (quad_prefix_step_[quad] == t_ - 1) {
+    if (quad_prefix_asked_[quad] == t_ - 1) {
       quad_prefixes_[quad].resize(4 * (count + 1));
       prefix = quad_prefixes_[quad].data();
     }
@@ -459,6 +462,7 @@ class StepRows {
   std::vector<int64_t> quad_step_;
   std::vector<std::vector<double>> quad_prefixes_;
   std::vector<int64_t> quad_prefix_step_;
+  std::vector<int64_t> quad_prefix_asked_;  // the last step whose prefix sums were asked for
 };
 
 }  // namespace kvsim
