@@ -20,6 +20,8 @@
 #include <immintrin.h>
 #endif
 
+#include "value_sums.hpp"
+
 namespace kvsim {
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -115,11 +117,6 @@ __attribute__((target("avx512f"))) inline void packed_block_avx512(const double*
   _mm512_storeu_pd(out[1], s10), _mm512_storeu_pd(out[1] + 8, s11);
   _mm512_storeu_pd(out[2], s20), _mm512_storeu_pd(out[2] + 8, s21);
   _mm512_storeu_pd(out[3], s30), _mm512_storeu_pd(out[3] + 8, s31);
-}
-
-inline bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
 }
 
 // Channel blocks of 12, then 8, then 4: the blocking of shared_weighted_heads<4>. With

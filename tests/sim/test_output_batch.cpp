@@ -147,6 +147,37 @@ TEST(OutputBatch, Avx512ProductEqualsAvx2) {
   }
 }
 
+TEST(OutputBatch, SharedHeadsEqualOneHeadAtATime) {
+  // o_t's pass sums four heads sharing values at once (with AVX-512, where the CPU has it, in
+  // 16-channel blocks): each head's sums must equal weighted_value_sum's for that head alone,
+  // bit for bit, with both paths, from zero and continuing from earlier sums.
+  for (size_t d : {16, 20, 128}) {
+    const size_t n = 150;
+    const auto values = random_values(n * d, 23);
+    std::vector<std::vector<float>> rows(4, std::vector<float>(n));
+    uint32_t state = 31;
+    for (auto& row : rows)
+      for (float& a : row) a = static_cast<float>(next(state) >> 8) / static_cast<float>(1u << 24);
+    std::vector<int32_t> positions;
+    for (size_t j = 0; j < n; j += 1 + j % 3) positions.push_back(static_cast<int32_t>(j));
+    const float* row_pointers[4] = {rows[0].data(), rows[1].data(), rows[2].data(), rows[3].data()};
+    for (bool accumulate : {false, true})
+      for (bool wide : {false, true}) {
+        std::vector<double> start(4 * d);
+        const auto seeds = random_values(4 * d, 41);
+        for (size_t i = 0; i < start.size(); ++i) start[i] = accumulate ? seeds[i] : 0.0;
+        std::vector<double> together = start, alone = start, scratch;
+        double* together_rows[4] = {together.data(), together.data() + d, together.data() + 2 * d,
+                                    together.data() + 3 * d};
+        kvsim::shared_weighted_value_sums(row_pointers, 4, positions, values.data(), d, together_rows, scratch,
+                                          accumulate, wide);
+        for (size_t k = 0; k < 4; ++k)
+          kvsim::weighted_value_sum(rows[k].data(), positions, values.data(), d, alone.data() + k * d, accumulate);
+        EXPECT_EQ(together, alone) << "head_dim " << d << (accumulate ? ", continued" : "") << (wide ? ", wide" : "");
+      }
+  }
+}
+
 TEST(OutputBatch, FourErrorsAtOnceEqualOneAtATime) {
   // relative_errors puts four heads in the lanes of a vector: each must equal the scalar
   // definition |o - p / m| / |o| computed alone, with and without the complement.
