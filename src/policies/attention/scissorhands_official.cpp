@@ -12,15 +12,36 @@
 // start-1 .. n-2 evict. Under GQA a key stays while any query head of its group keeps it.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <functional>
 #include <iterator>
 #include <limits>
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
 
 #include "kvsim/core/lists.hpp"
 #include "kvsim/core/policy.hpp"
 
 namespace kvsim {
 namespace {
+
+#if defined(__AVX2__)
+// For each mask of eight lanes, its set lanes in order, then the others.
+struct PackOrder {
+  int32_t lanes[256][8] = {};
+  constexpr PackOrder() {
+    for (int mask = 0; mask < 256; ++mask) {
+      int next = 0;
+      for (int lane = 0; lane < 8; ++lane)
+        if (mask >> lane & 1) lanes[mask][next++] = lane;
+      for (int lane = 0; lane < 8; ++lane)
+        if (!(mask >> lane & 1)) lanes[mask][next++] = lane;
+    }
+  }
+};
+#endif
 
 class ScissorhandsOfficial final : public Policy {
  public:
@@ -66,11 +87,14 @@ class ScissorhandsOfficial final : public Policy {
       for (size_t h = 0; h < heads; ++h) scale_[h] = all_[h] / kept_[h];
     }
     for (size_t h = 0; h < heads; ++h) tau_[h] = threshold(rows_->row(static_cast<int>(h)), step, tau_[h]);
-    for (int32_t position : cache) {  // a key is hit when any head of the group gives it more than tau
+    // A key is hit when any head of the group gives it more than tau.
+    if (8 * cache.size() >= static_cast<size_t>(step) + 1) {
+      record_hits(step);
+      return;
+    }
+    for (int32_t position : cache) {  // a sparse cache: only its keys
       const auto p = static_cast<size_t>(position);
-      bool hit = false;
-      for (size_t h = 0; h < heads; ++h) hit |= row_data_[h][p] * scale_[h] > tau_[h];
-      last_hit_[p] = hit ? step : last_hit_[p];  // without a branch: which keys are hit is not predictable
+      last_hit_[p] = hit(p) ? step : last_hit_[p];  // without a branch: which keys are hit is not predictable
     }
   }
 
@@ -95,7 +119,8 @@ class ScissorhandsOfficial final : public Policy {
     if (rank_ < padding) return 0;
     const auto c = static_cast<size_t>(n_ - rank_);
     above_.resize(row.size());
-    size_t count = keep_above(row.data(), row.size(), previous * 0.5f, above_.data());
+    size_t count =
+        keep_between(row.data(), row.size(), previous * 0.5f, std::numeric_limits<float>::infinity(), above_.data());
     if (count < c || previous <= 0) {  // not bracketed: the whole row
       above_.assign(row.begin(), row.end());
       const auto nth = above_.begin() + (rank_ - padding);
@@ -107,8 +132,7 @@ class ScissorhandsOfficial final : public Policy {
     float floors[kCount];
     size_t over[kCount] = {};
     for (size_t f = 0; f < kCount; ++f) floors[f] = previous * kFloors[f];
-    for (size_t i = 0; i < count; ++i)
-      for (size_t f = 0; f < kCount; ++f) over[f] += above_[i] > floors[f] ? 1 : 0;
+    count_over(above_.data(), count, floors, over);
     float low = previous * 0.5f, high = std::numeric_limits<float>::infinity();
     size_t above = 0;
     for (size_t f = 0; f < kCount; ++f) {
@@ -118,28 +142,84 @@ class ScissorhandsOfficial final : public Policy {
       }
       low = floors[f];
     }
-    size_t between = 0;
-    for (size_t i = 0; i < count; ++i) {
-      const float a = above_[i];
-      above_[between] = a;
-      between += a > low && a <= high ? 1 : 0;
-    }
+    const size_t between = keep_between(above_.data(), count, low, high, above_.data());
     const auto begin = above_.begin(), nth = begin + static_cast<std::ptrdiff_t>(c - above - 1);
     std::nth_element(begin, nth, begin + static_cast<std::ptrdiff_t>(between), std::greater<float>());
     return *nth;
   }
 
-  // Copies the entries of from[0..n) above `floor` to `to` (which may be `from`), in order,
-  // without a branch (which pass is not predictable); returns how many.
-  static size_t keep_above(const float* from, size_t n, float floor, float* to) {
-    size_t count = 0;
-    for (size_t i = 0; i < n; ++i) {
+  bool hit(size_t p) const {
+    bool any = false;
+    for (size_t h = 0; h < row_data_.size(); ++h) any |= row_data_[h][p] * scale_[h] > tau_[h];
+    return any;
+  }
+
+  // last_hit_[p] = step for each hit p <= step, eight positions at a time with AVX2. The
+  // positions outside the cache need no mask: they were evicted for good, and evict() never
+  // reads their last hits again.
+  void record_hits(int64_t step) {
+    const auto count = static_cast<size_t>(step) + 1;
+    size_t p = 0;
+#if defined(__AVX2__)
+    const __m256i now = _mm256_set1_epi64x(step);
+    for (; p + 8 <= count; p += 8) {
+      __m256 any = _mm256_setzero_ps();
+      for (size_t h = 0; h < row_data_.size(); ++h) {
+        const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(row_data_[h] + p), _mm256_set1_ps(scale_[h]));
+        any = _mm256_or_ps(any, _mm256_cmp_ps(scaled, _mm256_set1_ps(tau_[h]), _CMP_GT_OQ));
+      }
+      const __m256i hit = _mm256_castps_si256(any);  // lanes of all ones or zeros, widened to 64 bits
+      const __m256i low = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(hit));
+      const __m256i high = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(hit, 1));
+      auto* last = reinterpret_cast<__m256i*>(last_hit_.data() + p);
+      _mm256_storeu_si256(last, _mm256_blendv_epi8(_mm256_loadu_si256(last), now, low));
+      _mm256_storeu_si256(last + 1, _mm256_blendv_epi8(_mm256_loadu_si256(last + 1), now, high));
+    }
+#endif
+    for (; p < count; ++p) last_hit_[p] = hit(p) ? step : last_hit_[p];
+  }
+
+  // Copies the entries a of from[0..n) with low < a <= high to `to` (which may be `from`), in
+  // order, without a branch (which entries pass is not predictable); returns how many. With
+  // AVX2, eight at a time: a permutation packs a vector's kept entries at its front.
+  static size_t keep_between(const float* from, size_t n, float low, float high, float* to) {
+    size_t count = 0, i = 0;
+#if defined(__AVX2__)
+    static constexpr PackOrder order;
+    const __m256 above = _mm256_set1_ps(low), below = _mm256_set1_ps(high);
+    for (; i + 8 <= n; i += 8) {  // stores stay within [0, i + 8): `to` may be `from`
+      const __m256 a = _mm256_loadu_ps(from + i);
+      const int kept = _mm256_movemask_ps(
+          _mm256_and_ps(_mm256_cmp_ps(a, above, _CMP_GT_OQ), _mm256_cmp_ps(a, below, _CMP_LE_OQ)));
+      const __m256i lanes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(order.lanes[kept]));
+      _mm256_storeu_ps(to + count, _mm256_permutevar8x32_ps(a, lanes));
+      count += static_cast<size_t>(__builtin_popcount(static_cast<unsigned>(kept)));
+    }
+#endif
+    for (; i < n; ++i) {
       const float a = from[i];
       to[count] = a;
-      count += a > floor ? 1 : 0;
+      count += a > low && a <= high ? 1 : 0;
     }
     return count;
   }
+
+  // over[f] = how many of from[0..n) exceed floors[f].
+  template <size_t Count>
+  static void count_over(const float* from, size_t n, const float (&floors)[Count], size_t (&over)[Count]) {
+    size_t i = 0;
+#if defined(__AVX2__)
+    for (; i + 8 <= n; i += 8) {
+      const __m256 a = _mm256_loadu_ps(from + i);
+      for (size_t f = 0; f < Count; ++f)
+        over[f] += static_cast<size_t>(__builtin_popcount(
+            static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(floors[f]), _CMP_GT_OQ)))));
+    }
+#endif
+    for (; i < n; ++i)
+      for (size_t f = 0; f < Count; ++f) over[f] += from[i] > floors[f] ? 1 : 0;
+  }
+
 
   int64_t window_, recent_, start_;
   double quantile_;
