@@ -168,9 +168,9 @@ class ScissorhandsOfficial final : public Policy {
         const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(row_data_[h] + p), _mm256_set1_ps(scale_[h]));
         any = _mm256_or_ps(any, _mm256_cmp_ps(scaled, _mm256_set1_ps(tau_[h]), _CMP_GT_OQ));
       }
-      const __m256i hit = _mm256_castps_si256(any);  // lanes of all ones or zeros, widened to 64 bits
-      const __m256i low = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(hit));
-      const __m256i high = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(hit, 1));
+      const __m256i hits = _mm256_castps_si256(any);  // lanes of all ones or zeros, widened to 64 bits
+      const __m256i low = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(hits));
+      const __m256i high = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(hits, 1));
       auto* last = reinterpret_cast<__m256i*>(last_hit_.data() + p);
       _mm256_storeu_si256(last, _mm256_blendv_epi8(_mm256_loadu_si256(last), now, low));
       _mm256_storeu_si256(last + 1, _mm256_blendv_epi8(_mm256_loadu_si256(last + 1), now, high));
@@ -219,7 +219,6 @@ class ScissorhandsOfficial final : public Policy {
     for (; i < n; ++i)
       for (size_t f = 0; f < Count; ++f) over[f] += from[i] > floors[f] ? 1 : 0;
   }
-
 
   int64_t window_, recent_, start_;
   double quantile_;
