@@ -152,8 +152,8 @@ class StepRows {
       }
       return prefixes_[h][static_cast<size_t>(i)];
     }
+    if (quad_prefix_step_[quad] != t_) compute_quad_prefix(quad);  // (in the pass if asked at t - 1)
     quad_prefix_asked_[quad] = t_;
-    if (quad_prefix_step_[quad] != t_) compute_quad_prefix(quad);
     return quad_prefixes_[quad][4 * static_cast<size_t>(i) + lane];
   }
 
