@@ -56,7 +56,7 @@ class ScissorhandsOfficial final : public Policy {
     n_ = group.n_tokens;
     rows_ = group.full_rows;
     applies_ = index_selected(layers_, group.layer);
-    last_hit_.assign(static_cast<size_t>(n_), std::numeric_limits<int64_t>::min() / 2);
+    last_hit_.assign(static_cast<size_t>(n_), std::numeric_limits<int32_t>::min() / 2);  // below any next - window
     tau_.assign(rows_ ? static_cast<size_t>(rows_->n_heads()) : 0, 0.0f);
     // int(0.9 * src_len) in Python: the product in double, truncated. A quantile of 1 would
     // slice past the row there; here it takes the row's largest value.
@@ -94,7 +94,7 @@ class ScissorhandsOfficial final : public Policy {
     }
     for (int32_t position : cache) {  // a sparse cache: only its keys
       const auto p = static_cast<size_t>(position);
-      last_hit_[p] = hit(p) ? step : last_hit_[p];  // without a branch: which keys are hit is not predictable
+      last_hit_[p] = hit(p) ? static_cast<int32_t>(step) : last_hit_[p];  // no branch: hits are not predictable
     }
   }
 
@@ -142,7 +142,29 @@ class ScissorhandsOfficial final : public Policy {
       }
       low = floors[f];
     }
-    const size_t between = keep_between(above_.data(), count, low, high, above_.data());
+    size_t between = keep_between(above_.data(), count, low, high, above_.data());
+    // A bracket still wide (the threshold moved far since the previous step) is narrowed by
+    // twelve floors evenly between its ends, counted over its own entries, the same way.
+    for (int round = 0; round < 3 && between > 128 && std::isfinite(high); ++round) {
+      const size_t rank = c - above;  // the one wanted is the rank-th largest of the bracket
+      float narrower[kCount];
+      size_t over_narrower[kCount] = {};
+      for (size_t f = 0; f < kCount; ++f)
+        narrower[f] = low + (high - low) * (static_cast<float>(f + 1) / static_cast<float>(kCount + 1));
+      count_over(above_.data(), between, narrower, over_narrower);
+      float next_low = low, next_high = high;
+      size_t next_above = above;
+      for (size_t f = 0; f < kCount; ++f) {
+        if (over_narrower[f] < rank) {
+          next_high = narrower[f], next_above = above + over_narrower[f];
+          break;
+        }
+        next_low = narrower[f];
+      }
+      if (next_low == low && next_high == high) break;  // too close for floats to split
+      low = next_low, high = next_high, above = next_above;
+      between = keep_between(above_.data(), between, low, high, above_.data());
+    }
     const auto begin = above_.begin(), nth = begin + static_cast<std::ptrdiff_t>(c - above - 1);
     std::nth_element(begin, nth, begin + static_cast<std::ptrdiff_t>(between), std::greater<float>());
     return *nth;
@@ -161,22 +183,18 @@ class ScissorhandsOfficial final : public Policy {
     const auto count = static_cast<size_t>(step) + 1;
     size_t p = 0;
 #if defined(__AVX2__)
-    const __m256i now = _mm256_set1_epi64x(step);
+    const __m256 now = _mm256_castsi256_ps(_mm256_set1_epi32(static_cast<int32_t>(step)));
     for (; p + 8 <= count; p += 8) {
       __m256 any = _mm256_setzero_ps();
       for (size_t h = 0; h < row_data_.size(); ++h) {
         const __m256 scaled = _mm256_mul_ps(_mm256_loadu_ps(row_data_[h] + p), _mm256_set1_ps(scale_[h]));
         any = _mm256_or_ps(any, _mm256_cmp_ps(scaled, _mm256_set1_ps(tau_[h]), _CMP_GT_OQ));
       }
-      const __m256i hits = _mm256_castps_si256(any);  // lanes of all ones or zeros, widened to 64 bits
-      const __m256i low = _mm256_cvtepi32_epi64(_mm256_castsi256_si128(hits));
-      const __m256i high = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(hits, 1));
-      auto* last = reinterpret_cast<__m256i*>(last_hit_.data() + p);
-      _mm256_storeu_si256(last, _mm256_blendv_epi8(_mm256_loadu_si256(last), now, low));
-      _mm256_storeu_si256(last + 1, _mm256_blendv_epi8(_mm256_loadu_si256(last + 1), now, high));
+      float* last = reinterpret_cast<float*>(last_hit_.data() + p);  // int32 lanes, moved as bits
+      _mm256_storeu_ps(last, _mm256_blendv_ps(_mm256_loadu_ps(last), now, any));
     }
 #endif
-    for (; p < count; ++p) last_hit_[p] = hit(p) ? step : last_hit_[p];
+    for (; p < count; ++p) last_hit_[p] = hit(p) ? static_cast<int32_t>(step) : last_hit_[p];
   }
 
   // Copies the entries a of from[0..n) with low < a <= high to `to` (which may be `from`), in
@@ -226,7 +244,7 @@ class ScissorhandsOfficial final : public Policy {
   int64_t n_ = 0, rank_ = 0;
   bool applies_ = true;
   const FullRows* rows_ = nullptr;
-  std::vector<int64_t> last_hit_;  // by position: the last row that gave it more than tau
+  std::vector<int32_t> last_hit_;  // by position: the last row that gave it more than tau
   std::vector<float> tau_;         // by head: the threshold of the last row observed
   std::vector<float> scale_, all_, kept_, above_;
   std::vector<const float*> row_data_;
