@@ -127,47 +127,51 @@ class ScissorhandsOfficial final : public Policy {
       std::nth_element(above_.begin(), nth, above_.end());
       return *nth;
     }
-    constexpr float kFloors[] = {0.9f, 0.95f, 0.98f, 0.99f, 1.0f, 1.01f, 1.02f, 1.05f, 1.1f, 1.25f, 1.5f, 2.0f};
-    constexpr size_t kCount = std::size(kFloors);
-    float floors[kCount];
-    size_t over[kCount] = {};
-    for (size_t f = 0; f < kCount; ++f) floors[f] = previous * kFloors[f];
-    count_over(above_.data(), count, floors, over);
-    float low = previous * 0.5f, high = std::numeric_limits<float>::infinity();
-    size_t above = 0;
-    for (size_t f = 0; f < kCount; ++f) {
-      if (over[f] < c) {
-        high = floors[f], above = over[f];
+    // Floors around the previous threshold; a bracket still wide (the threshold moved far
+    // since the previous step) is narrowed by floors evenly between its ends, the same way.
+    constexpr float kAround[kFloorCount] = {0.9f, 0.95f, 0.98f, 0.99f, 1.0f, 1.01f,
+                                            1.02f, 1.05f, 1.1f,  1.25f, 1.5f,  2.0f};
+    Bracket bracket{previous * 0.5f, std::numeric_limits<float>::infinity(), 0, count};
+    float floors[kFloorCount];
+    for (size_t f = 0; f < kFloorCount; ++f) floors[f] = previous * kAround[f];
+    narrow(floors, c, bracket);
+    for (int round = 0; round < 3 && bracket.size > 128 && std::isfinite(bracket.high); ++round) {
+      for (size_t f = 0; f < kFloorCount; ++f)
+        floors[f] = bracket.low + (bracket.high - bracket.low) *
+                                      (static_cast<float>(f + 1) / static_cast<float>(kFloorCount + 1));
+      if (!narrow(floors, c, bracket)) break;  // too close for floats to split
+    }
+    const auto begin = above_.begin(), nth = begin + static_cast<std::ptrdiff_t>(c - bracket.above - 1);
+    std::nth_element(begin, nth, begin + static_cast<std::ptrdiff_t>(bracket.size), std::greater<float>());
+    return *nth;
+  }
+
+  // above_[0..size): the row's entries low < a <= high; `above`: how many are over high.
+  struct Bracket {
+    float low, high;
+    size_t above, size;
+  };
+  static constexpr size_t kFloorCount = 12;
+
+  // Counts the bracket's entries over each floor (ascending, inside it). The first floor with
+  // fewer than c of the row's entries over it becomes the high end, the floor before it the
+  // low end, and the bracket keeps the entries between: the c-th largest stays inside. False
+  // when the ends did not move (the entries kept are then the bracket's already).
+  bool narrow(const float (&floors)[kFloorCount], size_t c, Bracket& bracket) {
+    size_t over[kFloorCount] = {};
+    count_over(above_.data(), bracket.size, floors, over);
+    float low = bracket.low, high = bracket.high;
+    size_t above = bracket.above;
+    for (size_t f = 0; f < kFloorCount; ++f) {
+      if (bracket.above + over[f] < c) {
+        high = floors[f], above = bracket.above + over[f];
         break;
       }
       low = floors[f];
     }
-    size_t between = keep_between(above_.data(), count, low, high, above_.data());
-    // A bracket still wide (the threshold moved far since the previous step) is narrowed by
-    // twelve floors evenly between its ends, counted over its own entries, the same way.
-    for (int round = 0; round < 3 && between > 128 && std::isfinite(high); ++round) {
-      const size_t rank = c - above;  // the one wanted is the rank-th largest of the bracket
-      float narrower[kCount];
-      size_t over_narrower[kCount] = {};
-      for (size_t f = 0; f < kCount; ++f)
-        narrower[f] = low + (high - low) * (static_cast<float>(f + 1) / static_cast<float>(kCount + 1));
-      count_over(above_.data(), between, narrower, over_narrower);
-      float next_low = low, next_high = high;
-      size_t next_above = above;
-      for (size_t f = 0; f < kCount; ++f) {
-        if (over_narrower[f] < rank) {
-          next_high = narrower[f], next_above = above + over_narrower[f];
-          break;
-        }
-        next_low = narrower[f];
-      }
-      if (next_low == low && next_high == high) break;  // too close for floats to split
-      low = next_low, high = next_high, above = next_above;
-      between = keep_between(above_.data(), between, low, high, above_.data());
-    }
-    const auto begin = above_.begin(), nth = begin + static_cast<std::ptrdiff_t>(c - above - 1);
-    std::nth_element(begin, nth, begin + static_cast<std::ptrdiff_t>(between), std::greater<float>());
-    return *nth;
+    if (low == bracket.low && high == bracket.high) return false;
+    bracket = {low, high, above, keep_between(above_.data(), bracket.size, low, high, above_.data())};
+    return true;
   }
 
   bool hit(size_t p) const {
@@ -223,19 +227,19 @@ class ScissorhandsOfficial final : public Policy {
   }
 
   // over[f] = how many of from[0..n) exceed floors[f].
-  template <size_t Count>
-  static void count_over(const float* from, size_t n, const float (&floors)[Count], size_t (&over)[Count]) {
+  static void count_over(const float* from, size_t n, const float (&floors)[kFloorCount],
+                         size_t (&over)[kFloorCount]) {
     size_t i = 0;
 #if defined(__AVX2__)
     for (; i + 8 <= n; i += 8) {
       const __m256 a = _mm256_loadu_ps(from + i);
-      for (size_t f = 0; f < Count; ++f)
+      for (size_t f = 0; f < kFloorCount; ++f)
         over[f] += static_cast<size_t>(__builtin_popcount(
             static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(a, _mm256_set1_ps(floors[f]), _CMP_GT_OQ)))));
     }
 #endif
     for (; i < n; ++i)
-      for (size_t f = 0; f < Count; ++f) over[f] += from[i] > floors[f] ? 1 : 0;
+      for (size_t f = 0; f < kFloorCount; ++f) over[f] += from[i] > floors[f] ? 1 : 0;
   }
 
   int64_t window_, recent_, start_;
