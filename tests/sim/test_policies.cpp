@@ -529,34 +529,35 @@ std::vector<int> float_rule(const hand::Rows& rows, int window, int recent, int 
 TEST(PolicyScissorhandsOfficial, ThresholdFromTheFloorsAroundThePreviousOneEqualsASortOfTheRow) {
   // The policy seeks each threshold between floors around the previous step's (0.9x .. 2x),
   // and narrows a bracket of more than 128 entries by floors between its ends (quantile 0.5
-  // at 1,500 tokens makes such brackets). Rows that drift slowly or fast land
-  // it inside a bracket, below the lowest floor and above the highest, and coarse levels make
-  // ties; the evictions must be those of a whole sort.
+  // at 1,500 tokens makes such brackets). Rows that drift slowly or fast land it inside a
+  // bracket, below the lowest floor and above the highest, and coarse levels make ties; the
+  // evictions must be those of a whole sort.
   std::mt19937 random(5);
-  for (const double quantile : {0.9, 0.5})
-  for (const bool ties : {false, true})
-    for (const double drift : {1.0, 1.004, 1.03, 1.3}) {
-      const int n = quantile < 0.9 ? 1500 : 300;
-      std::uniform_real_distribution<double> level(1, 12);
-      std::vector<double> base(static_cast<size_t>(n));
-      for (double& x : base) x = ties ? std::floor(level(random)) : level(random);
-      hand::Rows rows;
-      for (int t = 0; t < n; ++t) {
-        std::vector<double> row(base.begin(), base.begin() + t + 1);
-        for (size_t i = 0; i < row.size(); i += 7) row[i] *= std::pow(drift, t % 9);  // moves between steps
-        double sum = 0;
-        for (double x : row) sum += x;
-        for (double& x : row) x /= sum;
-        rows.push_back(row);
+  for (const double quantile : {0.9, 0.5}) {
+    for (const bool ties : {false, true})
+      for (const double drift : {1.0, 1.004, 1.03, 1.3}) {
+        const int n = quantile < 0.9 ? 1500 : 300;
+        std::uniform_real_distribution<double> level(1, 12);
+        std::vector<double> base(static_cast<size_t>(n));
+        for (double& x : base) x = ties ? std::floor(level(random)) : level(random);
+        hand::Rows rows;
+        for (int t = 0; t < n; ++t) {
+          std::vector<double> row(base.begin(), base.begin() + t + 1);
+          for (size_t i = 0; i < row.size(); i += 7) row[i] *= std::pow(drift, t % 9);  // moves between steps
+          double sum = 0;
+          for (double x : row) sum += x;
+          for (double& x : row) x /= sum;
+          rows.push_back(row);
+        }
+        const std::map<std::string, std::string> params = {
+            {"window", "4"}, {"recent", "2"}, {"start", "20"}, {"quantile", std::to_string(quantile)}};
+        const auto r = hand::replay1(rows, "scissorhands-official", 1, params);
+        const std::vector<int> expected = float_rule(rows, 4, 2, 20, quantile);
+        EXPECT_EQ(std::vector<int>(r.eviction_step.begin(), r.eviction_step.end()), expected)
+            << "quantile " << quantile << ", drift " << drift << (ties ? ", ties" : "");
+        EXPECT_GT(std::count_if(expected.begin(), expected.end(), [](int step) { return step >= 0; }), 10);
       }
-      const std::map<std::string, std::string> params = {
-          {"window", "4"}, {"recent", "2"}, {"start", "20"}, {"quantile", std::to_string(quantile)}};
-      const auto r = hand::replay1(rows, "scissorhands-official", 1, params);
-      const std::vector<int> expected = float_rule(rows, 4, 2, 20, quantile);
-      EXPECT_EQ(std::vector<int>(r.eviction_step.begin(), r.eviction_step.end()), expected)
-          << "quantile " << quantile << ", drift " << drift << (ties ? ", ties" : "");
-      EXPECT_GT(std::count_if(expected.begin(), expected.end(), [](int step) { return step >= 0; }), 10);
-    }
+  }
 }
 
 TEST(PolicyScissorhandsOfficial, GroupKeepsWhatAnyHeadKeeps) {
