@@ -20,6 +20,8 @@
 #include <immintrin.h>
 #endif
 
+#include "value_sums.hpp"
+
 namespace kvsim {
 
 #if defined(__AVX2__) && defined(__FMA__)
@@ -87,16 +89,54 @@ void packed_block(const double* w, const double* packed, size_t n, double* const
   }
 }
 
-// Channel blocks of 12, then 8, then 4: the blocking of shared_weighted_heads<4>.
-inline size_t block_width(size_t first, size_t d) { return first + 12 <= d ? 12 : first + 8 <= d ? 8 : 4; }
+// The same product with AVX-512, where the CPU has it (asked at run time: the build targets
+// AVX2): 16 channels, out[k][c] += sum over j of w[4 j + k] * packed[16 j + c], c < 16, k < 4.
+// Each (head, channel) sum is the same chain of fused multiply-adds as packed_block's, so the
+// bits are the same. On an Intel Xeon (family 6 model 207) the issue-20 grid with output
+// error ran in 15.5 s instead of 18.5 s (medians of six, bench/README.md); on Zen 4, whose
+// 512-bit multiply-adds run at the rate of two 256-bit ones, the difference was within noise.
+__attribute__((target("avx512f"))) inline void packed_block_avx512(const double* w, const double* packed, size_t n,
+                                                                    double* const* out) {
+  __m512d s00 = _mm512_loadu_pd(out[0]), s01 = _mm512_loadu_pd(out[0] + 8);
+  __m512d s10 = _mm512_loadu_pd(out[1]), s11 = _mm512_loadu_pd(out[1] + 8);
+  __m512d s20 = _mm512_loadu_pd(out[2]), s21 = _mm512_loadu_pd(out[2] + 8);
+  __m512d s30 = _mm512_loadu_pd(out[3]), s31 = _mm512_loadu_pd(out[3] + 8);
+  for (size_t j = 0; j < n; ++j) {
+    const double* v = packed + 16 * j;
+    const __m512d v0 = _mm512_loadu_pd(v), v1 = _mm512_loadu_pd(v + 8);
+    const double* weight = w + 4 * j;
+    __m512d x = _mm512_set1_pd(weight[0]);
+    s00 = _mm512_fmadd_pd(x, v0, s00), s01 = _mm512_fmadd_pd(x, v1, s01);
+    x = _mm512_set1_pd(weight[1]);
+    s10 = _mm512_fmadd_pd(x, v0, s10), s11 = _mm512_fmadd_pd(x, v1, s11);
+    x = _mm512_set1_pd(weight[2]);
+    s20 = _mm512_fmadd_pd(x, v0, s20), s21 = _mm512_fmadd_pd(x, v1, s21);
+    x = _mm512_set1_pd(weight[3]);
+    s30 = _mm512_fmadd_pd(x, v0, s30), s31 = _mm512_fmadd_pd(x, v1, s31);
+  }
+  _mm512_storeu_pd(out[0], s00), _mm512_storeu_pd(out[0] + 8, s01);
+  _mm512_storeu_pd(out[1], s10), _mm512_storeu_pd(out[1] + 8, s11);
+  _mm512_storeu_pd(out[2], s20), _mm512_storeu_pd(out[2] + 8, s21);
+  _mm512_storeu_pd(out[3], s30), _mm512_storeu_pd(out[3] + 8, s31);
+}
+
+// Channel blocks of 12, then 8, then 4: the blocking of shared_weighted_heads<4>. With
+// AVX-512 (and d a multiple of 16), blocks of 16.
+inline constexpr size_t kWideBlock = 16;
+inline size_t block_width(size_t first, size_t d, bool wide) {
+  if (wide) return kWideBlock;
+  return first + 12 <= d ? 12 : first + 8 <= d ? 8 : 4;
+}
 
 // out[r][k * d + c] += sum over j of weights[r][4 j + k] * v_{positions[j]}[c], in order of
 // j, for the 4 heads k of each row r (a step): rows x 4 heads times positions x d, d a
-// multiple of 4, over one tile of at most kBatchTile positions. `packed` is scratch.
-inline constexpr size_t kBatchTile = 128;  // one channel block of a tile is 12 KiB: in L1
+// multiple of 4, over one tile of at most kBatchTile positions. `packed` is scratch. `wide`:
+// AVX-512 where the CPU has it (false: AVX2 always; the same bits either way).
+inline constexpr size_t kBatchTile = 128;  // one channel block of a tile is 12-16 KiB: in L1
 inline void batched_value_sums(std::span<const double* const> weights, std::span<const int32_t> positions,
                                const float* values, size_t d, std::span<double* const> out,
-                               std::vector<double>& packed) {
+                               std::vector<double>& packed, bool allow_wide = true) {
+  const bool wide = allow_wide && d % kWideBlock == 0 && cpu_has_avx512();
   const size_t n = positions.size();
   packed.resize(n * d);  // block after block, each [j][width]
   double* const to = packed.data();
@@ -108,23 +148,26 @@ inline void batched_value_sums(std::span<const double* const> weights, std::span
     }
     const float* v = values + static_cast<size_t>(positions[j]) * d;
     for (size_t first = 0, at = 0; first < d;) {
-      const size_t width = block_width(first, d);
+      const size_t width = block_width(first, d, wide);
       double* block = to + at + j * width;
       for (size_t c = 0; c < width; c += 4) _mm256_storeu_pd(block + c, _mm256_cvtps_pd(_mm_loadu_ps(v + first + c)));
       at += n * width, first += width;
     }
   }
-  for (size_t first = 0, at = 0; first < d; at += n * block_width(first, d), first += block_width(first, d)) {
-    const size_t width = block_width(first, d);
+  for (size_t first = 0, at = 0; first < d;) {
+    const size_t width = block_width(first, d, wide);
     for (size_t r = 0; r < out.size(); ++r) {
       double* const heads[4] = {out[r] + first, out[r] + d + first, out[r] + 2 * d + first, out[r] + 3 * d + first};
-      if (width == 12)
-        packed_block<3>(weights[r], packed.data() + at, n, heads);
+      if (wide)
+        packed_block_avx512(weights[r], to + at, n, heads);
+      else if (width == 12)
+        packed_block<3>(weights[r], to + at, n, heads);
       else if (width == 8)
-        packed_block<2>(weights[r], packed.data() + at, n, heads);
+        packed_block<2>(weights[r], to + at, n, heads);
       else
-        packed_block<1>(weights[r], packed.data() + at, n, heads);
+        packed_block<1>(weights[r], to + at, n, heads);
     }
+    at += n * width, first += width;
   }
 }
 

@@ -150,16 +150,60 @@ void shared_weighted_block(const double* weights, std::span<const int32_t> posit
     for (size_t b = 0; b < Blocks; ++b) _mm256_storeu_pd(out[k] + first + 4 * b, sum[k][b]);
 }
 
+// Channels [first, first + 16) of 4 heads with AVX-512, where the CPU has it (asked at run
+// time: the build targets AVX2): shared_weighted_block<4, 4>'s chains in 512-bit vectors.
+__attribute__((target("avx512f"))) inline void shared_weighted_block_avx512(const double* weights,
+                                                                             std::span<const int32_t> positions,
+                                                                             const float* values, size_t d,
+                                                                             size_t first, double* const* out,
+                                                                             bool accumulate) {
+  __m512d s00 = _mm512_setzero_pd(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
+  if (accumulate) {  // (a lambda would not inherit the target)
+    s00 = _mm512_loadu_pd(out[0] + first), s01 = _mm512_loadu_pd(out[0] + first + 8);
+    s10 = _mm512_loadu_pd(out[1] + first), s11 = _mm512_loadu_pd(out[1] + first + 8);
+    s20 = _mm512_loadu_pd(out[2] + first), s21 = _mm512_loadu_pd(out[2] + first + 8);
+    s30 = _mm512_loadu_pd(out[3] + first), s31 = _mm512_loadu_pd(out[3] + first + 8);
+  }
+  for (size_t j = 0; j < positions.size(); ++j) {
+    const float* v = values + static_cast<size_t>(positions[j]) * d + first;
+    // (maskz, all lanes: GCC 12's plain _mm512_cvtps_pd trips -Wmaybe-uninitialized in its header)
+    const __m512d v0 = _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v)), v1 = _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v + 8));
+    const double* w = weights + j * 4;
+    __m512d weight = _mm512_set1_pd(w[0]);
+    s00 = _mm512_fmadd_pd(weight, v0, s00), s01 = _mm512_fmadd_pd(weight, v1, s01);
+    weight = _mm512_set1_pd(w[1]);
+    s10 = _mm512_fmadd_pd(weight, v0, s10), s11 = _mm512_fmadd_pd(weight, v1, s11);
+    weight = _mm512_set1_pd(w[2]);
+    s20 = _mm512_fmadd_pd(weight, v0, s20), s21 = _mm512_fmadd_pd(weight, v1, s21);
+    weight = _mm512_set1_pd(w[3]);
+    s30 = _mm512_fmadd_pd(weight, v0, s30), s31 = _mm512_fmadd_pd(weight, v1, s31);
+  }
+  _mm512_storeu_pd(out[0] + first, s00), _mm512_storeu_pd(out[0] + first + 8, s01);
+  _mm512_storeu_pd(out[1] + first, s10), _mm512_storeu_pd(out[1] + first + 8, s11);
+  _mm512_storeu_pd(out[2] + first, s20), _mm512_storeu_pd(out[2] + first + 8, s21);
+  _mm512_storeu_pd(out[3] + first, s30), _mm512_storeu_pd(out[3] + first + 8, s31);
+}
+
+inline bool cpu_has_avx512() {
+  static const bool has = __builtin_cpu_supports("avx512f");
+  return has;
+}
+
+// `wide`: blocks of 16 channels with AVX-512 where the CPU has it (the same bits either way).
 template <size_t K>
 void shared_weighted_heads(const float* const* rows, std::span<const int32_t> positions, const float* values, size_t d,
-                           double* const* out, std::vector<double>& weights, bool accumulate) {
+                           double* const* out, std::vector<double>& weights, bool accumulate, bool wide) {
   weights.resize(positions.size() * K);
   for (size_t j = 0; j < positions.size(); ++j)
     for (size_t k = 0; k < K; ++k) weights[j * K + k] = rows[k][positions[j]];
   size_t first = 0;
-  if constexpr (K == 4)
+  if constexpr (K == 4) {
+    if (wide && cpu_has_avx512())
+      for (; first + 16 <= d; first += 16)
+        shared_weighted_block_avx512(weights.data(), positions, values, d, first, out, accumulate);
     for (; first + 12 <= d; first += 12)
       shared_weighted_block<K, 3>(weights.data(), positions, values, d, first, out, accumulate);
+  }
   for (; first + 8 <= d; first += 8)
     shared_weighted_block<K, 2>(weights.data(), positions, values, d, first, out, accumulate);
   for (; first + 4 <= d; first += 4)
@@ -171,29 +215,29 @@ void shared_weighted_heads(const float* const* rows, std::span<const int32_t> po
 
 inline void shared_weighted_value_sums(const float* const* rows, size_t heads, std::span<const int32_t> positions,
                                        const float* values, size_t d, double* const* out, std::vector<double>& weights,
-                                       bool accumulate = false) {
+                                       bool accumulate = false, bool wide = true) {
 #if defined(__AVX2__) && defined(__FMA__)
   for (size_t k = 0; k < heads;) {
     switch (std::min<size_t>(heads - k, 4)) {
       case 4:
-        shared_weighted_heads<4>(rows + k, positions, values, d, out + k, weights, accumulate);
+        shared_weighted_heads<4>(rows + k, positions, values, d, out + k, weights, accumulate, wide);
         k += 4;
         break;
       case 3:
-        shared_weighted_heads<3>(rows + k, positions, values, d, out + k, weights, accumulate);
+        shared_weighted_heads<3>(rows + k, positions, values, d, out + k, weights, accumulate, wide);
         k += 3;
         break;
       case 2:
-        shared_weighted_heads<2>(rows + k, positions, values, d, out + k, weights, accumulate);
+        shared_weighted_heads<2>(rows + k, positions, values, d, out + k, weights, accumulate, wide);
         k += 2;
         break;
       default:
-        shared_weighted_heads<1>(rows + k, positions, values, d, out + k, weights, accumulate);
+        shared_weighted_heads<1>(rows + k, positions, values, d, out + k, weights, accumulate, wide);
         k += 1;
     }
   }
 #else
-  (void)weights;
+  (void)weights, (void)wide;
   for (size_t k = 0; k < heads; ++k) weighted_value_sum(rows[k], positions, values, d, out[k], accumulate);
 #endif
 }

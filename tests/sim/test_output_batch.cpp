@@ -70,8 +70,8 @@ TEST(OutputBatch, ProductByHand) {
 TEST(OutputBatch, ProductEqualsThePerStepSums) {
   // Three steps of four heads over 300 positions (tiles of 128 and a tail), some weights 0 (a
   // position a step does not hold): each step's sums equal shared_weighted_value_sums over
-  // the positions it holds, bit for bit, for head_dim 20, 24 and 28.
-  for (size_t d : {20, 24, 28}) {
+  // the positions it holds, bit for bit, for head_dim 20, 24, 28 and 32 (with AVX-512, blocks of 16).
+  for (size_t d : {20, 24, 28, 32}) {
     const size_t n = 300, steps = 3;
     const auto values = random_values(n * d, 11);
     std::vector<int32_t> positions(n);
@@ -110,6 +110,71 @@ TEST(OutputBatch, ProductEqualsThePerStepSums) {
       kvsim::shared_weighted_value_sums(step_rows, 4, held[s], values.data(), d, direct_rows, scratch);
       EXPECT_EQ(out[s], direct) << "head_dim " << d << " step " << s;
     }
+  }
+}
+
+TEST(OutputBatch, Avx512ProductEqualsAvx2) {
+  // Where the CPU has AVX-512, head dims that are multiples of 16 take 16-channel blocks of
+  // 512-bit vectors: every sum must equal the AVX2 blocks' bit for bit (the same chain of
+  // fused multiply-adds per head and channel), over tiles with 0 weights and a tail.
+  if (!kvsim::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the AVX2 path runs here";
+  for (size_t d : {16, 64, 128}) {
+    const size_t n = 200, steps = 5;
+    const auto values = random_values(n * d, 17);
+    std::vector<int32_t> positions(n);
+    for (size_t j = 0; j < n; ++j) positions[j] = static_cast<int32_t>((j * 13) % n);
+    std::vector<std::vector<double>> weights(steps, std::vector<double>(4 * n));
+    uint32_t state = 9;
+    for (auto& row : weights)
+      for (size_t i = 0; i < row.size(); ++i)
+        row[i] = i % 7 == 0 ? 0.0 : static_cast<double>(next(state) >> 8) / static_cast<double>(1u << 24);
+    std::vector<std::vector<double>> wide(steps, std::vector<double>(4 * d, 0.0)), narrow = wide;
+    std::vector<double> packed;
+    for (size_t begin = 0; begin < n; begin += kvsim::kBatchTile) {
+      const size_t count = std::min(kvsim::kBatchTile, n - begin);
+      std::vector<const double*> weight_rows;
+      std::vector<double*> wide_rows, narrow_rows;
+      for (size_t s = 0; s < steps; ++s) {
+        weight_rows.push_back(weights[s].data() + 4 * begin);
+        wide_rows.push_back(wide[s].data());
+        narrow_rows.push_back(narrow[s].data());
+      }
+      const std::span<const int32_t> tile(positions.data() + begin, count);
+      kvsim::batched_value_sums(weight_rows, tile, values.data(), d, wide_rows, packed, true);
+      kvsim::batched_value_sums(weight_rows, tile, values.data(), d, narrow_rows, packed, false);
+    }
+    for (size_t s = 0; s < steps; ++s) EXPECT_EQ(wide[s], narrow[s]) << "head_dim " << d << " step " << s;
+  }
+}
+
+TEST(OutputBatch, SharedHeadsEqualOneHeadAtATime) {
+  // o_t's pass sums four heads sharing values at once (with AVX-512, where the CPU has it, in
+  // 16-channel blocks): each head's sums must equal weighted_value_sum's for that head alone,
+  // bit for bit, with both paths, from zero and continuing from earlier sums.
+  for (size_t d : {16, 20, 128}) {
+    const size_t n = 150;
+    const auto values = random_values(n * d, 23);
+    std::vector<std::vector<float>> rows(4, std::vector<float>(n));
+    uint32_t state = 31;
+    for (auto& row : rows)
+      for (float& a : row) a = static_cast<float>(next(state) >> 8) / static_cast<float>(1u << 24);
+    std::vector<int32_t> positions;
+    for (size_t j = 0; j < n; j += 1 + j % 3) positions.push_back(static_cast<int32_t>(j));
+    const float* row_pointers[4] = {rows[0].data(), rows[1].data(), rows[2].data(), rows[3].data()};
+    for (bool accumulate : {false, true})
+      for (bool wide : {false, true}) {
+        std::vector<double> start(4 * d);
+        const auto seeds = random_values(4 * d, 41);
+        for (size_t i = 0; i < start.size(); ++i) start[i] = accumulate ? seeds[i] : 0.0;
+        std::vector<double> together = start, alone = start, scratch;
+        double* together_rows[4] = {together.data(), together.data() + d, together.data() + 2 * d,
+                                    together.data() + 3 * d};
+        kvsim::shared_weighted_value_sums(row_pointers, 4, positions, values.data(), d, together_rows, scratch,
+                                          accumulate, wide);
+        for (size_t k = 0; k < 4; ++k)
+          kvsim::weighted_value_sum(rows[k].data(), positions, values.data(), d, alone.data() + k * d, accumulate);
+        EXPECT_EQ(together, alone) << "head_dim " << d << (accumulate ? ", continued" : "") << (wide ? ", wide" : "");
+      }
   }
 }
 
