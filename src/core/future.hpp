@@ -1,5 +1,7 @@
 #pragma once
 // The future a lookahead policy may see: attention each position will still receive.
+#include <memory>
+
 #include "kvsim/core/engine.hpp"
 
 namespace kvsim {
@@ -12,7 +14,7 @@ class PackedFuture final : public FutureAttention {
   double remaining(int64_t step, int32_t position) const override;
 
  private:
-  std::vector<double> remaining_;
+  std::unique_ptr<double[]> remaining_;  // packed by step, as the rows are
 };
 
 }  // namespace kvsim

@@ -7,7 +7,9 @@
 #include <map>
 #include <memory>
 
+#include "../../src/core/future.hpp"
 #include "hand_cases.hpp"
+#include "kvtrace/attention_source.hpp"
 #include "kvtrace/error.hpp"
 #include "kvsim/policies/registry.hpp"
 
@@ -535,4 +537,39 @@ TEST(EngineErrors, UnknownPolicyAndParameters) {
 TEST(EngineErrors, BudgetConstraintsAtReplay) {
   EXPECT_THROW(hand::replay1(kC, "streaming", 4), kvtrace::InputError);                   // B <= sinks (4)
   EXPECT_THROW(hand::replay1(kC, "scissorhands", 3, {{"m", "4"}}), kvtrace::InputError);  // m > B
+}
+
+// PackedFuture (src/core/future.hpp): R_t[i] = sum over s > t of the group's aggregated row
+// a_s[i], summed from the last step backwards, for every t and i <= t, bit for bit, over a
+// trace of several row blocks (kvtrace::kRowBlockSize) and each way of aggregating.
+TEST(PackedFuture, EqualsTheSuffixSumsOfTheAggregatedRows) {
+  const int64_t n = 2 * kvtrace::kRowBlockSize + 37;
+  const int heads = 3;
+  uint32_t state = 12345;
+  std::vector<std::vector<float>> packed(heads, std::vector<float>(static_cast<size_t>(kvtrace::packed_length(n))));
+  for (auto& head : packed)
+    for (float& a : head) {
+      state = state * 1664525u + 1013904223u;
+      a = static_cast<float>(state >> 8) / static_cast<float>(1u << 24);
+    }
+  const auto entry = [&](int h, int64_t s, int64_t i) {
+    return static_cast<double>(packed[static_cast<size_t>(h)][static_cast<size_t>(kvtrace::packed_row_offset(s) + i)]);
+  };
+  kvsim::CacheGroup group;
+  group.heads = {2, 0};  // not in order: the aggregate follows the group's order
+  for (kvsim::Aggregate aggregate : {kvsim::Aggregate::mean, kvsim::Aggregate::max, kvsim::Aggregate::sum}) {
+    kvtrace::PackedAttentionSource source(n, packed);
+    const kvsim::PackedFuture future(source, group, aggregate);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t i = 0; i <= t; ++i) {
+        double expected = 0.0;
+        for (int64_t s = n - 1; s > t; --s) {
+          double a = aggregate == kvsim::Aggregate::max ? std::max(entry(2, s, i), entry(0, s, i))
+                                                        : 0.0 + entry(2, s, i) + entry(0, s, i);
+          if (aggregate == kvsim::Aggregate::mean) a /= 2.0;
+          expected += a;
+        }
+        ASSERT_EQ(future.remaining(t, static_cast<int32_t>(i)), expected) << "step " << t << " position " << i;
+      }
+  }
 }
