@@ -6,6 +6,23 @@
 
 namespace kvsim {
 
+// here[i] = later[i] + a_t[i] for i < t, a_t[i] the heads' rows at i combined in order
+// (starting from 0.0 for sum and mean). Heads: a constant when given (the loop over i then
+// holds every row at once), else `count`.
+template <size_t Heads, Aggregate aggregate>
+void aggregate_and_add(const float* const* rows, size_t count, int64_t t, const double* later, double* here) {
+  const size_t heads = Heads > 0 ? Heads : count;
+  for (int64_t i = 0; i < t; ++i) {
+    double a = aggregate == Aggregate::max ? static_cast<double>(rows[0][i]) : 0.0 + static_cast<double>(rows[0][i]);
+    for (size_t k = 1; k < heads; ++k) {
+      const double value = rows[k][i];
+      a = aggregate == Aggregate::max ? std::max(a, value) : a + value;
+    }
+    if (aggregate == Aggregate::mean) a /= static_cast<double>(heads);
+    here[i] = later[i] + a;
+  }
+}
+
 // The source's blocks are read from the last: R_{t-1} = R_t + a_t needs a_t only while R_{t-1}
 // is written, so one aggregated row is held instead of all of them (and nothing is zeroed
 // first but the last row, R_{n-1} = 0).
@@ -14,26 +31,24 @@ PackedFuture::PackedFuture(kvtrace::AttentionSource& source, const CacheGroup& g
   remaining_ = std::make_unique_for_overwrite<double[]>(static_cast<size_t>(kvtrace::packed_length(n)));
   if (n == 0) return;
   std::fill_n(remaining_.get() + kvtrace::packed_row_offset(n - 1), n, 0.0);
-  std::vector<double> step_row(static_cast<size_t>(n));
-  double* const out = step_row.data();
+  const size_t heads = group.heads.size();
+  std::vector<const float*> rows(heads);
+  // Four heads (a kv group of Llama-style GQA) in one pass over their rows; the same chains.
+  auto add_step = aggregate == Aggregate::max
+                      ? heads == 4 ? aggregate_and_add<4, Aggregate::max> : aggregate_and_add<0, Aggregate::max>
+                  : aggregate == Aggregate::mean
+                      ? heads == 4 ? aggregate_and_add<4, Aggregate::mean> : aggregate_and_add<0, Aggregate::mean>
+                  : heads == 4 ? aggregate_and_add<4, Aggregate::sum>
+                               : aggregate_and_add<0, Aggregate::sum>;
   kvtrace::RowBlock block;
   for (int64_t end = n; end > 1;) {
     const int64_t first = (end - 1) / kvtrace::kRowBlockSize * kvtrace::kRowBlockSize;
     source.rows(first, end - first, block);
     for (int64_t t = end - 1; t >= std::max<int64_t>(first, 1); --t) {
-      for (size_t k = 0; k < group.heads.size(); ++k) {  // a_t[i], i < t (R_{t-1} has t entries)
-        const float* row = block.row(group.heads[k], t);
-        for (int64_t i = 0; i < t; ++i) {
-          const double value = row[i];
-          out[i] = aggregate == Aggregate::max ? (k == 0 ? value : std::max(out[i], value))
-                                               : (k == 0 ? 0.0 : out[i]) + value;
-        }
-      }
-      if (aggregate == Aggregate::mean)
-        for (int64_t i = 0; i < t; ++i) out[i] /= static_cast<double>(group.heads.size());
+      for (size_t k = 0; k < heads; ++k) rows[k] = block.row(group.heads[k], t);
       const double* later = remaining_.get() + kvtrace::packed_row_offset(t);
       double* here = remaining_.get() + kvtrace::packed_row_offset(t - 1);
-      for (int64_t i = 0; i < t; ++i) here[i] = later[i] + out[i];
+      add_step(rows.data(), heads, t, later, here);
     }
     end = first;
   }

@@ -544,7 +544,7 @@ TEST(EngineErrors, BudgetConstraintsAtReplay) {
 // trace of several row blocks (kvtrace::kRowBlockSize) and each way of aggregating.
 TEST(PackedFuture, EqualsTheSuffixSumsOfTheAggregatedRows) {
   const int64_t n = 2 * kvtrace::kRowBlockSize + 37;
-  const int heads = 3;
+  const int heads = 5;
   uint32_t state = 12345;
   std::vector<std::vector<float>> packed(heads, std::vector<float>(static_cast<size_t>(kvtrace::packed_length(n))));
   for (auto& head : packed)
@@ -555,21 +555,27 @@ TEST(PackedFuture, EqualsTheSuffixSumsOfTheAggregatedRows) {
   const auto entry = [&](int h, int64_t s, int64_t i) {
     return static_cast<double>(packed[static_cast<size_t>(h)][static_cast<size_t>(kvtrace::packed_row_offset(s) + i)]);
   };
-  kvsim::CacheGroup group;
-  group.heads = {2, 0};  // not in order: the aggregate follows the group's order
-  for (kvsim::Aggregate aggregate : {kvsim::Aggregate::mean, kvsim::Aggregate::max, kvsim::Aggregate::sum}) {
-    kvtrace::PackedAttentionSource source(n, packed);
-    const kvsim::PackedFuture future(source, group, aggregate);
-    for (int64_t t = 0; t < n; ++t)
-      for (int64_t i = 0; i <= t; ++i) {
-        double expected = 0.0;
-        for (int64_t s = n - 1; s > t; --s) {
-          double a = aggregate == kvsim::Aggregate::max ? std::max(entry(2, s, i), entry(0, s, i))
-                                                        : 0.0 + entry(2, s, i) + entry(0, s, i);
-          if (aggregate == kvsim::Aggregate::mean) a /= 2.0;
-          expected += a;
+  // Heads not in order (the aggregate follows the group's order); four heads take a pass of their own.
+  for (const std::vector<int>& heads_of_group : {std::vector<int>{2, 0}, std::vector<int>{4, 1, 3, 0}})
+    for (kvsim::Aggregate aggregate : {kvsim::Aggregate::mean, kvsim::Aggregate::max, kvsim::Aggregate::sum}) {
+      kvsim::CacheGroup group;
+      group.heads = heads_of_group;
+      kvtrace::PackedAttentionSource source(n, packed);
+      const kvsim::PackedFuture future(source, group, aggregate);
+      for (int64_t t = 0; t < n; ++t)
+        for (int64_t i = 0; i <= t; ++i) {
+          double expected = 0.0;
+          for (int64_t s = n - 1; s > t; --s) {
+            double a =
+                aggregate == kvsim::Aggregate::max ? entry(group.heads[0], s, i) : 0.0 + entry(group.heads[0], s, i);
+            for (size_t k = 1; k < group.heads.size(); ++k)
+              a = aggregate == kvsim::Aggregate::max ? std::max(a, entry(group.heads[k], s, i))
+                                                     : a + entry(group.heads[k], s, i);
+            if (aggregate == kvsim::Aggregate::mean) a /= static_cast<double>(group.heads.size());
+            expected += a;
+          }
+          ASSERT_EQ(future.remaining(t, static_cast<int32_t>(i)), expected)
+              << group.heads.size() << " heads, step " << t << " position " << i;
         }
-        ASSERT_EQ(future.remaining(t, static_cast<int32_t>(i)), expected) << "step " << t << " position " << i;
-      }
-  }
+    }
 }
