@@ -1,5 +1,6 @@
 // kvsim-gui's latency at Llama scale (issue 20, item 4): opens a trace in the real window
 // (offscreen) and reports, as medians of REPEAT:
+// - how long one core takes to read the layer's rows once (the floor of a layer-wide replay);
 // - for each registered policy that keeps a cache, a policy change in the editor from `full`:
 //   the session's re-simulation of the shown layer (wall and CPU time of the replaying
 //   thread), the time from the change until the shown view (heatmap and token strip: the
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "controls_panel.hpp"
+#include "layer_rows.hpp"
 #include "kvsim/core/heap.hpp"
 #include "kvsim/policies/registry.hpp"
 #include "kvtrace/schema.hpp"
@@ -59,6 +61,24 @@ double thread_cpu_ms() {
   timespec now{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
   return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
+// Milliseconds one core takes to read every row of the layer once (a plain sum, sixteen
+// lanes): the floor of a replay that reads the whole layer, as layer-wide policies must.
+double one_read_ms(const kvgui::LayerRows& rows, float& sink) {
+  const int64_t length = kvtrace::packed_length(rows.n_tokens());
+  QElapsedTimer timer;
+  timer.start();
+  float lane[16] = {};
+  for (int h = 0; h < rows.n_heads(); ++h) {
+    const float* row = rows.row(h, 0);
+    int64_t i = 0;
+    for (; i + 16 <= length; i += 16)
+      for (int k = 0; k < 16; ++k) lane[k] += row[i + k];
+    for (; i < length; ++i) lane[0] += row[i];
+  }
+  for (float value : lane) sink += value;
+  return static_cast<double>(timer.nsecsElapsed()) / 1e6;
 }
 
 struct Figures {
@@ -115,6 +135,15 @@ int main(int argc, char** argv) {
   std::printf("trace: %d layers x %d heads (%d kv heads), %lld tokens; opened and shown in %.0f ms\n", meta.n_layers,
               meta.n_heads, meta.n_kv_heads, static_cast<long long>(window.session()->nTokens()),
               static_cast<double>(opening.elapsed()));
+  {
+    std::vector<double> reads;
+    float sink = 0;
+    for (int r = 0; r < std::max(repeat, 3); ++r) reads.push_back(one_read_ms(*window.session()->rows(), sink));
+    const double gigabytes = static_cast<double>(meta.n_heads) * static_cast<double>(kvtrace::packed_length(
+                                 window.session()->nTokens())) * sizeof(float) / 1e9;
+    std::printf("one read of the layer's rows (%.2f GB) on this core: %.1f ms, %.1f GB/s%s\n", gigabytes,
+                median(reads), gigabytes / median(reads) * 1e3, sink < 0 ? " " : "");
+  }
   QComboBox* box = window.controls()->policyEditor()->policyBox();
   const auto chosen = [&](const std::string& name) {
     return box->findText(QString::fromStdString(name)) >= 0 &&
