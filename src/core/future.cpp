@@ -54,8 +54,8 @@ PackedFuture::PackedFuture(kvtrace::AttentionSource& source, const CacheGroup& g
   }
 }
 
-double PackedFuture::remaining(int64_t step, int32_t position) const {
-  return remaining_[static_cast<size_t>(kvtrace::packed_row_offset(step) + position)];
+std::span<const double> PackedFuture::remaining(int64_t step) const {
+  return {remaining_.get() + kvtrace::packed_row_offset(step), static_cast<size_t>(step) + 1};
 }
 
 }  // namespace kvsim

@@ -11,7 +11,7 @@ namespace kvsim {
 class PackedFuture final : public FutureAttention {
  public:
   PackedFuture(kvtrace::AttentionSource& source, const CacheGroup& group, Aggregate aggregate);
-  double remaining(int64_t step, int32_t position) const override;
+  std::span<const double> remaining(int64_t step) const override;
 
  private:
   std::unique_ptr<double[]> remaining_;  // packed by step, as the rows are

@@ -574,7 +574,7 @@ TEST(PackedFuture, EqualsTheSuffixSumsOfTheAggregatedRows) {
             if (aggregate == kvsim::Aggregate::mean) a /= static_cast<double>(group.heads.size());
             expected += a;
           }
-          ASSERT_EQ(future.remaining(t, static_cast<int32_t>(i)), expected)
+          ASSERT_EQ(future.remaining(t)[static_cast<size_t>(i)], expected)
               << group.heads.size() << " heads, step " << t << " position " << i;
         }
     }

@@ -25,15 +25,16 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 class RowsFuture final : public kvsim::FutureAttention {
  public:
   explicit RowsFuture(const hand::Rows& rows) : rows_(rows) {}
-  double remaining(int64_t step, int32_t position) const override {
-    double sum = 0;
-    for (size_t s = static_cast<size_t>(step) + 1; s < rows_.size(); ++s)
-      sum += rows_[s][static_cast<size_t>(position)];
-    return sum;
+  std::span<const double> remaining(int64_t step) const override {
+    row_.assign(static_cast<size_t>(step) + 1, 0.0);
+    for (size_t i = 0; i < row_.size(); ++i)
+      for (size_t s = static_cast<size_t>(step) + 1; s < rows_.size(); ++s) row_[i] += rows_[s][i];
+    return row_;
   }
 
  private:
   const hand::Rows& rows_;
+  mutable std::vector<double> row_;
 };
 
 // One policy instance on one head's rows, with keys (knorm), queries (r-kv) and the future

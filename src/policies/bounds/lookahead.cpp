@@ -17,8 +17,9 @@ class Lookahead final : public Policy {
     evict_lowest(cache, scores_, excess, victims);
   }
   bool scores(int64_t step, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+    const std::span<const double> remaining = future_->remaining(step);
     scores.resize(cache.size());
-    for (size_t j = 0; j < cache.size(); ++j) scores[j] = future_->remaining(step, cache[j]);
+    for (size_t j = 0; j < cache.size(); ++j) scores[j] = remaining[static_cast<size_t>(cache[j])];
     return true;
   }
 

@@ -16,12 +16,13 @@
 
 namespace kvsim {
 
-// Attention a position will still receive: the sum over steps s > step of the group's full
-// (unevicted) attention row a_s[position]. Only policies that declare needs_future get it.
+// Attention each position will still receive: R_step[i], the sum over steps s > step of the
+// group's full (unevicted) attention row a_s[i], for every position i in 0..step. Only
+// policies that declare needs_future get it.
 class FutureAttention {
  public:
   virtual ~FutureAttention() = default;
-  virtual double remaining(int64_t step, int32_t position) const = 0;
+  virtual std::span<const double> remaining(int64_t step) const = 0;
 };
 
 // The current step's full rows of a cache group's heads: a_t[0..t] over every position,
