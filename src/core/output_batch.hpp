@@ -96,28 +96,12 @@ void packed_block(const double* w, const double* packed, size_t n, double* const
 // error ran in 15.5 s instead of 18.5 s (medians of six, bench/README.md); on Zen 4, whose
 // 512-bit multiply-adds run at the rate of two 256-bit ones, the difference was within noise.
 __attribute__((target("avx512f"))) inline void packed_block_avx512(const double* w, const double* packed, size_t n,
-                                                                    double* const* out) {
-  __m512d s00 = _mm512_loadu_pd(out[0]), s01 = _mm512_loadu_pd(out[0] + 8);
-  __m512d s10 = _mm512_loadu_pd(out[1]), s11 = _mm512_loadu_pd(out[1] + 8);
-  __m512d s20 = _mm512_loadu_pd(out[2]), s21 = _mm512_loadu_pd(out[2] + 8);
-  __m512d s30 = _mm512_loadu_pd(out[3]), s31 = _mm512_loadu_pd(out[3] + 8);
-  for (size_t j = 0; j < n; ++j) {
-    const double* v = packed + 16 * j;
-    const __m512d v0 = _mm512_loadu_pd(v), v1 = _mm512_loadu_pd(v + 8);
-    const double* weight = w + 4 * j;
-    __m512d x = _mm512_set1_pd(weight[0]);
-    s00 = _mm512_fmadd_pd(x, v0, s00), s01 = _mm512_fmadd_pd(x, v1, s01);
-    x = _mm512_set1_pd(weight[1]);
-    s10 = _mm512_fmadd_pd(x, v0, s10), s11 = _mm512_fmadd_pd(x, v1, s11);
-    x = _mm512_set1_pd(weight[2]);
-    s20 = _mm512_fmadd_pd(x, v0, s20), s21 = _mm512_fmadd_pd(x, v1, s21);
-    x = _mm512_set1_pd(weight[3]);
-    s30 = _mm512_fmadd_pd(x, v0, s30), s31 = _mm512_fmadd_pd(x, v1, s31);
-  }
-  _mm512_storeu_pd(out[0], s00), _mm512_storeu_pd(out[0] + 8, s01);
-  _mm512_storeu_pd(out[1], s10), _mm512_storeu_pd(out[1] + 8, s11);
-  _mm512_storeu_pd(out[2], s20), _mm512_storeu_pd(out[2] + 8, s21);
-  _mm512_storeu_pd(out[3], s30), _mm512_storeu_pd(out[3] + 8, s31);
+                                                                   double* const* out) {
+  FourHeadSums512 sum;
+  load_four_heads(sum, out, 0);
+  for (size_t j = 0; j < n; ++j)
+    add_four_heads(sum, w + 4 * j, _mm512_loadu_pd(packed + 16 * j), _mm512_loadu_pd(packed + 16 * j + 8));
+  store_four_heads(sum, out, 0);
 }
 
 // Channel blocks of 12, then 8, then 4: the blocking of shared_weighted_heads<4>. With
@@ -134,8 +118,8 @@ inline size_t block_width(size_t first, size_t d, bool wide) {
 // AVX-512 where the CPU has it (false: AVX2 always; the same bits either way).
 inline constexpr size_t kBatchTile = 128;  // one channel block of a tile is 12-16 KiB: in L1
 inline void batched_value_sums(std::span<const double* const> weights, std::span<const int32_t> positions,
-                               const float* values, size_t d, std::span<double* const> out,
-                               std::vector<double>& packed, bool allow_wide = true) {
+                               const float* values, size_t d, std::span<double* const> out, std::vector<double>& packed,
+                               bool allow_wide = true) {
   const bool wide = allow_wide && d % kWideBlock == 0 && cpu_has_avx512();
   const size_t n = positions.size();
   packed.resize(n * d);  // block after block, each [j][width]

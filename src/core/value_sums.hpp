@@ -150,38 +150,47 @@ void shared_weighted_block(const double* weights, std::span<const int32_t> posit
     for (size_t b = 0; b < Blocks; ++b) _mm256_storeu_pd(out[k] + first + 4 * b, sum[k][b]);
 }
 
+// Four heads' sums over 16 channels in 512-bit vectors (two per head), for the AVX-512
+// kernels here and in output_batch.hpp. (target and always_inline: a helper without the
+// target would not inline into them, and a lambda would not inherit it.)
+using FourHeadSums512 = __m512d[4][2];
+__attribute__((target("avx512f"), always_inline)) inline void load_four_heads(FourHeadSums512& sum, double* const* out,
+                                                                              size_t first) {
+  for (size_t k = 0; k < 4; ++k)
+    sum[k][0] = _mm512_loadu_pd(out[k] + first), sum[k][1] = _mm512_loadu_pd(out[k] + first + 8);
+}
+__attribute__((target("avx512f"), always_inline)) inline void store_four_heads(const FourHeadSums512& sum,
+                                                                               double* const* out, size_t first) {
+  for (size_t k = 0; k < 4; ++k)
+    _mm512_storeu_pd(out[k] + first, sum[k][0]), _mm512_storeu_pd(out[k] + first + 8, sum[k][1]);
+}
+// sum[k] += w[k] * (v0, v1) for the four heads k: one fused multiply-add per channel.
+__attribute__((target("avx512f"), always_inline)) inline void add_four_heads(FourHeadSums512& sum, const double* w,
+                                                                             __m512d v0, __m512d v1) {
+  for (size_t k = 0; k < 4; ++k) {
+    const __m512d weight = _mm512_set1_pd(w[k]);
+    sum[k][0] = _mm512_fmadd_pd(weight, v0, sum[k][0]), sum[k][1] = _mm512_fmadd_pd(weight, v1, sum[k][1]);
+  }
+}
+
 // Channels [first, first + 16) of 4 heads with AVX-512, where the CPU has it (asked at run
 // time: the build targets AVX2): shared_weighted_block<4, 4>'s chains in 512-bit vectors.
 __attribute__((target("avx512f"))) inline void shared_weighted_block_avx512(const double* weights,
-                                                                             std::span<const int32_t> positions,
-                                                                             const float* values, size_t d,
-                                                                             size_t first, double* const* out,
-                                                                             bool accumulate) {
-  __m512d s00 = _mm512_setzero_pd(), s01 = s00, s10 = s00, s11 = s00, s20 = s00, s21 = s00, s30 = s00, s31 = s00;
-  if (accumulate) {  // (a lambda would not inherit the target)
-    s00 = _mm512_loadu_pd(out[0] + first), s01 = _mm512_loadu_pd(out[0] + first + 8);
-    s10 = _mm512_loadu_pd(out[1] + first), s11 = _mm512_loadu_pd(out[1] + first + 8);
-    s20 = _mm512_loadu_pd(out[2] + first), s21 = _mm512_loadu_pd(out[2] + first + 8);
-    s30 = _mm512_loadu_pd(out[3] + first), s31 = _mm512_loadu_pd(out[3] + first + 8);
-  }
+                                                                            std::span<const int32_t> positions,
+                                                                            const float* values, size_t d, size_t first,
+                                                                            double* const* out, bool accumulate) {
+  FourHeadSums512 sum;
+  if (accumulate)
+    load_four_heads(sum, out, first);
+  else
+    for (auto& head : sum) head[0] = head[1] = _mm512_setzero_pd();
   for (size_t j = 0; j < positions.size(); ++j) {
     const float* v = values + static_cast<size_t>(positions[j]) * d + first;
     // (maskz, all lanes: GCC 12's plain _mm512_cvtps_pd trips -Wmaybe-uninitialized in its header)
-    const __m512d v0 = _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v)), v1 = _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v + 8));
-    const double* w = weights + j * 4;
-    __m512d weight = _mm512_set1_pd(w[0]);
-    s00 = _mm512_fmadd_pd(weight, v0, s00), s01 = _mm512_fmadd_pd(weight, v1, s01);
-    weight = _mm512_set1_pd(w[1]);
-    s10 = _mm512_fmadd_pd(weight, v0, s10), s11 = _mm512_fmadd_pd(weight, v1, s11);
-    weight = _mm512_set1_pd(w[2]);
-    s20 = _mm512_fmadd_pd(weight, v0, s20), s21 = _mm512_fmadd_pd(weight, v1, s21);
-    weight = _mm512_set1_pd(w[3]);
-    s30 = _mm512_fmadd_pd(weight, v0, s30), s31 = _mm512_fmadd_pd(weight, v1, s31);
+    add_four_heads(sum, weights + j * 4, _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v)),
+                   _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v + 8)));
   }
-  _mm512_storeu_pd(out[0] + first, s00), _mm512_storeu_pd(out[0] + first + 8, s01);
-  _mm512_storeu_pd(out[1] + first, s10), _mm512_storeu_pd(out[1] + first + 8, s11);
-  _mm512_storeu_pd(out[2] + first, s20), _mm512_storeu_pd(out[2] + first + 8, s21);
-  _mm512_storeu_pd(out[3] + first, s30), _mm512_storeu_pd(out[3] + first + 8, s31);
+  store_four_heads(sum, out, first);
 }
 
 inline bool cpu_has_avx512() {
