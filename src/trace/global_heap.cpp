@@ -2,6 +2,7 @@
 // HDF5 1.10 would loop on or read past, done before HDF5 sees the image.
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "h5io.hpp"
 
@@ -28,10 +29,19 @@ std::optional<size_t> find_broken_global_heap(std::span<const unsigned char> ima
     }
   const size_t header = 8 + lengths;         // "GCOL", version, 3 reserved, collection size
   const size_t object_header = 8 + lengths;  // index (2), references (2), reserved (4), size
-  static constexpr unsigned char kMagic[4] = {'G', 'C', 'O', 'L'};
-  for (auto at = std::search(image.begin(), image.end(), kMagic, kMagic + 4); at != image.end();
-       at = std::search(at + 1, image.end(), kMagic, kMagic + 4)) {
-    const size_t start = static_cast<size_t>(at - image.begin());
+  // Every occurrence of the magic, overlapping ones too. memchr finds the G's: a byte-wise
+  // std::search made this scan 5 ms of opening the bundled 19 MB trace, which every command
+  // does twice (once in the isolating child); memchr takes 2 ms (memmem was no faster).
+  const auto next_magic = [&](size_t from) {
+    for (size_t at = from; at + 4 <= image.size(); ++at) {
+      const void* g = std::memchr(image.data() + at, 'G', image.size() - 3 - at);
+      if (!g) break;
+      at = static_cast<size_t>(static_cast<const unsigned char*>(g) - image.data());
+      if (image[at + 1] == 'C' && image[at + 2] == 'O' && image[at + 3] == 'L') return at;
+    }
+    return image.size();
+  };
+  for (size_t start = next_magic(0); start < image.size(); start = next_magic(start + 1)) {
     if (start + header > image.size() || image[start + 4] != 1) continue;  // HDF5 refuses other versions
     const uint64_t size = little_endian(&image[start + 8], lengths);
     // HDF5 reads the whole collection first; one that runs past the end of the file fails there.
