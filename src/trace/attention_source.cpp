@@ -218,6 +218,8 @@ const float* QKAttentionSource::rows_of(const HeldHead& head, size_t d, int64_t 
   for (; i + 8 <= widened.size(); i += 8)
     _mm256_storeu_ps(widened.data() + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from + i))));
   for (; i < widened.size(); ++i) widened[i] = _cvtsh_ss(from[i]);
+#else
+  (void)count;  // without F16C every head is held as float32 (HeldHead), returned above
 #endif
   return widened.data();
 }
