@@ -5,6 +5,7 @@
 #include "kvtrace/schema.hpp"
 
 namespace kvsim {
+namespace {
 
 // here[i] = later[i] + a_t[i] for i < t, a_t[i] the heads' rows at i combined in order
 // (starting from 0.0 for sum and mean). Heads: a constant when given (the loop over i then
@@ -23,6 +24,15 @@ void aggregate_and_add(const float* const* rows, size_t count, int64_t t, const 
   }
 }
 
+template <size_t Heads>
+auto step_adder(Aggregate aggregate) {
+  return aggregate == Aggregate::max    ? aggregate_and_add<Heads, Aggregate::max>
+         : aggregate == Aggregate::mean ? aggregate_and_add<Heads, Aggregate::mean>
+                                        : aggregate_and_add<Heads, Aggregate::sum>;
+}
+
+}  // namespace
+
 // The source's blocks are read from the last: R_{t-1} = R_t + a_t needs a_t only while R_{t-1}
 // is written, so one aggregated row is held instead of all of them (and nothing is zeroed
 // first but the last row, R_{n-1} = 0).
@@ -34,12 +44,7 @@ PackedFuture::PackedFuture(kvtrace::AttentionSource& source, const CacheGroup& g
   const size_t heads = group.heads.size();
   std::vector<const float*> rows(heads);
   // Four heads (a kv group of Llama-style GQA) in one pass over their rows; the same chains.
-  auto add_step = aggregate == Aggregate::max
-                      ? heads == 4 ? aggregate_and_add<4, Aggregate::max> : aggregate_and_add<0, Aggregate::max>
-                  : aggregate == Aggregate::mean
-                      ? heads == 4 ? aggregate_and_add<4, Aggregate::mean> : aggregate_and_add<0, Aggregate::mean>
-                  : heads == 4 ? aggregate_and_add<4, Aggregate::sum>
-                               : aggregate_and_add<0, Aggregate::sum>;
+  const auto add_step = heads == 4 ? step_adder<4>(aggregate) : step_adder<0>(aggregate);
   kvtrace::RowBlock block;
   for (int64_t end = n; end > 1;) {
     const int64_t first = (end - 1) / kvtrace::kRowBlockSize * kvtrace::kRowBlockSize;
