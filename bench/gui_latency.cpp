@@ -9,8 +9,9 @@
 //   Before each change the window settles on `full` and the policy's replays (and the
 //   overview's values) are forgotten, so it is replayed anew, while the policies the step
 //   chart compares have been computed before (as after any earlier change);
-// - for h2o, tova and oracle, one step of the budget slider once the window has settled (the
-//   neighbouring budgets computed ahead), and a jump of 10 steps (nothing computed ahead).
+// - for h2o, tova and oracle, once the window has settled (the budgets up to ten slider steps
+//   either side computed ahead): one step of the budget slider, a jump of 10 steps, and a jump
+//   of 25 or more (beyond what was computed ahead).
 //
 //   QT_QPA_PLATFORM=offscreen build/bench/kvsim_gui_latency TRACE [--repeat 3] [--policies a,b]
 // Make the trace with: kvsim synth T.h5 --layers 1 --heads 32 --kv-heads 8
@@ -196,16 +197,24 @@ int main(int argc, char** argv) {
     if (!chosen(name)) continue;
     box->setCurrentText(name);
     window.waitIdle();
-    Figures step, jump;
+    Figures step, jump, far;
+    // First jumps beyond what is computed ahead (kAheadSteps either side of every budget shown
+    // before): 20 -> 45 -> 70 -> 95, then 32, 57, 82 (at least 12 steps from any of those).
+    for (int r = 0; r < std::min(repeat, 6); ++r)
+      measure(
+          window, [&]() { slider->setValue(r < 3 ? 45 + 25 * r : 32 + 25 * (r - 3)); }, far);
+    slider->setValue(20);
+    window.waitIdle();
     for (int r = 0; r < repeat; ++r) {
       measure(
           window, [&]() { slider->setValue(slider->value() + (r % 2 ? -1 : 1)); }, step);
       measure(
-          window, [&]() { slider->setValue(slider->value() + 10); }, jump);  // to budgets not seen before
+          window, [&]() { slider->setValue(slider->value() + 10); }, jump);  // within what is computed ahead
     }
     slider->setValue(20);
     step.print(std::string(name) + ", slider step");
     jump.print(std::string(name) + ", slider jump of 10");
+    far.print(std::string(name) + ", slider jump of 25");
   }
   return 0;
 }

@@ -43,6 +43,7 @@ class ReplayCache {
   void clear() { entries_.clear(); }
   void forget(const std::string& label);  // every replay of that policy
   size_t size() const { return entries_.size(); }
+  size_t capacity() const { return capacity_; }
 
  private:
   struct Entry {
@@ -54,8 +55,12 @@ class ReplayCache {
   std::map<ReplayKey, Entry> entries_;
 };
 
-// The budgets a slider step away from `budget` (1 and 2 steps of its unit: a percent, or a
-// token), resolved for n tokens, without B itself or repeats: what is computed ahead.
+// The budgets up to `steps` slider steps away from `budget` (steps of its unit: a percent, or
+// a token), nearest first, resolved for n tokens, without B itself or repeats: what is
+// computed ahead.
 std::vector<int64_t> neighbourBudgets(const kvsim::Budget& budget, int64_t n_tokens, int steps = 2);
+// How many slider steps either side of the shown budget the views compute ahead, once the
+// nearest two are done (in the background, nearest first).
+constexpr int kAheadSteps = 10;
 
 }  // namespace kvgui

@@ -290,10 +290,11 @@ void Session::showReplay(LayerReplay replay) {
 
 void Session::setComparedPolicies(std::vector<kvsim::PolicyChoice> policies) { compared_ = std::move(policies); }
 
-// The budgets one and two slider steps either side of the shown one, for the shown policy
-// and then the compared ones, each in one pass of the engine (budget sharing), so the next
-// slider step is a lookup. Not for cross-layer policies: they replay every layer up to the
-// shown one, seconds at Llama scale.
+// The budgets up to kAheadSteps slider steps either side of the shown one, for the shown
+// policy and then the compared ones, so a slider move within that range is a lookup: the
+// nearest first (2 steps, then 5, then all), each policy's budgets in one pass of the engine
+// (budget sharing), each round asking for the next when it is done. Not for cross-layer
+// policies: they replay every layer up to the shown one, seconds at Llama scale.
 void Session::prefetchNeighbours() {
   struct Ahead {
     kvsim::PolicyChoice policy;
@@ -301,21 +302,26 @@ void Session::prefetchNeighbours() {
   };
   std::vector<Ahead> ahead;
   std::vector<kvsim::PolicyChoice> policies{policy_};
-  policies.insert(policies.end(), compared_.begin(), compared_.end());
-  std::vector<int64_t> neighbours;
-  for (int64_t base : neighbourBudgets(budget_, nTokens())) {
-    const int64_t b = layerBudget(base);
-    if (b != budgetTokens() && std::find(neighbours.begin(), neighbours.end(), b) == neighbours.end())
-      neighbours.push_back(b);
-  }
-  for (const kvsim::PolicyChoice& policy : policies) {
-    if (policy.info->engine == kvsim::Engine::cross_layer || policy.info->needs_tensors()) continue;
-    if (std::any_of(ahead.begin(), ahead.end(), [&](const Ahead& a) { return a.policy.label == policy.label; }))
-      continue;
-    Ahead next{policy, {}};
-    for (int64_t b : neighbours)
-      if (!cache_.contains(replayKey(policy, b))) next.budgets.push_back(b);
-    if (!next.budgets.empty()) ahead.push_back(std::move(next));
+  for (const kvsim::PolicyChoice& policy : compared_)
+    if (std::none_of(policies.begin(), policies.end(), [&](const auto& p) { return p.label == policy.label; }))
+      policies.push_back(policy);
+  for (int steps : {2, 5, kAheadSteps}) {
+    // Beyond the nearest, only while the cache holds them twice over (no round evicts the last's).
+    if (steps > 2 && policies.size() * 2 * static_cast<size_t>(steps) * 2 > cache_.capacity()) break;
+    std::vector<int64_t> neighbours;
+    for (int64_t base : neighbourBudgets(budget_, nTokens(), steps)) {
+      const int64_t b = layerBudget(base);
+      if (b != budgetTokens() && std::find(neighbours.begin(), neighbours.end(), b) == neighbours.end())
+        neighbours.push_back(b);
+    }
+    for (const kvsim::PolicyChoice& policy : policies) {
+      if (policy.info->engine == kvsim::Engine::cross_layer || policy.info->needs_tensors()) continue;
+      Ahead next{policy, {}};
+      for (int64_t b : neighbours)
+        if (!cache_.contains(replayKey(policy, b))) next.budgets.push_back(b);
+      if (!next.budgets.empty()) ahead.push_back(std::move(next));
+    }
+    if (!ahead.empty()) break;
   }
   if (ahead.empty()) return;
   const kvsim::EngineOptions options = engineOptions();
@@ -337,6 +343,7 @@ void Session::prefetchNeighbours() {
     }
     return [this, made = std::move(made)]() {
       for (const auto& [key, records] : made) cache_.insert(key, records);
+      if (!made.empty() && replay_.valid()) prefetchNeighbours();  // the next round, around the budget shown now
     };
   });
 }

@@ -17,6 +17,7 @@
 #include "kvtrace/synth.hpp"
 #include "main_window.hpp"
 #include "policy_editor.hpp"
+#include "replay_cache.hpp"
 #include "session.hpp"
 #include "views/overview_grid.hpp"
 #include "../support/temp_dir.hpp"
@@ -117,15 +118,54 @@ class GuiCacheTest : public QObject {
         QCOMPARE(window.overview()->value(layer, head),
                  kvsim::summarize(record_of(records, head)->result.retention).mean);
     }
-    // Two steps down is ahead too; a jump of ten is not, and is replayed.
+    // Two steps down is ahead too, and so is ten up (kAheadSteps of 20%); 45% is not, and is
+    // replayed.
     slider->setValue(19);
     QVERIFY(session->replay().cached);
     slider->setValue(30);
+    QVERIFY(session->replay().cached);
+    QVERIFY(same(*session->replay().record_of(0), *record_of(engine_records(kTrace, 0, "h2o", 256 * 30 / 100), 0), 0));
+    slider->setValue(45);
     QVERIFY(!session->replayIsCurrent());
     window.waitIdle();
     QVERIFY(session->replayIsCurrent());
     QVERIFY(!session->replay().cached);
-    QVERIFY(same(*session->replay().record_of(0), *record_of(engine_records(kTrace, 0, "h2o", 256 * 30 / 100), 0), 0));
+    QVERIFY(same(*session->replay().record_of(0), *record_of(engine_records(kTrace, 0, "h2o", 256 * 45 / 100), 0), 0));
+  }
+
+  void aJumpWithinTheStepsComputedAheadShowsEveryViewAtOnce() {
+    // One layer: the overview computes its shown layer ahead, so it is the whole grid. A jump of
+    // kAheadSteps slider steps handles no event before every view is current, each the engine's.
+    kvtest::TempDir dir;
+    const QString path = synth_trace(dir, 1, 8, 2, 160);
+    MainWindow window;
+    window.resize(1500, 950);
+    window.show();
+    QVERIFY(window.openFile(path));
+    window.controls()->policyEditor()->policyBox()->setCurrentText("tova");
+    window.waitIdle();
+    QSlider* slider = window.controls()->budgetSlider();
+    QCOMPARE(slider->value(), 20);
+    for (int to : {20 + kvgui::kAheadSteps, 20 - kvgui::kAheadSteps + 1, 20 + kvgui::kAheadSteps - 2}) {
+      slider->setValue(to);
+      QVERIFY2(window.viewsAreCurrent(), qPrintable(QString("at %1%: not every view at once").arg(to)));
+      QVERIFY(window.session()->replay().cached);
+      const int64_t budget = kvsim::Budget::parse(std::to_string(to) + "%").resolve(160);
+      const auto engine = engine_records(path, 0, "tova", budget);
+      QVERIFY(same(*window.session()->replay().record_of(0), *record_of(engine, 0), 0));
+      for (int head : {0, 3, 7}) {
+        const kvsim::SimulationResult& r = record_of(engine, head)->result;  // the layer's one cache
+        const auto steps = static_cast<size_t>(r.n_steps);
+        QCOMPARE(window.overview()->value(0, head),
+                 kvsim::summarize(std::span<const float>(r.retention).subspan(static_cast<size_t>(head) * steps, steps))
+                     .mean);
+      }
+      window.waitIdle();  // and around the new budget
+    }
+    slider->setValue(20 + 3 * kvgui::kAheadSteps);  // beyond: computed anew
+    QVERIFY(!window.viewsAreCurrent());
+    window.waitIdle();
+    QVERIFY(window.viewsAreCurrent());
   }
 
   void replaysComputedAheadAreTheEngines() {

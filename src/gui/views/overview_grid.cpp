@@ -21,7 +21,9 @@
 namespace kvgui {
 
 OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
-    : QWidget(parent), session_(session), timer_(new QTimer(this)), runner_(new JobRunner(this)) {
+    : QWidget(parent), session_(session), timer_(new QTimer(this)), runner_(new JobRunner(this)),
+      ahead_(new JobRunner(this)) {
+  ahead_->setBackground(true);
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
   metric_ = new QComboBox;
@@ -61,7 +63,10 @@ void OverviewGrid::waitIdle() {
     timer_->stop();
     compute();
   }
-  runner_->wait();
+  while (runner_->busy() || ahead_->busy()) {  // a finished job may start the next
+    runner_->wait();
+    ahead_->wait();
+  }
 }
 
 double OverviewGrid::value(int layer, int head) const {
@@ -104,6 +109,7 @@ void OverviewGrid::schedule() {
     timer_->stop();
     runner_->cancel();
     showCells(key);
+    computeAhead();
     return;
   }
   if (it != cache_.end()) showCells(key);  // the layers done so far
@@ -119,6 +125,7 @@ bool OverviewGrid::Computed::complete() const {
 void OverviewGrid::merge(const std::map<QString, OverviewCells>& computed, const std::vector<int>& layers) {
   for (const auto& [key, cells] : computed) {
     Computed& entry = cache_[key];
+    entry.used = ++clock_;
     if (entry.cells.empty()) {
       entry.cells.assign(static_cast<size_t>(layers_ * heads_), NAN);
       entry.layer_done.assign(static_cast<size_t>(layers_), false);
@@ -131,12 +138,17 @@ void OverviewGrid::merge(const std::map<QString, OverviewCells>& computed, const
       }
     }
   }
-  while (cache_.size() > 64) cache_.erase(cache_.begin());  // arbitrary ones: they are cheap to recompute
+  // The least recently shown or computed go first: a round ahead (2 x kAheadSteps) never
+  // evicts its own.
+  while (cache_.size() > 256)
+    cache_.erase(std::min_element(cache_.begin(), cache_.end(),
+                                  [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
 }
 
 void OverviewGrid::showCells(const QString& key) {
   const auto it = cache_.find(key);
   if (it == cache_.end() || key != computed_for_) return;
+  it->second.used = ++clock_;
   values_ = it->second.cells;
   shown_ = it->second.complete() ? key : QString();
   const Metric metric = this->metric();
@@ -227,10 +239,13 @@ void OverviewGrid::compute() {
   std::vector<int64_t> all_budgets{base};
   all_budgets.insert(all_budgets.end(), ahead_base.begin(), ahead_base.end());
   auto neighbours_of_shown = [this, reader, rows, policy, ahead, options, stat, shown, keyed]() {
-    if (ahead.empty() || !rows) return;
+    if (ahead.empty() || !rows) return computeAhead();
     runner_->submit([=, this]() -> JobRunner::Finish {
       const auto cells = keyed(retentionOfShownLayer(rows, reader->meta(), policy, ahead, options, stat));
-      return [this, cells, shown]() { merge(cells, {shown}); };
+      return [this, cells, shown]() {
+        merge(cells, {shown});
+        computeAhead();
+      };
     });
   };
   auto other_layers = [this, reader, seq, others, policy, all_budgets, config, stat, keyed_base, key,
@@ -245,7 +260,8 @@ void OverviewGrid::compute() {
       };
     });
   };
-  if (!rows) return other_layers();
+  if (const auto it = cache_.find(key); !rows || (it != cache_.end() && it->second.layer_done[static_cast<size_t>(shown)]))
+    return other_layers();  // the shown layer was computed ahead
   const int64_t at_budget[] = {budget};
   const std::vector<int64_t> one(std::begin(at_budget), std::end(at_budget));
   runner_->submit([=, this]() -> JobRunner::Finish {
@@ -254,6 +270,43 @@ void OverviewGrid::compute() {
       merge(cells, {shown});
       showCells(key);
       other_layers();
+    };
+  });
+}
+
+// The shown layer at the budget nearest the shown one, up to kAheadSteps slider steps either
+// side, that it has not been computed at: one budget per job on a background runner, each
+// job asking for the next, so a slider move within that range shows the layer at once (the
+// other layers of a multi-layer trace follow from compute()).
+void OverviewGrid::computeAhead() {
+  if (!session_->isOpen() || metric() == Metric::persistence || !session_->optionsError().isEmpty()) return;
+  const kvsim::PolicyChoice policy = session_->policy();
+  auto rows = session_->rows();
+  if (!rows || rows->seq() != session_->sequence() || policy.info->engine == kvsim::Engine::cross_layer ||
+      policy.info->needs_tensors())
+    return;
+  const int shown = rows->layer();
+  int64_t budget = -1;
+  for (int64_t base : neighbourBudgets(session_->budget(), session_->nTokens(), kAheadSteps)) {
+    const int64_t b = session_->layerBudget(base);
+    const auto it = cache_.find(keyOf(b));
+    if (it == cache_.end() || !it->second.layer_done[static_cast<size_t>(shown)]) {
+      budget = b;
+      break;
+    }
+  }
+  if (budget < 0) return;
+  const QString key = keyOf(budget);
+  const RetentionStat stat = metric() == Metric::mean_retention ? RetentionStat::mean : RetentionStat::min;
+  const kvsim::EngineOptions options = session_->engineOptions();
+  const auto meta = session_->meta();
+  ahead_->submit([=, this]() -> JobRunner::Finish {
+    const int64_t budgets[] = {budget};
+    auto cells = retentionOfShownLayer(rows, meta, policy, budgets, options, stat);
+    return [this, key, cells = std::move(cells.begin()->second), shown]() {
+      if (!session_->isOpen() || !session_->rows() || session_->rows()->layer() != shown) return;
+      merge({{key, cells}}, {shown});
+      computeAhead();
     };
   });
 }

@@ -4,6 +4,7 @@
 // ratio (a property of the trace, no policy). Click a cell to show that head.
 #include <QString>
 #include <QWidget>
+#include <cstdint>
 #include <map>
 #include <vector>
 
@@ -47,11 +48,13 @@ class OverviewGrid : public QWidget {
   struct Computed {
     std::vector<double> cells;  // [layer][head]
     std::vector<bool> layer_done;
+    uint64_t used = 0;  // when last shown or computed (clock_)
     bool complete() const;
   };
   QString keyOf(int64_t budget) const;  // what the cells depend on, at B = budget
   void schedule();
   void compute();
+  void computeAhead();
   void merge(const std::map<QString, std::vector<double>>& computed, const std::vector<int>& layers);
   void showCells(const QString& key);
   QRect gridRect() const;
@@ -63,11 +66,13 @@ class OverviewGrid : public QWidget {
   QLabel* caption_;
   QTimer* timer_;
   JobRunner* runner_;
+  JobRunner* ahead_;  // the shown layer at the budgets further along the slider, in the background
   int layers_ = 0, heads_ = 0;
   std::vector<double> values_;  // [layer][head]
   QString computed_for_;        // what values_ are being computed for
   QString shown_;               // what values_ show, all layers computed
   std::map<QString, Computed> cache_;
+  uint64_t clock_ = 0;
 };
 
 }  // namespace kvgui
