@@ -7,9 +7,12 @@
 #include <fstream>
 #include <string>
 
+#include <H5Cpp.h>
+
 #include "../support/small_trace.hpp"
 #include "../support/temp_dir.hpp"
 #include "kvtrace/isolated_open.hpp"
+#include "kvtrace/reader.hpp"
 
 namespace {
 
@@ -43,6 +46,18 @@ TEST(IsolatedOpen, AnAbsurdAllocationStopsAtTheChildsLimit) {
   EXPECT_NE(message.find("vlen-absurd-length-alloc.h5: "), std::string::npos) << message;
   EXPECT_NE(message.find("memory allocation failed"), std::string::npos) << message;
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+}
+
+TEST(IsolatedOpen, HdfFivesReasonSurvivesACallerThatSwitchedItsPrintingOff) {
+  // HDF5 C++ programs often call dontPrint(), which replaces kvtrace's error handler (the
+  // one that keeps the reason before the C++ API's destructors clear HDF5's error stack):
+  // the reason must still come through. (The other tests of this binary do so in their
+  // fixtures, so this one also failed when the whole binary ran in one process.)
+  kvtest::TempDir dir;
+  (void)kvtrace::TraceReader(kvtest::write_small_trace(dir));  // kvtrace's handler installed
+  H5::Exception::dontPrint();
+  const std::string message = refusal(kKnown + "vlen-absurd-length-alloc.h5");
+  EXPECT_NE(message.find("memory allocation failed"), std::string::npos) << message;
 }
 
 TEST(IsolatedOpen, AHangEndsAtTheTimeLimit) {
