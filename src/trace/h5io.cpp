@@ -39,12 +39,12 @@ herr_t remember_failure(hid_t stack, void*) {
 void remember(const std::string& why) { last_failure = why; }
 
 void quiet() {
-  thread_local bool done = false;
-  if (!done) {
-    // Nothing is printed; a failure is remembered for error_detail().
+  // Nothing is printed; a failure is remembered for error_detail(). Checked at every call,
+  // not once: the caller may have replaced the handler since (H5::Exception::dontPrint()).
+  H5E_auto2_t current = nullptr;
+  void* data = nullptr;
+  if (H5Eget_auto2(H5E_DEFAULT, &current, &data) < 0 || current != remember_failure)
     H5Eset_auto2(H5E_DEFAULT, remember_failure, nullptr);
-    done = true;
-  }
 }
 
 std::string error_detail() {
