@@ -125,6 +125,9 @@ class Simulation {
     // is gathered once here. Quads are read four heads per load (quad_kernels.hpp), and the
     // observed row reads the interleaved rows again (observe_row): a gathered copy measured
     // no faster.
+    // Nothing evicted yet: the mass is the row's total (summed in four lanes, a quad's four
+    // heads per load), not the end of a prefix sum (a chain of dependent adds over the row).
+    const bool whole = evicted_.empty() && static_cast<int64_t>(cache_.size()) == t + 1;
     const int runs = count_runs();
     const bool by_evicted = runs == 0 && evicted_.size() < cache_.size();
     const bool observes = spec_.policy->needs_attention;
@@ -143,7 +146,9 @@ class Simulation {
       const int head = group_.heads[k];
       const float* row = model.row(head);
       const double gathered_sum = !observes ? 0.0 : quads_ ? quad_sums_[k] : gather_and_sum(row, cache_, gathered_[k]);
-      if (runs > 0) {
+      if (whole) {
+        mass_[k] = model.total(head);
+      } else if (runs > 0) {
         double mass = 0;
         for (int r = 0; r < runs; ++r) mass += model.prefix(head, run_end_[r]) - model.prefix(head, run_begin_[r]);
         mass_[k] = mass;
