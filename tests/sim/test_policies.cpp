@@ -530,12 +530,14 @@ TEST(PolicyScissorhandsOfficial, ThresholdFromTheFloorsAroundThePreviousOneEqual
   // The policy seeks each threshold between floors around the previous step's (0.9x .. 2x),
   // and narrows a bracket of more than 128 entries by floors between its ends (quantile 0.5
   // at 1,500 tokens makes such brackets). Rows that drift slowly or fast land it inside a
-  // bracket, below the lowest floor and above the highest, and coarse levels make ties; the
-  // evictions must be those of a whole sort.
+  // bracket, below the lowest floor and above the highest, and coarse levels make ties; a
+  // fall of more than half (drifts 1.6 and 3: every ninth row drops a seventh of its entries
+  // by 1.6^8 or 3^8) takes the lower floors, or selects in the whole row when it fell even
+  // further. The evictions must be those of a whole sort.
   std::mt19937 random(5);
   for (const double quantile : {0.9, 0.5}) {
     for (const bool ties : {false, true})
-      for (const double drift : {1.0, 1.004, 1.03, 1.3}) {
+      for (const double drift : {1.0, 1.004, 1.03, 1.3, 1.6, 3.0}) {
         const int n = quantile < 0.9 ? 1500 : 300;
         std::uniform_real_distribution<double> level(1, 12);
         std::vector<double> base(static_cast<size_t>(n));

@@ -119,8 +119,15 @@ class ScissorhandsOfficial final : public Policy {
     if (rank_ < padding) return 0;
     const auto c = static_cast<size_t>(n_ - rank_);
     above_.resize(row.size());
-    size_t count =
-        keep_between(row.data(), row.size(), previous * 0.5f, std::numeric_limits<float>::infinity(), above_.data());
+    constexpr float kInfinity = std::numeric_limits<float>::infinity();
+    float low = previous * 0.5f;
+    size_t count = keep_between(row.data(), row.size(), low, kInfinity, above_.data());
+    // The threshold fell by more than half: lower floors, a pass each (far cheaper than
+    // selecting in the whole row).
+    for (int retry = 0; retry < 3 && count < c && low > 0; ++retry) {
+      low *= 0.125f;
+      count = keep_between(row.data(), row.size(), low, kInfinity, above_.data());
+    }
     if (count < c || previous <= 0) {  // not bracketed: the whole row
       above_.assign(row.begin(), row.end());
       const auto nth = above_.begin() + (rank_ - padding);
@@ -131,7 +138,7 @@ class ScissorhandsOfficial final : public Policy {
     // since the previous step) is narrowed by floors evenly between its ends, the same way.
     constexpr float kAround[kFloorCount] = {0.9f, 0.95f, 0.98f, 0.99f, 1.0f, 1.01f,
                                             1.02f, 1.05f, 1.1f,  1.25f, 1.5f,  2.0f};
-    Bracket bracket{previous * 0.5f, std::numeric_limits<float>::infinity(), 0, count};
+    Bracket bracket{low, kInfinity, 0, count};
     float floors[kFloorCount];
     for (size_t f = 0; f < kFloorCount; ++f) floors[f] = previous * kAround[f];
     narrow(floors, c, bracket);
