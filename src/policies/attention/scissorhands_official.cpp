@@ -101,10 +101,27 @@ class ScissorhandsOfficial final : public Policy {
   void evict(int64_t step, std::span<const int32_t> cache, int64_t, bool, std::vector<int32_t>& victims) override {
     const int64_t next = step + 1;  // the row whose mask this eviction applies
     if (!applies_ || next < start_ || next >= n_) return;
-    for (int32_t position : cache) {
-      if (position >= next - recent_) break;  // the recent window, ascending to the end
-      if (last_hit_[static_cast<size_t>(position)] < next - window_) victims.push_back(position);
+    const auto stale = static_cast<int32_t>(next - window_);  // a key last hit before this row goes
+    const int64_t recent = next - recent_;                     // the recent window, ascending to the end
+    size_t j = 0;
+#if defined(__AVX2__)
+    // Eight consecutive positions at once (the cache is mostly runs): one compare of their
+    // last hits, and only the victims, in order, looked at one by one.
+    const __m256i limit = _mm256_set1_epi32(stale);
+    for (; j + 8 <= cache.size() && cache[j + 7] < recent; j += 8) {
+      if (cache[j + 7] - cache[j] != 7) {
+        for (size_t k = j; k < j + 8; ++k)
+          if (last_hit_[static_cast<size_t>(cache[k])] < stale) victims.push_back(cache[k]);
+        continue;
+      }
+      const __m256i hits =
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(last_hit_.data() + static_cast<size_t>(cache[j])));
+      auto gone = static_cast<unsigned>(_mm256_movemask_ps(_mm256_castsi256_ps(_mm256_cmpgt_epi32(limit, hits))));
+      for (; gone; gone &= gone - 1) victims.push_back(cache[j] + __builtin_ctz(gone));
     }
+#endif
+    for (; j < cache.size() && cache[j] < recent; ++j)
+      if (last_hit_[static_cast<size_t>(cache[j])] < stale) victims.push_back(cache[j]);
   }
 
  private:
