@@ -23,7 +23,7 @@ struct ReplayKey {
   std::string label;                // the policy and the parameters that differ from its defaults
   kvsim::Mode mode = kvsim::Mode::stream;
   std::string engine;  // the other engine options (engineKey: paging, protocol, head floor)
-  int64_t budget = 0;  // B of the layer (the layer schedule's B_l)
+  int64_t budget = 0;  // B of the layer (the layer schedule's B_l); -1 for a policy that ignores it
 
   bool operator<(const ReplayKey& other) const {
     return std::tie(seq, layer, first_head, n_heads, label, mode, engine, budget) <

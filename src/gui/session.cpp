@@ -195,7 +195,9 @@ namespace {
 ReplayKey replayKeyOf(int seq, int layer, int head, const kvsim::PolicyChoice& policy,
                       const kvsim::EngineOptions& options, int64_t budget, const kvtrace::TraceMeta& meta) {
   const ReplayHeads heads = replayHeads(policy, meta, head, options);
-  return ReplayKey{seq, layer, heads.first, heads.count, policy.label, options.mode, engineKey(options), budget};
+  // A policy that ignores the budget (full, scissorhands-official) replays the same at every B.
+  const int64_t keyed = policy.info->budgeted ? budget : -1;
+  return ReplayKey{seq, layer, heads.first, heads.count, policy.label, options.mode, engineKey(options), keyed};
 }
 
 // Replayed over the trace rather than the rows in memory: cross-layer policies beyond layer

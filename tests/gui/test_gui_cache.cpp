@@ -168,6 +168,30 @@ class GuiCacheTest : public QObject {
     QVERIFY(window.viewsAreCurrent());
   }
 
+  void aPolicyWithoutABudgetIsReplayedOnce() {
+    // scissorhands-official ignores B: every budget shows the one replay, at once, the engine's,
+    // and so does the overview (the step chart's compared policies have budgets).
+    kvtest::TempDir dir;
+    const QString path = synth_trace(dir, 1, 8, 2, 160);
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openFile(path));
+    window.controls()->policyEditor()->policyBox()->setCurrentText("scissorhands-official");
+    window.waitIdle();
+    QSlider* slider = window.controls()->budgetSlider();
+    for (int to : {20 + 4 * kvgui::kAheadSteps, 3}) {
+      slider->setValue(to);
+      QVERIFY2(window.session()->replayIsCurrent() && window.session()->replay().cached,
+               qPrintable(QString("at %1%: replayed again").arg(to)));
+      QVERIFY2(window.overview()->isCurrent(), qPrintable(QString("at %1%: the overview computes again").arg(to)));
+      const int64_t budget = kvsim::Budget::parse(std::to_string(to) + "%").resolve(160);
+      QCOMPARE(window.session()->replay().budget, budget);
+      const auto engine = engine_records(path, 0, "scissorhands-official", budget);
+      QVERIFY(window.session()->replay().record_of(1) && record_of(engine, 1));
+      QVERIFY(same(*window.session()->replay().record_of(1), *record_of(engine, 1), 1));
+    }
+  }
+
   void replaysComputedAheadAreTheEngines() {
     // Grouped-query attention (4 query heads per kv head), per-group, layer-wide, bound and
     // seeded policies: every replay in the cache is what replay_rows gives for its setting.

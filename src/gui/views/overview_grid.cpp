@@ -83,7 +83,8 @@ QString OverviewGrid::keyOf(int64_t budget) const {
   QString key =
       session_->path() + "|" + QString::number(session_->sequence()) + "|" + QString::number(metric_->currentIndex());
   if (metric() != Metric::persistence)
-    key += "|" + QString::fromStdString(session_->policy().label) + "|" + QString::number(budget) + "|" +
+    key += "|" + QString::fromStdString(session_->policy().label) + "|" +
+           (session_->policy().info->budgeted ? QString::number(budget) : QString("any")) + "|" +
            QString::fromStdString(engineKey(session_->engineOptions())) + "|" +
            QString::fromStdString(session_->schedule().name);
   return key;
@@ -203,6 +204,7 @@ void OverviewGrid::compute() {
   std::vector<int64_t> ahead_base, ahead;
   for (int64_t b : neighbourBudgets(session_->budget(), session_->nTokens())) {
     const int64_t layer_b = session_->layerBudget(b);
+    if (!session_->policy().info->budgeted) break;  // the same cells at every budget
     if (layer_b == budget || std::find(ahead.begin(), ahead.end(), layer_b) != ahead.end()) continue;
     if (const auto it = cache_.find(keyOf(layer_b)); it == cache_.end() || !it->second.complete()) {
       ahead_base.push_back(b);
@@ -281,6 +283,7 @@ void OverviewGrid::compute() {
 void OverviewGrid::computeAhead() {
   if (!session_->isOpen() || metric() == Metric::persistence || !session_->optionsError().isEmpty()) return;
   const kvsim::PolicyChoice policy = session_->policy();
+  if (!policy.info->budgeted) return;  // one key for every budget: compute() makes it
   auto rows = session_->rows();
   if (!rows || rows->seq() != session_->sequence() || policy.info->engine == kvsim::Engine::cross_layer ||
       policy.info->needs_tensors())
