@@ -562,6 +562,27 @@ TEST(PolicyScissorhandsOfficial, ThresholdFromTheFloorsAroundThePreviousOneEqual
   }
 }
 
+TEST(PolicyScissorhandsOfficial, ThresholdsThatRepeatExactlyWithTiesAtTheFloors) {
+  // Each row extends the previous one (a few coarse levels, one scale): the threshold is often
+  // exactly the previous one, so entries equal the floor at 1.0x and the bracket's ends, where
+  // "over" (>) and "up to" (<=) decide. The evictions must be those of a whole sort.
+  std::mt19937 random(11);
+  std::uniform_int_distribution<int> level(1, 6);
+  for (const double quantile : {0.9, 0.5}) {
+    const int n = 900;
+    std::vector<double> base(static_cast<size_t>(n));
+    for (double& x : base) x = level(random) / 64.0;
+    hand::Rows rows;
+    for (int t = 0; t < n; ++t) rows.emplace_back(base.begin(), base.begin() + t + 1);
+    const std::map<std::string, std::string> params = {
+        {"window", "3"}, {"recent", "2"}, {"start", "20"}, {"quantile", std::to_string(quantile)}};
+    const auto r = hand::replay1(rows, "scissorhands-official", 1, params);
+    const std::vector<int> expected = float_rule(rows, 3, 2, 20, quantile);
+    EXPECT_EQ(std::vector<int>(r.eviction_step.begin(), r.eviction_step.end()), expected) << "quantile " << quantile;
+    EXPECT_GT(std::count_if(expected.begin(), expected.end(), [](int step) { return step >= 0; }), 10);
+  }
+}
+
 TEST(PolicyScissorhandsOfficial, GroupKeepsWhatAnyHeadKeeps) {
   // Two query heads share a kv head; quantile .5, window 1, recent 0, start 3 on 4 tokens.
   // Row 2 zero-padded to 4 and sorted: A [0,.1,.3,.6], B [0,.1,.3,.6]; rank 2: tau .3 in both.
