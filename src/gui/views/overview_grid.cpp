@@ -21,7 +21,10 @@
 namespace kvgui {
 
 OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
-    : QWidget(parent), session_(session), timer_(new QTimer(this)), runner_(new JobRunner(this)),
+    : QWidget(parent),
+      session_(session),
+      timer_(new QTimer(this)),
+      runner_(new JobRunner(this)),
       ahead_(new JobRunner(this)) {
   ahead_->setBackground(true);
   auto* layout = new QVBoxLayout(this);
@@ -202,9 +205,12 @@ void OverviewGrid::compute() {
   const int64_t base = session_->baseBudgetTokens();
   const int64_t budget = session_->layerBudget(base);
   std::vector<int64_t> ahead_base, ahead;
-  for (int64_t b : neighbourBudgets(session_->budget(), session_->nTokens())) {
+  // A policy without a budget has the same cells at every budget: nothing ahead.
+  const std::vector<int64_t> neighbours = session_->policy().info->budgeted
+                                              ? neighbourBudgets(session_->budget(), session_->nTokens())
+                                              : std::vector<int64_t>{};
+  for (int64_t b : neighbours) {
     const int64_t layer_b = session_->layerBudget(b);
-    if (!session_->policy().info->budgeted) break;  // the same cells at every budget
     if (layer_b == budget || std::find(ahead.begin(), ahead.end(), layer_b) != ahead.end()) continue;
     if (const auto it = cache_.find(keyOf(layer_b)); it == cache_.end() || !it->second.complete()) {
       ahead_base.push_back(b);
@@ -262,7 +268,8 @@ void OverviewGrid::compute() {
       };
     });
   };
-  if (const auto it = cache_.find(key); !rows || (it != cache_.end() && it->second.layer_done[static_cast<size_t>(shown)]))
+  const auto known = cache_.find(key);
+  if (!rows || (known != cache_.end() && known->second.layer_done[static_cast<size_t>(shown)]))
     return other_layers();  // the shown layer was computed ahead
   const int64_t at_budget[] = {budget};
   const std::vector<int64_t> one(std::begin(at_budget), std::end(at_budget));

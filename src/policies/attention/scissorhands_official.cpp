@@ -50,13 +50,12 @@ bool cpu_has_avx512() {
 }
 
 __attribute__((target("avx512f"))) size_t keep_between_avx512(const float* from, size_t n, float low, float high,
-                                                                float* to, size_t& count) {
+                                                              float* to, size_t& count) {
   const __m512 above = _mm512_set1_ps(low), below = _mm512_set1_ps(high);
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {  // stores stay within [0, i + 16): `to` may be `from`
     const __m512 a = _mm512_loadu_ps(from + i);
-    const __mmask16 kept =
-        _mm512_cmp_ps_mask(a, above, _CMP_GT_OQ) & _mm512_cmp_ps_mask(a, below, _CMP_LE_OQ);
+    const __mmask16 kept = _mm512_cmp_ps_mask(a, above, _CMP_GT_OQ) & _mm512_cmp_ps_mask(a, below, _CMP_LE_OQ);
     _mm512_storeu_ps(to + count, _mm512_maskz_compress_ps(kept, a));
     count += static_cast<size_t>(__builtin_popcount(kept));
   }
@@ -65,7 +64,7 @@ __attribute__((target("avx512f"))) size_t keep_between_avx512(const float* from,
 
 template <size_t Floors>
 __attribute__((target("avx512f"))) size_t count_over_avx512(const float* from, size_t n, const float (&floors)[Floors],
-                                                             size_t (&over)[Floors]) {
+                                                            size_t (&over)[Floors]) {
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 a = _mm512_loadu_ps(from + i);
@@ -135,7 +134,7 @@ class ScissorhandsOfficial final : public Policy {
     const int64_t next = step + 1;  // the row whose mask this eviction applies
     if (!applies_ || next < start_ || next >= n_) return;
     const auto stale = static_cast<int32_t>(next - window_);  // a key last hit before this row goes
-    const int64_t recent = next - recent_;                     // the recent window, ascending to the end
+    const int64_t recent = next - recent_;                    // the recent window, ascending to the end
     size_t j = 0;
 #if defined(__AVX2__)
     // Eight consecutive positions at once (the cache is mostly runs): one compare of their
