@@ -116,6 +116,8 @@ ControlsPanel::ControlsPanel(Session* session, QWidget* parent) : QWidget(parent
     if (checked) unitChanged();
   });
   connect(slider_, &QSlider::valueChanged, this, &ControlsPanel::sliderMoved);
+  connect(slider_, &QSlider::sliderPressed, this, [this]() { session_->setAdjusting(true); });
+  connect(slider_, &QSlider::sliderReleased, this, [this]() { session_->setAdjusting(false); });
   connect(value_, qOverload<int>(&QSpinBox::valueChanged), this, &ControlsPanel::sliderMoved);
   connect(session_, &Session::traceChanged, this, &ControlsPanel::traceChanged);
   connect(session_, &Session::locationChanged, this, &ControlsPanel::locationChanged);

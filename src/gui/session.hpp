@@ -99,6 +99,10 @@ class Session : public QObject {
   // Blocks until rows are loaded, the replay is done and the neighbours are computed (tests,
   // exports).
   void waitIdle();
+  // Whether the user is dragging the budget slider: the views that compute wait for a pause
+  // then, and start at once after any other change.
+  bool adjusting() const { return adjusting_; }
+  void setAdjusting(bool adjusting) { adjusting_ = adjusting; }
 
  public slots:
   void setLocation(int seq, int layer, int head);
@@ -134,6 +138,7 @@ class Session : public QObject {
   void applyOptions(bool reschedule);
 
   std::shared_ptr<const kvtrace::TraceReader> reader_;
+  bool adjusting_ = false;
   QString path_;
   int seq_ = 0, layer_ = 0, head_ = 0;
   QStringList token_text_;

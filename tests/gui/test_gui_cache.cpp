@@ -168,6 +168,27 @@ class GuiCacheTest : public QObject {
     QVERIFY(window.viewsAreCurrent());
   }
 
+  void theOverviewWaitsForAPauseOnlyWhileTheSliderIsDragged() {
+    // A policy change or a jump computes at once; while the budget slider is held, the
+    // overview waits for a pause in the moves.
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openFile(kTrace));
+    window.waitIdle();
+    kvgui::OverviewGrid* overview = window.overview();
+    window.controls()->policyEditor()->policyBox()->setCurrentText("tova");
+    QVERIFY(!overview->waitingForPause());
+    window.waitIdle();
+    window.session()->setAdjusting(true);  // as QSlider::sliderPressed does
+    window.controls()->budgetSlider()->setValue(70);
+    QVERIFY(overview->waitingForPause());
+    window.session()->setAdjusting(false);
+    window.controls()->budgetSlider()->setValue(95);
+    QVERIFY(!overview->waitingForPause());
+    window.waitIdle();
+    QVERIFY(window.viewsAreCurrent());
+  }
+
   void aPolicyWithoutABudgetIsReplayedOnce() {
     // scissorhands-official ignores B: every budget shows the one replay, at once, the engine's,
     // and so does the overview (the step chart's compared policies have budgets).

@@ -25,6 +25,8 @@ namespace kvgui {
 
 namespace {
 
+constexpr int kPause = 120;  // ms without a move of the dragged slider before computing
+
 // A line of n steps as at most ~2 x kColumns points: each run of steps drawn in one column
 // keeps its lowest and highest value, in step order (display only: the mean is of every step).
 constexpr int64_t kColumns = 600;
@@ -79,7 +81,6 @@ StepChart::StepChart(Session* session, QWidget* parent)
   layout->addWidget(view_, 1);
   setCompared({"scissorhands", "h2o", "streaming", "tova", "recent", "oracle"});
   timer_->setSingleShot(true);
-  timer_->setInterval(120);
   connect(timer_, &QTimer::timeout, this, &StepChart::compute);
   connect(session_, &Session::replayed, this, &StepChart::schedule);
   connect(session_, &Session::locationChanged, this, &StepChart::schedule);
@@ -120,7 +121,7 @@ void StepChart::schedule() {
     timer_->stop();
     return;
   }
-  timer_->start();
+  timer_->start(session_->adjusting() ? kPause : 0);
 }
 
 std::vector<kvsim::PolicyChoice> StepChart::choices() const {
@@ -212,7 +213,7 @@ void StepChart::compute() {
     return [this, made, errors]() {
       for (const auto& [key, records] : made) session_->replays().insert(key, records);
       errors_.insert(errors.begin(), errors.end());
-      if (!drawFromCache()) timer_->start();  // the settings moved on meanwhile
+      if (!drawFromCache()) timer_->start(session_->adjusting() ? kPause : 0);  // the settings moved on meanwhile
     };
   });
 }

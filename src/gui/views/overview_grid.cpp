@@ -20,6 +20,8 @@
 
 namespace kvgui {
 
+constexpr int kPause = 250;  // ms without a move of the dragged slider before computing
+
 OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
     : QWidget(parent),
       session_(session),
@@ -46,7 +48,6 @@ OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
   setMinimumHeight(170);
   setMouseTracking(true);
   timer_->setSingleShot(true);
-  timer_->setInterval(250);
   connect(timer_, &QTimer::timeout, this, &OverviewGrid::compute);
   connect(metric_, qOverload<int>(&QComboBox::currentIndexChanged), this, &OverviewGrid::schedule);
   connect(session_, &Session::traceChanged, this, &OverviewGrid::schedule);
@@ -59,6 +60,7 @@ OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
 void OverviewGrid::setMetric(Metric metric) { metric_->setCurrentIndex(static_cast<int>(metric)); }
 OverviewGrid::Metric OverviewGrid::metric() const { return static_cast<Metric>(metric_->currentIndex()); }
 bool OverviewGrid::busy() const { return timer_->isActive() || runner_->busy(); }
+bool OverviewGrid::waitingForPause() const { return timer_->isActive() && timer_->interval() > 0; }
 bool OverviewGrid::isCurrent() const { return session_->isOpen() && shown_ == keyOf(session_->budgetTokens()); }
 
 void OverviewGrid::waitIdle() {
@@ -118,7 +120,7 @@ void OverviewGrid::schedule() {
   }
   if (it != cache_.end()) showCells(key);  // the layers done so far
   caption_->setText(tr("computing\u2026"));
-  timer_->start();
+  timer_->start(session_->adjusting() ? kPause : 0);
 }
 
 bool OverviewGrid::Computed::complete() const {

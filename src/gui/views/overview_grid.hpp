@@ -30,6 +30,8 @@ class OverviewGrid : public QWidget {
   // A cell's label: two decimals, a leading "0" dropped to fit (".97", "1.00").
   static QString cellText(double value);
   bool busy() const;
+  // Whether it waits for a pause in a drag of the budget slider before computing.
+  bool waitingForPause() const;
   // Whether every cell shows the current settings.
   bool isCurrent() const;
   void forgetResults() { cache_.clear(); }
