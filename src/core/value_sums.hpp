@@ -12,6 +12,8 @@
 #include <immintrin.h>
 #endif
 
+#include "kvsim/core/cpu.hpp"
+
 namespace kvsim {
 
 // out[c] = sum over positions i of row[i] * v_i[first + c], for c < Width; returns Width.
@@ -191,11 +193,6 @@ __attribute__((target("avx512f"))) inline void shared_weighted_block_avx512(cons
                    _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v + 8)));
   }
   store_four_heads(sum, out, first);
-}
-
-inline bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
 }
 
 // `wide`: blocks of 16 channels with AVX-512 where the CPU has it (the same bits either way).

@@ -21,6 +21,7 @@
 #include <immintrin.h>
 #endif
 
+#include "kvsim/core/cpu.hpp"
 #include "kvsim/core/lists.hpp"
 #include "kvsim/core/policy.hpp"
 
@@ -43,11 +44,8 @@ struct PackOrder {
 };
 
 // The same two passes sixteen entries at a time where the CPU has AVX-512 (chosen at run
-// time; the same entries and counts). Each returns the first entry it did not take.
-bool cpu_has_avx512() {
-  static const bool has = __builtin_cpu_supports("avx512f");
-  return has;
-}
+// time, cpu_has_avx512; the same entries and counts). Each returns the first entry it did
+// not take.
 
 __attribute__((target("avx512f"))) size_t keep_between_avx512(const float* from, size_t n, float low, float high,
                                                               float* to, size_t& count) {
