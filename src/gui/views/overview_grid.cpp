@@ -19,8 +19,26 @@
 #include "views/overview_values.hpp"
 
 namespace kvgui {
+namespace {
+
+// The session's rows when they can serve `policy`: rows of the shown sequence, and a policy
+// whose layers do not decide together and that does not read the stored tensors (those are
+// replayed over the trace). Null otherwise.
+std::shared_ptr<const LayerRows> rows_for(const Session& session, const kvsim::PolicyChoice& policy) {
+  auto rows = session.rows();
+  if (!rows || rows->seq() != session.sequence() || policy.info->engine == kvsim::Engine::cross_layer ||
+      policy.info->needs_tensors())
+    return nullptr;
+  return rows;
+}
+
+RetentionStat retention_stat(OverviewGrid::Metric metric) {
+  return metric == OverviewGrid::Metric::mean_retention ? RetentionStat::mean : RetentionStat::min;
+}
 
 constexpr int kPause = 250;  // ms without a move of the dragged slider before computing
+
+}  // namespace
 
 OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
     : QWidget(parent),
@@ -197,7 +215,7 @@ void OverviewGrid::compute() {
     return;
   }
   const kvsim::PolicyChoice policy = session_->policy();
-  const RetentionStat stat = metric() == Metric::mean_retention ? RetentionStat::mean : RetentionStat::min;
+  const RetentionStat stat = retention_stat(metric());
   if (const QString refused = session_->optionsError(); !refused.isEmpty()) {
     caption_->setText(tr("Cannot replay: %1").arg(refused));
     return;
@@ -226,10 +244,7 @@ void OverviewGrid::compute() {
   }
   keys[budget] = key;
   keys_of_base[base] = key;
-  auto rows = session_->rows();
-  if (rows && rows->seq() != seq) rows.reset();
-  // Its layers decide together, or it reads the stored tensors: replayed over the trace.
-  if (policy.info->engine == kvsim::Engine::cross_layer || policy.info->needs_tensors()) rows.reset();
+  const auto rows = rows_for(*session_, policy);
   const int shown = rows ? rows->layer() : -1;
   std::vector<int> others;
   for (int l = 0; l < layers_; ++l)
@@ -293,10 +308,8 @@ void OverviewGrid::computeAhead() {
   if (!session_->isOpen() || metric() == Metric::persistence || !session_->optionsError().isEmpty()) return;
   const kvsim::PolicyChoice policy = session_->policy();
   if (!policy.info->budgeted) return;  // one key for every budget: compute() makes it
-  auto rows = session_->rows();
-  if (!rows || rows->seq() != session_->sequence() || policy.info->engine == kvsim::Engine::cross_layer ||
-      policy.info->needs_tensors())
-    return;
+  const auto rows = rows_for(*session_, policy);
+  if (!rows) return;
   const int shown = rows->layer();
   int64_t budget = -1;
   for (int64_t base : neighbourBudgets(session_->budget(), session_->nTokens(), kAheadSteps)) {
@@ -309,7 +322,7 @@ void OverviewGrid::computeAhead() {
   }
   if (budget < 0) return;
   const QString key = keyOf(budget);
-  const RetentionStat stat = metric() == Metric::mean_retention ? RetentionStat::mean : RetentionStat::min;
+  const RetentionStat stat = retention_stat(metric());
   const kvsim::EngineOptions options = session_->engineOptions();
   const auto meta = session_->meta();
   ahead_->submit([=, this]() -> JobRunner::Finish {
