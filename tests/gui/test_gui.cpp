@@ -3,6 +3,9 @@
 // strip, heatmap dimming, overview, survival CSV) is what the engine computes; export PNGs.
 // With KVSIM_GUI_SHOTS=DIR the main states are also saved there as PNG (to look at them).
 #include <QApplication>
+#include <QChart>
+#include <QChartView>
+#include <QLineSeries>
 #include <QComboBox>
 #include <QDialog>
 #include <QDragEnterEvent>
@@ -25,6 +28,7 @@
 #include <sstream>
 
 #include "charts/charts_panel.hpp"
+#include "charts/step_chart.hpp"
 #include "kvsim/plot/plot.hpp"
 #include "controls_panel.hpp"
 #include "views/heatmap_view.hpp"
@@ -308,6 +312,50 @@ class GuiTest : public QObject {
     shot(window, "03-layer5-budget-chart");
     window.charts()->setCurrentIndex(3);
     shot(window, "04-persistence");
+  }
+
+  void stepChartDrawsTwoPointsPerPixelColumnAndRedrawsWhenWidened() {
+    // 1,600 steps on a plot a few hundred pixels wide: each line keeps, per pixel column, its
+    // lowest and highest step (QtCharts strokes every point at each update).
+    kvtest::TempDir dir;
+    const QString path = synth_trace(dir, "long.h5", 1, 2, 1, 16, 1600);
+    MainWindow window;
+    window.resize(1200, 800);
+    window.show();
+    QVERIFY(window.openFile(path));
+    kvgui::StepChart* steps = window.charts()->stepChart();
+    steps->setCompared({"recent"});
+    window.controls()->policyEditor()->policyBox()->setCurrentText("h2o");
+    window.waitIdle();
+    QVERIFY(steps->isCurrent());
+    const auto shown_line = [&]() -> QLineSeries* {
+      for (QAbstractSeries* series : steps->view()->chart()->series())
+        if (series->name().startsWith("h2o ")) return static_cast<QLineSeries*>(series);
+      return nullptr;
+    };
+    const auto check = [&](QLineSeries* line) {
+      QVERIFY(line);
+      const double width = std::ceil(steps->view()->chart()->plotArea().width());
+      QVERIFY2(line->count() <= 2 * width + 2, qPrintable(QString("%1 points on %2 pixels").arg(line->count()).arg(width)));
+      const kvgui::LayerReplay& replay = window.session()->replay();
+      const auto& retention = replay.record_of(0)->result.retention;
+      const auto n = static_cast<size_t>(replay.record_of(0)->result.n_steps);
+      const auto [low, high] = std::minmax_element(retention.begin(), retention.begin() + static_cast<std::ptrdiff_t>(n));
+      double lowest = 1, highest = 0;
+      for (const QPointF& point : line->points()) {
+        lowest = std::min(lowest, point.y());
+        highest = std::max(highest, point.y());
+      }
+      QCOMPARE(lowest, static_cast<double>(*low));
+      QCOMPARE(highest, static_cast<double>(*high));
+    };
+    check(shown_line());
+    const qsizetype narrow = shown_line()->count();
+    window.resize(2400, 800);
+    QTest::qWait(50);
+    window.waitIdle();
+    check(shown_line());
+    QVERIFY2(shown_line()->count() > narrow, "a wider plot should get more points");
   }
 
   void heatmapOfManyHeadsKeepsItsColourBarInside() {

@@ -11,6 +11,7 @@
 #include <QValueAxis>
 #include <QVBoxLayout>
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 
 #include "charts/chart_style.hpp"
@@ -27,11 +28,12 @@ namespace {
 
 constexpr int kPause = 120;  // ms without a move of the dragged slider before computing
 
-// A line of n steps as at most ~2 x kColumns points: each run of steps drawn in one column
+// A line of n steps as at most ~2 x `columns` points: each run of steps drawn in one column
 // keeps its lowest and highest value, in step order (display only: the mean is of every step).
-constexpr int64_t kColumns = 600;
-void add_points(std::vector<QPointF>& points, int64_t first_step, const float* values, int64_t n) {
-  const int64_t per_column = std::max<int64_t>(1, (n + kColumns - 1) / kColumns);
+// QtCharts strokes every point of a line again at each update (its hover shape), so points
+// beyond two per pixel column cost time and show nothing more.
+void add_points(std::vector<QPointF>& points, int64_t first_step, const float* values, int64_t n, int64_t columns) {
+  const int64_t per_column = std::max<int64_t>(1, (n + columns - 1) / columns);
   for (int64_t s = 0; s < n; s += per_column) {
     const int64_t end = std::min(n, s + per_column);
     const auto [low, high] = std::minmax_element(values + s, values + end);
@@ -86,6 +88,9 @@ StepChart::StepChart(Session* session, QWidget* parent)
   connect(session_, &Session::locationChanged, this, &StepChart::schedule);
   connect(session_, &Session::stepChanged, this, &StepChart::moveCursor);
   connect(session_, &Session::traceChanged, this, [this]() { errors_.clear(); });
+  connect(view_->chart(), &QChart::plotAreaChanged, this, [this]() {
+    if (!drawn_.isEmpty() && plotColumns() != columns_) QTimer::singleShot(0, this, [this]() { drawFromCache(); });
+  });
 }
 
 QStringList StepChart::compared() const {
@@ -145,11 +150,17 @@ QString StepChart::settingsKey() const {
 
 bool StepChart::isCurrent() const { return session_->isOpen() && drawn_ == settingsKey(); }
 
+// The plot's width in pixels, as laid out last (the lines are drawn again when it changes).
+int64_t StepChart::plotColumns() const {
+  return std::max<int64_t>(64, static_cast<int64_t>(std::ceil(view_->chart()->plotArea().width())));
+}
+
 bool StepChart::drawFromCache() {
   const LayerReplay& shown = session_->replay();
   if (!session_->rows() || !shown.valid() || shown.seq != session_->sequence() || shown.layer != session_->layer())
     return false;
   const int head = session_->head();
+  const int64_t columns = plotColumns();
   std::vector<Line> lines;
   const std::vector<kvsim::PolicyChoice> policies = choices();
   for (size_t p = 0; p < policies.size(); ++p) {
@@ -168,7 +179,7 @@ bool StepChart::drawFromCache() {
         const kvsim::SimulationResult& r = record.result;
         const float* values =
             r.retention.data() + static_cast<size_t>(it - record.heads.begin()) * static_cast<size_t>(r.n_steps);
-        add_points(line.points, r.first_step, values, r.n_steps);
+        add_points(line.points, r.first_step, values, r.n_steps, columns);
         line.mean = kvsim::summarize(std::span<const float>(values, static_cast<size_t>(r.n_steps))).mean;
       }
     } else {
@@ -176,6 +187,7 @@ bool StepChart::drawFromCache() {
     }
     lines.push_back(std::move(line));
   }
+  columns_ = columns;  // before drawing: a plot area changed by the new legend compares with it
   draw(lines,
        tr("Retention over steps: layer %1, head %2, B = %3 tokens").arg(shown.layer).arg(head).arg(shown.budget));
   drawn_ = settingsKey();

@@ -39,6 +39,7 @@ class StepChart : public QWidget {
   struct Line;
   void schedule();
   std::vector<kvsim::PolicyChoice> choices() const;  // the shown policy first
+  int64_t plotColumns() const;
   bool drawFromCache();
   void compute();
   void draw(const std::vector<Line>& lines, const QString& title);
@@ -54,6 +55,7 @@ class StepChart : public QWidget {
   JobRunner* runner_;
   std::map<ReplayKey, QString> errors_;  // policies that refused a budget, and why
   QString drawn_;                        // what the lines drawn show (settingsKey)
+  int64_t columns_ = 0;                  // the pixel columns they were drawn for
   QString settingsKey() const;
 };
 
