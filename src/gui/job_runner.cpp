@@ -2,7 +2,11 @@
 
 #include <QCoreApplication>
 #include <QThread>
+#include <atomic>
 #include <exception>
+#include <future>
+#include <mutex>
+#include <vector>
 
 #ifdef __linux__
 #include <sys/resource.h>
@@ -73,6 +77,27 @@ void JobRunner::wait() {
     QCoreApplication::processEvents();
     if (busy()) QThread::msleep(2);
   }
+}
+
+void forEachOnThreads(size_t n, int threads, const std::function<void(size_t)>& work) {
+  std::atomic<size_t> next{0};
+  std::mutex mutex;
+  std::exception_ptr first;
+  const auto worker = [&]() {
+    for (size_t i; (i = next++) < n;) try {
+        work(i);
+      } catch (...) {
+        const std::lock_guard lock(mutex);
+        if (!first) first = std::current_exception();
+        next = n;  // the others stop after the index they are at
+      }
+  };
+  std::vector<std::future<void>> helpers;
+  for (size_t w = 1; w < std::min(n, static_cast<size_t>(std::max(threads, 1))); ++w)
+    helpers.push_back(std::async(std::launch::async, worker));
+  worker();
+  for (auto& helper : helpers) helper.get();
+  if (first) std::rethrow_exception(first);
 }
 
 }  // namespace kvgui

@@ -45,4 +45,9 @@ class JobRunner : public QObject {
   unsigned generation_ = 0;
 };
 
+// Calls work(i) for every i in [0, n) on up to `threads` threads (this one included), each
+// taking the next i when done with its last. After an exception no i is started; the first
+// is rethrown here once all threads are done. For independent replays filling slot i.
+void forEachOnThreads(size_t n, int threads, const std::function<void(size_t)>& work);
+
 }  // namespace kvgui

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "job_runner.hpp"
 #include "kvsim/replay/rows_at_budgets.hpp"
 #include "kvtrace/schema.hpp"
 
@@ -72,21 +73,43 @@ std::vector<std::vector<kvsim::GroupRecord>> replayLayerAtBudgets(const std::sha
   return replay_heads(rows, meta, policy, replayHeads(policy, meta, head, options), budgets, options);
 }
 
+std::vector<ReplayHeads> layerParts(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta,
+                                    const kvsim::EngineOptions& options) {
+  if (layer_wide(policy) || options.head_floor >= 0) return {{0, meta.n_heads}};
+  std::vector<ReplayHeads> parts;
+  for (int kv = 0; kv < meta.n_kv_heads; ++kv) parts.push_back(group_of(policy, meta, kv * meta.group_size()));
+  return parts;
+}
+
 std::vector<std::vector<kvsim::GroupRecord>> replayWholeLayerAtBudgets(const std::shared_ptr<const LayerRows>& rows,
                                                                        const kvtrace::TraceMeta& meta,
                                                                        const kvsim::PolicyChoice& policy,
                                                                        std::span<const int64_t> budgets,
-                                                                       const kvsim::EngineOptions& options) {
-  if (layer_wide(policy) || options.head_floor >= 0)
-    return replay_heads(rows, meta, policy, {0, meta.n_heads}, budgets, options);
-  // Kv group by kv group, as replay_trace groups them (seeded policies see the same seeds).
-  std::vector<std::vector<kvsim::GroupRecord>> records(budgets.size());
-  for (int kv = 0; kv < meta.n_kv_heads; ++kv) {
-    auto group = replay_heads(rows, meta, policy, group_of(policy, meta, kv * meta.group_size()), budgets, options);
-    for (size_t b = 0; b < budgets.size(); ++b)
-      records[b].insert(records[b].end(), std::make_move_iterator(group[b].begin()),
-                        std::make_move_iterator(group[b].end()));
+                                                                       const kvsim::EngineOptions& options, int threads,
+                                                                       const std::map<int, PartRecords>& made) {
+  const std::vector<ReplayHeads> parts = layerParts(policy, meta, options);
+  std::vector<std::vector<std::vector<kvsim::GroupRecord>>> of_part(parts.size());
+  const auto replay = [&](size_t p) { of_part[p] = replay_heads(rows, meta, policy, parts[p], budgets, options); };
+  std::vector<size_t> todo, taken;
+  for (size_t p = 0; p < parts.size(); ++p)
+    (budgets.size() == 1 && made.count(parts[p].first) ? taken : todo).push_back(p);
+  forEachOnThreads(todo.size(), threads, [&](size_t i) { replay(todo[i]); });  // each part's replay is its own
+  for (size_t p : taken) {
+    std::shared_ptr<const std::vector<kvsim::GroupRecord>> records;
+    try {
+      records = made.at(parts[p].first).get();
+    } catch (const std::future_error&) {  // the other replay was dropped before it ran
+    }
+    if (records)
+      of_part[p] = {*records};
+    else
+      replay(p);
   }
+  std::vector<std::vector<kvsim::GroupRecord>> records(budgets.size());
+  for (auto& part : of_part)
+    for (size_t b = 0; b < budgets.size(); ++b)
+      records[b].insert(records[b].end(), std::make_move_iterator(part[b].begin()),
+                        std::make_move_iterator(part[b].end()));
   return records;
 }
 

@@ -4,6 +4,8 @@
 // several (kvsim::replay_rows_at_budgets: what the budget slider's neighbours are made with).
 #include <QString>
 #include <cstdint>
+#include <future>
+#include <map>
 #include <memory>
 #include <span>
 #include <vector>
@@ -64,12 +66,21 @@ std::vector<std::vector<kvsim::GroupRecord>> replayLayerAtBudgets(const std::sha
                                                                   const kvsim::PolicyChoice& policy,
                                                                   std::span<const int64_t> budgets,
                                                                   const kvsim::EngineOptions& options, int head);
-// Every cache group of the layer at several budgets ([budget][group]), as replayLayer with
-// head < 0 replays them.
-std::vector<std::vector<kvsim::GroupRecord>> replayWholeLayerAtBudgets(const std::shared_ptr<const LayerRows>& rows,
-                                                                       const kvtrace::TraceMeta& meta,
-                                                                       const kvsim::PolicyChoice& policy,
-                                                                       std::span<const int64_t> budgets,
-                                                                       const kvsim::EngineOptions& options);
+// The parts a replay of the whole layer is made of, in order: the layer itself for a
+// layer-wide policy or under head-adaptive budgets, else each kv group (as replay_trace
+// groups them: seeded policies see the same seeds).
+std::vector<ReplayHeads> layerParts(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta,
+                                    const kvsim::EngineOptions& options);
+// The records of one part at one budget, made or being made by another replay (the session's);
+// null, or a broken promise, when it could not make them.
+using PartRecords = std::shared_future<std::shared_ptr<const std::vector<kvsim::GroupRecord>>>;
+
+// Every part of the layer at several budgets ([budget][group]), as replayLayer with head < 0
+// replays them, on up to `threads` threads (the same records on any number). With one budget,
+// the parts in `made` (by first query head) are taken from there once the others are replayed.
+std::vector<std::vector<kvsim::GroupRecord>> replayWholeLayerAtBudgets(
+    const std::shared_ptr<const LayerRows>& rows, const kvtrace::TraceMeta& meta, const kvsim::PolicyChoice& policy,
+    std::span<const int64_t> budgets, const kvsim::EngineOptions& options, int threads = 1,
+    const std::map<int, PartRecords>& made = {});
 
 }  // namespace kvgui

@@ -25,6 +25,7 @@ struct ReplayKey {
   std::string engine;  // the other engine options (engineKey: paging, protocol, head floor)
   int64_t budget = 0;  // B of the layer (the layer schedule's B_l); -1 for a policy that ignores it
 
+  bool operator==(const ReplayKey& other) const = default;
   bool operator<(const ReplayKey& other) const {
     return std::tie(seq, layer, first_head, n_heads, label, mode, engine, budget) <
            std::tie(other.seq, other.layer, other.first_head, other.n_heads, other.label, other.mode, other.engine,

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <ctime>
+#include <future>
 #include <numeric>
 
 #include "job_runner.hpp"
@@ -212,6 +213,20 @@ ReplayKey Session::replayKey(const kvsim::PolicyChoice& policy, int64_t budget) 
   return replayKeyOf(seq_, layer_, head_, policy, engineOptions(), budget, meta());
 }
 
+PartRecords Session::partRecords(const kvsim::PolicyChoice& policy, int64_t budget, ReplayHeads part) {
+  if (!reader_ || replaysTrace(policy, layer_)) return {};
+  const kvsim::EngineOptions options = engineOptions();
+  const ReplayHeads replayed = replayHeads(policy, meta(), part.first, options);
+  if (replayed.first != part.first || replayed.count != part.count) return {};  // it replays a head alone
+  const ReplayKey key = replayKeyOf(seq_, layer_, part.first, policy, options, budget, meta());
+  if (ReplayCache::Records records = cache_.find(key)) {
+    std::promise<ReplayCache::Records> ready;
+    ready.set_value(std::move(records));
+    return ready.get_future().share();
+  }
+  return in_flight_.valid() && in_flight_key_ == key ? in_flight_ : PartRecords();
+}
+
 void Session::requestReplay() {
   if (!reader_ || !rows_ || scheduler_->busy()) return;  // the schedule's arrival asks again
   requested_at_ns_ = now_ns();
@@ -240,7 +255,13 @@ void Session::requestReplay() {
   config.budgets = {budget_};
   const auto rows = rows_;
   const auto reader = reader_;
-  replayer_->submit([this, settings, options, config, rows, reader]() mutable -> JobRunner::Finish {
+  // Views that need the same part (the overview) wait for these records instead of replaying
+  // it too. Only for a job that starts at once: one left waiting starts from the UI thread,
+  // which may be blocked on those views (JobRunner's destructor).
+  auto made = std::make_shared<std::promise<ReplayCache::Records>>();
+  in_flight_ = replayer_->busy() ? PartRecords() : made->get_future().share();
+  in_flight_key_ = replayKey(policy_, settings.budget);
+  replayer_->submit([this, settings, options, config, rows, reader, made]() mutable -> JobRunner::Finish {
     LayerReplay result = settings;
     QElapsedTimer timer;
     timer.start();
@@ -270,14 +291,17 @@ void Session::requestReplay() {
     }
     result.replay_ms = static_cast<double>(timer.nsecsElapsed()) / 1e6;
     result.replay_cpu_ms = thread_cpu_ms() - cpu_start;
-    return [this, result]() mutable {
+    ReplayCache::Records records;
+    if (result.valid()) records = std::make_shared<const std::vector<kvsim::GroupRecord>>(result.records);
+    made->set_value(records);
+    return [this, result, records]() mutable {
       if (result.seq != seq_ || result.layer != layer_) return;
       if (result.error.isEmpty() && !result.record_of(head_))
         return requestReplay();  // the head moved to another group
-      if (result.valid())
+      if (records)
         cache_.insert(
             replayKeyOf(result.seq, result.layer, result.head, result.policy, result.options, result.budget, meta()),
-            std::make_shared<const std::vector<kvsim::GroupRecord>>(result.records));
+            records);
       showReplay(std::move(result));
     };
   });

@@ -80,6 +80,10 @@ class Session : public QObject {
   // Replays made so far, and the key of `policy` at B = budget for what is shown now.
   ReplayCache& replays() { return cache_; }
   ReplayKey replayKey(const kvsim::PolicyChoice& policy, int64_t budget) const;
+  // The records of `part` of the shown layer (layerParts) with `policy` at B = budget, as the
+  // session made them (ready) or is making them for the view (ready when its replay is done);
+  // invalid when it has not and is not, or replays that part otherwise.
+  PartRecords partRecords(const kvsim::PolicyChoice& policy, int64_t budget, ReplayHeads part);
   // Policies the views compare with the shown one: after each replay shown, their replays at
   // the budget slider's neighbouring budgets are computed ahead too (after the shown policy's).
   void setComparedPolicies(std::vector<kvsim::PolicyChoice> policies);
@@ -152,6 +156,8 @@ class Session : public QObject {
   QString options_error_;
   kvsim::LayerSchedule schedule_;
   LayerReplay replay_;
+  ReplayKey in_flight_key_;  // what the replay submitted last makes, and its records to come
+  PartRecords in_flight_;
   int64_t step_ = 0;
   QList<qint64> selection_;
   JobRunner* loader_;

@@ -6,15 +6,20 @@
 #include <QRadioButton>
 #include <QSlider>
 #include <QTest>
+#include <atomic>
+#include <future>
 #include <numeric>
 
 #include "charts/budget_chart.hpp"
 #include "charts/charts_panel.hpp"
+#include "charts/step_chart.hpp"
 #include "controls_panel.hpp"
+#include "job_runner.hpp"
 #include "kvsim/core/summary.hpp"
 #include "kvsim/replay/replay.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/synth.hpp"
+#include "layer_replay.hpp"
 #include "main_window.hpp"
 #include "policy_editor.hpp"
 #include "replay_cache.hpp"
@@ -166,6 +171,127 @@ class GuiCacheTest : public QObject {
     QVERIFY(!window.viewsAreCurrent());
     window.waitIdle();
     QVERIFY(window.viewsAreCurrent());
+  }
+
+  void theOverviewsLayerIsTheSameOnAnyNumberOfThreads() {
+    // The kv groups of a per-kv-head policy replayed side by side (what the overview waits
+    // for): the records of one thread, in the same order, seeded policies included.
+    kvtest::TempDir dir;
+    const QString path = synth_trace(dir, 1, 8, 4, 160);
+    MainWindow window;
+    QVERIFY(window.openFile(path));
+    window.waitIdle();
+    const auto rows = window.session()->rows();
+    const kvtrace::TraceMeta& meta = window.session()->meta();
+    const int64_t budgets[] = {20, 48};
+    for (const char* name : {"h2o", "random"}) {
+      const kvsim::PolicyChoice policy = kvsim::choose_policy(name);
+      const auto one = kvgui::replayWholeLayerAtBudgets(rows, meta, policy, budgets, {}, 1);
+      for (int threads : {2, 3, 8}) {
+        const auto many = kvgui::replayWholeLayerAtBudgets(rows, meta, policy, budgets, {}, threads);
+        QCOMPARE(many.size(), one.size());
+        for (size_t b = 0; b < one.size(); ++b) {
+          QCOMPARE(many[b].size(), one[b].size());
+          for (size_t g = 0; g < one[b].size(); ++g) {
+            QCOMPARE(many[b][g].group, one[b][g].group);
+            QVERIFY(many[b][g].heads == one[b][g].heads);
+            QVERIFY(same(many[b][g], one[b][g], one[b][g].heads.front()));
+          }
+        }
+      }
+    }
+  }
+
+  void forEachOnThreadsCallsEveryIndexOnceAndRethrows() {
+    for (int threads : {1, 2, 5}) {
+      std::vector<std::atomic<int>> calls(7);
+      kvgui::forEachOnThreads(calls.size(), threads, [&](size_t i) { ++calls[i]; });
+      for (const auto& count : calls) QCOMPARE(count.load(), 1);
+      std::atomic<int> done{0};
+      bool thrown = false;
+      try {
+        kvgui::forEachOnThreads(9, threads, [&](size_t i) {
+          if (i == 4) throw std::runtime_error("part 4");
+          ++done;
+        });
+      } catch (const std::runtime_error& e) {
+        thrown = std::string(e.what()) == "part 4";
+      }
+      QVERIFY(thrown);
+      if (threads == 1) QCOMPARE(done.load(), 4);  // nothing started after it
+    }
+  }
+
+  void theOverviewTakesThePartsTheSessionMadeOrIsMaking() {
+    kvtest::TempDir dir;
+    const QString path = synth_trace(dir, 1, 8, 4, 160);
+    MainWindow window;
+    QVERIFY(window.openFile(path));
+    window.waitIdle();
+    kvgui::Session* session = window.session();
+    const auto rows = session->rows();
+    const kvtrace::TraceMeta& meta = session->meta();
+    const int64_t budget = session->budgetTokens();
+    const int64_t one[] = {budget};
+    // A part given is taken as it is (here another budget's records, to tell them apart); one
+    // whose maker was dropped (a broken promise) or failed (null) is replayed.
+    const kvsim::PolicyChoice h2o = kvsim::choose_policy("h2o");
+    const auto parts = kvgui::layerParts(h2o, meta, {});
+    QCOMPARE(parts.size(), size_t{4});
+    const auto own = kvgui::replayWholeLayerAtBudgets(rows, meta, h2o, one, {}, 1).front();
+    const int64_t other[] = {budget / 2};
+    const auto elsewhere = kvgui::replayWholeLayerAtBudgets(rows, meta, h2o, other, {}, 1).front();
+    std::promise<kvgui::ReplayCache::Records> given, failed;
+    given.set_value(std::make_shared<const std::vector<kvsim::GroupRecord>>(1, elsewhere[2]));
+    failed.set_value(nullptr);
+    std::map<int, kvgui::PartRecords> made{{parts[2].first, given.get_future().share()},
+                                           {parts[3].first, failed.get_future().share()}};
+    {
+      std::promise<kvgui::ReplayCache::Records> dropped;
+      made[parts[0].first] = dropped.get_future().share();
+    }
+    const auto taken = kvgui::replayWholeLayerAtBudgets(rows, meta, h2o, one, {}, 2, made).front();
+    QCOMPARE(taken.size(), own.size());
+    for (size_t g : {0, 1, 3}) QVERIFY(same(taken[g], own[g], own[g].heads.front()));
+    QVERIFY(same(taken[2], elsewhere[2], own[2].heads.front()));
+    QVERIFY(!same(taken[2], own[2], own[2].heads.front()));
+    // The session offers the layer of a layer-wide policy while its replay runs, and the same
+    // records when done; not a kv group of a policy it replays one head at a time (oracle).
+    window.controls()->policyEditor()->policyBox()->setCurrentText("tova");
+    const kvsim::PolicyChoice tova = kvsim::choose_policy("tova");
+    const kvgui::ReplayHeads layer{0, meta.n_heads};
+    const kvgui::PartRecords making = session->partRecords(tova, budget, layer);
+    QVERIFY(making.valid());
+    window.waitIdle();
+    QVERIFY(making.get());
+    QCOMPARE(making.get()->size(), session->replay().records.size());
+    for (size_t r = 0; r < making.get()->size(); ++r)
+      for (int head : {0, 5}) QVERIFY(same((*making.get())[r], session->replay().records[r], head));
+    QVERIFY(session->partRecords(tova, budget, layer).get() == making.get());  // from the cache
+    QVERIFY(!session->partRecords(tova, 4 * budget, layer).valid());  // beyond what was computed ahead
+    QVERIFY(!session->partRecords(kvsim::choose_policy("oracle"), budget, parts[0]).valid());
+  }
+
+  void theStepChartsComparedReplaysAreEachPolicysOwn() {
+    // Replayed side by side, the widest first: each kept under its own policy's key.
+    kvtest::TempDir dir;
+    const QString path = synth_trace(dir, 1, 8, 4, 160);
+    MainWindow window;
+    QVERIFY(window.openFile(path));
+    const QStringList compared{"recent", "tova", "oracle", "random", "h2o", "snapkv"};
+    window.charts()->stepChart()->setCompared(compared);
+    window.waitIdle();
+    QVERIFY(window.charts()->stepChart()->isCurrent());
+    kvgui::Session* session = window.session();
+    const int64_t budget = session->budgetTokens();
+    for (const QString& name : compared) {
+      const kvsim::PolicyChoice policy = kvsim::choose_policy(name.toStdString());
+      const kvgui::ReplayCache::Records kept = session->replays().find(session->replayKey(policy, budget));
+      QVERIFY2(kept, qPrintable(name));
+      const auto own = kvgui::replayLayer(session->rows(), session->meta(), policy, budget, {}, 0);
+      QCOMPARE(kept->size(), own.size());
+      for (size_t r = 0; r < own.size(); ++r) QVERIFY2(same((*kept)[r], own[r], own[r].heads.front()), qPrintable(name));
+    }
   }
 
   void theOverviewWaitsForAPauseOnlyWhileTheSliderIsDragged() {

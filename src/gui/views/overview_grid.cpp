@@ -5,6 +5,7 @@
 #include <QLabel>
 #include <QMouseEvent>
 #include <QPainter>
+#include <QThread>
 #include <QTimer>
 #include <QToolTip>
 #include <QVBoxLayout>
@@ -30,6 +31,14 @@ std::shared_ptr<const LayerRows> rows_for(const Session& session, const kvsim::P
       policy.info->needs_tensors())
     return nullptr;
   return rows;
+}
+
+// The parts of the shown layer at B = budget that the session made or is making.
+std::map<int, PartRecords> made_by(Session& session, const kvsim::PolicyChoice& policy, int64_t budget) {
+  std::map<int, PartRecords> made;
+  for (const ReplayHeads& part : layerParts(policy, session.meta(), session.engineOptions()))
+    if (PartRecords records = session.partRecords(policy, budget, part); records.valid()) made[part.first] = records;
+  return made;
 }
 
 RetentionStat retention_stat(OverviewGrid::Metric metric) {
@@ -290,8 +299,12 @@ void OverviewGrid::compute() {
     return other_layers();  // the shown layer was computed ahead
   const int64_t at_budget[] = {budget};
   const std::vector<int64_t> one(std::begin(at_budget), std::end(at_budget));
+  // What the user waits for uses every core (the budgets ahead leave one to the other views),
+  // and the session's replay of the shown part.
+  const int threads = QThread::idealThreadCount();
+  const auto made = made_by(*session_, policy, budget);
   runner_->submit([=, this]() -> JobRunner::Finish {
-    const auto cells = keyed(retentionOfShownLayer(rows, reader->meta(), policy, one, options, stat));
+    const auto cells = keyed(retentionOfShownLayer(rows, reader->meta(), policy, one, options, stat, threads, made));
     return [this, cells, shown, key, other_layers]() {
       merge(cells, {shown});
       showCells(key);
@@ -325,9 +338,10 @@ void OverviewGrid::computeAhead() {
   const RetentionStat stat = retention_stat(metric());
   const kvsim::EngineOptions options = session_->engineOptions();
   const auto meta = session_->meta();
+  const auto made = made_by(*session_, policy, budget);  // the session's neighbours computed ahead
   ahead_->submit([=, this]() -> JobRunner::Finish {
     const int64_t budgets[] = {budget};
-    auto cells = retentionOfShownLayer(rows, meta, policy, budgets, options, stat);
+    auto cells = retentionOfShownLayer(rows, meta, policy, budgets, options, stat, 1, made);
     return [this, key, cells = std::move(cells.begin()->second), shown]() {
       if (!session_->isOpen() || !session_->rows() || session_->rows()->layer() != shown) return;
       merge({{key, cells}}, {shown});

@@ -31,8 +31,9 @@ std::map<int64_t, OverviewCells> retentionOfShownLayer(const std::shared_ptr<con
                                                        const kvtrace::TraceMeta& meta,
                                                        const kvsim::PolicyChoice& policy,
                                                        std::span<const int64_t> budgets,
-                                                       const kvsim::EngineOptions& options, RetentionStat stat) {
-  const auto records = replayWholeLayerAtBudgets(rows, meta, policy, budgets, options);
+                                                       const kvsim::EngineOptions& options, RetentionStat stat,
+                                                       int threads, const std::map<int, PartRecords>& made) {
+  const auto records = replayWholeLayerAtBudgets(rows, meta, policy, budgets, options, threads, made);
   std::map<int64_t, OverviewCells> cells;
   for (size_t b = 0; b < budgets.size(); ++b) fill(records[b], meta, stat, cells[budgets[b]]);
   return cells;

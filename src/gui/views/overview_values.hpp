@@ -12,6 +12,7 @@
 
 #include "kvsim/core/engine.hpp"
 #include "kvsim/replay/replay.hpp"
+#include "layer_replay.hpp"
 #include "layer_rows.hpp"
 
 namespace kvtrace {
@@ -24,12 +25,13 @@ namespace kvgui {
 using OverviewCells = std::vector<double>;
 enum class RetentionStat { mean, min };
 
-// The rows' layer only, per budget.
+// The rows' layer only, per budget: replayWholeLayerAtBudgets with `threads` and `made`.
 std::map<int64_t, OverviewCells> retentionOfShownLayer(const std::shared_ptr<const LayerRows>& rows,
                                                        const kvtrace::TraceMeta& meta,
                                                        const kvsim::PolicyChoice& policy,
                                                        std::span<const int64_t> budgets,
-                                                       const kvsim::EngineOptions& options, RetentionStat stat);
+                                                       const kvsim::EngineOptions& options, RetentionStat stat,
+                                                       int threads = 1, const std::map<int, PartRecords>& made = {});
 // `layers` of sequence `seq` (all of them when empty), per budget B (before `config`'s layer
 // schedule), in one replay_trace with `config`'s engine options and schedule.
 std::map<int64_t, OverviewCells> retentionOfLayers(const kvtrace::TraceReader& reader, int seq,
