@@ -90,21 +90,20 @@ std::vector<std::vector<kvsim::GroupRecord>> replayWholeLayerAtBudgets(const std
   const std::vector<ReplayHeads> parts = layerParts(policy, meta, options);
   std::vector<std::vector<std::vector<kvsim::GroupRecord>>> of_part(parts.size());
   const auto replay = [&](size_t p) { of_part[p] = replay_heads(rows, meta, policy, parts[p], budgets, options); };
-  std::vector<size_t> todo, taken;
-  for (size_t p = 0; p < parts.size(); ++p)
-    (budgets.size() == 1 && made.count(parts[p].first) ? taken : todo).push_back(p);
-  forEachOnThreads(todo.size(), threads, [&](size_t i) { replay(todo[i]); });  // each part's replay is its own
-  for (size_t p : taken) {
+  // The parts made elsewhere first: the replay the user looks at (the session's) runs alone.
+  std::vector<size_t> todo;
+  for (size_t p = 0; p < parts.size(); ++p) {
     std::shared_ptr<const std::vector<kvsim::GroupRecord>> records;
-    try {
-      records = made.at(parts[p].first).get();
-    } catch (const std::future_error&) {  // the other replay was dropped before it ran
-    }
+    if (const auto it = made.find(parts[p].first); budgets.size() == 1 && it != made.end()) try {
+        records = it->second.get();
+      } catch (const std::future_error&) {  // the other replay was dropped before it ran
+      }
     if (records)
       of_part[p] = {*records};
     else
-      replay(p);
+      todo.push_back(p);
   }
+  forEachOnThreads(todo.size(), threads, [&](size_t i) { replay(todo[i]); });  // each part's replay is its own
   std::vector<std::vector<kvsim::GroupRecord>> records(budgets.size());
   for (auto& part : of_part)
     for (size_t b = 0; b < budgets.size(); ++b)

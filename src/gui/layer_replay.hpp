@@ -77,7 +77,7 @@ using PartRecords = std::shared_future<std::shared_ptr<const std::vector<kvsim::
 
 // Every part of the layer at several budgets ([budget][group]), as replayLayer with head < 0
 // replays them, on up to `threads` threads (the same records on any number). With one budget,
-// the parts in `made` (by first query head) are taken from there once the others are replayed.
+// the parts in `made` (by first query head) are taken from there, waited for before the others.
 std::vector<std::vector<kvsim::GroupRecord>> replayWholeLayerAtBudgets(
     const std::shared_ptr<const LayerRows>& rows, const kvtrace::TraceMeta& meta, const kvsim::PolicyChoice& policy,
     std::span<const int64_t> budgets, const kvsim::EngineOptions& options, int threads = 1,
