@@ -57,6 +57,10 @@ std::vector<std::vector<kvsim::GroupRecord>> replay_heads(const std::shared_ptr<
 
 }  // namespace
 
+bool replaysTrace(const kvsim::PolicyChoice& policy, int layer) {
+  return (policy.info->engine == kvsim::Engine::cross_layer && layer > 0) || policy.info->needs_tensors();
+}
+
 ReplayHeads replayHeads(const kvsim::PolicyChoice& policy, const kvtrace::TraceMeta& meta, int head,
                         const kvsim::EngineOptions& options) {
   // Head-adaptive budgets: the kv heads share n_kv_heads x B.

@@ -46,6 +46,11 @@ struct LayerReplay {
 struct ReplayHeads {
   int first = 0, count = 0;
 };
+// Whether the views replay `policy` at `layer` over the trace rather than from the rows in
+// memory: a cross-layer policy beyond layer 0 (its layers decide together, layer 0 being a
+// chain of one), and a policy that reads the stored tensors.
+bool replaysTrace(const kvsim::PolicyChoice& policy, int layer);
+
 // What the views replay to show query head `head`: the head alone for an upper bound that
 // reads only its own rows (each head's bound is its own: oracle), its kv group for the other
 // per-kv-head policies, the whole layer for layer-wide and cross-layer ones, and for every

@@ -201,12 +201,6 @@ ReplayKey replayKeyOf(int seq, int layer, int head, const kvsim::PolicyChoice& p
   return ReplayKey{seq, layer, heads.first, heads.count, policy.label, options.mode, engineKey(options), keyed};
 }
 
-// Replayed over the trace rather than the rows in memory: cross-layer policies beyond layer
-// 0 (their layers decide together), and policies that read the stored tensors.
-bool replaysTrace(const kvsim::PolicyChoice& policy, int layer) {
-  return (policy.info->engine == kvsim::Engine::cross_layer && layer > 0) || policy.info->needs_tensors();
-}
-
 }  // namespace
 
 ReplayKey Session::replayKey(const kvsim::PolicyChoice& policy, int64_t budget) const {
@@ -319,8 +313,9 @@ void Session::setComparedPolicies(std::vector<kvsim::PolicyChoice> policies) { c
 // The budgets up to kAheadSteps slider steps either side of the shown one, for the shown
 // policy and then the compared ones, so a slider move within that range is a lookup: the
 // nearest first (2 steps, then 5, then all), each policy's budgets in one pass of the engine
-// (budget sharing), each round asking for the next when it is done. Not for cross-layer
-// policies: they replay every layer up to the shown one, seconds at Llama scale.
+// (budget sharing), each round asking for the next when it is done. Not for policies replayed
+// over the trace (replaysTrace): a cross-layer one beyond layer 0 replays every layer up to
+// the shown one, seconds at Llama scale.
 void Session::prefetchNeighbours() {
   struct Ahead {
     kvsim::PolicyChoice policy;
@@ -341,7 +336,7 @@ void Session::prefetchNeighbours() {
         neighbours.push_back(b);
     }
     for (const kvsim::PolicyChoice& policy : policies) {
-      if (policy.info->engine == kvsim::Engine::cross_layer || policy.info->needs_tensors()) continue;
+      if (replaysTrace(policy, layer_)) continue;
       Ahead next{policy, {}};
       for (int64_t b : neighbours)
         if (!cache_.contains(replayKey(policy, b))) next.budgets.push_back(b);

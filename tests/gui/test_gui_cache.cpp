@@ -390,6 +390,16 @@ class GuiCacheTest : public QObject {
     QCOMPARE(expected.layer, 0);
     QVERIFY(window.session()->replay().valid());
     for (int head : {0, 7}) QVERIFY(same(window.session()->replay().records.at(0), expected, head));
+    // The overview: layer 0 from the rows too, layer 1 from the chain of both layers.
+    QVERIFY(window.overview()->isCurrent());
+    for (const kvsim::GroupRecord& record : results.cells.front().records)
+      for (int head : {0, 3, 7}) {
+        const auto steps = static_cast<size_t>(record.result.n_steps);
+        const double mean = kvsim::summarize(std::span<const float>(record.result.retention)
+                                                 .subspan(static_cast<size_t>(head) * steps, steps))
+                                .mean;
+        QCOMPARE(window.overview()->value(record.layer, head), mean);
+      }
   }
 
   void aBudgetThePolicyRefusesIsStillReported() {

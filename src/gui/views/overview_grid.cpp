@@ -22,14 +22,11 @@
 namespace kvgui {
 namespace {
 
-// The session's rows when they can serve `policy`: rows of the shown sequence, and a policy
-// whose layers do not decide together and that does not read the stored tensors (those are
-// replayed over the trace). Null otherwise.
+// The session's rows when they can serve `policy`: rows of the shown sequence and a policy
+// not replayed over the trace at their layer (replaysTrace). Null otherwise.
 std::shared_ptr<const LayerRows> rows_for(const Session& session, const kvsim::PolicyChoice& policy) {
   auto rows = session.rows();
-  if (!rows || rows->seq() != session.sequence() || policy.info->engine == kvsim::Engine::cross_layer ||
-      policy.info->needs_tensors())
-    return nullptr;
+  if (!rows || rows->seq() != session.sequence() || replaysTrace(policy, rows->layer())) return nullptr;
   return rows;
 }
 
@@ -258,6 +255,9 @@ void OverviewGrid::compute() {
   std::vector<int> others;
   for (int l = 0; l < layers_; ++l)
     if (l != shown) others.push_back(l);
+  // A cross-layer policy's other layers need the whole chain: layer 0 is replayed with them.
+  std::vector<int> replayed = others;
+  if (policy.info->engine == kvsim::Engine::cross_layer && shown >= 0) replayed.insert(replayed.begin(), shown);
   const kvsim::EngineOptions options = session_->engineOptions();
   const kvsim::ReplayConfig config = session_->traceConfig();
   const auto keyed = [keys](const std::map<int64_t, OverviewCells>& by_budget) {
@@ -282,11 +282,11 @@ void OverviewGrid::compute() {
       };
     });
   };
-  auto other_layers = [this, reader, seq, others, policy, all_budgets, config, stat, keyed_base, key,
+  auto other_layers = [this, reader, seq, others, replayed, policy, all_budgets, config, stat, keyed_base, key,
                        neighbours_of_shown]() {
     if (others.empty()) return neighbours_of_shown();
     runner_->submit([=, this]() -> JobRunner::Finish {
-      const auto cells = keyed_base(retentionOfLayers(*reader, seq, others, policy, all_budgets, config, stat));
+      const auto cells = keyed_base(retentionOfLayers(*reader, seq, replayed, policy, all_budgets, config, stat));
       return [this, cells, others, key, neighbours_of_shown]() {
         merge(cells, others);
         showCells(key);
