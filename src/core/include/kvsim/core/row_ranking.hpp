@@ -23,6 +23,8 @@ class RowRanking {
   static constexpr int kShift = 19;  // 8 exponent + 4 mantissa bits: values within 6% share a bucket
   static constexpr int kBuckets = (0x7f800000 >> kShift) + 1;
   static int bucket(float value);
+  void order();  // makes order_ for this row
+  void gather_bucket(int b);
 
   const float* row_ = nullptr;
   int64_t count_ = 0;
@@ -34,6 +36,8 @@ class RowRanking {
   std::array<int32_t, kBuckets> sizes_{};         // zero between builds
   std::array<double, kBuckets> sums_{};           // zero between builds
   std::vector<int32_t> order_;                    // positions by ascending bucket, ascending position within one
+  bool ordered_ = false;                          // order_ is this row's
+  int unordered_asks_ = 0;                        // top_sum calls without positions on this row
   std::vector<int32_t> scratch_;
 };
 
