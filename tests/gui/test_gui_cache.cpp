@@ -79,6 +79,11 @@ QString synth_trace(const kvtest::TempDir& dir, int layers, int heads, int kv_he
   return path;
 }
 
+// One layer of 8 heads in 4 kv groups, 160 tokens, opened in `window`.
+bool open_gqa_layer(MainWindow& window, const kvtest::TempDir& dir) {
+  return window.openFile(synth_trace(dir, 1, 8, 4, 160));
+}
+
 // With KVSIM_GUI_SHOTS=DIR, the window as it shows now (the charts' scenes updated, nothing
 // waited for) as DIR/NAME.png.
 void shot(MainWindow& window, const QString& name) {
@@ -177,9 +182,8 @@ class GuiCacheTest : public QObject {
     // The kv groups of a per-kv-head policy replayed side by side (what the overview waits
     // for): the records of one thread, in the same order, seeded policies included.
     kvtest::TempDir dir;
-    const QString path = synth_trace(dir, 1, 8, 4, 160);
     MainWindow window;
-    QVERIFY(window.openFile(path));
+    QVERIFY(open_gqa_layer(window, dir));
     window.waitIdle();
     const auto rows = window.session()->rows();
     const kvtrace::TraceMeta& meta = window.session()->meta();
@@ -224,9 +228,8 @@ class GuiCacheTest : public QObject {
 
   void theOverviewTakesThePartsTheSessionMadeOrIsMaking() {
     kvtest::TempDir dir;
-    const QString path = synth_trace(dir, 1, 8, 4, 160);
     MainWindow window;
-    QVERIFY(window.openFile(path));
+    QVERIFY(open_gqa_layer(window, dir));
     window.waitIdle();
     kvgui::Session* session = window.session();
     const auto rows = session->rows();
@@ -275,9 +278,8 @@ class GuiCacheTest : public QObject {
   void theStepChartsComparedReplaysAreEachPolicysOwn() {
     // Replayed side by side, the widest first: each kept under its own policy's key.
     kvtest::TempDir dir;
-    const QString path = synth_trace(dir, 1, 8, 4, 160);
     MainWindow window;
-    QVERIFY(window.openFile(path));
+    QVERIFY(open_gqa_layer(window, dir));
     const QStringList compared{"recent", "tova", "oracle", "random", "h2o", "snapkv"};
     window.charts()->stepChart()->setCompared(compared);
     window.waitIdle();
