@@ -93,7 +93,6 @@ std::vector<std::vector<kvsim::GroupRecord>> replayWholeLayerAtBudgets(const std
                                                                        const std::map<int, PartRecords>& made) {
   const std::vector<ReplayHeads> parts = layerParts(policy, meta, options);
   std::vector<std::vector<std::vector<kvsim::GroupRecord>>> of_part(parts.size());
-  const auto replay = [&](size_t p) { of_part[p] = replay_heads(rows, meta, policy, parts[p], budgets, options); };
   // The parts made elsewhere first: the replay the user looks at (the session's) runs alone.
   std::vector<size_t> todo;
   for (size_t p = 0; p < parts.size(); ++p) {
@@ -107,7 +106,9 @@ std::vector<std::vector<kvsim::GroupRecord>> replayWholeLayerAtBudgets(const std
     else
       todo.push_back(p);
   }
-  forEachOnThreads(todo.size(), threads, [&](size_t i) { replay(todo[i]); });  // each part's replay is its own
+  forEachOnThreads(todo.size(), threads, [&](size_t i) {  // each part's replay is its own
+    of_part[todo[i]] = replay_heads(rows, meta, policy, parts[todo[i]], budgets, options);
+  });
   std::vector<std::vector<kvsim::GroupRecord>> records(budgets.size());
   for (auto& part : of_part)
     for (size_t b = 0; b < budgets.size(); ++b)

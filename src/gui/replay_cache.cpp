@@ -13,11 +13,7 @@ ReplayCache::Records ReplayCache::find(const ReplayKey& key) {
 
 void ReplayCache::insert(const ReplayKey& key, Records records) {
   entries_[key] = Entry{std::move(records), ++clock_};
-  while (entries_.size() > capacity_) {
-    const auto oldest = std::min_element(entries_.begin(), entries_.end(),
-                                         [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
-    entries_.erase(oldest);
-  }
+  keepMostRecent(entries_, capacity_);
 }
 
 void ReplayCache::forget(const std::string& label) {

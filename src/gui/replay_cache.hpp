@@ -4,6 +4,7 @@
 // the step chart look here first, so a budget-slider step to a budget computed before (or
 // computed ahead, as a neighbour of the shown one) is a lookup. Used on the UI thread only;
 // the oldest entries go beyond a fixed count.
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -32,6 +33,15 @@ struct ReplayKey {
                     other.budget);
   }
 };
+
+// Erases the least recently used entries of `entries` (a map whose values have `used`, a
+// clock reading) until at most `capacity` are left.
+template <class Map>
+void keepMostRecent(Map& entries, size_t capacity) {
+  while (entries.size() > capacity)
+    entries.erase(std::min_element(entries.begin(), entries.end(),
+                                   [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
+}
 
 class ReplayCache {
  public:

@@ -255,7 +255,8 @@ void Session::requestReplay() {
   auto made = std::make_shared<std::promise<ReplayCache::Records>>();
   in_flight_ = replayer_->busy() ? PartRecords() : made->get_future().share();
   in_flight_key_ = replayKey(policy_, settings.budget);
-  replayer_->submit([this, settings, options, config, rows, reader, made]() mutable -> JobRunner::Finish {
+  const ReplayKey key = in_flight_key_;
+  replayer_->submit([this, settings, options, config, rows, reader, made, key]() mutable -> JobRunner::Finish {
     LayerReplay result = settings;
     QElapsedTimer timer;
     timer.start();
@@ -288,14 +289,11 @@ void Session::requestReplay() {
     ReplayCache::Records records;
     if (result.valid()) records = std::make_shared<const std::vector<kvsim::GroupRecord>>(result.records);
     made->set_value(records);
-    return [this, result, records]() mutable {
+    return [this, result, records, key]() mutable {
       if (result.seq != seq_ || result.layer != layer_) return;
       if (result.error.isEmpty() && !result.record_of(head_))
         return requestReplay();  // the head moved to another group
-      if (records)
-        cache_.insert(
-            replayKeyOf(result.seq, result.layer, result.head, result.policy, result.options, result.budget, meta()),
-            records);
+      if (records) cache_.insert(key, records);
       showReplay(std::move(result));
     };
   });

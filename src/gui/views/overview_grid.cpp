@@ -16,6 +16,7 @@
 #include "colors.hpp"
 #include "job_runner.hpp"
 #include "kvtrace/reader.hpp"
+#include "replay_cache.hpp"
 #include "session.hpp"
 #include "views/overview_values.hpp"
 
@@ -170,9 +171,7 @@ void OverviewGrid::merge(const std::map<QString, OverviewCells>& computed, const
   }
   // The least recently shown or computed go first: a round ahead (2 x kAheadSteps) never
   // evicts its own.
-  while (cache_.size() > 256)
-    cache_.erase(std::min_element(cache_.begin(), cache_.end(),
-                                  [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
+  keepMostRecent(cache_, 256);
 }
 
 void OverviewGrid::showCells(const QString& key) {
