@@ -11,7 +11,8 @@
 //   chart compares have been computed before (as after any earlier change);
 // - for h2o, tova and oracle, once the window has settled (the budgets up to ten slider steps
 //   either side computed ahead): one step of the budget slider, a jump of 10 steps, and a jump
-//   of 25 or more (beyond what was computed ahead).
+//   of 25 or more (beyond what was computed ahead); then how long the rest of the slider's
+//   range takes to be computed ahead in the background, and the same jumps once it is.
 //
 //   QT_QPA_PLATFORM=offscreen build/bench/kvsim_gui_latency TRACE [--repeat 3] [--policies a,b]
 // Make the trace with: kvsim synth T.h5 --layers 1 --heads 32 --kv-heads 8
@@ -123,6 +124,9 @@ int main(int argc, char** argv) {
   }
   QApplication app(argc, argv);
   kvgui::MainWindow window;
+  // The rest of the slider's range is computed ahead only where said below: the other
+  // figures are of the neighbours alone, with nothing else running in the background.
+  window.setWholeRangeAhead(false);
   window.resize(1600, 1000);
   window.show();
   QString error;
@@ -195,14 +199,18 @@ int main(int argc, char** argv) {
   QSlider* slider = window.controls()->budgetSlider();
   for (const char* name : {"h2o", "tova", "oracle"}) {
     if (!chosen(name)) continue;
+    window.forgetResults();  // not even the compared policies' replays at the far budgets
     box->setCurrentText(name);
     window.waitIdle();
     Figures step, jump, far;
     // First jumps beyond what is computed ahead (kAheadSteps either side of every budget shown
     // before): 20 -> 45 -> 70 -> 95, then 32, 57, 82 (at least 12 steps from any of those).
-    for (int r = 0; r < std::min(repeat, 6); ++r)
-      measure(
-          window, [&]() { slider->setValue(r < 3 ? 45 + 25 * r : 32 + 25 * (r - 3)); }, far);
+    const auto far_jumps = [&](Figures& figures) {
+      for (int r = 0; r < std::min(repeat, 6); ++r)
+        measure(
+            window, [&]() { slider->setValue(r < 3 ? 45 + 25 * r : 32 + 25 * (r - 3)); }, figures);
+    };
+    far_jumps(far);
     slider->setValue(20);
     window.waitIdle();
     for (int r = 0; r < repeat; ++r) {
@@ -211,10 +219,31 @@ int main(int argc, char** argv) {
       measure(
           window, [&]() { slider->setValue(slider->value() + 10); }, jump);  // within what is computed ahead
     }
+    // Then the whole range in the background (as kvsim-gui does), from nothing computed but the
+    // shown budget and its neighbours (as after opening the trace): how long until it is done
+    // for the shown policy, the step chart's compared ones and the overview, and the same far
+    // jumps once it is.
+    window.forgetResults();
     slider->setValue(20);
+    window.waitIdle();
+    Figures ranged;
+    QElapsedTimer ranging;
+    ranging.start();
+    window.setWholeRangeAhead(true);
+    window.waitAhead();
+    const double range_s = static_cast<double>(ranging.elapsed()) / 1e3;
+    far_jumps(ranged);
+    window.setWholeRangeAhead(false);
+    slider->setValue(20);
+    window.waitIdle();
     step.print(std::string(name) + ", slider step");
     jump.print(std::string(name) + ", slider jump of 10");
     far.print(std::string(name) + ", slider jump of 25");
+    ranged.print(std::string(name) + ", jump of 25, range");
+    std::printf("%-28s %.1f s until the slider's whole range was computed ahead (shown and compared policies, "
+                "and the overview)\n",
+                (std::string(name) + ", range ahead").c_str(), range_s);
+    std::fflush(stdout);
   }
   return 0;
 }

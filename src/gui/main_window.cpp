@@ -278,6 +278,15 @@ void MainWindow::waitIdle() {
   }
 }
 
+void MainWindow::setWholeRangeAhead(bool on) { session_->setWholeRangeAhead(on); }
+
+void MainWindow::waitAhead() {
+  waitIdle();
+  session_->waitAhead();
+  overview_->waitAhead();
+  waitIdle();
+}
+
 void MainWindow::forgetResults(const std::string& policy) {
   waitIdle();
   if (policy.empty())

@@ -35,6 +35,10 @@ class MainWindow : public QMainWindow {
   static QString exampleTrace();
   // Waits until every view has caught up with the settings (tests, exports).
   void waitIdle();
+  // Computing the rest of the budget slider's range ahead (on by default; off for tests of
+  // the neighbours alone), and waiting for it (benchmarks, tests).
+  void setWholeRangeAhead(bool on);
+  void waitAhead();
   // Whether every view shows the current settings (the session's replay, the overview, the
   // shown charts), whatever is still being computed ahead.
   bool viewsAreCurrent() const;

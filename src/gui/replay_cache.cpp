@@ -11,13 +11,46 @@ ReplayCache::Records ReplayCache::find(const ReplayKey& key) {
   return it->second.records;
 }
 
+namespace {
+
+size_t bytes_of(const std::vector<kvsim::GroupRecord>& records) {
+  size_t bytes = 0;
+  for (const kvsim::GroupRecord& record : records) {
+    const kvsim::SimulationResult& r = record.result;
+    bytes += sizeof(record) + record.heads.size() * sizeof(int) + r.retention.size() * sizeof(float) +
+             r.output_error.size() * sizeof(float) + r.occupancy.size() * sizeof(int32_t) +
+             r.eviction_step.size() * sizeof(int32_t);
+  }
+  return bytes;
+}
+
+}  // namespace
+
 void ReplayCache::insert(const ReplayKey& key, Records records) {
-  entries_[key] = Entry{std::move(records), ++clock_};
-  keepMostRecent(entries_, capacity_);
+  if (const auto it = entries_.find(key); it != entries_.end()) erase(it);
+  const size_t bytes = records ? bytes_of(*records) : 0;
+  entries_[key] = Entry{std::move(records), ++clock_, bytes};
+  bytes_ += bytes;
+  while (entries_.size() > 1 && (entries_.size() > capacity_ || bytes_ > max_bytes_))
+    erase(leastRecentlyUsed(entries_));
+}
+
+void ReplayCache::erase(Entries::iterator it) {
+  bytes_ -= it->second.bytes;
+  entries_.erase(it);
+}
+
+void ReplayCache::clear() {
+  entries_.clear();
+  bytes_ = 0;
 }
 
 void ReplayCache::forget(const std::string& label) {
-  std::erase_if(entries_, [&](const auto& entry) { return entry.first.label == label; });
+  for (auto it = entries_.begin(); it != entries_.end();)
+    if (it->first.label == label)
+      erase(it++);
+    else
+      ++it;
 }
 
 std::vector<int64_t> neighbourBudgets(const kvsim::Budget& budget, int64_t n_tokens, int steps) {

@@ -3,7 +3,7 @@
 // replayed, policy with its parameters, mode and engine options, budget B). The session and
 // the step chart look here first, so a budget-slider step to a budget computed before (or
 // computed ahead, as a neighbour of the shown one) is a lookup. Used on the UI thread only;
-// the oldest entries go beyond a fixed count.
+// the least recently used entries go beyond a count and a size in bytes.
 #include <algorithm>
 #include <cstdint>
 #include <map>
@@ -34,36 +34,52 @@ struct ReplayKey {
   }
 };
 
-// Erases the least recently used entries of `entries` (a map whose values have `used`, a
-// clock reading) until at most `capacity` are left.
+// The least recently used entry of `entries` (a map whose values have `used`, a clock
+// reading).
+template <class Map>
+typename Map::iterator leastRecentlyUsed(Map& entries) {
+  return std::min_element(entries.begin(), entries.end(),
+                          [](const auto& a, const auto& b) { return a.second.used < b.second.used; });
+}
+
+// Erases the least recently used entries of `entries` until at most `capacity` are left.
 template <class Map>
 void keepMostRecent(Map& entries, size_t capacity) {
-  while (entries.size() > capacity)
-    entries.erase(std::min_element(entries.begin(), entries.end(),
-                                   [](const auto& a, const auto& b) { return a.second.used < b.second.used; }));
+  while (entries.size() > capacity) entries.erase(leastRecentlyUsed(entries));
 }
 
 class ReplayCache {
  public:
   using Records = std::shared_ptr<const std::vector<kvsim::GroupRecord>>;
-  explicit ReplayCache(size_t capacity = 256) : capacity_(capacity) {}
+  explicit ReplayCache(size_t capacity = 4096, size_t max_bytes = size_t{512} << 20)
+      : capacity_(capacity), max_bytes_(max_bytes) {}
 
   Records find(const ReplayKey& key);  // null when not there
   bool contains(const ReplayKey& key) const { return entries_.count(key) != 0; }
   void insert(const ReplayKey& key, Records records);
-  void clear() { entries_.clear(); }
+  void clear();
   void forget(const std::string& label);  // every replay of that policy
   size_t size() const { return entries_.size(); }
   size_t capacity() const { return capacity_; }
+  size_t bytes() const { return bytes_; }  // of the results held
+  size_t maxBytes() const { return max_bytes_; }
+  // Whether computing ahead may add more: the cache is under half full (what is shown and
+  // computed near it then never goes for what is computed further away).
+  bool hasRoomAhead() const { return 2 * size() < capacity_ && 2 * bytes_ < max_bytes_; }
 
  private:
   struct Entry {
     Records records;
     uint64_t used = 0;
+    size_t bytes = 0;
   };
-  size_t capacity_;
+  using Entries = std::map<ReplayKey, Entry>;
+  void erase(Entries::iterator it);
+
+  size_t capacity_, max_bytes_;
+  size_t bytes_ = 0;
   uint64_t clock_ = 0;
-  std::map<ReplayKey, Entry> entries_;
+  Entries entries_;
 };
 
 // The budgets up to `steps` slider steps away from `budget` (steps of its unit: a percent, or
@@ -73,5 +89,9 @@ std::vector<int64_t> neighbourBudgets(const kvsim::Budget& budget, int64_t n_tok
 // How many slider steps either side of the shown budget the views compute ahead, once the
 // nearest two are done (in the background, nearest first).
 constexpr int kAheadSteps = 10;
+// Then, in a second background job that the views and exports do not wait for, the rest of
+// the slider's range up to this many steps either side (every percent of a budget in
+// percents), while the cache has room (ReplayCache::hasRoomAhead).
+constexpr int kRangeSteps = 100;
 
 }  // namespace kvgui

@@ -32,19 +32,28 @@ Session::Session(QObject* parent)
       loader_(new JobRunner(this)),
       replayer_(new JobRunner(this)),
       prefetcher_(new JobRunner(this)),
+      ranger_(new JobRunner(this)),
       scheduler_(new JobRunner(this)) {
   policy_ = kvsim::choose_policy("scissorhands");
   budget_ = kvsim::Budget::parse("20%");
   prefetcher_->setBackground(true);
+  ranger_->setBackground(true);
   for (JobRunner* runner : {loader_, replayer_, prefetcher_, scheduler_}) {
     connect(runner, &JobRunner::busyChanged, this, &Session::updateBusy);
     connect(runner, &JobRunner::failed, this, &Session::failed);
   }
+  connect(ranger_, &JobRunner::failed, this, &Session::failed);
+  connect(ranger_, &JobRunner::busyChanged, this, [this](bool busy) {
+    if (busy || !range_wanted_) return;
+    range_wanted_ = false;
+    prefetchRange();
+  });
 }
 
 Session::~Session() {
   // The runners wait for their running job before the session's members go.
   delete scheduler_;
+  delete ranger_;
   delete prefetcher_;
   delete replayer_;
   delete loader_;
@@ -62,7 +71,9 @@ bool Session::open(const QString& path, QString* error) {
   loader_->cancel();
   replayer_->cancel();
   prefetcher_->cancel();
+  ranger_->cancel();
   cache_.clear();
+  refused_ahead_.clear();
   reader_ = std::move(reader);
   path_ = path;
   seq_ = layer_ = head_ = 0;
@@ -131,6 +142,7 @@ void Session::loadRows() {
   rows_.reset();
   replayer_->cancel();
   prefetcher_->cancel();
+  ranger_->cancel();
   replay_ = LayerReplay();
   emit rowsChanged();
   emit replayed();
@@ -308,63 +320,121 @@ void Session::showReplay(LayerReplay replay) {
 
 void Session::setComparedPolicies(std::vector<kvsim::PolicyChoice> policies) { compared_ = std::move(policies); }
 
-// The budgets up to kAheadSteps slider steps either side of the shown one, for the shown
-// policy and then the compared ones, so a slider move within that range is a lookup: the
-// nearest first (2 steps, then 5, then all), each policy's budgets in one pass of the engine
-// (budget sharing), each round asking for the next when it is done. Not for policies replayed
-// over the trace (replaysTrace): a cross-layer one beyond layer 0 replays every layer up to
-// the shown one, seconds at Llama scale.
-void Session::prefetchNeighbours() {
-  struct Ahead {
-    kvsim::PolicyChoice policy;
-    std::vector<int64_t> budgets;
-  };
-  std::vector<Ahead> ahead;
+// The shown policy and then the compared ones, each once.
+std::vector<kvsim::PolicyChoice> Session::aheadPolicies() const {
   std::vector<kvsim::PolicyChoice> policies{policy_};
   for (const kvsim::PolicyChoice& policy : compared_)
     if (std::none_of(policies.begin(), policies.end(), [&](const auto& p) { return p.label == policy.label; }))
       policies.push_back(policy);
+  return policies;
+}
+
+// B_l of the budgets up to `steps` slider steps either side of the shown one, nearest first,
+// without the shown B_l or repeats.
+std::vector<int64_t> Session::neighbourLayerBudgets(int steps) const {
+  std::vector<int64_t> neighbours;
+  for (int64_t base : neighbourBudgets(budget_, nTokens(), steps)) {
+    const int64_t b = layerBudget(base);
+    if (b != budgetTokens() && std::find(neighbours.begin(), neighbours.end(), b) == neighbours.end())
+      neighbours.push_back(b);
+  }
+  return neighbours;
+}
+
+// The budgets up to kAheadSteps slider steps either side of the shown one, for the shown
+// policy and then the compared ones, so a slider move within that range is a lookup: the
+// nearest first (2 steps, then 5, then all), each policy's budgets in one pass of the engine
+// (budget sharing), each round asking for the next when it is done; then the rest of the
+// range (prefetchRange). Not for policies replayed over the trace (replaysTrace): a
+// cross-layer one beyond layer 0 replays every layer up to the shown one, seconds at Llama
+// scale.
+void Session::prefetchNeighbours() {
+  std::vector<Ahead> ahead;
+  const std::vector<kvsim::PolicyChoice> policies = aheadPolicies();
   for (int steps : {2, 5, kAheadSteps}) {
     // Beyond the nearest, only while the cache holds them twice over (no round evicts the last's).
     if (steps > 2 && policies.size() * 2 * static_cast<size_t>(steps) * 2 > cache_.capacity()) break;
-    std::vector<int64_t> neighbours;
-    for (int64_t base : neighbourBudgets(budget_, nTokens(), steps)) {
-      const int64_t b = layerBudget(base);
-      if (b != budgetTokens() && std::find(neighbours.begin(), neighbours.end(), b) == neighbours.end())
-        neighbours.push_back(b);
-    }
+    const std::vector<int64_t> neighbours = neighbourLayerBudgets(steps);
     for (const kvsim::PolicyChoice& policy : policies) {
       if (replaysTrace(policy, layer_)) continue;
       Ahead next{policy, {}};
       for (int64_t b : neighbours)
-        if (!cache_.contains(replayKey(policy, b))) next.budgets.push_back(b);
+        if (wanted(replayKey(policy, b))) next.budgets.push_back(b);
       if (!next.budgets.empty()) ahead.push_back(std::move(next));
     }
     if (!ahead.empty()) break;
   }
-  if (ahead.empty()) return;
+  if (ahead.empty()) return prefetchRange();
+  submitAhead(prefetcher_, std::move(ahead));
+}
+
+// The rest of the slider's range (kRangeSteps either side), nearest first, up to kRangeChunk
+// budgets of one policy per job (a job ends soon after the user moves on), the shown policy
+// first, on a runner of its own that the views and exports do not wait for (waitAhead
+// does); while the cache has room.
+void Session::prefetchRange() {
+  if (ranger_->busy()) {  // continued when it is done (a cancelled job has no finish to do it)
+    range_wanted_ = true;
+    return;
+  }
+  if (!whole_range_ || !replay_.valid() || !cache_.hasRoomAhead()) return;
+  constexpr size_t kRangeChunk = 8;
+  const std::vector<int64_t> budgets = neighbourLayerBudgets(kRangeSteps);
+  for (const kvsim::PolicyChoice& policy : aheadPolicies()) {
+    if (replaysTrace(policy, layer_)) continue;
+    Ahead next{policy, {}};
+    for (int64_t b : budgets)
+      if (next.budgets.size() < kRangeChunk && wanted(replayKey(policy, b))) next.budgets.push_back(b);
+    if (!next.budgets.empty()) return submitAhead(ranger_, {std::move(next)});
+  }
+}
+
+bool Session::wanted(const ReplayKey& key) const { return !cache_.contains(key) && !refused_ahead_.count(key); }
+
+// Replays `ahead` on `runner` and keeps the records; then asks for the next round.
+void Session::submitAhead(JobRunner* runner, std::vector<Ahead> ahead) {
   const kvsim::EngineOptions options = engineOptions();
   const auto rows = rows_;
   const int seq = seq_, layer = layer_, head = head_;
   const kvtrace::TraceMeta meta = reader_->meta();
-  prefetcher_->submit([this, ahead, options, rows, seq, layer, head, meta]() -> JobRunner::Finish {
+  runner->submit([this, ahead, options, rows, seq, layer, head, meta]() -> JobRunner::Finish {
     std::vector<std::pair<ReplayKey, ReplayCache::Records>> made;
+    std::vector<ReplayKey> refused;
     for (const Ahead& a : ahead) {
       std::vector<std::vector<kvsim::GroupRecord>> records;
       try {
         records = replayLayerAtBudgets(rows, meta, a.policy, a.budgets, options, head);
       } catch (const kvtrace::InputError&) {
-        continue;  // a budget the policy refuses: the replay of that budget will say so
+        // A budget the policy refuses: not asked ahead again; the replay of that budget says why.
+        for (int64_t b : a.budgets) refused.push_back(replayKeyOf(seq, layer, head, a.policy, options, b, meta));
+        continue;
       }
       for (size_t b = 0; b < a.budgets.size(); ++b)
         made.emplace_back(replayKeyOf(seq, layer, head, a.policy, options, a.budgets[b], meta),
                           std::make_shared<const std::vector<kvsim::GroupRecord>>(std::move(records[b])));
     }
-    return [this, made = std::move(made)]() {
+    return [this, made = std::move(made), refused = std::move(refused)]() {
       for (const auto& [key, records] : made) cache_.insert(key, records);
-      if (!made.empty() && replay_.valid()) prefetchNeighbours();  // the next round, around the budget shown now
+      refused_ahead_.insert(refused.begin(), refused.end());
+      // The next round, around the budget shown now (unless the other runner's is under way).
+      if (replay_.valid() && !prefetcher_->busy()) prefetchNeighbours();
     };
   });
+}
+
+void Session::setWholeRangeAhead(bool on) {
+  whole_range_ = on;
+  if (!on)
+    ranger_->cancel();
+  else if (replay_.valid() && !prefetcher_->busy())
+    prefetchNeighbours();
+}
+
+void Session::waitAhead() {
+  while (busy() || prefetching() || ranger_->busy()) {
+    waitIdle();
+    ranger_->wait();
+  }
 }
 
 bool Session::cachedAt(int64_t position, int64_t step) const {

@@ -10,6 +10,7 @@
 #include <QList>
 #include <QStringList>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -103,6 +104,12 @@ class Session : public QObject {
   // Blocks until rows are loaded, the replay is done and the neighbours are computed (tests,
   // exports).
   void waitIdle();
+  // Whether the rest of the slider's range is computed ahead too, after the neighbours
+  // (kRangeSteps; on unless turned off, as tests of the neighbours alone do).
+  void setWholeRangeAhead(bool on);
+  bool wholeRangeAhead() const { return whole_range_; }
+  // Blocks until that is done as well (benchmarks, tests).
+  void waitAhead();
   // Whether the user is dragging the budget slider: the views that compute wait for a pause
   // then, and start at once after any other change.
   bool adjusting() const { return adjusting_; }
@@ -137,7 +144,16 @@ class Session : public QObject {
   void loadRows();
   void requestReplay();
   void showReplay(LayerReplay replay);
+  struct Ahead {
+    kvsim::PolicyChoice policy;
+    std::vector<int64_t> budgets;
+  };
+  std::vector<kvsim::PolicyChoice> aheadPolicies() const;
+  std::vector<int64_t> neighbourLayerBudgets(int steps) const;
   void prefetchNeighbours();
+  void prefetchRange();
+  bool wanted(const ReplayKey& key) const;  // neither made nor refused ahead
+  void submitAhead(JobRunner* runner, std::vector<Ahead> ahead);
   void updateBusy();
   void applyOptions(bool reschedule);
 
@@ -163,6 +179,10 @@ class Session : public QObject {
   JobRunner* loader_;
   JobRunner* replayer_;
   JobRunner* prefetcher_;  // the budget slider's neighbours, after the shown replay
+  JobRunner* ranger_;      // the rest of the slider's range, after the neighbours
+  bool whole_range_ = true;
+  bool range_wanted_ = false;          // asked while a job of ranger_ ran
+  std::set<ReplayKey> refused_ahead_;  // budgets a policy refused when asked ahead
   JobRunner* scheduler_;   // the layer schedule (persistence and cake measure the trace)
   ReplayCache cache_;
   std::vector<kvsim::PolicyChoice> compared_;

@@ -101,6 +101,7 @@ class GuiCacheTest : public QObject {
  private slots:
   void sliderStepIsALookupOfWhatWasComputedAhead() {
     MainWindow window;
+    window.setWholeRangeAhead(false);  // the neighbours alone: 45% is not computed ahead
     window.resize(1500, 950);
     window.show();
     QVERIFY(window.openFile(kTrace));
@@ -149,6 +150,7 @@ class GuiCacheTest : public QObject {
     kvtest::TempDir dir;
     const QString path = synth_trace(dir, 1, 8, 2, 160);
     MainWindow window;
+    window.setWholeRangeAhead(false);  // the neighbours alone
     window.resize(1500, 950);
     window.show();
     QVERIFY(window.openFile(path));
@@ -176,6 +178,48 @@ class GuiCacheTest : public QObject {
     QVERIFY(!window.viewsAreCurrent());
     window.waitIdle();
     QVERIFY(window.viewsAreCurrent());
+  }
+
+  void theWholeSliderRangeIsComputedAheadInTheBackground() {
+    // After the neighbours, every other percent of the slider, for the shown and the compared
+    // policies, on runners that waitIdle does not wait for: once done, any jump is a lookup
+    // for every view, each the engine's.
+    kvtest::TempDir dir;
+    const QString path = synth_trace(dir, 1, 8, 2, 160);
+    MainWindow window;
+    window.resize(1500, 950);
+    window.show();
+    QVERIFY(window.openFile(path));
+    window.charts()->stepChart()->setCompared({"h2o", "tova"});
+    window.controls()->policyEditor()->policyBox()->setCurrentText("h2o");
+    window.waitAhead();
+    QSlider* slider = window.controls()->budgetSlider();
+    QCOMPARE(slider->value(), 20);
+    for (int to : {95, 1, 60, 33, 100}) {
+      slider->setValue(to);
+      QVERIFY2(window.viewsAreCurrent(), qPrintable(QString("at %1%: not every view at once").arg(to)));
+      QVERIFY(window.session()->replay().cached);
+      const int64_t budget = kvsim::Budget::parse(std::to_string(to) + "%").resolve(160);
+      for (const char* name : {"h2o", "tova"}) {
+        const auto engine = engine_records(path, 0, name, budget);
+        const auto key = window.session()->replayKey(kvsim::choose_policy(name), budget);
+        const auto records = window.session()->replays().find(key);
+        QVERIFY2(records, name);
+        const kvsim::GroupRecord* record = nullptr;
+        for (const auto& r : *records)
+          if (std::find(r.heads.begin(), r.heads.end(), 0) != r.heads.end()) record = &r;
+        QVERIFY(record && same(*record, *record_of(engine, 0), 0));
+      }
+      const auto engine = engine_records(path, 0, "h2o", budget);
+      for (int head : {0, 5}) {
+        const kvsim::GroupRecord& record = *record_of(engine, head);
+        const auto index = static_cast<size_t>(std::find(record.heads.begin(), record.heads.end(), head) -
+                                               record.heads.begin());
+        const auto steps = static_cast<size_t>(record.result.n_steps);
+        QCOMPARE(window.overview()->value(0, head),
+                 kvsim::summarize(std::span<const float>(record.result.retention).subspan(index * steps, steps)).mean);
+      }
+    }
   }
 
   void theOverviewsLayerIsTheSameOnAnyNumberOfThreads() {
@@ -229,6 +273,7 @@ class GuiCacheTest : public QObject {
   void theOverviewTakesThePartsTheSessionMadeOrIsMaking() {
     kvtest::TempDir dir;
     MainWindow window;
+    window.setWholeRangeAhead(false);  // the neighbours alone: 4 B is not computed ahead
     QVERIFY(open_gqa_layer(window, dir));
     window.waitIdle();
     kvgui::Session* session = window.session();

@@ -52,8 +52,15 @@ OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
       session_(session),
       timer_(new QTimer(this)),
       runner_(new JobRunner(this)),
-      ahead_(new JobRunner(this)) {
+      ahead_(new JobRunner(this)),
+      ranger_(new JobRunner(this)) {
   ahead_->setBackground(true);
+  ranger_->setBackground(true);
+  connect(ranger_, &JobRunner::busyChanged, this, [this](bool busy) {
+    if (busy || !range_wanted_) return;
+    range_wanted_ = false;
+    computeAhead();
+  });
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
   metric_ = new QComboBox;
@@ -170,8 +177,8 @@ void OverviewGrid::merge(const std::map<QString, OverviewCells>& computed, const
     }
   }
   // The least recently shown or computed go first: a round ahead (2 x kAheadSteps) never
-  // evicts its own.
-  keepMostRecent(cache_, 256);
+  // evicts its own, and the rest of the range stops at half the capacity.
+  keepMostRecent(cache_, kCapacity);
 }
 
 void OverviewGrid::showCells(const QString& key) {
@@ -315,7 +322,9 @@ void OverviewGrid::compute() {
 // The shown layer at the budget nearest the shown one, up to kAheadSteps slider steps either
 // side, that it has not been computed at: one budget per job on a background runner, each
 // job asking for the next, so a slider move within that range shows the layer at once (the
-// other layers of a multi-layer trace follow from compute()).
+// other layers of a multi-layer trace follow from compute()). Then, when the session computes
+// the whole range ahead, the rest of it (kRangeSteps) on a runner of its own that waitIdle
+// does not wait for.
 void OverviewGrid::computeAhead() {
   if (!session_->isOpen() || metric() == Metric::persistence || !session_->optionsError().isEmpty()) return;
   const kvsim::PolicyChoice policy = session_->policy();
@@ -323,30 +332,49 @@ void OverviewGrid::computeAhead() {
   const auto rows = rows_for(*session_, policy);
   if (!rows) return;
   const int shown = rows->layer();
-  int64_t budget = -1;
-  for (int64_t base : neighbourBudgets(session_->budget(), session_->nTokens(), kAheadSteps)) {
-    const int64_t b = session_->layerBudget(base);
-    const auto it = cache_.find(keyOf(b));
-    if (it == cache_.end() || !it->second.layer_done[static_cast<size_t>(shown)]) {
-      budget = b;
-      break;
+  auto nearest_missing = [&](int steps) -> int64_t {
+    for (int64_t base : neighbourBudgets(session_->budget(), session_->nTokens(), steps)) {
+      const int64_t b = session_->layerBudget(base);
+      const auto it = cache_.find(keyOf(b));
+      if (it == cache_.end() || !it->second.layer_done[static_cast<size_t>(shown)]) return b;
     }
+    return -1;
+  };
+  JobRunner* runner = ahead_;
+  int64_t budget = nearest_missing(kAheadSteps);
+  if (budget < 0) {
+    if (!session_->wholeRangeAhead() || cache_.size() * 2 > kCapacity) return;
+    if (ranger_->busy()) {  // continued when it is done (a cancelled job has no finish to do it)
+      range_wanted_ = true;
+      return;
+    }
+    runner = ranger_;
+    budget = nearest_missing(kRangeSteps);
+    if (budget < 0) return;
   }
-  if (budget < 0) return;
   const QString key = keyOf(budget);
   const RetentionStat stat = retention_stat(metric());
   const kvsim::EngineOptions options = session_->engineOptions();
   const auto meta = session_->meta();
   const auto made = made_by(*session_, policy, budget);  // the session's neighbours computed ahead
-  ahead_->submit([=, this]() -> JobRunner::Finish {
+  runner->submit([=, this]() -> JobRunner::Finish {
     const int64_t budgets[] = {budget};
     auto cells = retentionOfShownLayer(rows, meta, policy, budgets, options, stat, 1, made);
     return [this, key, cells = std::move(cells.begin()->second), shown]() {
       if (!session_->isOpen() || !session_->rows() || session_->rows()->layer() != shown) return;
       merge({{key, cells}}, {shown});
-      computeAhead();
+      if (!ahead_->busy()) computeAhead();  // else that job's end asks
     };
   });
+}
+
+void OverviewGrid::waitAhead() {
+  waitIdle();
+  if (!ranger_->busy()) computeAhead();  // may have stopped while the session's range was off
+  while (busy() || ahead_->busy() || ranger_->busy()) {
+    waitIdle();
+    ranger_->wait();
+  }
 }
 
 QRect OverviewGrid::gridRect() const {

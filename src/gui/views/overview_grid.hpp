@@ -36,6 +36,8 @@ class OverviewGrid : public QWidget {
   bool isCurrent() const;
   void forgetResults() { cache_.clear(); }
   void waitIdle();
+  // Blocks until the rest of the slider's range is computed ahead as well (benchmarks, tests).
+  void waitAhead();
   QSize sizeHint() const override { return {300, 240}; }
   // Where (layer, head) is drawn (empty before a trace is open).
   QRect cellRect(int layer, int head) const;
@@ -68,7 +70,10 @@ class OverviewGrid : public QWidget {
   QLabel* caption_;
   QTimer* timer_;
   JobRunner* runner_;
-  JobRunner* ahead_;  // the shown layer at the budgets further along the slider, in the background
+  JobRunner* ahead_;   // the shown layer at the budgets further along the slider, in the background
+  JobRunner* ranger_;  // and at the rest of the slider's range (Session::wholeRangeAhead)
+  bool range_wanted_ = false;
+  static constexpr size_t kCapacity = 1024;  // values of (policy, budget, ...) kept
   int layers_ = 0, heads_ = 0;
   std::vector<double> values_;  // [layer][head]
   QString computed_for_;        // what values_ are being computed for
