@@ -62,7 +62,6 @@ class ReplayCache {
   size_t size() const { return entries_.size(); }
   size_t capacity() const { return capacity_; }
   size_t bytes() const { return bytes_; }  // of the results held
-  size_t maxBytes() const { return max_bytes_; }
   // Whether computing ahead may add more: the cache is under half full (what is shown and
   // computed near it then never goes for what is computed further away).
   bool hasRoomAhead() const { return 2 * size() < capacity_ && 2 * bytes_ < max_bytes_; }
