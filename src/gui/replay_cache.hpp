@@ -92,5 +92,7 @@ constexpr int kAheadSteps = 10;
 // the slider's range up to this many steps either side (every percent of a budget in
 // percents), while the cache has room (ReplayCache::hasRoomAhead).
 constexpr int kRangeSteps = 100;
+// Budgets of one policy per job of that range (a job ends soon after the user moves on).
+constexpr size_t kRangeChunk = 8;
 
 }  // namespace kvgui

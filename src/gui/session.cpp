@@ -369,8 +369,7 @@ void Session::prefetchNeighbours() {
 }
 
 // The rest of the slider's range (kRangeSteps either side), nearest first, up to kRangeChunk
-// budgets of one policy per job (a job ends soon after the user moves on), the shown policy
-// first, on a runner of its own that the views and exports do not wait for (waitAhead
+// budgets of one policy per job, the shown policy first, on a runner of its own that the views and exports do not wait for (waitAhead
 // does); while the cache has room.
 void Session::prefetchRange() {
   if (ranger_->busy()) {  // continued when it is done (a cancelled job has no finish to do it)
@@ -378,7 +377,6 @@ void Session::prefetchRange() {
     return;
   }
   if (!whole_range_ || !replay_.valid() || !cache_.hasRoomAhead()) return;
-  constexpr size_t kRangeChunk = 8;
   const std::vector<int64_t> budgets = neighbourLayerBudgets(kRangeSteps);
   for (const kvsim::PolicyChoice& policy : aheadPolicies()) {
     if (replaysTrace(policy, layer_)) continue;

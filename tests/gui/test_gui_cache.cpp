@@ -195,6 +195,17 @@ class GuiCacheTest : public QObject {
     window.waitAhead();
     QSlider* slider = window.controls()->budgetSlider();
     QCOMPARE(slider->value(), 20);
+    auto overview_is_engines = [&](const char* name, int64_t budget) {
+      const auto engine = engine_records(path, 0, name, budget);
+      for (int head : {0, 5}) {
+        const kvsim::GroupRecord& record = *record_of(engine, head);
+        const auto index = static_cast<size_t>(std::find(record.heads.begin(), record.heads.end(), head) -
+                                               record.heads.begin());
+        const auto steps = static_cast<size_t>(record.result.n_steps);
+        QCOMPARE(window.overview()->value(0, head),
+                 kvsim::summarize(std::span<const float>(record.result.retention).subspan(index * steps, steps)).mean);
+      }
+    };
     for (int to : {95, 1, 60, 33, 100}) {
       slider->setValue(to);
       QVERIFY2(window.viewsAreCurrent(), qPrintable(QString("at %1%: not every view at once").arg(to)));
@@ -210,15 +221,15 @@ class GuiCacheTest : public QObject {
           if (std::find(r.heads.begin(), r.heads.end(), 0) != r.heads.end()) record = &r;
         QVERIFY(record && same(*record, *record_of(engine, 0), 0));
       }
-      const auto engine = engine_records(path, 0, "h2o", budget);
-      for (int head : {0, 5}) {
-        const kvsim::GroupRecord& record = *record_of(engine, head);
-        const auto index = static_cast<size_t>(std::find(record.heads.begin(), record.heads.end(), head) -
-                                               record.heads.begin());
-        const auto steps = static_cast<size_t>(record.result.n_steps);
-        QCOMPARE(window.overview()->value(0, head),
-                 kvsim::summarize(std::span<const float>(record.result.retention).subspan(index * steps, steps)).mean);
-      }
+      overview_is_engines("h2o", budget);
+    }
+    // The oracle's overview replays each head: several budgets per pass in the range.
+    window.controls()->policyEditor()->policyBox()->setCurrentText("oracle");
+    window.waitAhead();
+    for (int to : {3, 90}) {
+      slider->setValue(to);
+      QVERIFY2(window.viewsAreCurrent(), qPrintable(QString("oracle at %1%: not every view at once").arg(to)));
+      overview_is_engines("oracle", kvsim::Budget::parse(std::to_string(to) + "%").resolve(160));
     }
   }
 

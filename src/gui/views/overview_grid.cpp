@@ -332,37 +332,51 @@ void OverviewGrid::computeAhead() {
   const auto rows = rows_for(*session_, policy);
   if (!rows) return;
   const int shown = rows->layer();
-  auto nearest_missing = [&](int steps) -> int64_t {
+  auto nearest_missing = [&](int steps, size_t count) {
+    std::vector<int64_t> budgets;
     for (int64_t base : neighbourBudgets(session_->budget(), session_->nTokens(), steps)) {
       const int64_t b = session_->layerBudget(base);
       const auto it = cache_.find(keyOf(b));
-      if (it == cache_.end() || !it->second.layer_done[static_cast<size_t>(shown)]) return b;
+      if ((it == cache_.end() || !it->second.layer_done[static_cast<size_t>(shown)]) &&
+          std::find(budgets.begin(), budgets.end(), b) == budgets.end())
+        budgets.push_back(b);
+      if (budgets.size() == count) break;
     }
-    return -1;
+    return budgets;
   };
   JobRunner* runner = ahead_;
-  int64_t budget = nearest_missing(kAheadSteps);
-  if (budget < 0) {
+  std::vector<int64_t> budgets = nearest_missing(kAheadSteps, 1);
+  auto made = budgets.empty() ? std::map<int, PartRecords>{} : made_by(*session_, policy, budgets.front());
+  if (budgets.empty()) {
     if (!session_->wholeRangeAhead() || cache_.size() * 2 > kCapacity) return;
     if (ranger_->busy()) {  // continued when it is done (a cancelled job has no finish to do it)
       range_wanted_ = true;
       return;
     }
     runner = ranger_;
-    budget = nearest_missing(kRangeSteps);
-    if (budget < 0) return;
+    // Several budgets in one pass of the engine (budget sharing; the oracle's row rankings
+    // serve every budget), unless the session has made every part of the nearest (the layer
+    // of a layer-wide policy): then that one, from the session's replay.
+    budgets = nearest_missing(kRangeSteps, kRangeChunk);
+    if (budgets.empty()) return;
+    made = made_by(*session_, policy, budgets.front());
+    if (made.size() == layerParts(policy, session_->meta(), session_->engineOptions()).size())
+      budgets.resize(1);
+    else
+      made.clear();
   }
-  const QString key = keyOf(budget);
+  std::map<int64_t, QString> keys;
+  for (int64_t b : budgets) keys[b] = keyOf(b);
   const RetentionStat stat = retention_stat(metric());
   const kvsim::EngineOptions options = session_->engineOptions();
   const auto meta = session_->meta();
-  const auto made = made_by(*session_, policy, budget);  // the session's neighbours computed ahead
   runner->submit([=, this]() -> JobRunner::Finish {
-    const int64_t budgets[] = {budget};
-    auto cells = retentionOfShownLayer(rows, meta, policy, budgets, options, stat, 1, made);
-    return [this, key, cells = std::move(cells.begin()->second), shown]() {
+    const auto by_budget = retentionOfShownLayer(rows, meta, policy, budgets, options, stat, 1, made);
+    std::map<QString, OverviewCells> cells;
+    for (const auto& [b, values] : by_budget) cells[keys.at(b)] = values;
+    return [this, cells = std::move(cells), shown]() {
       if (!session_->isOpen() || !session_->rows() || session_->rows()->layer() != shown) return;
-      merge({{key, cells}}, {shown});
+      merge(cells, {shown});
       if (!ahead_->busy()) computeAhead();  // else that job's end asks
     };
   });
