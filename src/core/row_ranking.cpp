@@ -9,11 +9,6 @@
 
 namespace kvsim {
 
-int RowRanking::bucket(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return static_cast<int>(std::min<uint32_t>(bits >> kShift, kBuckets - 1));
-}
 
 // The same start_ and sum_above_ as over every bucket (empty buckets add exact zeros), without
 // touching the thousands of empty ones at every step. order_ waits until it is needed
@@ -21,14 +16,12 @@ int RowRanking::bucket(float value) {
 void RowRanking::build(const float* row, int64_t count) {
   row_ = row;
   count_ = count;
-  int low = kBuckets, high = -1;
   for (int64_t i = 0; i < count; ++i) {
-    const int b = bucket(row[i]);
-    ++sizes_[static_cast<size_t>(b)];
-    sums_[static_cast<size_t>(b)] += row[i];
-    low = std::min(low, b);
-    high = std::max(high, b);
+    const auto b = static_cast<size_t>(bucket(row[i]));
+    ++sizes_[b];
+    sums_[b] += row[i];
   }
+  const auto [low, high] = bucket_range(row, count);
   low_ = std::min(low, high + 1);
   high_ = high;
   start_[static_cast<size_t>(low_)] = 0;
@@ -41,6 +34,39 @@ void RowRanking::build(const float* row, int64_t count) {
   std::fill(sums_.begin() + low_, sums_.begin() + high_ + 1, 0.0);
   ordered_ = false;
   unordered_asks_ = 0;
+}
+
+// The lowest and highest bucket of row[0..count-1] (kBuckets and -1 when empty): the buckets
+// are monotone in the float's bits, so these are the buckets of the smallest and largest
+// bits, found eight at a time.
+std::pair<int, int> RowRanking::bucket_range(const float* row, int64_t count) {
+  if (count == 0) return {kBuckets, -1};
+  uint32_t lowest = ~0u, highest = 0;
+  int64_t i = 0;
+#if defined(__AVX2__)
+  if (count >= 8) {
+    __m256i low = _mm256_set1_epi32(-1), high = _mm256_setzero_si256();
+    for (; i + 8 <= count; i += 8) {
+      const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + i));
+      low = _mm256_min_epu32(low, bits);
+      high = _mm256_max_epu32(high, bits);
+    }
+    alignas(32) uint32_t lows[8], highs[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lows), low);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(highs), high);
+    for (int k = 0; k < 8; ++k) lowest = std::min(lowest, lows[k]), highest = std::max(highest, highs[k]);
+  }
+#endif
+  for (; i < count; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, row + i, sizeof bits);
+    lowest = std::min(lowest, bits);
+    highest = std::max(highest, bits);
+  }
+  float low_value, high_value;
+  std::memcpy(&low_value, &lowest, sizeof low_value);
+  std::memcpy(&high_value, &highest, sizeof high_value);
+  return {bucket(low_value), bucket(high_value)};
 }
 
 // Positions by ascending bucket, ascending position within one.

@@ -3,7 +3,10 @@
 // exponent and top mantissa bits), so the sum of its k largest entries, and which they are,
 // is found without sorting the row. Built once per head and step and shared by the bounds of
 // every budget (the oracle asks for one k per budget).
+#include <algorithm>
 #include <array>
+#include <cstring>
+#include <utility>
 #include <cstdint>
 #include <vector>
 
@@ -22,7 +25,12 @@ class RowRanking {
  private:
   static constexpr int kShift = 19;  // 8 exponent + 4 mantissa bits: values within 6% share a bucket
   static constexpr int kBuckets = (0x7f800000 >> kShift) + 1;
-  static int bucket(float value);
+  static int bucket(float value) {  // inline: called for every entry of every row
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof bits);
+    return static_cast<int>(std::min<uint32_t>(bits >> kShift, kBuckets - 1));
+  }
+  static std::pair<int, int> bucket_range(const float* row, int64_t count);
   void order();  // makes order_ for this row
   void gather_bucket(int b);
 
