@@ -240,10 +240,11 @@ int main(int argc, char** argv) {
     jump.print(std::string(name) + ", slider jump of 10");
     far.print(std::string(name) + ", slider jump of 25");
     ranged.print(std::string(name) + ", jump of 25, range");
-    std::printf("%-28s %.1f s until the slider's whole range was computed ahead (shown and compared policies, "
-                "and the overview); the session's cache then held %zu replays, %.0f MB\n",
-                (std::string(name) + ", range ahead").c_str(), range_s, window.session()->replays().size(),
-                static_cast<double>(window.session()->replays().bytes()) / 1e6);
+    std::printf(
+        "%-28s %.1f s until the slider's whole range was computed ahead (shown and compared policies, "
+        "and the overview); the session's cache then held %zu replays, %.0f MB\n",
+        (std::string(name) + ", range ahead").c_str(), range_s, window.session()->replays().size(),
+        static_cast<double>(window.session()->replays().bytes()) / 1e6);
     std::fflush(stdout);
   }
   return 0;

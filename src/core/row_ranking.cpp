@@ -9,7 +9,6 @@
 
 namespace kvsim {
 
-
 // The same start_ and sum_above_ as over every bucket (empty buckets add exact zeros), without
 // touching the thousands of empty ones at every step. order_ waits until it is needed
 // (order()): a bound at one budget without output error never needs it.

@@ -369,8 +369,8 @@ void Session::prefetchNeighbours() {
 }
 
 // The rest of the slider's range (kRangeSteps either side), nearest first, up to kRangeChunk
-// budgets of one policy per job, the shown policy first, on a runner of its own that the views and exports do not wait for (waitAhead
-// does); while the cache has room.
+// budgets of one policy per job, the shown policy first, on a runner of its own that the
+// views and exports do not wait for (waitAhead does); while the cache has room.
 void Session::prefetchRange() {
   if (ranger_->busy()) {  // continued when it is done (a cancelled job has no finish to do it)
     range_wanted_ = true;

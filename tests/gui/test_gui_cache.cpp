@@ -199,8 +199,8 @@ class GuiCacheTest : public QObject {
       const auto engine = engine_records(path, 0, name, budget);
       for (int head : {0, 5}) {
         const kvsim::GroupRecord& record = *record_of(engine, head);
-        const auto index = static_cast<size_t>(std::find(record.heads.begin(), record.heads.end(), head) -
-                                               record.heads.begin());
+        const auto index =
+            static_cast<size_t>(std::find(record.heads.begin(), record.heads.end(), head) - record.heads.begin());
         const auto steps = static_cast<size_t>(record.result.n_steps);
         QCOMPARE(window.overview()->value(0, head),
                  kvsim::summarize(std::span<const float>(record.result.retention).subspan(index * steps, steps)).mean);
