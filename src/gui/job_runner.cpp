@@ -6,6 +6,7 @@
 #include <exception>
 #include <future>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #ifdef __linux__
@@ -69,7 +70,13 @@ void JobRunner::finished(unsigned generation, const Finish& finish) {
     start(std::move(next));
   } else if (!running_) {
     emit busyChanged(false);
+    if (when_idle_ && !busy()) std::exchange(when_idle_, nullptr)();
   }
+}
+
+void JobRunner::whenIdle(Finish then) {
+  if (!busy()) return then();
+  when_idle_ = std::move(then);
 }
 
 void JobRunner::wait() {

@@ -27,6 +27,10 @@ class JobRunner : public QObject {
   // Drops the waiting job and the result of the running one.
   void cancel();
   bool busy() const { return running_ || pending_.has_value(); }
+  // Calls `then` on the UI thread once the runner is idle (now, if it is): the next step of a
+  // chain of jobs asked for while one ran, even one whose result was cancelled. A later call
+  // replaces an earlier one not made yet.
+  void whenIdle(Finish then);
   // Blocks until idle, handling the results (for tests and exports).
   void wait();
 
@@ -42,6 +46,7 @@ class JobRunner : public QObject {
   std::optional<Job> pending_;
   bool running_ = false;
   bool background_ = false;
+  Finish when_idle_;
   unsigned generation_ = 0;
 };
 

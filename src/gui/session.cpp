@@ -43,11 +43,6 @@ Session::Session(QObject* parent)
     connect(runner, &JobRunner::failed, this, &Session::failed);
   }
   connect(ranger_, &JobRunner::failed, this, &Session::failed);
-  connect(ranger_, &JobRunner::busyChanged, this, [this](bool busy) {
-    if (busy || !range_wanted_) return;
-    range_wanted_ = false;
-    prefetchRange();
-  });
 }
 
 Session::~Session() {
@@ -372,10 +367,8 @@ void Session::prefetchNeighbours() {
 // budgets of one policy per job, the shown policy first, on a runner of its own that the
 // views and exports do not wait for (waitAhead does); while the cache has room.
 void Session::prefetchRange() {
-  if (ranger_->busy()) {  // continued when it is done (a cancelled job has no finish to do it)
-    range_wanted_ = true;
-    return;
-  }
+  if (ranger_->busy())  // continued when it is done (a cancelled job has no finish to do it)
+    return ranger_->whenIdle([this]() { prefetchRange(); });
   if (!whole_range_ || !replay_.valid() || !cache_.hasRoomAhead()) return;
   const std::vector<int64_t> budgets = neighbourLayerBudgets(kRangeSteps);
   for (const kvsim::PolicyChoice& policy : aheadPolicies()) {

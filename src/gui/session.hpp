@@ -10,8 +10,8 @@
 #include <QList>
 #include <QStringList>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -180,10 +180,9 @@ class Session : public QObject {
   JobRunner* replayer_;
   JobRunner* prefetcher_;  // the budget slider's neighbours, after the shown replay
   JobRunner* ranger_;      // the rest of the slider's range, after the neighbours
-  bool whole_range_ = true;
-  bool range_wanted_ = false;          // asked while a job of ranger_ ran
-  std::set<ReplayKey> refused_ahead_;  // budgets a policy refused when asked ahead
   JobRunner* scheduler_;   // the layer schedule (persistence and cake measure the trace)
+  bool whole_range_ = true;
+  std::set<ReplayKey> refused_ahead_;  // budgets a policy refused when asked ahead
   ReplayCache cache_;
   std::vector<kvsim::PolicyChoice> compared_;
   bool busy_ = false;

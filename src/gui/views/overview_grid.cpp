@@ -56,11 +56,6 @@ OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
       ranger_(new JobRunner(this)) {
   ahead_->setBackground(true);
   ranger_->setBackground(true);
-  connect(ranger_, &JobRunner::busyChanged, this, [this](bool busy) {
-    if (busy || !range_wanted_) return;
-    range_wanted_ = false;
-    computeAhead();
-  });
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
   metric_ = new QComboBox;
@@ -346,20 +341,19 @@ void OverviewGrid::computeAhead() {
   };
   JobRunner* runner = ahead_;
   std::vector<int64_t> budgets = nearest_missing(kAheadSteps, 1);
-  auto made = budgets.empty() ? std::map<int, PartRecords>{} : made_by(*session_, policy, budgets.front());
   if (budgets.empty()) {
     if (!session_->wholeRangeAhead() || cache_.size() * 2 > kCapacity) return;
-    if (ranger_->busy()) {  // continued when it is done (a cancelled job has no finish to do it)
-      range_wanted_ = true;
-      return;
-    }
+    if (ranger_->busy())  // continued when it is done (a cancelled job has no finish to do it)
+      return ranger_->whenIdle([this]() { computeAhead(); });
     runner = ranger_;
-    // Several budgets in one pass of the engine (budget sharing; the oracle's row rankings
-    // serve every budget), unless the session has made every part of the nearest (the layer
-    // of a layer-wide policy): then that one, from the session's replay.
     budgets = nearest_missing(kRangeSteps, kRangeChunk);
     if (budgets.empty()) return;
-    made = made_by(*session_, policy, budgets.front());
+  }
+  auto made = made_by(*session_, policy, budgets.front());
+  // In the range, several budgets in one pass of the engine (budget sharing; the oracle's row
+  // rankings serve every budget), unless the session has made every part of the nearest (the
+  // layer of a layer-wide policy): then that one, from the session's replay.
+  if (runner == ranger_) {
     if (made.size() == layerParts(policy, session_->meta(), session_->engineOptions()).size())
       budgets.resize(1);
     else

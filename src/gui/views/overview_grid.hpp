@@ -72,7 +72,6 @@ class OverviewGrid : public QWidget {
   JobRunner* runner_;
   JobRunner* ahead_;   // the shown layer at the budgets further along the slider, in the background
   JobRunner* ranger_;  // and at the rest of the slider's range (Session::wholeRangeAhead)
-  bool range_wanted_ = false;
   static constexpr size_t kCapacity = 1024;  // values of (policy, budget, ...) kept
   int layers_ = 0, heads_ = 0;
   std::vector<double> values_;  // [layer][head]

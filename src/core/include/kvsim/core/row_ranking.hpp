@@ -5,9 +5,9 @@
 // every budget (the oracle asks for one k per budget).
 #include <algorithm>
 #include <array>
+#include <cstdint>
 #include <cstring>
 #include <utility>
-#include <cstdint>
 #include <vector>
 
 namespace kvsim {
