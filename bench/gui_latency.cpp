@@ -67,17 +67,24 @@ double thread_cpu_ms() {
 
 // Milliseconds one core takes to read every row of the layer once (a plain sum, sixteen
 // lanes): the floor of a replay that reads the whole layer, as layer-wide policies must.
-double one_read_ms(const kvgui::LayerRows& rows) {
-  const int64_t length = kvtrace::packed_length(rows.n_tokens());
+// One read of every row of the layer, summed in 16 float lanes: head by head (each head's
+// rows are one contiguous triangle, the fastest order), or step by step (row t of every head,
+// then row t + 1: the order of a policy whose heads share one cache, such as tova).
+double one_read_ms(const kvgui::LayerRows& rows, bool step_order) {
   QElapsedTimer timer;
   timer.start();
   float lane[16] = {};
-  for (int h = 0; h < rows.n_heads(); ++h) {
-    const float* row = rows.row(h, 0);
+  auto add = [&](const float* row, int64_t length) {
     int64_t i = 0;
     for (; i + 16 <= length; i += 16)
       for (int k = 0; k < 16; ++k) lane[k] += row[i + k];
     for (; i < length; ++i) lane[0] += row[i];
+  };
+  if (step_order) {
+    for (int64_t t = 0; t < rows.n_tokens(); ++t)
+      for (int h = 0; h < rows.n_heads(); ++h) add(rows.row(h, t), t + 1);
+  } else {
+    for (int h = 0; h < rows.n_heads(); ++h) add(rows.row(h, 0), kvtrace::packed_length(rows.n_tokens()));
   }
   static volatile float sink;  // keeps the sum from being optimised away
   for (float value : lane) sink = sink + value;
@@ -142,13 +149,16 @@ int main(int argc, char** argv) {
               meta.n_heads, meta.n_kv_heads, static_cast<long long>(window.session()->nTokens()),
               static_cast<double>(opening.elapsed()));
   {
-    std::vector<double> reads;
-    for (int r = 0; r < std::max(repeat, 3); ++r) reads.push_back(one_read_ms(*window.session()->rows()));
+    std::vector<double> reads[2];
+    for (int r = 0; r < std::max(repeat, 3); ++r)
+      for (int step_order = 0; step_order < 2; ++step_order)
+        reads[step_order].push_back(one_read_ms(*window.session()->rows(), step_order == 1));
     const double gigabytes = static_cast<double>(meta.n_heads) *
                              static_cast<double>(kvtrace::packed_length(window.session()->nTokens())) * sizeof(float) /
                              1e9;
-    std::printf("one read of the layer's rows (%.2f GB) on this core: %.1f ms, %.1f GB/s\n", gigabytes, median(reads),
-                gigabytes / median(reads) * 1e3);
+    std::printf("one read of the layer's rows (%.2f GB) on this core: %.1f ms, %.1f GB/s; in step order (every head's "
+                "row t, then t + 1): %.1f ms\n",
+                gigabytes, median(reads[0]), gigabytes / median(reads[0]) * 1e3, median(reads[1]));
   }
   QComboBox* box = window.controls()->policyEditor()->policyBox();
   const auto chosen = [&](const std::string& name) {
