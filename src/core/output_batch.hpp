@@ -11,6 +11,7 @@
 // (step, head, channel) sum is then the same chain of fused multiply-adds, with some
 // fma(0, v, s) = s in it (v is finite: the reader refuses NaN and Inf, and s is never -0).
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -103,6 +104,23 @@ __attribute__((target("avx512f"))) inline void packed_block_avx512(const double*
     add_four_heads(sum, w + 4 * j, _mm512_loadu_pd(packed + 16 * j), _mm512_loadu_pd(packed + 16 * j + 8));
   store_four_heads(sum, out, 0);
 }
+// Two steps (weights w0, w1; outputs out0, out1) per pass over the tile: sixteen independent
+// chains instead of eight hide the multiply-add's latency, and each V load serves both.
+// Every chain is packed_block_avx512's, so the bits are the same.
+__attribute__((target("avx512f"))) inline void packed_block_avx512_two(const double* w0, const double* w1,
+                                                                       const double* packed, size_t n,
+                                                                       double* const* out0, double* const* out1) {
+  FourHeadSums512 sum0, sum1;
+  load_four_heads(sum0, out0, 0);
+  load_four_heads(sum1, out1, 0);
+  for (size_t j = 0; j < n; ++j) {
+    const __m512d v0 = _mm512_loadu_pd(packed + 16 * j), v1 = _mm512_loadu_pd(packed + 16 * j + 8);
+    add_four_heads(sum0, w0 + 4 * j, v0, v1);
+    add_four_heads(sum1, w1 + 4 * j, v0, v1);
+  }
+  store_four_heads(sum0, out0, 0);
+  store_four_heads(sum1, out1, 0);
+}
 
 // Channel blocks of 12, then 8, then 4: the blocking of shared_weighted_heads<4>. With
 // AVX-512 (and d a multiple of 16), blocks of 16.
@@ -140,16 +158,23 @@ inline void batched_value_sums(std::span<const double* const> weights, std::span
   }
   for (size_t first = 0, at = 0; first < d;) {
     const size_t width = block_width(first, d, wide);
-    for (size_t r = 0; r < out.size(); ++r) {
-      double* const heads[4] = {out[r] + first, out[r] + d + first, out[r] + 2 * d + first, out[r] + 3 * d + first};
+    auto heads_of = [&](size_t r) -> std::array<double*, 4> {
+      return {out[r] + first, out[r] + d + first, out[r] + 2 * d + first, out[r] + 3 * d + first};
+    };
+    size_t r = 0;
+    if (wide)
+      for (; r + 2 <= out.size(); r += 2)
+        packed_block_avx512_two(weights[r], weights[r + 1], to + at, n, heads_of(r).data(), heads_of(r + 1).data());
+    for (; r < out.size(); ++r) {
+      const std::array<double*, 4> heads = heads_of(r);
       if (wide)
-        packed_block_avx512(weights[r], to + at, n, heads);
+        packed_block_avx512(weights[r], to + at, n, heads.data());
       else if (width == 12)
-        packed_block<3>(weights[r], to + at, n, heads);
+        packed_block<3>(weights[r], to + at, n, heads.data());
       else if (width == 8)
-        packed_block<2>(weights[r], to + at, n, heads);
+        packed_block<2>(weights[r], to + at, n, heads.data());
       else
-        packed_block<1>(weights[r], to + at, n, heads);
+        packed_block<1>(weights[r], to + at, n, heads.data());
     }
     at += n * width, first += width;
   }

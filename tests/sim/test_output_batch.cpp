@@ -116,7 +116,8 @@ TEST(OutputBatch, ProductEqualsThePerStepSums) {
 TEST(OutputBatch, Avx512ProductEqualsAvx2) {
   // Where the CPU has AVX-512, head dims that are multiples of 16 take 16-channel blocks of
   // 512-bit vectors: every sum must equal the AVX2 blocks' bit for bit (the same chain of
-  // fused multiply-adds per head and channel), over tiles with 0 weights and a tail.
+  // fused multiply-adds per head and channel), over tiles with 0 weights and a tail, five
+  // steps: two pairs (the 512-bit kernel takes two steps per pass) and one alone.
   if (!kvsim::cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512: only the AVX2 path runs here";
   for (size_t d : {16, 64, 128}) {
     const size_t n = 200, steps = 5;
