@@ -175,24 +175,29 @@ __attribute__((target("avx512f"), always_inline)) inline void add_four_heads(Fou
   }
 }
 
-// Channels [first, first + 16) of 4 heads with AVX-512, where the CPU has it (asked at run
-// time: the build targets AVX2): shared_weighted_block<4, 4>'s chains in 512-bit vectors.
+// Channels [first, first + 16 Blocks) of 4 heads with AVX-512, where the CPU has it (asked at
+// run time: the build targets AVX2): shared_weighted_block<4, 4>'s chains in 512-bit vectors.
+// Two blocks (32 channels) give sixteen independent chains, which hide the multiply-add's
+// latency, and one broadcast of each weight for both; each chain is the same either way.
+template <size_t Blocks>
 __attribute__((target("avx512f"))) inline void shared_weighted_block_avx512(const double* weights,
                                                                             std::span<const int32_t> positions,
                                                                             const float* values, size_t d, size_t first,
                                                                             double* const* out, bool accumulate) {
-  FourHeadSums512 sum;
-  if (accumulate)
-    load_four_heads(sum, out, first);
-  else
-    for (auto& head : sum) head[0] = head[1] = _mm512_setzero_pd();
+  FourHeadSums512 sum[Blocks];
+  for (size_t b = 0; b < Blocks; ++b)
+    if (accumulate)
+      load_four_heads(sum[b], out, first + 16 * b);
+    else
+      for (auto& head : sum[b]) head[0] = head[1] = _mm512_setzero_pd();
   for (size_t j = 0; j < positions.size(); ++j) {
     const float* v = values + static_cast<size_t>(positions[j]) * d + first;
     // (maskz, all lanes: GCC 12's plain _mm512_cvtps_pd trips -Wmaybe-uninitialized in its header)
-    add_four_heads(sum, weights + j * 4, _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v)),
-                   _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v + 8)));
+    for (size_t b = 0; b < Blocks; ++b)
+      add_four_heads(sum[b], weights + j * 4, _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v + 16 * b)),
+                     _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v + 16 * b + 8)));
   }
-  store_four_heads(sum, out, first);
+  for (size_t b = 0; b < Blocks; ++b) store_four_heads(sum[b], out, first + 16 * b);
 }
 
 // `wide`: blocks of 16 channels with AVX-512 where the CPU has it (the same bits either way).
@@ -204,9 +209,12 @@ void shared_weighted_heads(const float* const* rows, std::span<const int32_t> po
     for (size_t k = 0; k < K; ++k) weights[j * K + k] = rows[k][positions[j]];
   size_t first = 0;
   if constexpr (K == 4) {
-    if (wide && cpu_has_avx512())
+    if (wide && cpu_has_avx512()) {
+      for (; first + 32 <= d; first += 32)
+        shared_weighted_block_avx512<2>(weights.data(), positions, values, d, first, out, accumulate);
       for (; first + 16 <= d; first += 16)
-        shared_weighted_block_avx512(weights.data(), positions, values, d, first, out, accumulate);
+        shared_weighted_block_avx512<1>(weights.data(), positions, values, d, first, out, accumulate);
+    }
     for (; first + 12 <= d; first += 12)
       shared_weighted_block<K, 3>(weights.data(), positions, values, d, first, out, accumulate);
   }

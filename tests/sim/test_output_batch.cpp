@@ -150,9 +150,9 @@ TEST(OutputBatch, Avx512ProductEqualsAvx2) {
 
 TEST(OutputBatch, SharedHeadsEqualOneHeadAtATime) {
   // o_t's pass sums four heads sharing values at once (with AVX-512, where the CPU has it, in
-  // 16-channel blocks): each head's sums must equal weighted_value_sum's for that head alone,
-  // bit for bit, with both paths, from zero and continuing from earlier sums.
-  for (size_t d : {16, 20, 128}) {
+  // blocks of 32 channels, then 16): each head's sums must equal weighted_value_sum's for that
+  // head alone, bit for bit, with both paths, from zero and continuing from earlier sums.
+  for (size_t d : {16, 20, 48, 128}) {
     const size_t n = 150;
     const auto values = random_values(n * d, 23);
     std::vector<std::vector<float>> rows(4, std::vector<float>(n));
