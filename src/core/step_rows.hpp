@@ -77,6 +77,8 @@ class StepRows {
         output_block_(static_cast<size_t>(n_heads), -1),
         checkpoints_(static_cast<size_t>(n_heads)),
         checkpoint_step_(static_cast<size_t>(n_heads), -1),
+        next_checkpoints_(static_cast<size_t>(n_heads)),
+        next_checkpoint_step_(static_cast<size_t>(n_heads), -1),
         output_done_(static_cast<size_t>(n_heads)),
         quad_index_(groups.size()) {
     for (size_t g = 0; g < groups.size(); ++g) {
@@ -369,8 +371,10 @@ class StepRows {
     const CacheGroup& group = groups_[g];
     const auto d = static_cast<size_t>(group.head_dim);
     const auto in_block = static_cast<size_t>(t_ - block_->first);
+    const bool next_in_block = t_ + 1 < block_->first + block_->count;
     for_each_values_run(group.values, [&](size_t k, size_t end) {
       shared_heads_.clear();
+      bool pair = next_in_block;
       for (size_t h = k; h < end; ++h) {
         const auto head = static_cast<size_t>(group.heads[h]);
         // Kept for the whole block: the groups of a lane may take its steps one group after
@@ -379,43 +383,68 @@ class StepRows {
           output_block_[head] = block_->first;
           output_done_[head].assign(static_cast<size_t>(block_->count), 0);
           outputs_[head].resize(static_cast<size_t>(block_->count) * d);
+          next_checkpoint_step_[head] = -1;
         }
-        if (output_done_[head][in_block]) continue;
+        if (output_done_[head][in_block]) {
+          if (next_checkpoint_step_[head] == t_ && checkpoint_step_[head] != t_) {  // from the pass of t - 1 and t
+            std::swap(checkpoints_[head], next_checkpoints_[head]);
+            checkpoint_step_[head] = t_;
+            next_checkpoint_step_[head] = -1;
+          }
+          continue;
+        }
         output_done_[head][in_block] = 1;
+        if (pair && output_done_[head][in_block + 1]) pair = false;
         shared_heads_.push_back(head);
       }
-      if (!shared_heads_.empty()) output_pass(shared_heads_, group.values[k], d);
+      if (shared_heads_.empty()) return;
+      if (pair)
+        for (size_t head : shared_heads_) output_done_[head][in_block + 1] = 1;
+      output_pass(shared_heads_, group.values[k], d, pair);
     });
   }
 
-  // o_t of `heads` (which read `values`) for this step, and their checkpoints.
-  void output_pass(const std::vector<size_t>& heads, const float* values, size_t d) {
-    while (static_cast<int64_t>(every_position_.size()) <= t_)
+  // o_t of `heads` (which read `values`) for this step, and their checkpoints; with `pair`,
+  // o_t+1 too (its row is in the block), in the same pass over V: each sum is the same chain.
+  void output_pass(const std::vector<size_t>& heads, const float* values, size_t d, bool pair = false) {
+    while (static_cast<int64_t>(every_position_.size()) <= t_ + 1)
       every_position_.push_back(static_cast<int32_t>(every_position_.size()));
     const auto in_block = static_cast<size_t>(t_ - block_->first);
     const auto count = static_cast<size_t>(t_) + 1;
-    const size_t checkpoints = count / kCheckpoint + 1;  // prefix sums at 0, 64, 128, ... <= count
+    const size_t steps = pair ? 2 : 1;
     shared_rows_.clear();
     shared_out_.clear();
-    for (size_t head : heads) {
-      shared_rows_.push_back(row(static_cast<int>(head)));
-      double* o = outputs_[head].data() + in_block * d;
-      std::fill(o, o + d, 0.0);
-      shared_out_.push_back(o);
-      checkpoints_[head].resize(checkpoints * d);  // all but the first written below
-      std::fill_n(checkpoints_[head].begin(), d, 0.0);
-      checkpoint_step_[head] = t_;
+    for (size_t s = 0; s < steps; ++s) {
+      const size_t checkpoints = (count + s) / kCheckpoint + 1;  // prefix sums at 0, 64, 128, ... <= count
+      for (size_t head : heads) {
+        shared_rows_.push_back(row(static_cast<int>(head), t_ + static_cast<int64_t>(s)));
+        double* o = outputs_[head].data() + (in_block + s) * d;
+        std::fill(o, o + d, 0.0);
+        shared_out_.push_back(o);
+        std::vector<double>& kept = s == 0 ? checkpoints_[head] : next_checkpoints_[head];
+        kept.resize(checkpoints * d);  // all but the first written below
+        std::fill_n(kept.begin(), d, 0.0);
+        (s == 0 ? checkpoint_step_ : next_checkpoint_step_)[head] = t_ + static_cast<int64_t>(s);
+      }
     }
+    auto keep = [&](size_t s, size_t end) {  // the prefix sums of positions < end, a multiple of kCheckpoint
+      for (size_t h = 0; h < heads.size(); ++h)
+        std::copy_n(shared_out_[s * heads.size() + h], d,
+                    (s == 0 ? checkpoints_ : next_checkpoints_)[heads[h]].data() + end / kCheckpoint * d);
+    };
     for (size_t begin = 0; begin < count; begin += kCheckpoint) {
       const size_t end = std::min(count, begin + kCheckpoint);
-      prefetch_values(values, end, std::min(count, end + kCheckpoint), d);
-      shared_weighted_value_sums(shared_rows_.data(), heads.size(),
+      prefetch_values(values, end, std::min(count + steps - 1, end + kCheckpoint), d);
+      shared_weighted_value_sums(shared_rows_.data(), shared_rows_.size(),
                                  std::span<const int32_t>(every_position_.data() + begin, end - begin), values, d,
                                  shared_out_.data(), shared_weights_, begin > 0);
       if (end % kCheckpoint == 0)
-        for (size_t h = 0; h < heads.size(); ++h)
-          std::copy_n(shared_out_[h], d, checkpoints_[heads[h]].data() + end / kCheckpoint * d);
+        for (size_t s = 0; s < steps; ++s) keep(s, end);
     }
+    if (pair)  // o_t+1's last position, t + 1
+      shared_weighted_value_sums(shared_rows_.data() + heads.size(), heads.size(),
+                                 std::span<const int32_t>(every_position_.data() + count, 1), values, d,
+                                 shared_out_.data() + heads.size(), shared_weights_, true);
   }
 
   // V rows [begin, end) into L1 while the pass sums the piece before them: the piece's
@@ -449,6 +478,8 @@ class StepRows {
   static constexpr size_t kCheckpoint = 64;
   std::vector<std::vector<double>> checkpoints_;  // [head][c][channel]: sum of a_t[i] v_i over i < 64 c
   std::vector<int64_t> checkpoint_step_;          // [head]: the step they are of
+  std::vector<std::vector<double>> next_checkpoints_;  // [head]: those of step t + 1, from a pass of two steps
+  std::vector<int64_t> next_checkpoint_step_;          // [head]: the step they are of, or -1
   std::vector<size_t> shared_heads_;
   std::vector<const float*> range_rows_;
   std::vector<double> range_prefix_;  // range_outputs' scratch: P(begin) and a part to subtract, per head

@@ -200,6 +200,36 @@ __attribute__((target("avx512f"))) inline void shared_weighted_block_avx512(cons
   for (size_t b = 0; b < Blocks; ++b) store_four_heads(sum[b], out, first + 16 * b);
 }
 
+// Eight rows sharing values (two steps of four heads: o_t and o_t+1 in one pass over V), 16
+// channels at a time with AVX-512: the chains of shared_weighted_block_avx512, sixteen of them
+// per load of V. d a multiple of 16.
+__attribute__((target("avx512f"))) inline void shared_weighted_eight_avx512(
+    const float* const* rows, std::span<const int32_t> positions, const float* values, size_t d, double* const* out,
+    std::vector<double>& weights, bool accumulate) {
+  weights.resize(positions.size() * 8);
+  for (size_t j = 0; j < positions.size(); ++j)
+    for (size_t k = 0; k < 8; ++k) weights[j * 8 + k] = rows[k][positions[j]];
+  for (size_t first = 0; first < d; first += 16) {
+    FourHeadSums512 low, high;
+    if (accumulate) {
+      load_four_heads(low, out, first);
+      load_four_heads(high, out + 4, first);
+    } else {
+      for (auto& head : low) head[0] = head[1] = _mm512_setzero_pd();
+      for (auto& head : high) head[0] = head[1] = _mm512_setzero_pd();
+    }
+    for (size_t j = 0; j < positions.size(); ++j) {
+      const float* v = values + static_cast<size_t>(positions[j]) * d + first;
+      const __m512d v0 = _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v)),
+                    v1 = _mm512_maskz_cvtps_pd(0xff, _mm256_loadu_ps(v + 8));
+      add_four_heads(low, weights.data() + j * 8, v0, v1);
+      add_four_heads(high, weights.data() + j * 8 + 4, v0, v1);
+    }
+    store_four_heads(low, out, first);
+    store_four_heads(high, out + 4, first);
+  }
+}
+
 // `wide`: blocks of 16 channels with AVX-512 where the CPU has it (the same bits either way).
 template <size_t K>
 void shared_weighted_heads(const float* const* rows, std::span<const int32_t> positions, const float* values, size_t d,
@@ -232,6 +262,11 @@ inline void shared_weighted_value_sums(const float* const* rows, size_t heads, s
                                        bool accumulate = false, bool wide = true) {
 #if defined(__AVX2__) && defined(__FMA__)
   for (size_t k = 0; k < heads;) {
+    if (heads - k >= 8 && wide && d % 16 == 0 && cpu_has_avx512()) {
+      shared_weighted_eight_avx512(rows + k, positions, values, d, out + k, weights, accumulate);
+      k += 8;
+      continue;
+    }
     switch (std::min<size_t>(heads - k, 4)) {
       case 4:
         shared_weighted_heads<4>(rows + k, positions, values, d, out + k, weights, accumulate, wide);

@@ -149,34 +149,38 @@ TEST(OutputBatch, Avx512ProductEqualsAvx2) {
 }
 
 TEST(OutputBatch, SharedHeadsEqualOneHeadAtATime) {
-  // o_t's pass sums four heads sharing values at once (with AVX-512, where the CPU has it, in
-  // blocks of 32 channels, then 16): each head's sums must equal weighted_value_sum's for that
-  // head alone, bit for bit, with both paths, from zero and continuing from earlier sums.
-  for (size_t d : {16, 20, 48, 128}) {
-    const size_t n = 150;
-    const auto values = random_values(n * d, 23);
-    std::vector<std::vector<float>> rows(4, std::vector<float>(n));
-    uint32_t state = 31;
-    for (auto& row : rows)
-      for (float& a : row) a = static_cast<float>(next(state) >> 8) / static_cast<float>(1u << 24);
-    std::vector<int32_t> positions;
-    for (size_t j = 0; j < n; j += 1 + j % 3) positions.push_back(static_cast<int32_t>(j));
-    const float* row_pointers[4] = {rows[0].data(), rows[1].data(), rows[2].data(), rows[3].data()};
-    for (bool accumulate : {false, true})
-      for (bool wide : {false, true}) {
-        std::vector<double> start(4 * d);
-        const auto seeds = random_values(4 * d, 41);
-        for (size_t i = 0; i < start.size(); ++i) start[i] = accumulate ? seeds[i] : 0.0;
-        std::vector<double> together = start, alone = start, scratch;
-        double* together_rows[4] = {together.data(), together.data() + d, together.data() + 2 * d,
-                                    together.data() + 3 * d};
-        kvsim::shared_weighted_value_sums(row_pointers, 4, positions, values.data(), d, together_rows, scratch,
-                                          accumulate, wide);
-        for (size_t k = 0; k < 4; ++k)
-          kvsim::weighted_value_sum(rows[k].data(), positions, values.data(), d, alone.data() + k * d, accumulate);
-        EXPECT_EQ(together, alone) << "head_dim " << d << (accumulate ? ", continued" : "") << (wide ? ", wide" : "");
-      }
-  }
+  // o_t's pass sums the rows sharing values at once: four heads (with AVX-512, where the CPU
+  // has it, in blocks of 32 channels, then 16), or eight (two steps of four heads; 16
+  // channels at a time where d allows). Each row's sums must equal weighted_value_sum's for
+  // that row alone, bit for bit, with both paths, from zero and continuing from earlier sums.
+  for (size_t count : {4, 8})
+    for (size_t d : {16, 20, 48, 128}) {
+      const size_t n = 150;
+      const auto values = random_values(n * d, 23);
+      std::vector<std::vector<float>> rows(count, std::vector<float>(n));
+      uint32_t state = 31;
+      for (auto& row : rows)
+        for (float& a : row) a = static_cast<float>(next(state) >> 8) / static_cast<float>(1u << 24);
+      std::vector<int32_t> positions;
+      for (size_t j = 0; j < n; j += 1 + j % 3) positions.push_back(static_cast<int32_t>(j));
+      std::vector<const float*> row_pointers;
+      for (const auto& row : rows) row_pointers.push_back(row.data());
+      for (bool accumulate : {false, true})
+        for (bool wide : {false, true}) {
+          std::vector<double> start(count * d);
+          const auto seeds = random_values(count * d, 41);
+          for (size_t i = 0; i < start.size(); ++i) start[i] = accumulate ? seeds[i] : 0.0;
+          std::vector<double> together = start, alone = start, scratch;
+          std::vector<double*> together_rows;
+          for (size_t k = 0; k < count; ++k) together_rows.push_back(together.data() + k * d);
+          kvsim::shared_weighted_value_sums(row_pointers.data(), count, positions, values.data(), d,
+                                            together_rows.data(), scratch, accumulate, wide);
+          for (size_t k = 0; k < count; ++k)
+            kvsim::weighted_value_sum(rows[k].data(), positions, values.data(), d, alone.data() + k * d, accumulate);
+          EXPECT_EQ(together, alone) << count << " rows, head_dim " << d << (accumulate ? ", continued" : "")
+                                     << (wide ? ", wide" : "");
+        }
+    }
 }
 
 TEST(OutputBatch, FourErrorsAtOnceEqualOneAtATime) {
@@ -289,6 +293,55 @@ TEST(OutputBatch, BatchedStepsEqualThePerStepPath) {
           EXPECT_NEAR(hand::output_error(batched[s], 0, t), expected, 1e-6 * std::max(1.0, expected))
               << "simulation " << s << " step " << t;
         }
+      }
+    }
+  }
+}
+
+TEST(OutputBatch, PoliciesRunTogetherGiveWhatEachGivesAlone) {
+  // The groups holding a head share its o_t (computed once per head and step, two steps per
+  // pass over V where the row block allows) and the checkpoints that runs (recent,
+  // streaming, h2o's recent half) are summed from, which they use once the shorter side
+  // holds more than 128 positions per run: 700 tokens. Policies of the layer-wide group and
+  // of the kv groups run together must give what each gives alone, bit for bit (head_dim 32:
+  // the 512-bit kernels where the CPU has them; 20: the others).
+  const int n = 700, n_heads = 16;
+  const auto heads = random_rows(n_heads, n, 91);
+  for (int d : {20, 32}) {
+    SCOPED_TRACE("head_dim " + std::to_string(d));
+    std::vector<std::vector<float>> values;
+    for (int v = 0; v < 4; ++v) values.push_back(random_values(static_cast<size_t>(n * d), 200 + v));
+    std::vector<kvsim::CacheGroup> groups(5);
+    for (int g = 0; g < 5; ++g) {
+      for (int h = g < 4 ? 4 * g : 0; h < (g < 4 ? 4 * g + 4 : n_heads); ++h) {
+        groups[static_cast<size_t>(g)].heads.push_back(h);
+        groups[static_cast<size_t>(g)].values.push_back(values[static_cast<size_t>(h / 4)].data());
+      }
+      groups[static_cast<size_t>(g)].head_dim = d;
+      groups[static_cast<size_t>(g)].seed = kvsim::cache_group_seed(0, 0, g);
+    }
+    std::vector<kvsim::SimulationSpec> together;
+    std::vector<std::vector<kvsim::SimulationSpec>> alone;
+    for (const char* name : {"tova", "recent", "streaming", "h2o"}) {
+      const kvsim::PolicyChoice policy = kvsim::choose_policy(name);
+      alone.emplace_back();
+      const auto [first, last] = kvsim::policy_groups(*policy.info, 4);
+      for (int64_t budget : {150, 350})
+        for (int g = first; g < last; ++g)
+          alone.back().push_back(kvsim::simulation_spec(policy, budget, g, 0, nullptr));
+      together.insert(together.end(), alone.back().begin(), alone.back().end());
+    }
+    kvsim::EngineOptions options;
+    options.output_error = true;
+    kvtrace::PackedAttentionSource source(n, hand::pack(heads));
+    const auto all = kvsim::run_engine(source, groups, together, options);
+    size_t at = 0;
+    for (const auto& specs : alone) {
+      kvtrace::PackedAttentionSource own(n, hand::pack(heads));
+      const auto each = kvsim::run_engine(own, groups, specs, options);
+      for (size_t s = 0; s < specs.size(); ++s, ++at) {
+        EXPECT_EQ(all[at].output_error, each[s].output_error) << "simulation " << at;
+        EXPECT_EQ(all[at].retention, each[s].retention) << "simulation " << at;
       }
     }
   }
