@@ -46,6 +46,25 @@ std::vector<float> random_values(size_t count, uint32_t state) {
 }  // namespace
 
 #if defined(__AVX2__) && defined(__FMA__)
+namespace {
+
+// 16 heads on the 4 kv heads `values` (4 each): their 4 cache groups, then the layer-wide
+// group of all 16.
+std::vector<kvsim::CacheGroup> four_kv_groups_and_the_layer(const std::vector<std::vector<float>>& values, int d) {
+  std::vector<kvsim::CacheGroup> groups(5);
+  for (int g = 0; g < 5; ++g) {
+    for (int h = g < 4 ? 4 * g : 0; h < (g < 4 ? 4 * g + 4 : 16); ++h) {
+      groups[static_cast<size_t>(g)].heads.push_back(h);
+      groups[static_cast<size_t>(g)].values.push_back(values[static_cast<size_t>(h / 4)].data());
+    }
+    groups[static_cast<size_t>(g)].head_dim = d;
+    groups[static_cast<size_t>(g)].seed = kvsim::cache_group_seed(0, 0, g);
+  }
+  return groups;
+}
+
+}  // namespace
+
 TEST(OutputBatch, ProductByHand) {
   // One head's weights 1, 2, 0.5 (0 for the other three) at positions 2, 0, 1 of values
   // v_i[c] = 10 i + c: out[c] = 1 (20 + c) + 2 c + 0.5 (10 + c) = 25 + 3.5 c; head_dim 24
@@ -231,15 +250,7 @@ TEST(OutputBatch, BatchedStepsEqualThePerStepPath) {
   for (int d : {20, 28}) {
     std::vector<std::vector<float>> values;
     for (int v = 0; v < 4; ++v) values.push_back(random_values(static_cast<size_t>(n * d), 100 + v));
-    std::vector<kvsim::CacheGroup> groups(5);
-    for (int g = 0; g < 5; ++g) {
-      for (int h = g < 4 ? 4 * g : 0; h < (g < 4 ? 4 * g + 4 : n_heads); ++h) {
-        groups[static_cast<size_t>(g)].heads.push_back(h);
-        groups[static_cast<size_t>(g)].values.push_back(values[static_cast<size_t>(h / 4)].data());
-      }
-      groups[static_cast<size_t>(g)].head_dim = d;
-      groups[static_cast<size_t>(g)].seed = kvsim::cache_group_seed(0, 0, g);
-    }
+    std::vector<kvsim::CacheGroup> groups = four_kv_groups_and_the_layer(values, d);
     // Policies that read keys or queries read the values: any stored floats will do here
     // (and any RoPE for those that un-rotate them).
     std::vector<std::vector<float>> queries;
@@ -311,15 +322,7 @@ TEST(OutputBatch, PoliciesRunTogetherGiveWhatEachGivesAlone) {
     SCOPED_TRACE("head_dim " + std::to_string(d));
     std::vector<std::vector<float>> values;
     for (int v = 0; v < 4; ++v) values.push_back(random_values(static_cast<size_t>(n * d), 200 + v));
-    std::vector<kvsim::CacheGroup> groups(5);
-    for (int g = 0; g < 5; ++g) {
-      for (int h = g < 4 ? 4 * g : 0; h < (g < 4 ? 4 * g + 4 : n_heads); ++h) {
-        groups[static_cast<size_t>(g)].heads.push_back(h);
-        groups[static_cast<size_t>(g)].values.push_back(values[static_cast<size_t>(h / 4)].data());
-      }
-      groups[static_cast<size_t>(g)].head_dim = d;
-      groups[static_cast<size_t>(g)].seed = kvsim::cache_group_seed(0, 0, g);
-    }
+    std::vector<kvsim::CacheGroup> groups = four_kv_groups_and_the_layer(values, d);
     std::vector<kvsim::SimulationSpec> together;
     std::vector<std::vector<kvsim::SimulationSpec>> alone;
     for (const char* name : {"tova", "recent", "streaming", "h2o"}) {
