@@ -66,10 +66,9 @@ double thread_cpu_ms() {
 }
 
 // Milliseconds one core takes to read every row of the layer once (a plain sum, sixteen
-// lanes): the floor of a replay that reads the whole layer, as layer-wide policies must.
-// One read of every row of the layer, summed in 16 float lanes: head by head (each head's
-// rows are one contiguous triangle, the fastest order), or step by step (row t of every head,
-// then row t + 1: the order of a policy whose heads share one cache, such as tova).
+// lanes), the floor of a replay that reads the whole layer: head by head (each head's rows
+// are one contiguous triangle, the fastest order), or step by step (row t of every head, then
+// row t + 1: the order of a policy whose heads share one cache, such as tova).
 double one_read_ms(const kvgui::LayerRows& rows, bool step_order) {
   QElapsedTimer timer;
   timer.start();

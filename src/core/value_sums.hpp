@@ -152,6 +152,15 @@ void shared_weighted_block(const double* weights, std::span<const int32_t> posit
     for (size_t b = 0; b < Blocks; ++b) _mm256_storeu_pd(out[k] + first + 4 * b, sum[k][b]);
 }
 
+// weights[j K + k] = rows[k][positions[j]]: the K rows' weights position-major, as the
+// kernels below read them.
+template <size_t K>
+void gather_weights(const float* const* rows, std::span<const int32_t> positions, std::vector<double>& weights) {
+  weights.resize(positions.size() * K);
+  for (size_t j = 0; j < positions.size(); ++j)
+    for (size_t k = 0; k < K; ++k) weights[j * K + k] = rows[k][positions[j]];
+}
+
 // Four heads' sums over 16 channels in 512-bit vectors (two per head), for the AVX-512
 // kernels here and in output_batch.hpp. (target and always_inline: a helper without the
 // target would not inline into them, and a lambda would not inherit it.)
@@ -206,9 +215,7 @@ __attribute__((target("avx512f"))) inline void shared_weighted_block_avx512(cons
 __attribute__((target("avx512f"))) inline void shared_weighted_eight_avx512(
     const float* const* rows, std::span<const int32_t> positions, const float* values, size_t d, double* const* out,
     std::vector<double>& weights, bool accumulate) {
-  weights.resize(positions.size() * 8);
-  for (size_t j = 0; j < positions.size(); ++j)
-    for (size_t k = 0; k < 8; ++k) weights[j * 8 + k] = rows[k][positions[j]];
+  gather_weights<8>(rows, positions, weights);
   for (size_t first = 0; first < d; first += 16) {
     FourHeadSums512 low, high;
     if (accumulate) {
@@ -234,9 +241,7 @@ __attribute__((target("avx512f"))) inline void shared_weighted_eight_avx512(
 template <size_t K>
 void shared_weighted_heads(const float* const* rows, std::span<const int32_t> positions, const float* values, size_t d,
                            double* const* out, std::vector<double>& weights, bool accumulate, bool wide) {
-  weights.resize(positions.size() * K);
-  for (size_t j = 0; j < positions.size(); ++j)
-    for (size_t k = 0; k < K; ++k) weights[j * K + k] = rows[k][positions[j]];
+  gather_weights<K>(rows, positions, weights);
   size_t first = 0;
   if constexpr (K == 4) {
     if (wide && cpu_has_avx512()) {
