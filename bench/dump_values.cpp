@@ -1,5 +1,5 @@
-// kvsim_dump_values TRACE OUT [THREADS]: replays the 6 x 9 grid of bench/README.md (issue 20,
-// item 1) keeping every record and writes each record's per-step output errors, then its
+// kvsim_dump_values TRACE OUT [THREADS]: replays the 6 x 9 grid of bench/README.md (output error)
+// keeping every record and writes each record's per-step output errors, then its
 // retentions, as float32, cell after cell: bench/compare_values.py compares two such files
 // (an engine change must leave them within 1e-6 relative, or identical).
 #include <cstdio>

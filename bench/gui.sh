@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# kvsim-gui at Llama scale (issue 20, item 4): kvsim_gui_latency on one layer of the
+# kvsim-gui at Llama scale: kvsim_gui_latency on one layer of the
 # Llama-3.1-8B shape (32 heads, 8 kv heads, head dim 128, float16, q/k and v) at 4,096 tokens,
 # in the real window off screen: each policy's re-simulation, the views after a policy change,
 # a budget-slider step and a jump (medians of REPEAT, default 3).

@@ -1,4 +1,4 @@
-// kvsim-gui's latency at Llama scale (issue 20, item 4): opens a trace in the real window
+// kvsim-gui's latency at Llama scale: opens a trace in the real window
 // (offscreen) and reports, as medians of REPEAT:
 // - how long one core takes to read the layer's rows once (the floor of a layer-wide replay);
 // - for each registered policy that keeps a cache, a policy change in the editor from `full`:

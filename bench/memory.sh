@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Peak memory of a sweep against the layers, the sequences and the context (issue 20, item 2),
+# Peak memory of a sweep against the layers, the sequences and the context,
 # on the Llama-3.1-8B shape (32 heads, 8 kv heads, head dim 128, float16, q/k and v), the 6 x 9
 # grid of big_trace.sh with output error (the default when v is there). It measures peak RSS
 # under /usr/bin/time -v for 1, 2 and 4 layers of TOKENS tokens (one and two threads) and for

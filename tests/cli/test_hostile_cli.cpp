@@ -1,4 +1,4 @@
-// Hostile input and a new user's first hour (issue 18): every reproduced item as a test that
+// Hostile input and a new user's first hour: every reproduced item as a test that
 // builds what it needs, runs the CLI and checks the exit code and the one line.
 #include <gtest/gtest.h>
 #include <signal.h>

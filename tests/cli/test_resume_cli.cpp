@@ -127,7 +127,7 @@ TEST_F(Resume, RowsOfAnotherSweepAreRefused) {
   EXPECT_NE(result.output.find("'policies: h2o'"), std::string::npos) << result.output;
 }
 
-// Every setting that changes a row, and the trace itself, must match (issue 18 item 6).
+// Every setting that changes a row, and the trace itself, must match.
 TEST_F(Resume, OtherSettingsOrAnotherTraceAreRefused) {
   const std::string csv = dir_.file("settings.csv");
   const std::string grid = " --policies h2o,tova --budgets 10%,30% --csv " + csv + " --resume";

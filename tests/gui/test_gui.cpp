@@ -359,7 +359,7 @@ class GuiTest : public QObject {
   }
 
   void heatmapOfManyHeadsKeepsItsColourBarInside() {
-    // 2 layers x 32 heads (issue 18 item 15): the colour bar and its label fit the image, and
+    // 2 layers x 32 heads: the colour bar and its label fit the image, and
     // the map is viridis: its lowest colour (68, 1, 84) is at the bar's bottom.
     kvsim::Heatmap map;
     map.title = "t";

@@ -1,4 +1,4 @@
-// kvsim-gui's replays made ahead and kept (issue 20, item 4): a budget-slider step to a
+// kvsim-gui's replays made ahead and kept: a budget-slider step to a
 // neighbouring budget is served at once from what was computed in the background, and what
 // was computed there is exactly what the engine gives for that setting.
 #include <QApplication>

@@ -1,4 +1,4 @@
-// kvsim-gui offers the engine options of the CLI (issue 21): page mode, a question and
+// kvsim-gui offers the engine options of the CLI: page mode, a question and
 // decode-time compression, layer budget schedules and head-adaptive budgets. Driven through
 // the widgets: each change re-runs the replay with the option, its result is what the
 // library's replay_rows gives with the same EngineOptions, and what the library refuses is

@@ -1,4 +1,4 @@
-"""Crafted trace files (issue 18): each is built here with h5py, given to the CLI, and must get
+"""Crafted trace files: each is built here with h5py, given to the CLI, and must get
 one line naming the file (and dataset) and exit code 2, within bounded time and memory;
 never a crash, a hang or a silent wrong answer. The files join tests/fuzz/corpus too."""
 

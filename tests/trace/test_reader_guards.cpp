@@ -320,7 +320,7 @@ TEST_F(ReaderGuards, ChunkThatDoesNotInflateIsOneLine) {
   }
 }
 
-// Issue 18 item 16: an attribute of the wrong type is named in the message.
+// An attribute of the wrong type is named in the message.
 TEST_F(ReaderGuards, LayerAttributeErrorsNameTheAttribute) {
   for (const char* name : {"sliding_window", "logit_softcap"}) {
     mutate([name](H5::H5File& f) {
