@@ -113,6 +113,12 @@ QString noDisplayMessage() {
          "QT_QPA_PLATFORM=offscreen";
 }
 
+bool unattended(const GuiOptions& options) {
+  if (!options.screenshot.isEmpty() || options.quit_after_ms >= 0) return true;
+  const QString platform = QGuiApplication::platformName();
+  return platform == "offscreen" || platform == "minimal";
+}
+
 std::vector<OptionProblem> applyOptions(MainWindow& window, const GuiOptions& options) {
   std::vector<OptionProblem> problems;
   if (options.trace.isEmpty()) return problems;

@@ -46,6 +46,11 @@ struct OptionProblem {
 // refuses are the status line's message, not a problem.
 std::vector<OptionProblem> applyOptions(MainWindow& window, const GuiOptions& options);
 
+// Whether no one is there to answer a dialog: a screenshot or a time to quit is asked for,
+// or the platform shows nothing (offscreen). A problem is then one line and exit code 2.
+// Needs the application.
+bool unattended(const GuiOptions& options);
+
 // With a screenshot or quit_after_ms >= 0: once every view has caught up (MainWindow::waitIdle),
 // saves the window as PNG and quits the application then, or quit_after_ms later. A PNG that
 // cannot be written quits with exit code 1 and the reason in *error (which must outlive the
