@@ -6,6 +6,7 @@
 
 #include "gui_options.hpp"
 #include "kvsim/core/heap.hpp"
+#include "kvtrace/atomic_file.hpp"
 #include "main_window.hpp"
 
 namespace {
@@ -23,6 +24,7 @@ void withoutPlatformNotes(QtMsgType type, const QMessageLogContext& context, con
 
 int main(int argc, char** argv) {
   kvsim::keep_large_blocks_in_heap(256 << 20, true);  // lookahead's future sums: 2 x 67 MB at 4k tokens
+  kvtrace::remove_temporaries_on_signals();           // a screenshot's temporary file does not outlive Ctrl-C
   // Parsed before any QApplication exists: --help, --version and a bad option work without
   // a display, and no display is one line.
   QStringList arguments;

@@ -23,6 +23,18 @@ namespace {
 
 // 8 sequences of 256 tokens, 6 layers, 6 heads.
 const std::string kTrace = KVSIM_SOURCE_DIR "/data/traces/stories15M-8x256.h5";
+const std::string kPngSignature = "\x89PNG\r\n\x1a\n";
+
+// What `command` (a shell command line) printed, stdout and stderr together, and its exit code.
+kvtest::CliResult shell(const std::string& command) {
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  size_t n;
+  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
+  const int status = ::pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
 
 class GuiHostile : public ::testing::Test {
  protected:
@@ -41,8 +53,58 @@ class GuiHostile : public ::testing::Test {
     EXPECT_EQ(kvtest::count_lines(result.output), 1) << result.output;
     EXPECT_NE(result.output.find(fragment), std::string::npos) << result.output;
   }
+  // The names in `folder`, sorted.
+  static std::vector<std::string> names_in(const fs::path& folder) {
+    std::vector<std::string> found;
+    for (const auto& entry : fs::directory_iterator(folder)) found.push_back(entry.path().filename().string());
+    std::sort(found.begin(), found.end());
+    return found;
+  }
   kvtest::TempDir dir_;
 };
+
+TEST_F(GuiHostile, AScreenshotIsAPngOfTheWindow) {
+  const std::string shot = dir_.file("shot.png");
+  const kvtest::CliResult result =
+      gui(kTrace + " --policy h2o --seq 7 --layer 5 --head 5 --step 255 --screenshot " + shot, 300);
+  EXPECT_EQ(result.code, 0) << result.output;
+  EXPECT_EQ(kvtest::slurp(shot).substr(0, 8), kPngSignature);
+}
+
+// Full disk: a 16 KiB tmpfs (smaller than the window's PNG) in a private mount namespace,
+// holding an earlier screenshot. What the run leaves there is copied out before the
+// namespace (and its mount) ends.
+TEST_F(GuiHostile, AScreenshotOnAFullDiskLeavesTheEarlierOne) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a tmpfs needs root";
+  const std::string full = dir_.file("full"), left = dir_.file("left"), earlier = "an earlier screenshot\n";
+  fs::create_directories(full);
+  fs::create_directories(left);
+  const std::string script = dir_.file("run.sh");
+  std::ofstream(script) << "mount -t tmpfs -o size=16k tmpfs " << full << " || exit 77\n"
+                        << "printf 'an earlier screenshot\\n' > " << full << "/shot.png\n"
+                        << unattended(300) << " " << KVSIM_EXE << " " << kTrace << " --screenshot " << full
+                        << "/shot.png\n"
+                        << "code=$?\ncp -a " << full << "/. " << left << "/\nexit $code\n";
+  const kvtest::CliResult result = shell("unshare -m sh " + script);
+  if (result.code == 77 || result.output.find("unshare:") != std::string::npos)
+    GTEST_SKIP() << "no tmpfs in a private mount namespace here: " << result.output;
+  expect_refused(result, "cannot write the screenshot: " + full + "/shot.png");
+  EXPECT_NE(result.output.find("No space left on device"), std::string::npos) << result.output;
+  EXPECT_EQ(names_in(left), std::vector<std::string>{"shot.png"});  // no temporary file
+  EXPECT_EQ(kvtest::slurp(left + "/shot.png"), earlier);
+}
+
+TEST_F(GuiHostile, AScreenshotPathIsCheckedBeforeTheRun) {
+  const std::string missing = dir_.file("no/such/folder/shot.png");
+  expect_refused(gui(kTrace + " --screenshot " + missing), missing + ": cannot write: directory does not exist");
+  expect_refused(gui(kTrace + " --screenshot " + dir_.path().string()), "is a directory");
+  // The trace itself is an input of the run, not a place for the picture.
+  const std::string trace = dir_.file("t.h5");
+  fs::copy_file(kTrace, trace);
+  expect_refused(gui(trace + " --screenshot " + trace), trace);
+  EXPECT_EQ(fs::file_size(trace), fs::file_size(kTrace));
+  EXPECT_EQ(names_in(dir_.path()), (std::vector<std::string>{"config", "t.h5"}));
+}
 
 // Without anyone to click (a screenshot, a time to quit, the offscreen platform), what the
 // window cannot apply is the one line, not a dialog.

@@ -148,8 +148,11 @@ class GuiTest(unittest.TestCase):
         self.assertEqual(shown["exit_code"], 0)
         with open(path, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
-        with self.assertRaises(RuntimeError):
-            kvsim.gui(TRACE, screenshot=os.path.join(self.tmp.name, "no", "such", "dir.png"))
+        missing = os.path.join(self.tmp.name, "no", "such", "dir.png")
+        with self.assertRaises(kvsim.InputError) as caught:
+            kvsim.gui(TRACE, screenshot=missing)
+        self.assertEqual(str(caught.exception),
+                         "kvsim.gui: Cannot write the screenshot: " + missing + ": cannot write: directory does not exist")
 
     def test_docs_block_prints_what_is_shown(self):
         printed = io.StringIO()
