@@ -14,9 +14,11 @@
 
 #include "controls_panel.hpp"
 #include "engine_options_panel.hpp"
+#include "kvsim/core/lists.hpp"
 #include "kvsim/core/version.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/error.hpp"
+#include "kvtrace/reader.hpp"
 #include "main_window.hpp"
 #include "policy_editor.hpp"
 #include "session.hpp"
@@ -128,6 +130,20 @@ bool unattended(const GuiOptions& options) {
 
 namespace {
 
+// Refuses a place the trace does not have as kvsim replay refuses it (its --seqs and
+// --layers), rather than showing the nearest place it has.
+void checkPlace(const kvtrace::TraceReader& reader, const GuiOptions& options) {
+  const std::string& file = reader.path();
+  kvsim::chosen_or_all({options.seq}, reader.n_sequences(), "sequence", file);
+  kvsim::chosen_or_all({options.layer}, reader.meta().n_layers, "layer", file);
+  kvsim::chosen_or_all({options.head}, reader.meta().n_heads, "head", file);
+  const int64_t steps = reader.sequence(options.seq).n_tokens;
+  if (options.step < -1 || options.step >= steps)  // -1: the last step
+    throw kvtrace::InputError(file, "",
+                              "step " + std::to_string(options.step) + " out of range (sequence " +
+                                  std::to_string(options.seq) + " has " + std::to_string(steps) + ")");
+}
+
 // Checked before the run, as kvsim checks its outputs: a folder that is not there, a
 // directory, a FIFO, the trace itself.
 void checkScreenshotPath(const GuiOptions& options) {
@@ -173,6 +189,7 @@ std::vector<OptionProblem> applyOptions(MainWindow& window, const GuiOptions& op
     }
   }
   Session* session = window.session();
+  bool placed = false;
   if (session->isOpen()) {
     try {
       session->setBudget(kvsim::Budget::parse(options.budget.toStdString()));
@@ -183,14 +200,20 @@ std::vector<OptionProblem> applyOptions(MainWindow& window, const GuiOptions& op
     QString policy_error;
     if (!session->setPolicy(options.policy.toStdString(), {}, &policy_error))
       problems.push_back({QObject::tr("Bad policy"), policy_error});
-    session->setLocation(options.seq, options.layer, options.head);
+    try {
+      checkPlace(*session->reader(), options);
+      session->setLocation(options.seq, options.layer, options.head);
+      placed = true;
+    } catch (const std::exception& e) {
+      problem(QObject::tr("Not in the trace"), e);
+    }
     try {
       session->setMode(kvsim::parse_mode(options.mode.toStdString()));
     } catch (const std::exception& e) {
       problem(QObject::tr("Bad mode"), e);
     }
     window.controls()->engineOptions()->setOptions(options.engine);  // what the library refuses is the status line's
-    if (options.step >= 0) session->setStep(options.step);
+    if (placed && options.step >= 0) session->setStep(options.step);
   }
   if (!options.screenshot.isEmpty()) {
     try {

@@ -42,9 +42,9 @@ struct OptionProblem {
   QString title, message;  // message: one line naming the file or value and what is wrong
 };
 // Opens options.trace in `window` and sets the rest; what cannot be applied (the trace, the
-// budget, the policy, the mode, a screenshot path that cannot be written), each with a
-// dialog title. Engine options the library refuses are the status line's message, not a
-// problem.
+// budget, the policy, a place the trace does not have, the mode, a screenshot path that
+// cannot be written), each with a dialog title. Engine options the library refuses are the
+// status line's message, not a problem.
 std::vector<OptionProblem> applyOptions(MainWindow& window, const GuiOptions& options);
 
 // Whether no one is there to answer a dialog: a screenshot or a time to quit is asked for,

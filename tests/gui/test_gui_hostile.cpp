@@ -136,4 +136,17 @@ TEST_F(GuiHostile, TracesThatCannotBeOpenedAreOneLine) {
   EXPECT_FALSE(fs::exists(dir_.file("shot.png")));
 }
 
+// A place the trace does not have is refused as kvsim replay refuses it, not shown as the
+// nearest place it has.
+TEST_F(GuiHostile, PlacesOutsideTheTraceAreRefused) {
+  const std::string shot = " --screenshot " + dir_.file("shot.png");
+  expect_refused(gui(kTrace + " --layer 99" + shot), kTrace + ": layer 99 out of range (the trace has 6)");
+  expect_refused(gui(kTrace + " --layer -1" + shot), "layer -1 out of range (the trace has 6)");
+  expect_refused(gui(kTrace + " --head 6" + shot), "head 6 out of range (the trace has 6)");
+  expect_refused(gui(kTrace + " --seq 8" + shot), "sequence 8 out of range (the trace has 8)");
+  expect_refused(gui(kTrace + " --step 256" + shot), "step 256 out of range (sequence 0 has 256)");
+  expect_refused(gui(kTrace + " --step -2" + shot), "step -2 out of range (sequence 0 has 256)");
+  EXPECT_FALSE(fs::exists(dir_.file("shot.png")));
+}
+
 }  // namespace

@@ -137,7 +137,15 @@ class GuiTest(unittest.TestCase):
     def test_bad_options_raise_input_error(self):
         for options, message in ((dict(policy="nope"), "kvsim.gui: Bad policy: unknown policy 'nope'"),
                                  (dict(layer="x"), "kvsim.gui: --layer: 'x' is not an integer"),
-                                 (dict(colour="red"), "kvsim.gui: Unknown option 'colour'.")):
+                                 (dict(colour="red"), "kvsim.gui: Unknown option 'colour'."),
+                                 (dict(layer=99), "kvsim.gui: Not in the trace: " + TRACE +
+                                  ": layer 99 out of range (the trace has 6)"),
+                                 (dict(head=-1), "kvsim.gui: Not in the trace: " + TRACE +
+                                  ": head -1 out of range (the trace has 6)"),
+                                 (dict(seq=8), "kvsim.gui: Not in the trace: " + TRACE +
+                                  ": sequence 8 out of range (the trace has 8)"),
+                                 (dict(step=256), "kvsim.gui: Not in the trace: " + TRACE +
+                                  ": step 256 out of range (sequence 0 has 256)")):
             with self.assertRaises(kvsim.InputError) as caught:
                 kvsim.gui(TRACE, quit_after_ms=0, **options)
             self.assertTrue(str(caught.exception).startswith(message), str(caught.exception))
