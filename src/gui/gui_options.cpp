@@ -1,15 +1,24 @@
 #include "gui_options.hpp"
 
 #include <QApplication>
+#include <QBuffer>
 #include <QCommandLineParser>
 #include <QImage>
 #include <QTimer>
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 #include <exception>
+#include <string>
 
 #include "controls_panel.hpp"
 #include "engine_options_panel.hpp"
+#include "kvsim/core/lists.hpp"
 #include "kvsim/core/version.hpp"
+#include "kvtrace/atomic_file.hpp"
+#include "kvtrace/error.hpp"
+#include "kvtrace/reader.hpp"
 #include "main_window.hpp"
 #include "policy_editor.hpp"
 #include "session.hpp"
@@ -113,32 +122,106 @@ QString noDisplayMessage() {
          "QT_QPA_PLATFORM=offscreen";
 }
 
+bool unattended(const GuiOptions& options) {
+  if (!options.screenshot.isEmpty() || options.quit_after_ms >= 0) return true;
+  const QString platform = QGuiApplication::platformName();
+  return platform == "offscreen" || platform == "minimal";
+}
+
+namespace {
+
+// Refuses a place the trace does not have as kvsim replay refuses it (its --seqs and
+// --layers), rather than showing the nearest place it has.
+void checkPlace(const kvtrace::TraceReader& reader, const GuiOptions& options) {
+  const std::string& file = reader.path();
+  kvsim::chosen_or_all({options.seq}, reader.n_sequences(), "sequence", file);
+  kvsim::chosen_or_all({options.layer}, reader.meta().n_layers, "layer", file);
+  kvsim::chosen_or_all({options.head}, reader.meta().n_heads, "head", file);
+  const int64_t steps = reader.sequence(options.seq).n_tokens;
+  if (options.step < -1 || options.step >= steps)  // -1: the last step
+    throw kvtrace::InputError(file, "",
+                              "step " + std::to_string(options.step) + " out of range (sequence " +
+                                  std::to_string(options.seq) + " has " + std::to_string(steps) + ")");
+}
+
+// Checked before the run, as kvsim checks its outputs: a folder that is not there, a
+// directory, a FIFO, the trace itself.
+void checkScreenshotPath(const GuiOptions& options) {
+  const std::string path = options.screenshot.toStdString();
+  kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
+  kvtrace::check_distinct_paths({options.trace.toStdString()}, {path});
+}
+
+// The window's PNG, encoded in memory, written as every kvsim output is: under a temporary
+// name renamed into place once complete, so a full disk leaves whatever was at `path`.
+void writeScreenshot(const QImage& image, const QString& path) {
+  QByteArray png;
+  QBuffer buffer(&png);
+  buffer.open(QIODevice::WriteOnly);
+  if (!image.save(&buffer, "PNG")) throw kvtrace::InputError(path.toStdString(), "", "cannot encode the PNG");
+  kvtrace::AtomicFile file(path.toStdString());
+  std::FILE* out = std::fopen(file.temp_path().c_str(), "wb");
+  if (!out) throw kvtrace::InputError(path.toStdString(), "", std::strerror(errno));
+  int error = 0;  // the first failure's
+  const auto failed = [&error]() {
+    if (error == 0) error = errno != 0 ? errno : EIO;
+  };
+  if (std::fwrite(png.constData(), 1, static_cast<size_t>(png.size()), out) != static_cast<size_t>(png.size()))
+    failed();
+  if (std::fflush(out) != 0) failed();
+  if (std::fclose(out) != 0) failed();
+  if (error != 0) throw kvtrace::InputError(path.toStdString(), "", std::strerror(error));
+  file.commit();
+}
+
+}  // namespace
+
 std::vector<OptionProblem> applyOptions(MainWindow& window, const GuiOptions& options) {
   std::vector<OptionProblem> problems;
-  if (options.trace.isEmpty()) return problems;
-  QString error;
-  if (!window.openFile(options.trace, &error)) {
-    problems.push_back({QObject::tr("Cannot open the trace"), error});
-    return problems;
+  const auto problem = [&problems](const QString& title, const std::exception& e) {
+    problems.push_back({title, QString::fromStdString(e.what())});
+  };
+  if (!options.trace.isEmpty()) {
+    QString error;
+    if (!window.openFile(options.trace, &error)) {
+      problems.push_back({QObject::tr("Cannot open the trace"), error});
+      return problems;
+    }
   }
   Session* session = window.session();
-  try {
-    session->setBudget(kvsim::Budget::parse(options.budget.toStdString()));
-  } catch (const std::exception& e) {
-    problems.push_back({QObject::tr("Bad budget"), QString::fromStdString(e.what())});
+  bool placed = false;
+  if (session->isOpen()) {
+    try {
+      session->setBudget(kvsim::Budget::parse(options.budget.toStdString()));
+    } catch (const std::exception& e) {
+      problem(QObject::tr("Bad budget"), e);
+    }
+    window.controls()->policyEditor()->setPolicy(options.policy);
+    QString policy_error;
+    if (!session->setPolicy(options.policy.toStdString(), {}, &policy_error))
+      problems.push_back({QObject::tr("Bad policy"), policy_error});
+    try {
+      checkPlace(*session->reader(), options);
+      session->setLocation(options.seq, options.layer, options.head);
+      placed = true;
+    } catch (const std::exception& e) {
+      problem(QObject::tr("Not in the trace"), e);
+    }
+    try {
+      session->setMode(kvsim::parse_mode(options.mode.toStdString()));
+    } catch (const std::exception& e) {
+      problem(QObject::tr("Bad mode"), e);
+    }
+    window.controls()->engineOptions()->setOptions(options.engine);  // what the library refuses is the status line's
+    if (placed && options.step >= 0) session->setStep(options.step);
   }
-  window.controls()->policyEditor()->setPolicy(options.policy);
-  QString policy_error;
-  if (!session->setPolicy(options.policy.toStdString(), {}, &policy_error))
-    problems.push_back({QObject::tr("Bad policy"), policy_error});
-  session->setLocation(options.seq, options.layer, options.head);
-  try {
-    session->setMode(kvsim::parse_mode(options.mode.toStdString()));
-  } catch (const std::exception& e) {
-    problems.push_back({QObject::tr("Bad mode"), QString::fromStdString(e.what())});
+  if (!options.screenshot.isEmpty()) {
+    try {
+      checkScreenshotPath(options);
+    } catch (const std::exception& e) {
+      problem(QObject::tr("Cannot write the screenshot"), e);
+    }
   }
-  window.controls()->engineOptions()->setOptions(options.engine);  // what the library refuses is the status line's
-  if (options.step >= 0) session->setStep(options.step);
   return problems;
 }
 
@@ -149,9 +232,11 @@ void runUnattended(MainWindow& window, const GuiOptions& options, QString* error
     int code = 0;
     if (!options.screenshot.isEmpty()) {
       QApplication::processEvents();  // the layouts and the last repaints
-      if (!window.grab().toImage().save(options.screenshot, "PNG")) {
-        *error = QObject::tr("cannot write the screenshot %1").arg(options.screenshot);
-        code = 1;
+      try {
+        writeScreenshot(window.grab().toImage(), options.screenshot);
+      } catch (const std::exception& e) {
+        *error = QObject::tr("cannot write the screenshot: %1").arg(QString::fromStdString(e.what()));
+        code = 2;
       }
     }
     QTimer::singleShot(code == 0 ? std::max(0, options.quit_after_ms) : 0, qApp,

@@ -39,16 +39,23 @@ bool hasDisplay();
 QString noDisplayMessage();
 
 struct OptionProblem {
-  QString title, message;
+  QString title, message;  // message: one line naming the file or value and what is wrong
 };
 // Opens options.trace in `window` and sets the rest; what cannot be applied (the trace, the
-// budget, the policy or the mode), each with a dialog title. Engine options the library
-// refuses are the status line's message, not a problem.
+// budget, the policy, a place the trace does not have, the mode, a screenshot path that
+// cannot be written), each with a dialog title. Engine options the library refuses are the
+// status line's message, not a problem.
 std::vector<OptionProblem> applyOptions(MainWindow& window, const GuiOptions& options);
 
+// Whether no one is there to answer a dialog: a screenshot or a time to quit is asked for,
+// or the platform shows nothing (offscreen). A problem is then one line and exit code 2.
+// Needs the application.
+bool unattended(const GuiOptions& options);
+
 // With a screenshot or quit_after_ms >= 0: once every view has caught up (MainWindow::waitIdle),
-// saves the window as PNG and quits the application then, or quit_after_ms later. A PNG that
-// cannot be written quits with exit code 1 and the reason in *error (which must outlive the
+// saves the window as PNG and quits the application then, or quit_after_ms later. The PNG is
+// written whole or not at all (a full disk leaves what was there); when it cannot be written
+// the application quits with exit code 2 and the reason in *error (which must outlive the
 // event loop).
 void runUnattended(MainWindow& window, const GuiOptions& options, QString* error);
 

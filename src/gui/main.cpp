@@ -6,10 +6,25 @@
 
 #include "gui_options.hpp"
 #include "kvsim/core/heap.hpp"
+#include "kvtrace/atomic_file.hpp"
 #include "main_window.hpp"
+
+namespace {
+
+QtMessageHandler qt_messages = nullptr;
+
+// Qt's notes on the platform (XDG_RUNTIME_DIR unset, the offscreen platform's size hints) say
+// nothing about the trace or the screenshot: a refusal stays the one line.
+void withoutPlatformNotes(QtMsgType type, const QMessageLogContext& context, const QString& message) {
+  if (message.startsWith("QStandardPaths:") || message.contains("propagateSizeHints")) return;
+  qt_messages(type, context, message);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   kvsim::keep_large_blocks_in_heap(256 << 20, true);  // lookahead's future sums: 2 x 67 MB at 4k tokens
+  kvtrace::remove_temporaries_on_signals();           // a screenshot's temporary file does not outlive Ctrl-C
   // Parsed before any QApplication exists: --help, --version and a bad option work without
   // a display, and no display is one line.
   QStringList arguments;
@@ -30,14 +45,19 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvsim-gui: %s\n", qPrintable(kvgui::noDisplayMessage()));
     return 2;
   }
+  qt_messages = qInstallMessageHandler(withoutPlatformNotes);
   QApplication app(argc, argv);
   QApplication::setOrganizationName("kvsim");
   QApplication::setApplicationName("kvsim-gui");
 
   kvgui::MainWindow window;
   window.show();
-  for (const kvgui::OptionProblem& problem : kvgui::applyOptions(window, line.options))
-    QMessageBox::warning(&window, problem.title, problem.message);
+  const std::vector<kvgui::OptionProblem> problems = kvgui::applyOptions(window, line.options);
+  if (!problems.empty() && kvgui::unattended(line.options)) {
+    std::fprintf(stderr, "kvsim-gui: %s\n", qPrintable(problems.front().message));
+    return 2;
+  }
+  for (const kvgui::OptionProblem& problem : problems) QMessageBox::warning(&window, problem.title, problem.message);
   QString error;
   kvgui::runUnattended(window, line.options, &error);
   const int code = app.exec();

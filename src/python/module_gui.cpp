@@ -146,7 +146,7 @@ py::object gui(const std::vector<std::string>& args) {
   }
   if (interrupted) throw py::error_already_set();
   if (!refused.empty()) throw InputError("", "", "kvsim.gui: " + refused);
-  if (!unwritten.empty()) throw std::runtime_error("kvsim.gui: " + unwritten);
+  if (!unwritten.empty()) throw InputError("", "", "kvsim.gui: " + unwritten);
   return shown_dict(std::move(shown));
 }
 

@@ -137,7 +137,15 @@ class GuiTest(unittest.TestCase):
     def test_bad_options_raise_input_error(self):
         for options, message in ((dict(policy="nope"), "kvsim.gui: Bad policy: unknown policy 'nope'"),
                                  (dict(layer="x"), "kvsim.gui: --layer: 'x' is not an integer"),
-                                 (dict(colour="red"), "kvsim.gui: Unknown option 'colour'.")):
+                                 (dict(colour="red"), "kvsim.gui: Unknown option 'colour'."),
+                                 (dict(layer=99), "kvsim.gui: Not in the trace: " + TRACE +
+                                  ": layer 99 out of range (the trace has 6)"),
+                                 (dict(head=-1), "kvsim.gui: Not in the trace: " + TRACE +
+                                  ": head -1 out of range (the trace has 6)"),
+                                 (dict(seq=8), "kvsim.gui: Not in the trace: " + TRACE +
+                                  ": sequence 8 out of range (the trace has 8)"),
+                                 (dict(step=256), "kvsim.gui: Not in the trace: " + TRACE +
+                                  ": step 256 out of range (sequence 0 has 256)")):
             with self.assertRaises(kvsim.InputError) as caught:
                 kvsim.gui(TRACE, quit_after_ms=0, **options)
             self.assertTrue(str(caught.exception).startswith(message), str(caught.exception))
@@ -148,8 +156,11 @@ class GuiTest(unittest.TestCase):
         self.assertEqual(shown["exit_code"], 0)
         with open(path, "rb") as f:
             self.assertEqual(f.read(8), b"\x89PNG\r\n\x1a\n")
-        with self.assertRaises(RuntimeError):
-            kvsim.gui(TRACE, screenshot=os.path.join(self.tmp.name, "no", "such", "dir.png"))
+        missing = os.path.join(self.tmp.name, "no", "such", "dir.png")
+        with self.assertRaises(kvsim.InputError) as caught:
+            kvsim.gui(TRACE, screenshot=missing)
+        self.assertEqual(str(caught.exception),
+                         "kvsim.gui: Cannot write the screenshot: " + missing + ": cannot write: directory does not exist")
 
     def test_docs_block_prints_what_is_shown(self):
         printed = io.StringIO()
