@@ -4,6 +4,7 @@
 
 #include <Eigen/Core>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -11,6 +12,7 @@
 #include <fstream>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 #include "kvtrace/error.hpp"
 
@@ -66,6 +68,49 @@ std::int64_t expected_floats(const Llama2Config& p) {
   return n;
 }
 
+// A value that is not finite, as the error lines show it.
+std::string shown(float value) { return std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf"; }
+
+// A weight tensor as the checkpoint stores it; per_layer is 0 for a tensor outside the layers.
+struct WeightTensor {
+  const char* name;
+  const float* data;
+  std::int64_t count, per_layer;
+};
+
+// Index of the first NaN or infinity in data[0, count), or -1. A block's largest magnitude
+// (as bits) is found without branches, which the compiler vectorises: the scan of a whole
+// checkpoint costs a small share of reading it.
+std::int64_t first_non_finite(const float* data, std::int64_t count) {
+  constexpr std::int64_t kBlock = 4096;
+  constexpr std::uint32_t kInfinity = 0x7f800000u;  // magnitudes at or above it are inf or NaN
+  for (std::int64_t start = 0; start < count; start += kBlock) {
+    const std::int64_t end = std::min(count, start + kBlock);
+    std::uint32_t largest = 0;
+    for (std::int64_t i = start; i < end; ++i)
+      largest = std::max(largest, std::bit_cast<std::uint32_t>(data[i]) & 0x7fffffffu);
+    if (largest < kInfinity) continue;
+    for (std::int64_t i = start; i < end; ++i)
+      if (!std::isfinite(data[i])) return i;
+  }
+  return -1;
+}
+
+// A NaN or infinite weight makes every logit NaN or every softmax degenerate, which the
+// metrics would then report as numbers; such a checkpoint is refused where it is read.
+void check_finite(const WeightTensor& tensor, const std::string& path) {
+  const std::int64_t bad = first_non_finite(tensor.data, tensor.count);
+  if (bad < 0) return;
+  const std::string value = shown(tensor.data[bad]);
+  std::string where = std::string("tensor ") + tensor.name;
+  if (tensor.per_layer > 0)
+    where += " (layer " + std::to_string(bad / tensor.per_layer) + ") holds " + value + " at index " +
+             std::to_string(bad % tensor.per_layer);
+  else
+    where += " holds " + value + " at index " + std::to_string(bad);
+  throw InputError(path, "", where + "; every weight must be finite");
+}
+
 }  // namespace
 
 Llama2Model Llama2Model::load(const std::string& path) {
@@ -106,29 +151,33 @@ Llama2Model Llama2Model::load(const std::string& path) {
   if (!in.read(reinterpret_cast<char*>(m.data_.data()), n_floats * 4))
     throw InputError(path, "", "could not read the weights");
 
-  // Lay the weight pointers over the data, in llama2.c's memory_map_weights order.
+  // Lay the weight pointers over the data, in llama2.c's memory_map_weights order, each
+  // tensor the forward pass reads listed for the finiteness check.
   const std::int64_t dim = p.dim, hidden = p.hidden_dim, layers = p.n_layers, kv_dim = p.kv_dim(), vocab = p.vocab_size;
   const float* ptr = m.data_.data();
-  auto take = [&ptr](std::int64_t n) {
+  std::vector<WeightTensor> tensors;
+  auto take = [&](const char* name, std::int64_t n, std::int64_t per_layer = 0) {
     const float* at = ptr;
     ptr += n;
+    if (name) tensors.push_back({name, at, n, per_layer});
     return at;
   };
   Weights& w = m.w_;
-  w.token_embedding = take(vocab * dim);
-  w.rms_att = take(layers * dim);
-  w.wq = take(layers * dim * dim);
-  w.wk = take(layers * dim * kv_dim);
-  w.wv = take(layers * dim * kv_dim);
-  w.wo = take(layers * dim * dim);
-  w.rms_ffn = take(layers * dim);
-  w.w1 = take(layers * dim * hidden);
-  w.w2 = take(layers * hidden * dim);
-  w.w3 = take(layers * dim * hidden);
-  w.rms_final = take(dim);
-  take(std::int64_t{p.seq_len} * p.head_dim() / 2);  // freq_cis_real
-  take(std::int64_t{p.seq_len} * p.head_dim() / 2);  // freq_cis_imag
-  w.wcls = p.shared_classifier ? w.token_embedding : take(vocab * dim);
+  w.token_embedding = take("token_embedding_table", vocab * dim);
+  w.rms_att = take("rms_att_weight", layers * dim, dim);
+  w.wq = take("wq", layers * dim * dim, dim * dim);
+  w.wk = take("wk", layers * dim * kv_dim, dim * kv_dim);
+  w.wv = take("wv", layers * dim * kv_dim, dim * kv_dim);
+  w.wo = take("wo", layers * dim * dim, dim * dim);
+  w.rms_ffn = take("rms_ffn_weight", layers * dim, dim);
+  w.w1 = take("w1", layers * dim * hidden, dim * hidden);
+  w.w2 = take("w2", layers * hidden * dim, hidden * dim);
+  w.w3 = take("w3", layers * dim * hidden, dim * hidden);
+  w.rms_final = take("rms_final_weight", dim);
+  take(nullptr, std::int64_t{p.seq_len} * p.head_dim() / 2);  // freq_cis_real: unused, RoPE is computed
+  take(nullptr, std::int64_t{p.seq_len} * p.head_dim() / 2);  // freq_cis_imag
+  w.wcls = p.shared_classifier ? w.token_embedding : take("wcls", vocab * dim);
+  for (const WeightTensor& tensor : tensors) check_finite(tensor, path);
 
   // RoPE table, with llama2.c's exact float expressions.
   const int head_size = p.head_dim(), pairs = head_size / 2;

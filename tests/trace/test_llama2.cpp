@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -385,6 +386,33 @@ TEST(Llama2Tiny, BadFilesThrowInputError) {
     fs::remove(p);
   }
   EXPECT_THROW(Llama2Model::load(temp_file("does-not-exist.bin").string()), InputError);
+}
+
+// The message of the InputError that `load` throws, or "" when it throws none.
+template <typename Load>
+std::string input_error(Load load) {
+  try {
+    load();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Llama2Tiny, NonFiniteWeightThrowsInputErrorNamingTheTensor) {
+  std::vector<float> weights = kvtest::normal_weights(tiny_floats(), 42);
+  weights.back() = std::numeric_limits<float>::quiet_NaN();  // wcls, the last tensor
+  fs::path path = temp_file("nan.bin");
+  kvtest::write_llama2(path.string(), kTinyHeader, weights);
+  EXPECT_EQ(input_error([&] { Llama2Model::load(path.string()); }),
+            path.string() + ": tensor wcls holds nan at index 127; every weight must be finite");
+
+  weights = kvtest::normal_weights(tiny_floats(), 42);
+  weights[16 * 8 + 2 * 8 + 2 * 64 + 32 + 2] = std::numeric_limits<float>::infinity();  // wk, layer 1
+  kvtest::write_llama2(path.string(), kTinyHeader, weights);
+  EXPECT_EQ(input_error([&] { Llama2Model::load(path.string()); }),
+            path.string() + ": tensor wk (layer 1) holds inf at index 2; every weight must be finite");
+  fs::remove(path);
 }
 
 // ---------------------------------------------------------------------------------------

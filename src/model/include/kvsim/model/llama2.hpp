@@ -65,7 +65,8 @@ struct AttentionHook {
 class Llama2Model {
  public:
   // Reads the whole checkpoint into memory. Throws InputError(path, "", problem) for a
-  // missing file, an implausible header or a size that does not match the header.
+  // missing file, an implausible header, a size that does not match the header, or a NaN or
+  // infinity in any tensor the forward pass reads (named with its layer and index).
   static Llama2Model load(const std::string& path);
 
   Llama2Model(Llama2Model&&) noexcept = default;
