@@ -209,11 +209,13 @@ RopeMeta llama2_rope(const Llama2Config& config) {
 
 namespace {
 
-// o = weight * (x / sqrt(mean(x^2) + 1e-5)); o may alias x.
-void rmsnorm(float* o, const float* x, const float* weight, int size) {
+// o = weight * (x / sqrt(mean(x^2) + 1e-5)); o may alias x. Returns mean(x^2) + 1e-5, which is
+// not finite when x is not, or when x is finite but its squares overflow float32 (o is then 0).
+float rmsnorm(float* o, const float* x, const float* weight, int size) {
   const float ss = ConstVectorMap(x, size).squaredNorm() / static_cast<float>(size) + 1e-5f;
   const float scale = 1.0f / std::sqrt(ss);
   VectorMap(o, size) = ConstVectorMap(weight, size).cwiseProduct(scale * ConstVectorMap(x, size));
+  return ss;
 }
 
 // In place, over x[0..size).
@@ -292,6 +294,20 @@ std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
   const float sqrt_head_size = std::sqrt(static_cast<float>(head_size));
   float* x = x_.data();
   float* xb = xb_.data();
+  // A forward pass that leaves float32 would give NaN or uniform logits, which perplexity and
+  // agreement would report as numbers: it stops here, naming the step.
+  auto overflow = [&](const std::string& what) {
+    return InputError(m.path(), "",
+                      "position " + std::to_string(pos) + " (token " + std::to_string(token) + "): " + what +
+                          "; the weights are finite but the forward pass overflows float32");
+  };
+  auto normalize = [&](float* out, const float* weight, int layer, const char* norm) {
+    const float ss = rmsnorm(out, x, weight, dim);
+    if (std::isfinite(ss)) return;
+    const std::string where =
+        layer < 0 ? std::string("the final RMSNorm") : "layer " + std::to_string(layer) + "'s " + norm + " RMSNorm";
+    throw overflow("the hidden state at " + where + " has mean square " + shown(ss));
+  };
 
   // The token's embedding.
   std::copy_n(w.token_embedding + static_cast<std::ptrdiff_t>(token) * dim, dim, x);
@@ -299,7 +315,7 @@ std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
   for (int l = 0; l < p.n_layers; ++l) {
     const std::ptrdiff_t ld = static_cast<std::ptrdiff_t>(l) * dim;
     // Attention RMSNorm.
-    rmsnorm(xb, x, w.rms_att + ld, dim);
+    normalize(xb, w.rms_att + ld, l, "attention");
 
     // q, k, v for this position; k and v go straight into the cache.
     const std::ptrdiff_t loff = static_cast<std::ptrdiff_t>(l) * p.seq_len * kv_dim;
@@ -360,7 +376,7 @@ std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
     VectorMap(x, dim) += ConstVectorMap(xb2_.data(), dim);
 
     // FFN: w2(silu(w1 x) * w3 x), and residual.
-    rmsnorm(xb, x, w.rms_ffn + ld, dim);
+    normalize(xb, w.rms_ffn + ld, l, "FFN");
     const std::ptrdiff_t lh = static_cast<std::ptrdiff_t>(l) * dim * hidden;
     matmul(hb_.data(), xb, w.w1 + lh, dim, hidden);
     matmul(hb2_.data(), xb, w.w3 + lh, dim, hidden);
@@ -374,8 +390,10 @@ std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
   }
 
   // Final RMSNorm and classifier.
-  rmsnorm(x, x, w.rms_final, dim);
+  normalize(x, w.rms_final, -1, nullptr);
   matmul(logits_.data(), x, w.wcls, dim, p.vocab_size);
+  const std::int64_t bad = first_non_finite(logits_.data(), p.vocab_size);
+  if (bad >= 0) throw overflow("logit " + std::to_string(bad) + " is " + shown(logits_[static_cast<std::size_t>(bad)]));
   ++pos_;
   return logits_;
 }

@@ -124,4 +124,25 @@ TEST_F(HostileEval, NonFiniteWeightIsRefusedWhenTheCheckpointLoads) {
   EXPECT_EQ(kvtest::run_kvsim(eval(write("freq.bin", tiny_header(), w))).code, 0);
 }
 
+TEST_F(HostileEval, FiniteWeightsWhoseForwardPassOverflowsStopTheRun) {
+  std::vector<float> huge_embeddings = weights(tiny_header());
+  for (int64_t i = 0; i < 259 * 8; ++i) huge_embeddings[static_cast<size_t>(i)] *= 1e30f;
+  const std::string embeddings = write("embeddings.bin", tiny_header(), huge_embeddings);
+  // BOS (id 1) first: its embedding's squares overflow before the first norm.
+  const std::vector<std::string> expected = {embeddings + ": sequence 0: position 0 (token 1): ",
+                                             "layer 0's attention RMSNorm has mean square inf"};
+  expect_refused(eval(embeddings), expected);
+  expect_refused(capture(embeddings), {embeddings + ": sequence 0: position 0 (token 1): ", expected[1]});
+
+  // An unshared classifier of huge weights: the hidden state is fine, the logits are not.
+  const std::vector<int32_t> unshared = tiny_header(-259);
+  std::vector<float> huge_classifier = weights(unshared);
+  const auto final_norm = static_cast<size_t>(offset_of(unshared, "rms_final_weight"));
+  for (size_t i = final_norm; i < final_norm + 8; ++i) huge_classifier[i] = 1e10f;
+  for (size_t i = static_cast<size_t>(offset_of(unshared, "wcls")); i < huge_classifier.size(); ++i)
+    huge_classifier[i] = 3e38f;
+  const std::string classifier = write("classifier.bin", unshared, huge_classifier);
+  expect_refused(eval(classifier), {classifier + ": sequence 0: position 0 (token 1): logit 0 is "});
+}
+
 }  // namespace

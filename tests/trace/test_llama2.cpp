@@ -415,6 +415,22 @@ TEST(Llama2Tiny, NonFiniteWeightThrowsInputErrorNamingTheTensor) {
   fs::remove(path);
 }
 
+TEST(Llama2Tiny, ForwardThatOverflowsThrowsInputErrorNamingThePosition) {
+  std::vector<float> weights = kvtest::normal_weights(tiny_floats(), 42);
+  for (int i = 0; i < 8; ++i) weights[5 * 8 + i] *= 1e30f;  // token 5's embedding: finite, its squares not
+  const fs::path path = temp_file("overflow.bin");
+  kvtest::write_llama2(path.string(), kTinyHeader, weights);
+  const Llama2Model model = Llama2Model::load(path.string());
+  Llama2Session session(model);
+  session.forward(3);
+  session.forward(4);
+  EXPECT_EQ(input_error([&] { session.forward(5); }),
+            path.string() +
+                ": position 2 (token 5): the hidden state at layer 0's attention RMSNorm has mean square inf; the "
+                "weights are finite but the forward pass overflows float32");
+  fs::remove(path);
+}
+
 // ---------------------------------------------------------------------------------------
 // A synthetic tokenizer: <unk>, BOS, EOS, 256 "<0xHH>" byte tokens, then a few pieces.
 

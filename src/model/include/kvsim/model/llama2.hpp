@@ -105,7 +105,10 @@ class Llama2Session {
 
   // Feeds token at position() and advances it. Returns the logits [vocab_size], valid until
   // the next call. Throws std::out_of_range for a token outside the vocabulary or when the
-  // sequence would exceed seq_len.
+  // sequence would exceed seq_len, and InputError(model path, "", problem naming the position
+  // and token) when a hidden state entering an RMSNorm has a sum of squares that is not
+  // finite in float32 (an overflow, or NaN) or a logit is not finite: finite weights too
+  // large for the forward pass.
   std::span<const float> forward(int token, AttentionHook* hook = nullptr);
 
   int position() const { return pos_; }
