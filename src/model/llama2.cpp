@@ -2,14 +2,19 @@
 // Reads top to bottom like llama2.c's run.c; matrix-vector products go through Eigen.
 #include "kvsim/model/llama2.hpp"
 
+#include <unistd.h>
+
 #include <Eigen/Core>
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <new>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -66,6 +71,35 @@ std::int64_t expected_floats(const Llama2Config& p) {
   n += 2 * (std::int64_t{p.seq_len} * p.head_dim() / 2);    // freq_cis_real, freq_cis_imag
   if (!p.shared_classifier) n += vocab * dim;               // wcls
   return n;
+}
+
+// The memory the machine has: what an allocation larger than this would only get by swapping
+// or by being killed when the pages are touched.
+std::int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(pages) * page_size;
+}
+
+std::string gib(std::int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  return text;
+}
+
+// Sizes `floats` to `count` values for the checkpoint at `path`, refusing what cannot fit in
+// memory before touching it, and turning a refused allocation (an address-space limit, say)
+// into the same one line.
+void allocate_floats(std::vector<float>& floats, std::int64_t count, const std::string& path, const std::string& what) {
+  const std::int64_t bytes = count * static_cast<std::int64_t>(sizeof(float));
+  const std::string cannot = "cannot hold " + what + ": " + std::to_string(bytes) + " bytes (" + gib(bytes) + ")";
+  const std::int64_t memory = physical_memory_bytes();
+  if (bytes > memory) throw InputError(path, "", cannot + ", more than this machine's " + gib(memory) + " of memory");
+  try {
+    floats.resize(static_cast<std::size_t>(count));
+  } catch (const std::bad_alloc&) {
+    throw InputError(path, "", cannot + " could not be allocated");
+  }
 }
 
 // A value that is not finite, as the error lines show it.
@@ -147,7 +181,7 @@ Llama2Model Llama2Model::load(const std::string& path) {
                          ", " + std::to_string(p.n_layers) + " layers, vocab " + std::to_string(p.vocab_size) +
                          ") needs " + std::to_string(want_bytes));
 
-  m.data_.resize(static_cast<std::size_t>(n_floats));
+  allocate_floats(m.data_, n_floats, path, "the weights");
   if (!in.read(reinterpret_cast<char*>(m.data_.data()), n_floats * 4))
     throw InputError(path, "", "could not read the weights");
 
@@ -272,8 +306,8 @@ Llama2Session::Llama2Session(const Llama2Model& model) : model_(&model) {
   att_.resize(p.seq_len);
   full_att_.resize(p.seq_len);
   logits_.resize(p.vocab_size);
-  key_cache_.resize(cache);
-  value_cache_.resize(cache);
+  allocate_floats(key_cache_, static_cast<std::int64_t>(cache), model.path(), "the key cache of a sequence");
+  allocate_floats(value_cache_, static_cast<std::int64_t>(cache), model.path(), "the value cache of a sequence");
   all_positions_.resize(p.seq_len);
   std::iota(all_positions_.begin(), all_positions_.end(), 0);
 }

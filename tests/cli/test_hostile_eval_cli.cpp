@@ -145,4 +145,40 @@ TEST_F(HostileEval, FiniteWeightsWhoseForwardPassOverflowsStopTheRun) {
   expect_refused(eval(classifier), {classifier + ": sequence 0: position 0 (token 1): logit 0 is "});
 }
 
+// A sparse file: its size matches the header, but the weights could never be held.
+TEST_F(HostileEval, CheckpointLargerThanMemoryIsRefusedBeforeAllocating) {
+  const std::vector<int32_t> header = {8192, 32768, 1024, 64, 8, 32000, 4096};  // 3.9 TB of weights
+  const int64_t bytes = 28 + 4 * kvtest::llama2_floats(header.data());
+  const std::string model = dir_.file("huge.bin");
+  kvtest::write_llama2(model, header.data(), {});
+  std::error_code ec;
+  fs::resize_file(model, static_cast<uintmax_t>(bytes), ec);
+  if (ec) GTEST_SKIP() << "no sparse file of " << bytes << " bytes here: " << ec.message();
+  const std::string asked = "cannot hold the weights: " + std::to_string(bytes - 28) + " bytes";
+  expect_refused(eval(model), {model + ": ", asked, "more than this machine's"});
+  expect_refused(capture(model), {model + ": ", asked});
+}
+
+// Under an address-space limit, a checkpoint that fits in memory still cannot be allocated.
+TEST_F(HostileEval, WeightsBeyondTheAddressSpaceLimitAreOneLine) {
+  const std::vector<int32_t> header = {1024, 4096, 64, 16, 16, 32000, 256};  // 4.4 GB of weights
+  const int64_t bytes = 28 + 4 * kvtest::llama2_floats(header.data());
+  const std::string model = dir_.file("big.bin");
+  kvtest::write_llama2(model, header.data(), {});
+  std::error_code ec;
+  fs::resize_file(model, static_cast<uintmax_t>(bytes), ec);
+  if (ec) GTEST_SKIP() << "no sparse file of " << bytes << " bytes here: " << ec.message();
+  // run_kvsim's shell sets the limit (2 GB) for the kvsim it then starts.
+  auto run_limited = [](const std::string& args) { return kvtest::run_kvsim(args, "ulimit -v 2000000;"); };
+  const std::string asked = "cannot hold the weights: " + std::to_string(bytes - 28) + " bytes";
+  for (const std::string& args : {eval(model), capture(model)}) {
+    const kvtest::CliResult result = run_limited(args);
+    EXPECT_EQ(result.code, 2) << result.output;
+    EXPECT_EQ(kvtest::count_lines(result.output), 1) << result.output;
+    EXPECT_NE(result.output.find(model + ": " + asked), std::string::npos) << result.output;
+    EXPECT_FALSE(fs::exists(csv_));
+    EXPECT_FALSE(fs::exists(trace_));
+  }
+}
+
 }  // namespace

@@ -65,8 +65,9 @@ struct AttentionHook {
 class Llama2Model {
  public:
   // Reads the whole checkpoint into memory. Throws InputError(path, "", problem) for a
-  // missing file, an implausible header, a size that does not match the header, or a NaN or
-  // infinity in any tensor the forward pass reads (named with its layer and index).
+  // missing file, an implausible header, a size that does not match the header, weights
+  // larger than the machine's memory (or an allocation refused), or a NaN or infinity in any
+  // tensor the forward pass reads (named with its layer and index).
   static Llama2Model load(const std::string& path);
 
   Llama2Model(Llama2Model&&) noexcept = default;
@@ -101,6 +102,8 @@ class Llama2Model {
 // outlive the session. Sessions of one model may run in parallel threads.
 class Llama2Session {
  public:
+  // Throws InputError(model path, ...) when the key and value caches for seq_len positions
+  // do not fit in memory.
   explicit Llama2Session(const Llama2Model& model);
 
   // Feeds token at position() and advances it. Returns the logits [vocab_size], valid until
