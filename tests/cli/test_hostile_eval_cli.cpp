@@ -181,4 +181,16 @@ TEST_F(HostileEval, WeightsBeyondTheAddressSpaceLimitAreOneLine) {
   }
 }
 
+TEST_F(HostileEval, CheckpointAndTokenizerOfDifferentVocabulariesNameBoth) {
+  std::vector<std::pair<std::string, float>> pieces;
+  for (int i = 259; i < 32000; ++i) pieces.emplace_back(std::to_string(i), -1.0f);
+  kvtest::write_byte_tokenizer(tokenizer_, pieces);
+  const std::string model = write("vocab100.bin", tiny_header(100), weights(tiny_header(100)));
+  const std::vector<std::string> expected = {
+      model + ": the checkpoint's vocab_size (100) does not match the tokenizer's (32000 tokens in " + tokenizer_ +
+      ")"};
+  expect_refused(eval(model), expected);
+  expect_refused(capture(model), expected);
+}
+
 }  // namespace

@@ -476,4 +476,14 @@ TEST(TokenizerSynthetic, BadFilesThrowInputError) {
   for (const fs::path& p : {ok, bad_len, bad_max, few}) fs::remove(p);
 }
 
+TEST(TokenizerSynthetic, LoadForModelNeedsTheCheckpointsVocabulary) {
+  const fs::path path = write_tokenizer("vocab.bin", {{" ", -1}, {"a", -1}});
+  EXPECT_EQ(Tokenizer::load_for_model(path.string(), 261, "m.bin").vocab_size(), 261);
+  for (int vocab : {100, 260, 262})
+    EXPECT_EQ(input_error([&] { Tokenizer::load_for_model(path.string(), vocab, "m.bin"); }),
+              "m.bin: the checkpoint's vocab_size (" + std::to_string(vocab) +
+                  ") does not match the tokenizer's (261 tokens in " + path.string() + ")");
+  fs::remove(path);
+}
+
 }  // namespace
