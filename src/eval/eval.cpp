@@ -268,7 +268,12 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
   if (hooked) hook = std::make_unique<ClosedLoopHook>(config, policy, budget, n, options);
   kvtrace::Llama2Session session(model);
   for (int64_t i = 0; i < n; ++i) {
-    const std::span<const float> logits = session.forward(tokens[static_cast<size_t>(i)], hook.get());
+    std::span<const float> logits;
+    try {
+      logits = session.forward(tokens[static_cast<size_t>(i)], hook.get());
+    } catch (const kvtrace::InputError& e) {  // a step that overflows: say which sequence
+      throw kvtrace::InputError(e.file(), "sequence " + std::to_string(options.sequence), e.problem());
+    }
     run.argmax[static_cast<size_t>(i)] = kvtrace::argmax(logits);
     if (i + 1 < n)
       run.nll[static_cast<size_t>(i)] = negative_log_likelihood(logits, tokens[static_cast<size_t>(i) + 1]);

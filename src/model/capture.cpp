@@ -158,7 +158,12 @@ CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, 
     RecordingHook hook(config, options.write_attn, [&](int pos) {
       if (progress) progress(done + pos, total);
     });
-    captured.tokens = decode_greedy(model, std::move(encoded[i]), options.n_tokens, options.continue_after_eos, &hook);
+    try {
+      captured.tokens =
+          decode_greedy(model, std::move(encoded[i]), options.n_tokens, options.continue_after_eos, &hook);
+    } catch (const InputError& e) {  // a step that overflows: say which sequence
+      throw InputError(e.file(), "sequence " + std::to_string(i), e.problem());
+    }
     if (hook.positions() != static_cast<int>(captured.tokens.size()))
       throw std::logic_error("capture: recorded positions differ from the tokens");
     captured.stories_ended = static_cast<int>(

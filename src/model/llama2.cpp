@@ -2,15 +2,22 @@
 // Reads top to bottom like llama2.c's run.c; matrix-vector products go through Eigen.
 #include "kvsim/model/llama2.hpp"
 
+#include <unistd.h>
+
 #include <Eigen/Core>
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <new>
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 #include "kvtrace/error.hpp"
 
@@ -66,6 +73,78 @@ std::int64_t expected_floats(const Llama2Config& p) {
   return n;
 }
 
+// The memory the machine has: what an allocation larger than this would only get by swapping
+// or by being killed when the pages are touched.
+std::int64_t physical_memory_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page_size = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page_size <= 0) return std::numeric_limits<std::int64_t>::max();
+  return static_cast<std::int64_t>(pages) * page_size;
+}
+
+std::string gib(std::int64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1 << 30));
+  return text;
+}
+
+// Sizes `floats` to `count` values for the checkpoint at `path`, refusing what cannot fit in
+// memory before touching it, and turning a refused allocation (an address-space limit, say)
+// into the same one line.
+void allocate_floats(std::vector<float>& floats, std::int64_t count, const std::string& path, const std::string& what) {
+  const std::int64_t bytes = count * static_cast<std::int64_t>(sizeof(float));
+  const std::string cannot = "cannot hold " + what + ": " + std::to_string(bytes) + " bytes (" + gib(bytes) + ")";
+  const std::int64_t memory = physical_memory_bytes();
+  if (bytes > memory) throw InputError(path, "", cannot + ", more than this machine's " + gib(memory) + " of memory");
+  try {
+    floats.resize(static_cast<std::size_t>(count));
+  } catch (const std::bad_alloc&) {
+    throw InputError(path, "", cannot + " could not be allocated");
+  }
+}
+
+// A value that is not finite, as the error lines show it.
+std::string shown(float value) { return std::isnan(value) ? "nan" : value > 0 ? "inf" : "-inf"; }
+
+// A weight tensor as the checkpoint stores it; per_layer is 0 for a tensor outside the layers.
+struct WeightTensor {
+  const char* name;
+  const float* data;
+  std::int64_t count, per_layer;
+};
+
+// Index of the first NaN or infinity in data[0, count), or -1. A block's largest magnitude
+// (as bits) is found without branches, which the compiler vectorises: the scan of a whole
+// checkpoint costs a small share of reading it.
+std::int64_t first_non_finite(const float* data, std::int64_t count) {
+  constexpr std::int64_t kBlock = 4096;
+  constexpr std::uint32_t kInfinity = 0x7f800000u;  // magnitudes at or above it are inf or NaN
+  for (std::int64_t start = 0; start < count; start += kBlock) {
+    const std::int64_t end = std::min(count, start + kBlock);
+    std::uint32_t largest = 0;
+    for (std::int64_t i = start; i < end; ++i)
+      largest = std::max(largest, std::bit_cast<std::uint32_t>(data[i]) & 0x7fffffffu);
+    if (largest < kInfinity) continue;
+    for (std::int64_t i = start; i < end; ++i)
+      if (!std::isfinite(data[i])) return i;
+  }
+  return -1;
+}
+
+// A NaN or infinite weight makes every logit NaN or every softmax degenerate, which the
+// metrics would then report as numbers; such a checkpoint is refused where it is read.
+void check_finite(const WeightTensor& tensor, const std::string& path) {
+  const std::int64_t bad = first_non_finite(tensor.data, tensor.count);
+  if (bad < 0) return;
+  const std::string value = shown(tensor.data[bad]);
+  std::string where = std::string("tensor ") + tensor.name;
+  if (tensor.per_layer > 0)
+    where += " (layer " + std::to_string(bad / tensor.per_layer) + ") holds " + value + " at index " +
+             std::to_string(bad % tensor.per_layer);
+  else
+    where += " holds " + value + " at index " + std::to_string(bad);
+  throw InputError(path, "", where + "; every weight must be finite");
+}
+
 }  // namespace
 
 Llama2Model Llama2Model::load(const std::string& path) {
@@ -102,33 +181,37 @@ Llama2Model Llama2Model::load(const std::string& path) {
                          ", " + std::to_string(p.n_layers) + " layers, vocab " + std::to_string(p.vocab_size) +
                          ") needs " + std::to_string(want_bytes));
 
-  m.data_.resize(static_cast<std::size_t>(n_floats));
+  allocate_floats(m.data_, n_floats, path, "the weights");
   if (!in.read(reinterpret_cast<char*>(m.data_.data()), n_floats * 4))
     throw InputError(path, "", "could not read the weights");
 
-  // Lay the weight pointers over the data, in llama2.c's memory_map_weights order.
+  // Lay the weight pointers over the data, in llama2.c's memory_map_weights order, each
+  // tensor the forward pass reads listed for the finiteness check.
   const std::int64_t dim = p.dim, hidden = p.hidden_dim, layers = p.n_layers, kv_dim = p.kv_dim(), vocab = p.vocab_size;
   const float* ptr = m.data_.data();
-  auto take = [&ptr](std::int64_t n) {
+  std::vector<WeightTensor> tensors;
+  auto take = [&](const char* name, std::int64_t n, std::int64_t per_layer = 0) {
     const float* at = ptr;
     ptr += n;
+    if (name) tensors.push_back({name, at, n, per_layer});
     return at;
   };
   Weights& w = m.w_;
-  w.token_embedding = take(vocab * dim);
-  w.rms_att = take(layers * dim);
-  w.wq = take(layers * dim * dim);
-  w.wk = take(layers * dim * kv_dim);
-  w.wv = take(layers * dim * kv_dim);
-  w.wo = take(layers * dim * dim);
-  w.rms_ffn = take(layers * dim);
-  w.w1 = take(layers * dim * hidden);
-  w.w2 = take(layers * hidden * dim);
-  w.w3 = take(layers * dim * hidden);
-  w.rms_final = take(dim);
-  take(std::int64_t{p.seq_len} * p.head_dim() / 2);  // freq_cis_real
-  take(std::int64_t{p.seq_len} * p.head_dim() / 2);  // freq_cis_imag
-  w.wcls = p.shared_classifier ? w.token_embedding : take(vocab * dim);
+  w.token_embedding = take("token_embedding_table", vocab * dim);
+  w.rms_att = take("rms_att_weight", layers * dim, dim);
+  w.wq = take("wq", layers * dim * dim, dim * dim);
+  w.wk = take("wk", layers * dim * kv_dim, dim * kv_dim);
+  w.wv = take("wv", layers * dim * kv_dim, dim * kv_dim);
+  w.wo = take("wo", layers * dim * dim, dim * dim);
+  w.rms_ffn = take("rms_ffn_weight", layers * dim, dim);
+  w.w1 = take("w1", layers * dim * hidden, dim * hidden);
+  w.w2 = take("w2", layers * hidden * dim, hidden * dim);
+  w.w3 = take("w3", layers * dim * hidden, dim * hidden);
+  w.rms_final = take("rms_final_weight", dim);
+  take(nullptr, std::int64_t{p.seq_len} * p.head_dim() / 2);  // freq_cis_real: unused, RoPE is computed
+  take(nullptr, std::int64_t{p.seq_len} * p.head_dim() / 2);  // freq_cis_imag
+  w.wcls = p.shared_classifier ? w.token_embedding : take("wcls", vocab * dim);
+  for (const WeightTensor& tensor : tensors) check_finite(tensor, path);
 
   // RoPE table, with llama2.c's exact float expressions.
   const int head_size = p.head_dim(), pairs = head_size / 2;
@@ -160,11 +243,13 @@ RopeMeta llama2_rope(const Llama2Config& config) {
 
 namespace {
 
-// o = weight * (x / sqrt(mean(x^2) + 1e-5)); o may alias x.
-void rmsnorm(float* o, const float* x, const float* weight, int size) {
+// o = weight * (x / sqrt(mean(x^2) + 1e-5)); o may alias x. Returns mean(x^2) + 1e-5, which is
+// not finite when x is not, or when x is finite but its squares overflow float32 (o is then 0).
+float rmsnorm(float* o, const float* x, const float* weight, int size) {
   const float ss = ConstVectorMap(x, size).squaredNorm() / static_cast<float>(size) + 1e-5f;
   const float scale = 1.0f / std::sqrt(ss);
   VectorMap(o, size) = ConstVectorMap(weight, size).cwiseProduct(scale * ConstVectorMap(x, size));
+  return ss;
 }
 
 // In place, over x[0..size).
@@ -221,8 +306,8 @@ Llama2Session::Llama2Session(const Llama2Model& model) : model_(&model) {
   att_.resize(p.seq_len);
   full_att_.resize(p.seq_len);
   logits_.resize(p.vocab_size);
-  key_cache_.resize(cache);
-  value_cache_.resize(cache);
+  allocate_floats(key_cache_, static_cast<std::int64_t>(cache), model.path(), "the key cache of a sequence");
+  allocate_floats(value_cache_, static_cast<std::int64_t>(cache), model.path(), "the value cache of a sequence");
   all_positions_.resize(p.seq_len);
   std::iota(all_positions_.begin(), all_positions_.end(), 0);
 }
@@ -243,6 +328,20 @@ std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
   const float sqrt_head_size = std::sqrt(static_cast<float>(head_size));
   float* x = x_.data();
   float* xb = xb_.data();
+  // A forward pass that leaves float32 would give NaN or uniform logits, which perplexity and
+  // agreement would report as numbers: it stops here, naming the step.
+  auto overflow = [&](const std::string& what) {
+    return InputError(m.path(), "",
+                      "position " + std::to_string(pos) + " (token " + std::to_string(token) + "): " + what +
+                          "; the weights are finite but the forward pass overflows float32");
+  };
+  auto normalize = [&](float* out, const float* weight, int layer, const char* norm) {
+    const float ss = rmsnorm(out, x, weight, dim);
+    if (std::isfinite(ss)) return;
+    const std::string where =
+        layer < 0 ? std::string("the final RMSNorm") : "layer " + std::to_string(layer) + "'s " + norm + " RMSNorm";
+    throw overflow("the hidden state at " + where + " has mean square " + shown(ss));
+  };
 
   // The token's embedding.
   std::copy_n(w.token_embedding + static_cast<std::ptrdiff_t>(token) * dim, dim, x);
@@ -250,7 +349,7 @@ std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
   for (int l = 0; l < p.n_layers; ++l) {
     const std::ptrdiff_t ld = static_cast<std::ptrdiff_t>(l) * dim;
     // Attention RMSNorm.
-    rmsnorm(xb, x, w.rms_att + ld, dim);
+    normalize(xb, w.rms_att + ld, l, "attention");
 
     // q, k, v for this position; k and v go straight into the cache.
     const std::ptrdiff_t loff = static_cast<std::ptrdiff_t>(l) * p.seq_len * kv_dim;
@@ -311,7 +410,7 @@ std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
     VectorMap(x, dim) += ConstVectorMap(xb2_.data(), dim);
 
     // FFN: w2(silu(w1 x) * w3 x), and residual.
-    rmsnorm(xb, x, w.rms_ffn + ld, dim);
+    normalize(xb, w.rms_ffn + ld, l, "FFN");
     const std::ptrdiff_t lh = static_cast<std::ptrdiff_t>(l) * dim * hidden;
     matmul(hb_.data(), xb, w.w1 + lh, dim, hidden);
     matmul(hb2_.data(), xb, w.w3 + lh, dim, hidden);
@@ -325,8 +424,10 @@ std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
   }
 
   // Final RMSNorm and classifier.
-  rmsnorm(x, x, w.rms_final, dim);
+  normalize(x, w.rms_final, -1, nullptr);
   matmul(logits_.data(), x, w.wcls, dim, p.vocab_size);
+  const std::int64_t bad = first_non_finite(logits_.data(), p.vocab_size);
+  if (bad >= 0) throw overflow("logit " + std::to_string(bad) + " is " + shown(logits_[static_cast<std::size_t>(bad)]));
   ++pos_;
   return logits_;
 }

@@ -95,6 +95,16 @@ Tokenizer Tokenizer::load(const std::string& path, int vocab_size) {
   return t;
 }
 
+Tokenizer Tokenizer::load_for_model(const std::string& path, int vocab_size, const std::string& model_path) {
+  Tokenizer t = load(path, -1);
+  if (t.vocab_size() != vocab_size)
+    throw InputError(model_path, "",
+                     "the checkpoint's vocab_size (" + std::to_string(vocab_size) +
+                         ") does not match the tokenizer's (" + std::to_string(t.vocab_size()) + " tokens in " + path +
+                         ")");
+  return t;
+}
+
 std::string Tokenizer::piece(int id) const {
   const std::string& p = pieces_.at(static_cast<std::size_t>(id));
   if (!is_byte_token(id)) return p;

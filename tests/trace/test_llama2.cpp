@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
@@ -387,6 +388,49 @@ TEST(Llama2Tiny, BadFilesThrowInputError) {
   EXPECT_THROW(Llama2Model::load(temp_file("does-not-exist.bin").string()), InputError);
 }
 
+// The message of the InputError that `load` throws, or "" when it throws none.
+template <typename Load>
+std::string input_error(Load load) {
+  try {
+    load();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Llama2Tiny, NonFiniteWeightThrowsInputErrorNamingTheTensor) {
+  std::vector<float> weights = kvtest::normal_weights(tiny_floats(), 42);
+  weights.back() = std::numeric_limits<float>::quiet_NaN();  // wcls, the last tensor
+  fs::path path = temp_file("nan.bin");
+  kvtest::write_llama2(path.string(), kTinyHeader, weights);
+  EXPECT_EQ(input_error([&] { Llama2Model::load(path.string()); }),
+            path.string() + ": tensor wcls holds nan at index 127; every weight must be finite");
+
+  weights = kvtest::normal_weights(tiny_floats(), 42);
+  weights[16 * 8 + 2 * 8 + 2 * 64 + 32 + 2] = std::numeric_limits<float>::infinity();  // wk, layer 1
+  kvtest::write_llama2(path.string(), kTinyHeader, weights);
+  EXPECT_EQ(input_error([&] { Llama2Model::load(path.string()); }),
+            path.string() + ": tensor wk (layer 1) holds inf at index 2; every weight must be finite");
+  fs::remove(path);
+}
+
+TEST(Llama2Tiny, ForwardThatOverflowsThrowsInputErrorNamingThePosition) {
+  std::vector<float> weights = kvtest::normal_weights(tiny_floats(), 42);
+  for (int i = 0; i < 8; ++i) weights[5 * 8 + i] *= 1e30f;  // token 5's embedding: finite, its squares not
+  const fs::path path = temp_file("overflow.bin");
+  kvtest::write_llama2(path.string(), kTinyHeader, weights);
+  const Llama2Model model = Llama2Model::load(path.string());
+  Llama2Session session(model);
+  session.forward(3);
+  session.forward(4);
+  EXPECT_EQ(input_error([&] { session.forward(5); }),
+            path.string() +
+                ": position 2 (token 5): the hidden state at layer 0's attention RMSNorm has mean square inf; the "
+                "weights are finite but the forward pass overflows float32");
+  fs::remove(path);
+}
+
 // ---------------------------------------------------------------------------------------
 // A synthetic tokenizer: <unk>, BOS, EOS, 256 "<0xHH>" byte tokens, then a few pieces.
 
@@ -430,6 +474,16 @@ TEST(TokenizerSynthetic, BadFilesThrowInputError) {
   EXPECT_THROW(Tokenizer::load(few.string()), InputError);  // no byte tokens
   EXPECT_THROW(Tokenizer::load(temp_file("missing.bin").string()), InputError);
   for (const fs::path& p : {ok, bad_len, bad_max, few}) fs::remove(p);
+}
+
+TEST(TokenizerSynthetic, LoadForModelNeedsTheCheckpointsVocabulary) {
+  const fs::path path = write_tokenizer("vocab.bin", {{" ", -1}, {"a", -1}});
+  EXPECT_EQ(Tokenizer::load_for_model(path.string(), 261, "m.bin").vocab_size(), 261);
+  for (int vocab : {100, 260, 262})
+    EXPECT_EQ(input_error([&] { Tokenizer::load_for_model(path.string(), vocab, "m.bin"); }),
+              "m.bin: the checkpoint's vocab_size (" + std::to_string(vocab) +
+                  ") does not match the tokenizer's (261 tokens in " + path.string() + ")");
+  fs::remove(path);
 }
 
 }  // namespace

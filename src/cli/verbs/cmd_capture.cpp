@@ -92,7 +92,8 @@ int cmd_capture(const std::vector<std::string>& args) {
   require_model_file(tokenizer_path, "tokenizer", "pass --model and --tokenizer");
   prepare_outputs({model_path, tokenizer_path, prompts_file}, {}, {out});
   const kvtrace::Llama2Model model = kvtrace::Llama2Model::load(model_path);
-  const kvtrace::Tokenizer tokenizer = kvtrace::Tokenizer::load(tokenizer_path, model.config().vocab_size);
+  const kvtrace::Tokenizer tokenizer =
+      kvtrace::Tokenizer::load_for_model(tokenizer_path, model.config().vocab_size, model_path);
   if (o.n_tokens < 1 || o.n_tokens > model.config().seq_len)
     bad_option("tokens", "must be 1.." + std::to_string(model.config().seq_len) + " (the model's seq_len)");
 

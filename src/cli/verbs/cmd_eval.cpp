@@ -205,7 +205,8 @@ int cmd_eval(const std::vector<std::string>& args) {
       tokenizer_path =
           (vm.count("model") ? fs::path(model_path).parent_path() / "tokenizer.bin" : dir / "tokenizer.bin").string();
     require_model_file(tokenizer_path, "tokenizer", "pass MODEL and --tokenizer");
-    const kvtrace::Tokenizer tokenizer = kvtrace::Tokenizer::load(tokenizer_path, model.config().vocab_size);
+    const kvtrace::Tokenizer tokenizer =
+        kvtrace::Tokenizer::load_for_model(tokenizer_path, model.config().vocab_size, model_path);
     std::ifstream in(text_path, std::ios::binary);
     if (!in) throw kvtrace::InputError(text_path, "", "cannot open the text file");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());

@@ -100,7 +100,8 @@ void check_closed_loop_policy(const PolicyInfo& info);
 
 // Feeds `tokens` to a fresh session. policy == nullptr: the full cache (the model's own
 // forward, no hook on the attention). Throws InputError for a bound policy, a budget below 1,
-// a needs-future policy without future_rows, tokens outside the vocabulary or beyond seq_len.
+// a needs-future policy without future_rows, tokens outside the vocabulary or beyond seq_len,
+// and InputError(model path, "sequence S", ...) for a step whose forward pass overflows.
 ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const int> tokens,
                               const PolicyChoice* policy, int64_t budget, const ClosedLoopOptions& options = {});
 

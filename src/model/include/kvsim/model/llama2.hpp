@@ -65,7 +65,9 @@ struct AttentionHook {
 class Llama2Model {
  public:
   // Reads the whole checkpoint into memory. Throws InputError(path, "", problem) for a
-  // missing file, an implausible header or a size that does not match the header.
+  // missing file, an implausible header, a size that does not match the header, weights
+  // larger than the machine's memory (or an allocation refused), or a NaN or infinity in any
+  // tensor the forward pass reads (named with its layer and index).
   static Llama2Model load(const std::string& path);
 
   Llama2Model(Llama2Model&&) noexcept = default;
@@ -100,11 +102,16 @@ class Llama2Model {
 // outlive the session. Sessions of one model may run in parallel threads.
 class Llama2Session {
  public:
+  // Throws InputError(model path, ...) when the key and value caches for seq_len positions
+  // do not fit in memory.
   explicit Llama2Session(const Llama2Model& model);
 
   // Feeds token at position() and advances it. Returns the logits [vocab_size], valid until
   // the next call. Throws std::out_of_range for a token outside the vocabulary or when the
-  // sequence would exceed seq_len.
+  // sequence would exceed seq_len, and InputError(model path, "", problem naming the position
+  // and token) when a hidden state entering an RMSNorm has a sum of squares that is not
+  // finite in float32 (an overflow, or NaN) or a logit is not finite: finite weights too
+  // large for the forward pass.
   std::span<const float> forward(int token, AttentionHook* hook = nullptr);
 
   int position() const { return pos_; }

@@ -40,6 +40,10 @@ class Tokenizer {
   // entries; extra entries are ignored), or -1 to read every entry in the file.
   // Throws InputError(path, "", problem) for a missing, short or malformed file.
   static Tokenizer load(const std::string& path, int vocab_size = -1);
+  // Reads every entry of tokenizer.bin for the checkpoint at model_path, whose vocabulary has
+  // vocab_size tokens. The two must agree: a different count throws InputError(model_path,
+  // "", problem) naming both files and both counts (a malformed file still throws as load).
+  static Tokenizer load_for_model(const std::string& path, int vocab_size, const std::string& model_path);
 
   int vocab_size() const { return static_cast<int>(pieces_.size()); }
   int max_token_length() const { return max_token_length_; }
