@@ -29,6 +29,8 @@ GpuCard gpu_of(const PlanRequest& r) {
   GpuCard gpu;
   gpu.memory_bytes = parse_memory(r.gpu, "gpu");
   if (gpu.memory_bytes == 0) bad_option("gpu", "memory must be positive");
+  if (gpu.memory_bytes > static_cast<uint64_t>(card_limits::kGpuBytes))
+    bad_option("gpu", "'" + r.gpu + "' is more than a GPU card may have (16 TiB)");
   gpu.name = gpu.display_name = r.gpu;
   gpu.source = "--gpu " + r.gpu;
   return gpu;

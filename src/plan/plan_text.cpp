@@ -74,8 +74,8 @@ std::string plan_text(const Plan& plan) {
       << " = " << gb(static_cast<double>(memory.usable_bytes)) << " - " << setup.weight_dtype << " weights "
       << gb(static_cast<double>(memory.weight_bytes)) << " - reserve " << gb(static_cast<double>(memory.reserve_bytes))
       << " = " << gb(static_cast<double>(memory.kv_bytes)) << " for the KV cache\n";
-  out << "KV cache per GPU: " << model.n_layers << " layers x " << memory.kv_heads_per_gpu << " kv head"
-      << (memory.kv_heads_per_gpu == 1 ? "" : "s")
+  out << "KV cache per GPU: " << model.n_layers << (model.n_layers == 1 ? " layer x " : " layers x ")
+      << memory.kv_heads_per_gpu << " kv head" << (memory.kv_heads_per_gpu == 1 ? "" : "s")
       << (model.n_kv_heads < setup.gpus
               ? " (each replicated on " + std::to_string(setup.gpus / model.n_kv_heads) + " GPUs)"
               : "")

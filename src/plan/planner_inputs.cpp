@@ -46,13 +46,20 @@ std::string text_field(const json& card, const std::string& key, const std::stri
   return card[key].get<std::string>();
 }
 
-int64_t int_field(const json& card, const std::string& key, const std::string& file) {
+// An integer field of a card, checked in its own range before it is stored anywhere
+// narrower: `n_layers` 4294967297 must not become 1.
+int64_t int_field(const json& card, const std::string& key, const std::string& file, int64_t lowest, int64_t highest) {
   if (!card.contains(key)) bad_card(file, "missing \"" + key + "\"");
   const json& value = card[key];
-  if (!value.is_number_integer() && !value.is_number_unsigned()) bad_card(file, "\"" + key + "\" must be an integer");
-  const int64_t out = value.get<int64_t>();
-  if (out <= 0) bad_card(file, "\"" + key + "\" must be positive");
-  return out;
+  if (!value.is_number_integer()) bad_card(file, "\"" + key + "\" must be an integer");
+  // Unsigned JSON numbers may exceed int64_t: compare them as they are.
+  const bool in_range = value.is_number_unsigned() ? value.get<uint64_t>() >= static_cast<uint64_t>(lowest) &&
+                                                         value.get<uint64_t>() <= static_cast<uint64_t>(highest)
+                                                   : value.get<int64_t>() >= lowest && value.get<int64_t>() <= highest;
+  if (!in_range)
+    throw kvtrace::InputError(file, key,
+                              value.dump() + " is outside " + std::to_string(lowest) + ".." + std::to_string(highest));
+  return value.get<int64_t>();
 }
 
 // A card by path (anything ending in .json), by file name in `dir`, or by display name or
@@ -91,12 +98,12 @@ ModelCard parse_model_card(const std::string& json_text, const std::string& file
   if (model.display_name.empty()) model.display_name = model.name;
   model.hf_id = text_field(card, "hf_id", file, false);
   model.source = text_field(card, "source", file);
-  model.n_layers = static_cast<int>(int_field(card, "n_layers", file));
-  model.n_heads = static_cast<int>(int_field(card, "n_heads", file));
-  model.n_kv_heads = static_cast<int>(int_field(card, "n_kv_heads", file));
-  model.head_dim = static_cast<int>(int_field(card, "head_dim", file));
-  model.parameters = int_field(card, "parameters", file);
-  model.max_context = int_field(card, "max_context", file);
+  model.n_layers = static_cast<int>(int_field(card, "n_layers", file, 1, card_limits::kLayers));
+  model.n_heads = static_cast<int>(int_field(card, "n_heads", file, 1, card_limits::kHeads));
+  model.n_kv_heads = static_cast<int>(int_field(card, "n_kv_heads", file, 1, card_limits::kHeads));
+  model.head_dim = static_cast<int>(int_field(card, "head_dim", file, 1, card_limits::kHeadDim));
+  model.parameters = int_field(card, "parameters", file, 1, card_limits::kParameters);
+  model.max_context = int_field(card, "max_context", file, 1, card_limits::kContext);
   if (model.n_heads % model.n_kv_heads != 0)
     bad_card(file, "n_heads (" + std::to_string(model.n_heads) + ") is not a multiple of n_kv_heads (" +
                        std::to_string(model.n_kv_heads) + ")");
@@ -111,9 +118,10 @@ GpuCard parse_gpu_card(const std::string& json_text, const std::string& file) {
   if (gpu.display_name.empty()) gpu.display_name = gpu.name;
   gpu.source = text_field(card, "source", file);
   if (card.contains("memory_mib"))
-    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_mib", file)) << 20;
+    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_mib", file, 1, card_limits::kGpuBytes >> 20))
+                       << 20;
   else if (card.contains("memory_bytes"))
-    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_bytes", file));
+    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_bytes", file, 1, card_limits::kGpuBytes));
   else
     bad_card(file, "missing \"memory_mib\" (or \"memory_bytes\")");
   return gpu;
@@ -223,6 +231,10 @@ std::optional<int64_t> parse_context_number(const std::string& original) {
       throw kvtrace::InputError(
           "", "", "--context '" + original + "': write TOKENS or PROMPT+GENERATION, e.g. 4096 or 3072+1024");
     total += std::stoll(part);
+    if (total > card_limits::kContext)
+      throw kvtrace::InputError("", "",
+                                "--context '" + original + "': more than " + std::to_string(card_limits::kContext) +
+                                    " tokens (no model card goes beyond)");
   }
   if (total < 1) throw kvtrace::InputError("", "", "--context '" + original + "': must be at least 1 token");
   return total;

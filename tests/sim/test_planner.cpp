@@ -322,3 +322,36 @@ TEST(PlannerBytes, BudgetsThatMove) {
   // A context the heads cannot outgrow: B = 2000 holds the 1000 tokens, 63 blocks each.
   EXPECT_DOUBLE_EQ(kvsim::footprint(setup, layout, kvsim::Budget::parse("2000")).blocks, 63);
 }
+
+TEST(PlannerCards, NumbersOutsideTheirRangesAreRefusedBeforeNarrowing) {
+  const std::string card =
+      R"({"name": "m", "source": "s", "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128,
+          "parameters": 1000, "max_context": 4096})";
+  EXPECT_EQ(kvsim::parse_model_card(card, "m.json").n_layers, 32);
+  auto with = [&](const std::string& field, const std::string& value) {
+    std::string text = card;
+    const size_t at = text.find("\"" + field + "\": ") + field.size() + 4;
+    text.replace(at, text.find_first_of(",}", at) - at, value);
+    return text;
+  };
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, std::string>>{{"n_layers", "4294967297"},
+                                                        {"n_heads", "4294967328"},
+                                                        {"n_kv_heads", "4294967304"},
+                                                        {"head_dim", "4294967424"},
+                                                        {"max_context", "4611686018427387904"},
+                                                        {"parameters", "18446744073709551615"}})
+    EXPECT_THROW(kvsim::parse_model_card(with(field, value), "m.json"), kvtrace::InputError) << field;
+  EXPECT_EQ(kvsim::parse_model_card(with("n_layers", "1024"), "m.json").n_layers, 1024);
+  EXPECT_THROW(kvsim::parse_gpu_card(R"({"name": "g", "source": "s", "memory_mib": 17592186126103})", "g.json"),
+               kvtrace::InputError);
+  EXPECT_EQ(kvsim::parse_gpu_card(R"({"name": "g", "source": "s", "memory_mib": 16777216})", "g.json").memory_bytes,
+            uint64_t{1} << 44);
+}
+
+TEST(PlannerBytes, ABlockBeyond64BitsIsRefused) {
+  // Built in code, past the card ranges: 2^30 layers x 2^20 kv heads x 2^20 x 2 bytes x 16.
+  kvsim::ModelCard huge = card("huge", 1 << 30, 1 << 20, 1 << 20, 1, 4096);
+  huge.head_dim = 1 << 20;
+  EXPECT_THROW(kvsim::kv_layout(setup_for(huge, {4096}), kvsim::QuantSpec{}), kvtrace::InputError);
+}

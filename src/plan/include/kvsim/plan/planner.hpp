@@ -27,6 +27,19 @@
 
 namespace kvsim {
 
+// The ranges of a card's numbers (parse_model_card, parse_gpu_card refuse anything outside
+// them): wider than any model or GPU there is, and narrow enough that the plan's arithmetic
+// stays exact in 64 bits (docs/semantics.md, section 7).
+namespace card_limits {
+constexpr int64_t kLayers = 1024;                       // n_layers 1..1024
+constexpr int64_t kHeads = 4096;                        // n_heads, n_kv_heads 1..4096
+constexpr int64_t kHeadDim = 65536;                     // head_dim 1..65536
+constexpr int64_t kParameters = 1'000'000'000'000'000;  // parameters 1..10^15
+constexpr int64_t kContext = int64_t{1} << 31;          // max_context (and any context) 1..2^31 tokens
+constexpr int64_t kGpuBytes = int64_t{1} << 44;         // memory 1 byte..16 TiB (memory_mib 1..2^24)
+constexpr int64_t kBlockSize = int64_t{1} << 20;        // --block-size 1..2^20 tokens
+}  // namespace card_limits
+
 struct ModelCard {
   std::string name;          // the card's id, e.g. "llama-3.1-8b"
   std::string display_name;  // e.g. "Llama-3.1-8B"

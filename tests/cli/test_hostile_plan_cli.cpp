@@ -1,0 +1,116 @@
+// kvsim plan on hostile cards: every card number is checked in its own range before it is
+// used, and what the plan computes from them fits in 64 bits.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <map>
+
+#include "../support/cli_checks.hpp"
+#include "../support/run_cli.hpp"
+#include "../support/temp_dir.hpp"
+
+namespace {
+
+void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
+
+// A model card: Llama-3.1-8B's numbers, each replaceable by the text of another JSON value.
+std::string model_card(const std::map<std::string, std::string>& replaced = {}) {
+  std::map<std::string, std::string> fields = {{"n_layers", "32"},           {"n_heads", "32"},
+                                               {"n_kv_heads", "8"},          {"head_dim", "128"},
+                                               {"parameters", "8030261248"}, {"max_context", "131072"}};
+  for (const auto& [key, value] : replaced) fields[key] = value;
+  std::string text = "{\"name\": \"card\", \"source\": \"test\"";
+  for (const auto& [key, value] : fields) text += ", \"" + key + "\": " + value;
+  return text + "}\n";
+}
+
+std::string gpu_card(const std::string& field, const std::string& value) {
+  return "{\"name\": \"gpu\", \"source\": \"test\", \"" + field + "\": " + value + "}\n";
+}
+
+}  // namespace
+
+TEST(CliHostilePlan, ModelCardNumbersOutsideTheirRangesAreRefused) {
+  kvtest::TempDir dir;
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"n_layers", "4294967297", "1..1024"},  // 2^32 + 1
+      {"n_layers", "2147483648", "1..1024"},  // 2^31
+      {"n_layers", "1025", "1..1024"},
+      {"n_layers", "0", "1..1024"},
+      {"n_layers", "-1", "1..1024"},
+      {"n_layers", "18446744073709551615", "1..1024"},  // 2^64 - 1
+      {"n_heads", "4294967328", "1..4096"},             // 2^32 + 32
+      {"n_kv_heads", "4294967304", "1..4096"},          // 2^32 + 8
+      {"head_dim", "1000000000000", "1..65536"},
+      {"head_dim", "4294967424", "1..65536"},  // 2^32 + 128
+      {"parameters", "9223372036854775807", "1..1000000000000000"},
+      {"max_context", "4611686018427387904", "1..2147483648"},  // 2^62
+      {"max_context", "2147483649", "1..2147483648"},
+  };
+  for (const auto& [field, value, range] : cases) {
+    write(dir.file("card.json"), model_card({{field, value}}));
+    const auto result = kvtest::expect_one_line_error("plan --model " + dir.file("card.json") + " --gpu h100-80gb");
+    EXPECT_NE(result.output.find(dir.file("card.json") + ": " + field + ": " + value + " is outside " + range),
+              std::string::npos)
+        << field << " " << value << "\n"
+        << result.output;
+  }
+  write(dir.file("card.json"), model_card({{"n_layers", "32.5"}}));
+  const auto result = kvtest::expect_one_line_error("plan --model " + dir.file("card.json") + " --gpu h100-80gb");
+  EXPECT_NE(result.output.find("\"n_layers\" must be an integer"), std::string::npos) << result.output;
+}
+
+TEST(CliHostilePlan, GpuMemoryOutsideItsRangeIsRefused) {
+  kvtest::TempDir dir;
+  const std::vector<std::tuple<std::string, std::string, std::string>> cases = {
+      {"memory_mib", "17592186126103", "1..16777216"},  // 2^44 + 81559: an H100 once wrapped
+      {"memory_mib", "17592186044416", "1..16777216"},  // 2^44 MiB = 16 EiB
+      {"memory_mib", "0", "1..16777216"},
+      {"memory_bytes", "18446744073709551615", "1..17592186044416"},
+  };
+  for (const auto& [field, value, range] : cases) {
+    write(dir.file("gpu.json"), gpu_card(field, value));
+    const auto result =
+        kvtest::expect_one_line_error("plan --model llama-3.1-8b --gpu " + dir.file("gpu.json") + " --context 4096");
+    EXPECT_NE(result.output.find(dir.file("gpu.json") + ": " + field + ": " + value + " is outside " + range),
+              std::string::npos)
+        << result.output;
+  }
+  const auto result = kvtest::expect_one_line_error("plan --model llama-3.1-8b --gpu 17TiB --context 4096");
+  EXPECT_NE(result.output.find("--gpu: '17TiB' is more than a GPU card may have (16 TiB)"), std::string::npos)
+      << result.output;
+}
+
+TEST(CliHostilePlan, AModelThatDoesNotFitSaysTheMemoryPerGpuInGigabytes) {
+  kvtest::TempDir dir;
+  write(dir.file("gpu.json"), gpu_card("memory_mib", "16777216"));  // 16 TiB, the largest
+  write(dir.file("card.json"), model_card({{"parameters", "1000000000000000"}}));
+  const auto result =
+      kvtest::expect_one_line_error("plan --model " + dir.file("card.json") + " --gpu " + dir.file("gpu.json"));
+  // 2^44 bytes x 0.9 = 15832.97 GB; 10^15 bf16 parameters take 2,000,000 GB.
+  EXPECT_NE(result.output.find("give 15832.97 GB per GPU, the bf16 weights take 2000000.00 GB and the reserve 2.15 GB"),
+            std::string::npos)
+      << result.output;
+}
+
+TEST(CliHostilePlan, ContextsAndBlocksBeyondAnyCardAreRefused) {
+  auto result = kvtest::expect_one_line_error(
+      "plan --model llama-3.1-8b --gpu h100-80gb --context "
+      "999999999999+999999999999+999999999999+999999999999+999999999999+999999999999+999999999999+999999999999+"
+      "999999999999+999999999999");
+  EXPECT_NE(result.output.find("more than 2147483648 tokens"), std::string::npos) << result.output;
+  result = kvtest::expect_one_line_error(
+      "plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --block-size "
+      "2147483647");
+  EXPECT_NE(result.output.find("--block-size 2147483647 is more than 1048576 tokens"), std::string::npos)
+      << result.output;
+}
+
+
+
+
+
+
+
+
+
