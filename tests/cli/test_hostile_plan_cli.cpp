@@ -1,9 +1,10 @@
 // kvsim plan on hostile cards: every card number is checked in its own range before it is
-// used, and what the plan computes from them fits in 64 bits.
+// used, and the table keeps its columns apart whatever the numbers.
 #include <gtest/gtest.h>
 
 #include <fstream>
 #include <map>
+#include <sstream>
 
 #include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
@@ -26,6 +27,28 @@ std::string model_card(const std::map<std::string, std::string>& replaced = {}) 
 
 std::string gpu_card(const std::string& field, const std::string& value) {
   return "{\"name\": \"gpu\", \"source\": \"test\", \"" + field + "\": " + value + "}\n";
+}
+
+// The lines of the plan's table: from the header line to the first blank line.
+std::vector<std::string> table_lines(const std::string& output) {
+  std::vector<std::string> lines;
+  std::istringstream stream(output);
+  std::string line;
+  bool in_table = false;
+  while (std::getline(stream, line)) {
+    if (line.rfind("policy ", 0) == 0) in_table = true;
+    if (in_table && line.empty()) break;
+    if (in_table) lines.push_back(line);
+  }
+  return lines;
+}
+
+std::vector<std::string> words(const std::string& line) {
+  std::istringstream stream(line);
+  std::vector<std::string> out;
+  std::string word;
+  while (stream >> word) out.push_back(word);
+  return out;
 }
 
 }  // namespace
@@ -106,6 +129,41 @@ TEST(CliHostilePlan, ContextsAndBlocksBeyondAnyCardAreRefused) {
       << result.output;
 }
 
+TEST(CliHostilePlan, TheTableKeepsItsColumnsApartForTheWidestNumbers) {
+  // Budget 512 of 131072 tokens: 849 sequences, a gain of 283.
+  auto result = kvtest::run_kvsim("plan --model llama-3.1-8b --gpu h100-80gb --budget 512");
+  ASSERT_EQ(result.code, 0) << result.output;
+  auto lines = table_lines(result.output);
+  ASSERT_EQ(lines.size(), 3u) << result.output;
+  EXPECT_EQ(words(lines[2]), (std::vector<std::string>{"any", "policy", "512", "(0.4%)", "fp16", "131072", "69.2", "MB",
+                                                       "33", "849", "283.00x"}))
+      << result.output;
+
+  // The smallest cache a card allows on the largest GPU at the longest context: one layer, head
+  // and element in fp8 is 2 bytes a token, 4 bytes a sequence at budget 1 in blocks of one.
+  kvtest::TempDir dir;
+  write(dir.file("card.json"), model_card({{"n_layers", "1"},
+                                           {"n_heads", "1"},
+                                           {"n_kv_heads", "1"},
+                                           {"head_dim", "1"},
+                                           {"parameters", "1"},
+                                           {"max_context", "2147483648"}}));
+  write(dir.file("gpu.json"), gpu_card("memory_mib", "16777216"));
+  result = kvtest::run_kvsim("plan --model " + dir.file("card.json") + " --gpu " + dir.file("gpu.json") +
+                             " --kv-dtype fp8 --block-size 1 --budget 1");
+  ASSERT_EQ(result.code, 0) << result.output;
+  lines = table_lines(result.output);
+  ASSERT_EQ(lines.size(), 3u) << result.output;
+  // KV memory: floor(2^44 x 0.9) - 2 bytes of weights - 2 GiB = 15,830,819,956,324 bytes.
+  // The full cache: 2^32 bytes a sequence, 3685 sequences; budget 1: 3,957,704,989,081.
+  EXPECT_EQ(words(lines[1]), (std::vector<std::string>{"full", "2147483648", "(full)", "fp8", "2", "4.3", "GB",
+                                                       "2147483648", "3685", "1.00x"}))
+      << result.output;
+  EXPECT_EQ(words(lines[2]), (std::vector<std::string>{"any", "policy", "1", "(0.0%)", "fp8", "2", "4", "B", "2",
+                                                       "3957704989081", "1074004068x"}))
+      << result.output;
+  for (const auto& line : lines) EXPECT_LE(line.size(), 100u) << line;
+}
 
 
 
