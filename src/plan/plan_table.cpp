@@ -267,7 +267,8 @@ Plan make_plan(const PlanRequest& r) {
     plan.target = parse_target(r.target.empty() ? "retention>=0.95" : r.target);
     plan.sweep_name = r.sweep;
     if (r.sweep_rows) {
-      plan.sweep = sweep_table(r.sweep_rows->rows, r.sweep_rows->columns, r.sweep, plan.target->column);
+      plan.sweep =
+          sweep_table(r.sweep_rows->rows, r.sweep_rows->columns, r.sweep, plan.target->column, SweepRowNames::rows);
     } else {
       const std::string text = r.sweep_text.empty() ? read_text_file(r.sweep, "the sweep") : r.sweep_text;
       plan.sweep = parse_sweep_csv(text, r.sweep, plan.target->column);

@@ -1,5 +1,6 @@
-// kvsim plan on hostile cards: every card number is checked in its own range before it is
-// used, and the table keeps its columns apart whatever the numbers.
+// kvsim plan on hostile cards and sweeps: every card number is checked in its own range before
+// it is used, a sweep's values must be ones a sweep writes (no duplicate cells, no retention
+// beyond [0, 1], no infinities), and the table keeps its columns apart whatever the numbers.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -49,6 +50,16 @@ std::vector<std::string> words(const std::string& line) {
   std::string word;
   while (stream >> word) out.push_back(word);
   return out;
+}
+
+// A sweep CSV's header and rows with the columns the planner reads and the peak.
+const char* kPeakHeader =
+    "policy,params,budget,quant,budget_tokens_mean,budget_share_mean,mode,retention_mean,retention_p5,retention_min,"
+    "output_error_mean,occupancy_mean,occupancy_peak,evictions,samples\n";
+
+std::string plan_args(const kvtest::TempDir& dir, const std::string& target = "retention>=0.95") {
+  return "plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --sweep " + dir.file("sweep.csv") + " --target '" +
+         target + "'";
 }
 
 }  // namespace
@@ -171,4 +182,75 @@ TEST(CliHostilePlan, TheTableKeepsItsColumnsApartForTheWidestNumbers) {
 
 
 
+TEST(CliHostilePlan, DuplicateCellsInASweepAreRefused) {
+  // h2o measured 0.81 at 10%; a second row at 0.999 must not make it meet 0.9.
+  kvtest::TempDir dir;
+  const std::string header = "policy,params,budget,budget_tokens_mean,budget_share_mean,mode,retention_mean\n";
+  write(dir.file("sweep.csv"), header +
+                                   "h2o,,10%,25,0.09765625,stream,0.81\n"
+                                   "h2o,,20%,51,0.19921875,stream,0.93\n"
+                                   "h2o,,10%,25,0.09765625,stream,0.999\n");
+  auto result = kvtest::expect_one_line_error(plan_args(dir, "retention>=0.9"));
+  EXPECT_NE(result.output.find(dir.file("sweep.csv") +
+                               ": line 4: h2o at budget 10% again (line 2): one row per policy, params, budget, "
+                               "quant, mode and page"),
+            std::string::npos)
+      << result.output;
+  // 10% and 10.0% are one budget.
+  write(dir.file("sweep.csv"), header +
+                                   "h2o,,10%,25,0.09765625,stream,0.81\n"
+                                   "h2o,,10.0%,25,0.09765625,stream,0.999\n");
+  result = kvtest::expect_one_line_error(plan_args(dir));
+  EXPECT_NE(result.output.find("line 3: h2o at budget 10.0% again (line 2)"), std::string::npos) << result.output;
+  // Other params, another mode: other cells.
+  write(dir.file("sweep.csv"), header +
+                                   "h2o,,10%,25,0.09765625,stream,0.81\n"
+                                   "h2o,recent=8,10%,25,0.09765625,stream,0.999\n"
+                                   "h2o,,10%,25,0.09765625,prefill,0.96\n");
+  result = kvtest::run_kvsim(plan_args(dir));
+  EXPECT_EQ(result.code, 0) << result.output;
+}
 
+TEST(CliHostilePlan, SweepValuesOutsideTheirRangesAreRefused) {
+  kvtest::TempDir dir;
+  // One row; each case replaces one field (by column index) with a value no sweep writes.
+  const std::vector<std::string> row = {"h2o", "",    "10%", "none", "25", "0.09765625", "stream", "0.81",
+                                        "0.5", "0.1", "",    "20",   "26", "100",        "1000"};
+  const std::vector<std::tuple<size_t, std::string, std::string>> cases = {
+      {7, "inf", "retention_mean inf is not in [0, 1]"},
+      {7, "1e308", "retention_mean 1e+308 is not in [0, 1]"},
+      {7, "-5", "retention_mean -5 is not in [0, 1]"},
+      {7, "1.5", "retention_mean 1.5 is not in [0, 1]"},
+      {8, "-inf", "retention_p5 -inf is not in [0, 1]"},
+      {10, "-0.5", "output_error_mean -0.5 is not at least 0"},
+      {4, "0", "budget_tokens_mean 0 is not at least 1"},
+      {4, "", "budget_tokens_mean is empty or not a number"},
+      {5, "-1", "budget_share_mean -1 is not above 0"},
+      {5, "0", "budget_share_mean 0 is not above 0"},
+      {11, "-3", "occupancy_mean -3 is not at least 0"},
+      {12, "-1", "occupancy_peak -1 is negative"},
+      {13, "-1", "evictions -1 is negative"},
+      {14, "-7", "samples -7 is negative"},
+      {2, "10x", "budget '10x': not a token count"},
+      {3, "int99", "quantization 'int99'"},
+  };
+  for (const auto& [column, value, message] : cases) {
+    std::vector<std::string> fields = row;
+    fields[column] = value;
+    std::string line;
+    for (const auto& field : fields) line += (line.empty() ? "" : ",") + field;
+    write(dir.file("sweep.csv"), std::string(kPeakHeader) + line + "\n");
+    const auto result = kvtest::expect_one_line_error(plan_args(dir));
+    EXPECT_NE(result.output.find(dir.file("sweep.csv") + ": line 2: " + message), std::string::npos) << value << "\n"
+                                                                                                     << result.output;
+  }
+  // An empty metric is not measured: the row does not meet the target.
+  std::vector<std::string> fields = row;
+  fields[7] = "";
+  std::string line;
+  for (const auto& field : fields) line += (line.empty() ? "" : ",") + field;
+  write(dir.file("sweep.csv"), std::string(kPeakHeader) + line + "\n");
+  const auto result = kvtest::run_kvsim(plan_args(dir));
+  ASSERT_EQ(result.code, 0) << result.output;
+  EXPECT_NE(result.output.find("not met"), std::string::npos) << result.output;
+}

@@ -355,3 +355,13 @@ TEST(PlannerBytes, ABlockBeyond64BitsIsRefused) {
   huge.head_dim = 1 << 20;
   EXPECT_THROW(kvsim::kv_layout(setup_for(huge, {4096}), kvsim::QuantSpec{}), kvtrace::InputError);
 }
+
+TEST(PlannerSweep, DuplicateCellsAndImpossibleValuesAreRefused) {
+  const std::string header = "policy,params,budget,budget_tokens_mean,budget_share_mean,mode,retention_mean\n";
+  EXPECT_NO_THROW(kvsim::parse_sweep_csv(header + "h2o,,10%,25,0.1,stream,0.81\nh2o,,20%,51,0.2,stream,0.9\n", "s.csv",
+                                         "retention_mean"));
+  for (const std::string rows :
+       {"h2o,,10%,25,0.1,stream,0.81\nh2o,,10%,25,0.1,stream,0.999\n", "h2o,,10%,25,0.1,stream,inf\n",
+        "h2o,,10%,25,0.1,stream,1e308\n", "h2o,,10%,25,0.1,stream,-5\n", "h2o,,10%,25,-0.1,stream,0.8\n"})
+    EXPECT_THROW(kvsim::parse_sweep_csv(header + rows, "s.csv", "retention_mean"), kvtrace::InputError) << rows;
+}

@@ -186,10 +186,17 @@ struct SweepTable {
   bool has_quant = false;  // a quant column holding more than "none"
   bool mixed_modes = false;
 };
+// How errors name a row: a CSV's line (the header is line 1), or a row of rows given as they
+// are (Python's sweep(), counted from 0).
+enum class SweepRowNames { csv_lines, rows };
 // `columns`: those the rows came with (SweepCsv::columns); they must hold policy, budget,
-// budget_share_mean, retention_mean and the target's column. `source` names them in errors.
+// budget_share_mean, retention_mean and the target's column. Every value must be one a sweep
+// writes (budgets and quantizations that parse, finite numbers in their column's range; an
+// empty metric is NaN, not measured), and no two rows may share policy, params, budget, quant,
+// mode and page. `source` names them in errors, one line naming the row and the column.
 SweepTable sweep_table(const std::vector<SweepRow>& rows, const std::vector<std::string>& columns,
-                       const std::string& source, const std::string& metric_column);
+                       const std::string& source, const std::string& metric_column,
+                       SweepRowNames names = SweepRowNames::rows);
 // The same from a sweep CSV's text (read_sweep_csv). `file` names it in errors.
 SweepTable parse_sweep_csv(const std::string& text, const std::string& file, const std::string& metric_column);
 
