@@ -173,9 +173,12 @@ std::string plan_text(const Plan& plan) {
           << fixed(first.budget_tokens_mean / first.budget_share_mean, 0) << " tokens on average\n";
     out << kTeacherForcedNote << "\n";
   }
-  out << "a sequence under budget B holds min(L, B + 1) tokens in ceil(min(L, B + 1) / " << setup.block_size
-      << ") blocks; max seqs = KV memory / bytes of its blocks; gain is against the full " << setup.kv_dtype
-      << " cache";
+  const bool beyond =
+      std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.held_beyond > 0; });
+  const std::string held = beyond ? "min(L, B + 1 + X)" : "min(L, B + 1)";
+  out << "a sequence under budget B holds " << held << " tokens in ceil(" << held << " / " << setup.block_size
+      << ") blocks" << (beyond ? " (X: what the sweep held beyond B + 1, above)" : "")
+      << "; max seqs = KV memory / bytes of its blocks; gain is against the full " << setup.kv_dtype << " cache";
   bool residual = false;
   for (const auto& row : plan.rows) residual |= row.layout.residual > 0;
   if (residual) out << "; a residual window of R tokens is stored at " << setup.kv_dtype;

@@ -163,9 +163,9 @@ KvLayout kv_layout(const PlanSetup& setup, const QuantSpec& quant) {
   return layout;
 }
 
-int64_t tokens_held(int64_t context, std::optional<int64_t> budget) {
-  if (!budget) return context;
-  return std::min(context, *budget + 1);
+int64_t tokens_held(int64_t context, std::optional<int64_t> budget, int64_t beyond) {
+  if (!budget || *budget >= context - 1 || beyond >= context - 1 - *budget) return context;
+  return *budget + 1 + std::max<int64_t>(beyond, 0);
 }
 
 int64_t blocks_for(int64_t tokens, int block_size) { return tokens <= 0 ? 0 : ceil_div(tokens, block_size); }
@@ -177,7 +177,8 @@ namespace {
 // Adaptive heads each round up to whole blocks of their own: the H heads holding H x held
 // positions in all take at most ceil(H held / block) + H - 1 head blocks (each head's last
 // block partly filled), and never more than H blocks_for(context).
-void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context, int64_t budget, Footprint& out) {
+void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context, int64_t budget, int64_t beyond,
+                Footprint& out) {
   const int layers = setup.model.n_layers;
   const int heads = setup.adaptive_heads ? kv_heads_per_gpu(setup.model, setup.gpus) : 1;
   auto head_blocks = [&](int64_t tokens, int64_t limit) -> double {
@@ -188,7 +189,7 @@ void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context,
   const std::vector<int64_t> layer_budgets = setup.schedule.layer_budgets(budget, 0, context);
   for (int l = 0; l < layers; ++l) {
     const int64_t b = l < static_cast<int>(layer_budgets.size()) ? layer_budgets[static_cast<size_t>(l)] : budget;
-    const int64_t held = tokens_held(context, b);
+    const int64_t held = tokens_held(context, b, beyond);
     const int64_t residual = std::min<int64_t>(held, layout.residual);
     const double full_blocks = head_blocks(residual, std::min<int64_t>(context, layout.residual));
     const double quant_blocks = head_blocks(held - residual, context - residual);
@@ -203,17 +204,18 @@ void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context,
 
 }  // namespace
 
-Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::optional<Budget>& budget) {
+Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::optional<Budget>& budget,
+                    int64_t beyond) {
   Footprint out;
   const bool moving =
       !setup.schedule.weights.empty() || setup.schedule.kind != LayerSchedule::Kind::weights || setup.adaptive_heads;
   for (int64_t context : setup.contexts) {
     const std::optional<int64_t> b = budget ? std::optional<int64_t>(budget->resolve(context)) : std::nullopt;
     if (b && moving) {
-      add_moving(setup, layout, context, *b, out);
+      add_moving(setup, layout, context, *b, beyond, out);
       continue;
     }
-    const int64_t held = tokens_held(context, b);
+    const int64_t held = tokens_held(context, b, beyond);
     const int64_t residual = std::min<int64_t>(held, layout.residual);
     const int64_t full_blocks = blocks_for(residual, setup.block_size);
     const int64_t quant_blocks = blocks_for(held - residual, setup.block_size);
@@ -250,9 +252,9 @@ void fill_row(const PlanSetup& setup, const MemoryPlan& memory, PlanRow& row, co
     PlanSetup own = setup;
     if (row.schedule) own.schedule = *row.schedule;
     own.adaptive_heads = own.adaptive_heads || row.adaptive_heads;
-    row.footprint = footprint(own, row.layout, row.budget);
+    row.footprint = footprint(own, row.layout, row.budget, row.held_beyond);
   } else {
-    row.footprint = footprint(setup, row.layout, row.budget);
+    row.footprint = footprint(setup, row.layout, row.budget, row.held_beyond);
   }
   row.max_sequences = max_sequences(memory, row.footprint);
   if (reference) {
@@ -295,6 +297,20 @@ std::vector<SweepChoice> choose_budgets(const SweepTable& table, const Target& t
       }
   }
   return out;
+}
+
+int64_t sweep_row_length(const SweepRow& row) {
+  const double length = row.budget_tokens_mean / row.budget_share_mean;
+  if (!(length >= 1)) return 1;
+  return std::min<int64_t>(std::llround(std::min(length, 0x1p62)), card_limits::kContext);
+}
+
+int64_t held_beyond_budget(const SweepRow& row, const LayerSchedule& schedule, int64_t length) {
+  const int64_t budget = Budget::parse(row.budget).resolve(length);
+  int64_t most = tokens_held(length, budget);
+  for (int64_t layer_budget : schedule.layer_budgets(budget, 0, length))
+    most = std::max(most, tokens_held(length, layer_budget));
+  return std::max<int64_t>(0, row.occupancy_peak - most);
 }
 
 }  // namespace kvsim

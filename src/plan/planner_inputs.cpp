@@ -268,6 +268,11 @@ SweepTable sweep_table(const std::vector<SweepRow>& rows, const std::vector<std:
   const SweepColumn* metric = find_sweep_column(metric_column);
   if (!metric || !metric->real) throw kvtrace::InputError(source, "", "'" + metric_column + "' is not a metric");
   SweepTable table;
+  table.has_peak = has("occupancy_peak");
+  if (table.has_peak && !has("budget_tokens_mean"))
+    throw kvtrace::InputError(source, "",
+                              "occupancy_peak without budget_tokens_mean: the plan cannot tell what the peak held "
+                              "beyond the budget");
   std::map<std::string, size_t> seen;  // cell key -> the first row with it
   for (size_t index = 0; index < rows.size(); ++index) {
     const SweepRow& row = rows[index];

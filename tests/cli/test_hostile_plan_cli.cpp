@@ -1,10 +1,13 @@
 // kvsim plan on hostile cards and sweeps: every card number is checked in its own range before
 // it is used, a sweep's values must be ones a sweep writes (no duplicate cells, no retention
-// beyond [0, 1], no infinities), and the table keeps its columns apart whatever the numbers.
+// beyond [0, 1], no infinities), what a sweep's cache held beyond B + 1 (its occupancy_peak)
+// is counted, and the table keeps its columns apart whatever the numbers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "../support/cli_checks.hpp"
@@ -12,6 +15,8 @@
 #include "../support/temp_dir.hpp"
 
 namespace {
+
+const std::string kTrace = std::string(KVSIM_SOURCE_DIR) + "/data/traces/stories15M-8x256.h5";
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
@@ -42,6 +47,12 @@ std::vector<std::string> table_lines(const std::string& output) {
     if (in_table) lines.push_back(line);
   }
   return lines;
+}
+
+// The output with its wrapped lines joined, to find a note whatever its wrapping.
+std::string unwrapped(std::string output) {
+  std::replace(output.begin(), output.end(), '\n', ' ');
+  return output;
 }
 
 std::vector<std::string> words(const std::string& line) {
@@ -176,11 +187,109 @@ TEST(CliHostilePlan, TheTableKeepsItsColumnsApartForTheWidestNumbers) {
   for (const auto& line : lines) EXPECT_LE(line.size(), 100u) << line;
 }
 
+TEST(CliHostilePlan, ASweepsPeakBeyondBPlusOneIsCounted) {
+  // --compress-every 64 on 256-token sequences: at 20% (B = 51) the cache grew to B + 64 = 115
+  // positions, 63 beyond B + 1. At 4096 tokens B = 819: 820 + 63 = 883 tokens, 56 blocks,
+  // 28019 / 56 = 500 sequences (not 52 blocks and 538).
+  kvtest::TempDir dir;
+  write(dir.file("sweep.csv"), std::string(kPeakHeader) +
+                                   "h2o,,20%,none,51,0.19921875,stream,0.9549,0.8,0.2,,70.75,115,59040,73728\n"
+                                   "full,,20%,none,51,0.19921875,stream,1,1,1,,128.5,256,0,73728\n");
+  const auto result = kvtest::run_kvsim(plan_args(dir) + " --json " + dir.file("plan.json"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  const auto lines = table_lines(result.output);
+  ASSERT_EQ(lines.size(), 3u) << result.output;
+  EXPECT_EQ(words(lines[2]), (std::vector<std::string>{"h2o", "819", "(20%)", "fp16", "0.9549", "131072", "117.4", "MB",
+                                                       "56", "500", "4.59x"}))
+      << result.output;
+  EXPECT_NE(unwrapped(result.output)
+                .find("h2o at 20%: the sweep's cache held up to 115 positions, 63 beyond what the budget explains on "
+                      "its 256-token sequences"),
+            std::string::npos)
+      << result.output;
+  const auto plan = nlohmann::json::parse(kvtest::slurp(dir.file("plan.json")));
+  EXPECT_EQ(plan["rows"][1]["tokens_held_mean"], 883.0);
+  EXPECT_EQ(plan["rows"][1]["blocks_per_sequence"], 56.0);
+}
 
+TEST(CliHostilePlan, APeakWithinTheBudgetChangesNothing) {
+  kvtest::TempDir dir;
+  write(dir.file("sweep.csv"),
+        std::string(kPeakHeader) + "h2o,,20%,none,51,0.19921875,stream,0.9549,0.8,0.2,,50.75,52,59040,73728\n");
+  const auto result = kvtest::run_kvsim(plan_args(dir));
+  ASSERT_EQ(result.code, 0) << result.output;
+  const auto lines = table_lines(result.output);
+  ASSERT_EQ(lines.size(), 3u) << result.output;
+  EXPECT_EQ(words(lines[2])[8], "52") << result.output;  // 820 tokens
+  EXPECT_EQ(words(lines[2])[9], "538") << result.output;
+  EXPECT_EQ(result.output.find("beyond what the budget explains"), std::string::npos) << result.output;
+}
 
+TEST(CliHostilePlan, AQuestionsTokensAreCounted) {
+  // Prefill with a question: the context compressed to B = 400, then 200 question tokens and
+  // the answer joined the cache: 814 at the peak, 413 beyond B + 1, on 1024-token sequences
+  // (the full cache's peak).
+  kvtest::TempDir dir;
+  write(dir.file("sweep.csv"),
+        "policy,params,budget,quant,budget_tokens_mean,budget_share_mean,mode,retention_mean,retention_p5,"
+        "retention_min,output_error_mean,occupancy_mean,occupancy_peak,evictions,samples,question_retention_mean,"
+        "question_retention_min,answer_retention_mean,answer_retention_min\n"
+        "snapkv,,400,none,400,0.390625,prefill,0.97,0.9,0.5,,700,814,5000,9000,0.98,0.6,0.96,0.5\n"
+        "snapkv,,40%,none,409,0.399414,prefill,0.971,0.9,0.5,,700,823,5000,9000,0.98,0.6,0.96,0.5\n"
+        "full,,40%,none,409,0.399414,prefill,1,1,1,,900,1024,0,9000,1,1,1,1\n");
+  const auto result = kvtest::run_kvsim(plan_args(dir));
+  ASSERT_EQ(result.code, 0) << result.output;
+  const auto lines = table_lines(result.output);
+  ASSERT_EQ(lines.size(), 3u) << result.output;
+  // snapkv meets 0.95 at 400 tokens (the smaller share): 401 + 413 = 814 tokens, 51 blocks.
+  EXPECT_EQ(words(lines[2])[1], "400") << result.output;
+  EXPECT_EQ(words(lines[2])[8], "51") << result.output;
+  EXPECT_NE(unwrapped(result.output).find("up to 814 positions, 413 beyond"), std::string::npos) << result.output;
+}
 
+TEST(CliHostilePlan, ARealSweepWithCompressEveryPlansItsPeak) {
+  kvtest::TempDir dir;
+  auto result = kvtest::run_kvsim("sweep " + kTrace + " --policies h2o --budgets 20% --seqs 0 --layers 0 " +
+                                  "--compress-every 64 --csv " + dir.file("sweep.csv"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  result = kvtest::run_kvsim(plan_args(dir) + " --json " + dir.file("plan.json"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  const auto plan = nlohmann::json::parse(kvtest::slurp(dir.file("plan.json")));
+  // B = 51 grew to 51 + 64 = 115 between compressions: 63 beyond B + 1 (820 + 63 at 4096).
+  EXPECT_EQ(plan["rows"][1]["policy"], "h2o") << result.output;
+  EXPECT_EQ(plan["rows"][1]["tokens_held_mean"], 883.0) << result.output;
+}
 
+TEST(CliHostilePlan, LayerSchedulesAreNotMistakenForAPeakBeyondTheBudget) {
+  // pyramidkv's layer 0 holds far more than B + 1 by its schedule, which the plan counts per
+  // layer already; a sweep and plan under --layer-budget pyramid the same.
+  kvtest::TempDir dir;
+  auto result = kvtest::run_kvsim("sweep " + kTrace + " --policies pyramidkv --budgets 40% --seqs 0 --csv " +
+                                  dir.file("sweep.csv"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  result = kvtest::run_kvsim(plan_args(dir, "retention>=0.5"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  EXPECT_EQ(result.output.find("beyond what the budget explains"), std::string::npos) << result.output;
 
+  result = kvtest::run_kvsim("sweep " + kTrace + " --policies h2o --budgets 40% --seqs 0 --layer-budget pyramid " +
+                             "--csv " + dir.file("sweep.csv"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  result = kvtest::run_kvsim("plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --layer-budget pyramid " +
+                             std::string("--sweep ") + dir.file("sweep.csv") + " --target 'retention>=0.5'");
+  ASSERT_EQ(result.code, 0) << result.output;
+  EXPECT_EQ(result.output.find("beyond what the budget explains"), std::string::npos) << result.output;
+}
+
+TEST(CliHostilePlan, HeadAdaptiveRowsSayTheirPeakIsNotCompared) {
+  kvtest::TempDir dir;
+  write(dir.file("sweep.csv"),
+        std::string(kPeakHeader) + "ada-snapkv,,20%,none,51,0.19921875,stream,0.96,0.8,0.2,,50.75,180,59040,73728\n");
+  const auto result = kvtest::run_kvsim(plan_args(dir));
+  ASSERT_EQ(result.code, 0) << result.output;
+  EXPECT_NE(unwrapped(result.output).find("ada-snapkv: budgets that move across heads"), std::string::npos)
+      << result.output;
+  EXPECT_NE(unwrapped(result.output).find("occupancy_peak is not compared"), std::string::npos) << result.output;
+}
 
 TEST(CliHostilePlan, DuplicateCellsInASweepAreRefused) {
   // h2o measured 0.81 at 10%; a second row at 0.999 must not make it meet 0.9.

@@ -3,9 +3,11 @@
 // sweep CSV, the combined compression of eviction and quantization, and the bundled cards.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "kvsim/plan/planner.hpp"
@@ -364,4 +366,35 @@ TEST(PlannerSweep, DuplicateCellsAndImpossibleValuesAreRefused) {
        {"h2o,,10%,25,0.1,stream,0.81\nh2o,,10%,25,0.1,stream,0.999\n", "h2o,,10%,25,0.1,stream,inf\n",
         "h2o,,10%,25,0.1,stream,1e308\n", "h2o,,10%,25,0.1,stream,-5\n", "h2o,,10%,25,-0.1,stream,0.8\n"})
     EXPECT_THROW(kvsim::parse_sweep_csv(header + rows, "s.csv", "retention_mean"), kvtrace::InputError) << rows;
+}
+
+TEST(PlannerSweep, WhatASweepHeldBeyondItsBudget) {
+  kvsim::SweepRow row;
+  row.policy = "h2o";
+  row.budget = "20%";
+  row.budget_tokens_mean = 51;
+  row.budget_share_mean = 0.19921875;
+  EXPECT_EQ(kvsim::sweep_row_length(row), 256);
+  const kvsim::LayerSchedule uniform;
+  row.occupancy_peak = 115;  // --compress-every 64: B + 64
+  EXPECT_EQ(kvsim::held_beyond_budget(row, uniform, 256), 63);
+  row.occupancy_peak = 52;  // B + 1
+  EXPECT_EQ(kvsim::held_beyond_budget(row, uniform, 256), 0);
+  row.occupancy_peak = 0;  // no column
+  EXPECT_EQ(kvsim::held_beyond_budget(row, uniform, 256), 0);
+  // Under a pyramid its first layer holds the most: that much is the schedule, not beyond it.
+  const kvsim::LayerSchedule pyramid = kvsim::LayerSchedule::parse("pyramid", 6);
+  const auto layers = pyramid.layer_budgets(51, 0, 256);
+  const int64_t most = *std::max_element(layers.begin(), layers.end()) + 1;
+  ASSERT_GT(most, 52);
+  row.occupancy_peak = most;
+  EXPECT_EQ(kvsim::held_beyond_budget(row, pyramid, 256), 0);
+  row.occupancy_peak = most + 10;
+  EXPECT_EQ(kvsim::held_beyond_budget(row, pyramid, 256), 10);
+
+  // Each sequence then holds min(L, B + 1 + beyond), never past its context.
+  EXPECT_EQ(kvsim::tokens_held(4096, 819, 63), 883);
+  EXPECT_EQ(kvsim::tokens_held(4096, 819, std::numeric_limits<int64_t>::max()), 4096);
+  EXPECT_EQ(kvsim::tokens_held(100, 500, 5), 100);
+  EXPECT_EQ(kvsim::tokens_held(4096, std::nullopt, 5), 4096);
 }
