@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "kvsim/core/policy.hpp"
 #include "kvsim/policies/registry.hpp"
@@ -29,6 +30,8 @@ GpuCard gpu_of(const PlanRequest& r) {
   GpuCard gpu;
   gpu.memory_bytes = parse_memory(r.gpu, "gpu");
   if (gpu.memory_bytes == 0) bad_option("gpu", "memory must be positive");
+  if (gpu.memory_bytes > static_cast<uint64_t>(card_limits::kGpuBytes))
+    bad_option("gpu", "'" + r.gpu + "' is more than a GPU card may have (16 TiB)");
   gpu.name = gpu.display_name = r.gpu;
   gpu.source = "--gpu " + r.gpu;
   return gpu;
@@ -95,6 +98,7 @@ class RowBuilder {
       for (const auto& q : quants) full_with(q, full_metric, false);
     std::set<std::string> wanted_quants;
     for (const auto& q : quants) wanted_quants.insert(q.name);
+    if (table.has_peak) sweep_length_ = sweep_length(table);
     std::vector<std::string> unbudgeted;
     for (const auto& choice : choose_budgets(table, target)) {
       const PolicyInfo* info = nullptr;
@@ -124,6 +128,13 @@ class RowBuilder {
       for (const auto& n : unbudgeted) names += (names.empty() ? "" : ", ") + n;
       plan_.notes.push_back(names + ": no fixed budget (the memory it needs is its peak occupancy), not planned");
     }
+    if (!peak_not_compared_.empty()) {
+      std::string names;
+      for (const auto& n : peak_not_compared_) names += (names.empty() ? "" : ", ") + n;
+      plan_.notes.push_back(names +
+                            ": budgets that move across heads, or layer budgets measured on a trace, let a group "
+                            "hold more than B + 1 by design, so the sweep's occupancy_peak is not compared");
+    }
   }
 
  private:
@@ -135,7 +146,7 @@ class RowBuilder {
     row.policy = choice.policy + (choice.params.empty() ? "" : "(" + choice.params + ")");
     row.mode = plan_.sweep.mixed_modes ? choice.mode : "";
     row.bound = info && info->upper_bound();
-    if (info) own_budgets(choice, *info, row);
+    const bool own_as_planned = !info || own_budgets(choice, *info, row);
     plan_.any_bound |= row.bound;
     row.quant = q;
     row.quant_measured = measured;
@@ -158,15 +169,57 @@ class RowBuilder {
       if (!std::isnan(best)) row.metric = best;
       if (!choice.rows.empty() && !is_full && !selects) row.budget = Budget::parse(choice.rows.back().budget);
     }
+    if (plan_.sweep.has_peak && row.budget) {
+      const TargetRow& measured = choice.chosen ? choice.rows[*choice.chosen] : choice.rows.back();
+      if (row.adaptive_heads || plan_.setup.adaptive_heads || !own_as_planned)
+        add_once(peak_not_compared_, choice.policy);
+      else
+        count_held_beyond(measured, row);
+    }
     return row;
+  }
+
+  // The sweep's sequence length for comparing peaks: the longest its rows tell, from each
+  // row's budget (its mean length) and the peak of a policy that keeps every position.
+  static int64_t sweep_length(const SweepTable& table) {
+    int64_t longest = 1;
+    for (const auto& row : table.rows) {
+      longest = std::max(longest, sweep_row_length(row));
+      const PolicyInfo* info = nullptr;
+      try {
+        info = &find_policy(row.policy);
+      } catch (const kvtrace::InputError&) {}
+      if (row.policy == "full" || (info && info->selects))
+        longest = std::max(longest, std::min(row.occupancy_peak, card_limits::kContext));
+    }
+    return longest;
+  }
+
+  // What the sweep's cache held at its peak beyond the budget's B + 1 (--compress-every, a
+  // question, pages that could not go) is held by each planned sequence too.
+  void count_held_beyond(const TargetRow& measured, PlanRow& row) {
+    const LayerSchedule& schedule = row.schedule ? *row.schedule : plan_.setup.schedule;
+    row.held_beyond = held_beyond_budget(measured, schedule, sweep_length_);
+    if (row.held_beyond == 0) return;
+    std::ostringstream note;
+    note << row.policy << " at " << measured.budget << ": the sweep's cache held up to " << measured.occupancy_peak
+         << " positions, " << row.held_beyond << " beyond what the budget explains on its " << sweep_length_
+         << "-token sequences (--compress-every, a question, pages that could not go): counted in each sequence "
+         << "here";
+    add_once(plan_.notes, note.str());
+  }
+
+  static void add_once(std::vector<std::string>& list, const std::string& item) {
+    if (std::find(list.begin(), list.end(), item) == list.end()) list.push_back(item);
   }
 
   // The layer schedule and head budgets a policy declares (PolicyInfo::layer_budget,
   // head_floor) hold its row's memory; cake's schedule is measured on a trace, so its row is
   // planned with the setup's layers and a note says so.
-  void own_budgets(const SweepChoice& choice, const PolicyInfo& info, PlanRow& row) {
+  // Returns false when the row is planned with budgets other than the policy's own (cake).
+  bool own_budgets(const SweepChoice& choice, const PolicyInfo& info, PlanRow& row) {
     row.adaptive_heads = info.head_floor >= 0;
-    if (!info.layer_budget) return;
+    if (!info.layer_budget) return true;
     std::map<std::string, std::string> overrides;
     size_t at = 0;
     while (at < choice.params.size()) {
@@ -180,13 +233,16 @@ class RowBuilder {
     if (own.rfind("cake", 0) == 0) {
       const std::string note = info.name + ": its layer budgets (" + own +
                                ") are measured on a trace; its rows are planned with the setup's layer budgets";
-      if (std::find(plan_.notes.begin(), plan_.notes.end(), note) == plan_.notes.end()) plan_.notes.push_back(note);
-      return;
+      add_once(plan_.notes, note);
+      return false;
     }
     row.schedule = LayerSchedule::parse(own, plan_.setup.model.n_layers);
+    return true;
   }
 
   Plan& plan_;
+  int64_t sweep_length_ = 1;
+  std::vector<std::string> peak_not_compared_;  // policies whose peak the plan cannot read
 };
 
 // A sweep in page mode (its page column, kvsim/replay/sweep_table.hpp) evicted whole pages of
@@ -265,7 +321,8 @@ Plan make_plan(const PlanRequest& r) {
     plan.target = parse_target(r.target.empty() ? "retention>=0.95" : r.target);
     plan.sweep_name = r.sweep;
     if (r.sweep_rows) {
-      plan.sweep = sweep_table(r.sweep_rows->rows, r.sweep_rows->columns, r.sweep, plan.target->column);
+      plan.sweep =
+          sweep_table(r.sweep_rows->rows, r.sweep_rows->columns, r.sweep, plan.target->column, SweepRowNames::rows);
     } else {
       const std::string text = r.sweep_text.empty() ? read_text_file(r.sweep, "the sweep") : r.sweep_text;
       plan.sweep = parse_sweep_csv(text, r.sweep, plan.target->column);

@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <iterator>
 #include <sstream>
+#include <utility>
+#include <vector>
 
 #include "kvsim/core/text_util.hpp"
 #include "kvsim/plan/plan_table.hpp"
@@ -18,8 +21,6 @@ std::string plan_decimals(double value, int decimals) {
 }
 
 namespace {
-
-using text::human_bytes;
 
 std::string fixed(double value, int decimals) { return plan_decimals(value, decimals); }
 
@@ -49,6 +50,68 @@ std::string metric_header(const Target& target) {
   return target.column;
 }
 
+// A size as human_bytes writes it, in larger units beyond terabytes (a sequence of an absurd
+// card may hold more than 2^64 bytes).
+std::string size_text(double bytes) {
+  const char* units[] = {"B", "KB", "MB", "GB", "TB", "PB", "EB", "ZB", "YB"};
+  size_t unit = 0;
+  while (bytes >= 1000.0 && unit + 1 < std::size(units)) {
+    bytes /= 1000.0;
+    ++unit;
+  }
+  return fixed(bytes, unit == 0 ? 0 : 1) + " " + units[unit];
+}
+
+// A gain with two decimals, or whole when it is in the thousands or more.
+std::string gain_text(double gain) { return fixed(gain, gain < 1000 ? 2 : 0) + "x"; }
+
+// The table: the policy, budget and quant columns on the left, the numbers on the right, each
+// column as wide as its widest cell (at least its header's default width). Not wrapped: a row
+// stays one line.
+std::string plan_rows(const Plan& plan, const std::string& metric_name) {
+  const PlanSetup& setup = plan.setup;
+  const std::optional<Target>& target = plan.target;
+  const bool mix = setup.contexts.size() != 1;
+  std::vector<std::string> headers = {"policy", "budget", "quant"};
+  std::vector<size_t> widths = {8, 8, 7};  // the left columns' cells are followed by two spaces
+  if (target) {
+    headers.push_back(metric_name);
+    widths.push_back(std::max<size_t>(metric_name.size(), 9) + 1);
+  }
+  for (const auto& [header, width] :
+       {std::pair<const char*, size_t>{"KV B/tok", 10}, {"KV/seq", 10}, {"blocks", 8}, {"max seqs", 9}, {"gain", 7}}) {
+    headers.push_back(header);
+    widths.push_back(width);
+  }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& row : plan.rows) {
+    std::vector<std::string> cells = {
+        row.policy + (row.bound ? "*" : "") + (row.mode.empty() ? "" : " [" + row.mode + "]"), budget_cell(row, setup),
+        row.quant.enabled() ? row.quant.name : setup.kv_dtype};
+    if (target)
+      cells.push_back((row.metric ? fixed(*row.metric, 4) : "-") +
+                      (row.quant.enabled() && !row.quant_measured ? "+" : " "));
+    cells.push_back(bytes_text(row.layout.bytes_per_token()));
+    cells.push_back(size_text(std::round(row.footprint.bytes)));
+    cells.push_back(mix ? fixed(row.footprint.blocks, 1) : fixed(row.footprint.blocks, 0));
+    cells.push_back(row.met ? std::to_string(row.max_sequences) : "not met");
+    cells.push_back(row.met ? gain_text(row.gain) : "-");
+    rows.push_back(std::move(cells));
+  }
+  const size_t left_columns = 3;
+  for (const auto& cells : rows)
+    for (size_t c = 0; c < cells.size(); ++c)
+      widths[c] = std::max(widths[c], cells[c].size() + (c < left_columns ? 2 : 1));
+  std::string out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    for (size_t c = 0; c < cells.size(); ++c) out += pad(cells[c], widths[c], c >= left_columns);
+    out += "\n";
+  };
+  line(headers);
+  for (const auto& cells : rows) line(cells);
+  return out;
+}
+
 }  // namespace
 
 std::string plan_text(const Plan& plan) {
@@ -74,8 +137,8 @@ std::string plan_text(const Plan& plan) {
       << " = " << gb(static_cast<double>(memory.usable_bytes)) << " - " << setup.weight_dtype << " weights "
       << gb(static_cast<double>(memory.weight_bytes)) << " - reserve " << gb(static_cast<double>(memory.reserve_bytes))
       << " = " << gb(static_cast<double>(memory.kv_bytes)) << " for the KV cache\n";
-  out << "KV cache per GPU: " << model.n_layers << " layers x " << memory.kv_heads_per_gpu << " kv head"
-      << (memory.kv_heads_per_gpu == 1 ? "" : "s")
+  out << "KV cache per GPU: " << model.n_layers << (model.n_layers == 1 ? " layer x " : " layers x ")
+      << memory.kv_heads_per_gpu << " kv head" << (memory.kv_heads_per_gpu == 1 ? "" : "s")
       << (model.n_kv_heads < setup.gpus
               ? " (each replicated on " + std::to_string(setup.gpus / model.n_kv_heads) + " GPUs)"
               : "")
@@ -86,42 +149,11 @@ std::string plan_text(const Plan& plan) {
   if (target)
     out << "target: " << target->column << (target->at_least ? " >= " : " <= ") << target->value
         << "; per policy the smallest budget of " << plan.sweep_name << " that meets it\n";
-  out << "\n";
   const std::string metric_name = target ? metric_header(*target) : "";
-  size_t policy_width = 6, budget_width = 6, quant_width = 5;
-  for (const auto& row : plan.rows) {
-    policy_width =
-        std::max(policy_width, row.policy.size() + (row.bound ? 1 : 0) + (row.mode.empty() ? 0 : row.mode.size() + 3));
-    budget_width = std::max(budget_width, budget_cell(row, setup).size());
-    quant_width = std::max(quant_width, (row.quant.enabled() ? row.quant.name : setup.kv_dtype).size());
-  }
-  const bool mix = setup.contexts.size() != 1;
-  out << pad("policy", policy_width + 2) << pad("budget", budget_width + 2) << pad("quant", quant_width + 2);
-  if (target) out << pad(metric_name, std::max<size_t>(metric_name.size(), 9) + 1, true);
-  out << pad("KV B/tok", 10, true) << pad("KV/seq", 10, true) << pad("blocks", 8, true) << pad("max seqs", 9, true)
-      << pad("gain", 7, true) << "\n";
-  for (const auto& row : plan.rows) {
-    std::string policy = row.policy + (row.bound ? "*" : "") + (row.mode.empty() ? "" : " [" + row.mode + "]");
-    out << pad(policy, policy_width + 2) << pad(budget_cell(row, setup), budget_width + 2)
-        << pad(row.quant.enabled() ? row.quant.name : setup.kv_dtype, quant_width + 2);
-    if (target) {
-      std::string metric = row.metric ? fixed(*row.metric, 4) : "-";
-      if (row.quant.enabled() && !row.quant_measured)
-        metric += "+";
-      else
-        metric += " ";
-      out << pad(metric, std::max<size_t>(metric_name.size(), 9) + 1, true);
-    }
-    out << pad(bytes_text(row.layout.bytes_per_token()), 10, true)
-        << pad(human_bytes(static_cast<uint64_t>(std::llround(row.footprint.bytes))), 10, true)
-        << pad(mix ? fixed(row.footprint.blocks, 1) : fixed(row.footprint.blocks, 0), 8, true);
-    if (row.met) {
-      out << pad(std::to_string(row.max_sequences), 9, true) << pad(fixed(row.gain, 2) + "x", 7, true);
-    } else {
-      out << pad("not met", 9, true) << pad("-", 7, true);
-    }
-    out << "\n";
-  }
+  out << "\n";
+  std::string text = wrap_text(out.str());
+  text += plan_rows(plan, metric_name);
+  out.str("");
   out << "\n";
   if (target && plan.unmeasured)
     out << "+ " << metric_name << " measured without quantization (the sweep quantized nothing): the loss the "
@@ -141,14 +173,17 @@ std::string plan_text(const Plan& plan) {
           << fixed(first.budget_tokens_mean / first.budget_share_mean, 0) << " tokens on average\n";
     out << kTeacherForcedNote << "\n";
   }
-  out << "a sequence under budget B holds min(L, B + 1) tokens in ceil(min(L, B + 1) / " << setup.block_size
-      << ") blocks; max seqs = KV memory / bytes of its blocks; gain is against the full " << setup.kv_dtype
-      << " cache";
+  const bool beyond =
+      std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.held_beyond > 0; });
+  const std::string held = beyond ? "min(L, B + 1 + X)" : "min(L, B + 1)";
+  out << "a sequence under budget B holds " << held << " tokens in ceil(" << held << " / " << setup.block_size
+      << ") blocks" << (beyond ? " (X: what the sweep held beyond B + 1, above)" : "")
+      << "; max seqs = KV memory / bytes of its blocks; gain is against the full " << setup.kv_dtype << " cache";
   bool residual = false;
   for (const auto& row : plan.rows) residual |= row.layout.residual > 0;
   if (residual) out << "; a residual window of R tokens is stored at " << setup.kv_dtype;
   out << "\n";
-  return wrap_text(out.str());
+  return text + wrap_text(out.str());
 }
 
 }  // namespace kvsim

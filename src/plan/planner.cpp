@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -19,6 +20,20 @@ using text::lower;
 using text::trim;
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// A count (bytes, sequences) computed in double, as an int64_t; one line when it does not fit
+// (the card ranges keep every count a plan computes well inside: this is the backstop).
+int64_t whole_count(double value, const std::string& what) {
+  if (!(value >= 0 && value < 0x1p63))
+    throw kvtrace::InputError("", "", what + " (" + std::to_string(value) + ") does not fit in 64 bits");
+  return static_cast<int64_t>(value);
+}
+
+std::string gigabytes(double bytes) {
+  char text[48];
+  std::snprintf(text, sizeof text, "%.2f GB", bytes / 1e9);
+  return text;
+}
 
 }  // namespace
 
@@ -97,6 +112,10 @@ MemoryPlan plan_memory(const PlanSetup& setup) {
   if (!(setup.utilization > 0 && setup.utilization <= 1))
     throw kvtrace::InputError("", "", "--utilization must be in (0, 1]");
   if (setup.block_size < 1) throw kvtrace::InputError("", "", "--block-size must be at least 1");
+  if (setup.block_size > card_limits::kBlockSize)
+    throw kvtrace::InputError("", "",
+                              "--block-size " + std::to_string(setup.block_size) + " is more than " +
+                                  std::to_string(card_limits::kBlockSize) + " tokens");
   if (setup.contexts.empty()) throw kvtrace::InputError("", "", "--context: no context lengths");
   for (int64_t context : setup.contexts) {
     if (context < 1) throw kvtrace::InputError("", "", "--context: lengths must be at least 1 token");
@@ -108,20 +127,20 @@ MemoryPlan plan_memory(const PlanSetup& setup) {
   MemoryPlan memory;
   memory.kv_heads_per_gpu = kv_heads_per_gpu(model, setup.gpus);
   memory.gpu_bytes = setup.gpu.memory_bytes;
-  memory.usable_bytes =
-      static_cast<int64_t>(std::floor(static_cast<double>(setup.gpu.memory_bytes) * setup.utilization));
+  memory.usable_bytes = whole_count(std::floor(static_cast<double>(setup.gpu.memory_bytes) * setup.utilization),
+                                    "the usable bytes per GPU");
   const double weights = static_cast<double>(model.parameters) * weight_bytes_per_param(setup.weight_dtype);
-  memory.weight_bytes = static_cast<int64_t>(std::ceil(weights / setup.gpus));
-  memory.reserve_bytes = static_cast<int64_t>(setup.reserve_bytes);
+  memory.weight_bytes = whole_count(std::ceil(weights / setup.gpus), "the weight bytes per GPU");
+  memory.reserve_bytes = whole_count(static_cast<double>(setup.reserve_bytes), "--reserve");
   memory.kv_bytes = memory.usable_bytes - memory.weight_bytes - memory.reserve_bytes;
   if (memory.kv_bytes <= 0) {
     std::ostringstream problem;
-    problem.precision(3);
     problem << model.display_name << " does not fit: " << setup.gpus << " x " << setup.gpu.display_name << " at "
-            << setup.utilization << " utilisation give " << memory.usable_bytes / 1e9 << " GB per GPU, the "
-            << setup.weight_dtype << " weights take " << memory.weight_bytes / 1e9 << " GB and the reserve "
-            << memory.reserve_bytes / 1e9 << " GB, leaving nothing for the KV cache (more --gpus, a smaller "
-            << "--weight-dtype or --reserve?)";
+            << setup.utilization << " utilisation give " << gigabytes(static_cast<double>(memory.usable_bytes))
+            << " per GPU, the " << setup.weight_dtype << " weights take "
+            << gigabytes(static_cast<double>(memory.weight_bytes)) << " and the reserve "
+            << gigabytes(static_cast<double>(memory.reserve_bytes))
+            << ", leaving nothing for the KV cache (more --gpus, a smaller --weight-dtype or --reserve?)";
     throw kvtrace::InputError("", "", problem.str());
   }
   return memory;
@@ -136,15 +155,17 @@ KvLayout kv_layout(const PlanSetup& setup, const QuantSpec& quant) {
   layout.full_bits_per_token = 2 * elements * full_bits;
   layout.bits_per_token =
       quant.enabled() ? 2 * elements * bits_per_element(quant, model.head_dim, full_bits) : layout.full_bits_per_token;
-  layout.block_bytes = static_cast<int64_t>(std::ceil(setup.block_size * layout.bits_per_token / 8 - 1e-9));
-  layout.full_block_bytes = static_cast<int64_t>(std::ceil(setup.block_size * layout.full_bits_per_token / 8 - 1e-9));
+  layout.block_bytes =
+      whole_count(std::ceil(setup.block_size * layout.bits_per_token / 8 - 1e-9), "the bytes of a KV block");
+  layout.full_block_bytes =
+      whole_count(std::ceil(setup.block_size * layout.full_bits_per_token / 8 - 1e-9), "the bytes of a KV block");
   layout.residual = quant.enabled() ? quant.residual : 0;
   return layout;
 }
 
-int64_t tokens_held(int64_t context, std::optional<int64_t> budget) {
-  if (!budget) return context;
-  return std::min(context, *budget + 1);
+int64_t tokens_held(int64_t context, std::optional<int64_t> budget, int64_t beyond) {
+  if (!budget || *budget >= context - 1 || beyond >= context - 1 - *budget) return context;
+  return *budget + 1 + std::max<int64_t>(beyond, 0);
 }
 
 int64_t blocks_for(int64_t tokens, int block_size) { return tokens <= 0 ? 0 : ceil_div(tokens, block_size); }
@@ -156,7 +177,8 @@ namespace {
 // Adaptive heads each round up to whole blocks of their own: the H heads holding H x held
 // positions in all take at most ceil(H held / block) + H - 1 head blocks (each head's last
 // block partly filled), and never more than H blocks_for(context).
-void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context, int64_t budget, Footprint& out) {
+void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context, int64_t budget, int64_t beyond,
+                Footprint& out) {
   const int layers = setup.model.n_layers;
   const int heads = setup.adaptive_heads ? kv_heads_per_gpu(setup.model, setup.gpus) : 1;
   auto head_blocks = [&](int64_t tokens, int64_t limit) -> double {
@@ -167,7 +189,7 @@ void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context,
   const std::vector<int64_t> layer_budgets = setup.schedule.layer_budgets(budget, 0, context);
   for (int l = 0; l < layers; ++l) {
     const int64_t b = l < static_cast<int>(layer_budgets.size()) ? layer_budgets[static_cast<size_t>(l)] : budget;
-    const int64_t held = tokens_held(context, b);
+    const int64_t held = tokens_held(context, b, beyond);
     const int64_t residual = std::min<int64_t>(held, layout.residual);
     const double full_blocks = head_blocks(residual, std::min<int64_t>(context, layout.residual));
     const double quant_blocks = head_blocks(held - residual, context - residual);
@@ -182,23 +204,25 @@ void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context,
 
 }  // namespace
 
-Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::optional<Budget>& budget) {
+Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::optional<Budget>& budget,
+                    int64_t beyond) {
   Footprint out;
   const bool moving =
       !setup.schedule.weights.empty() || setup.schedule.kind != LayerSchedule::Kind::weights || setup.adaptive_heads;
   for (int64_t context : setup.contexts) {
     const std::optional<int64_t> b = budget ? std::optional<int64_t>(budget->resolve(context)) : std::nullopt;
     if (b && moving) {
-      add_moving(setup, layout, context, *b, out);
+      add_moving(setup, layout, context, *b, beyond, out);
       continue;
     }
-    const int64_t held = tokens_held(context, b);
+    const int64_t held = tokens_held(context, b, beyond);
     const int64_t residual = std::min<int64_t>(held, layout.residual);
     const int64_t full_blocks = blocks_for(residual, setup.block_size);
     const int64_t quant_blocks = blocks_for(held - residual, setup.block_size);
     out.tokens += static_cast<double>(held);
     out.blocks += static_cast<double>(full_blocks + quant_blocks);
-    out.bytes += static_cast<double>(full_blocks * layout.full_block_bytes + quant_blocks * layout.block_bytes);
+    out.bytes += static_cast<double>(full_blocks) * static_cast<double>(layout.full_block_bytes) +
+                 static_cast<double>(quant_blocks) * static_cast<double>(layout.block_bytes);
     out.budget_tokens += static_cast<double>(b ? *b : context);
   }
   const double n = static_cast<double>(setup.contexts.size());
@@ -213,9 +237,9 @@ int64_t max_sequences(const MemoryPlan& memory, const Footprint& footprint) {
   if (footprint.bytes <= 0) return 0;
   // Exact in integers for one context length (bytes is a whole number of blocks then).
   const double rounded = std::round(footprint.bytes);
-  if (std::abs(footprint.bytes - rounded) < 1e-9 && rounded >= 1)
+  if (std::abs(footprint.bytes - rounded) < 1e-9 && rounded >= 1 && rounded < 0x1p63)
     return memory.kv_bytes / static_cast<int64_t>(rounded);
-  return static_cast<int64_t>(std::floor(static_cast<double>(memory.kv_bytes) / footprint.bytes));
+  return whole_count(std::floor(static_cast<double>(memory.kv_bytes) / footprint.bytes), "the sequence count");
 }
 
 double compression_factor(const Footprint& full, const Footprint& compressed) {
@@ -228,9 +252,9 @@ void fill_row(const PlanSetup& setup, const MemoryPlan& memory, PlanRow& row, co
     PlanSetup own = setup;
     if (row.schedule) own.schedule = *row.schedule;
     own.adaptive_heads = own.adaptive_heads || row.adaptive_heads;
-    row.footprint = footprint(own, row.layout, row.budget);
+    row.footprint = footprint(own, row.layout, row.budget, row.held_beyond);
   } else {
-    row.footprint = footprint(setup, row.layout, row.budget);
+    row.footprint = footprint(setup, row.layout, row.budget, row.held_beyond);
   }
   row.max_sequences = max_sequences(memory, row.footprint);
   if (reference) {
@@ -273,6 +297,20 @@ std::vector<SweepChoice> choose_budgets(const SweepTable& table, const Target& t
       }
   }
   return out;
+}
+
+int64_t sweep_row_length(const SweepRow& row) {
+  const double length = row.budget_tokens_mean / row.budget_share_mean;
+  if (!(length >= 1)) return 1;
+  return std::min<int64_t>(std::llround(std::min(length, 0x1p62)), card_limits::kContext);
+}
+
+int64_t held_beyond_budget(const SweepRow& row, const LayerSchedule& schedule, int64_t length) {
+  const int64_t budget = Budget::parse(row.budget).resolve(length);
+  int64_t most = tokens_held(length, budget);
+  for (int64_t layer_budget : schedule.layer_budgets(budget, 0, length))
+    most = std::max(most, tokens_held(length, layer_budget));
+  return std::max<int64_t>(0, row.occupancy_peak - most);
 }
 
 }  // namespace kvsim

@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <numeric>
 #include <sstream>
 
 #include "kvsim/plan/planner.hpp"
@@ -46,13 +47,20 @@ std::string text_field(const json& card, const std::string& key, const std::stri
   return card[key].get<std::string>();
 }
 
-int64_t int_field(const json& card, const std::string& key, const std::string& file) {
+// An integer field of a card, checked in its own range before it is stored anywhere
+// narrower: `n_layers` 4294967297 must not become 1.
+int64_t int_field(const json& card, const std::string& key, const std::string& file, int64_t lowest, int64_t highest) {
   if (!card.contains(key)) bad_card(file, "missing \"" + key + "\"");
   const json& value = card[key];
-  if (!value.is_number_integer() && !value.is_number_unsigned()) bad_card(file, "\"" + key + "\" must be an integer");
-  const int64_t out = value.get<int64_t>();
-  if (out <= 0) bad_card(file, "\"" + key + "\" must be positive");
-  return out;
+  if (!value.is_number_integer()) bad_card(file, "\"" + key + "\" must be an integer");
+  // Unsigned JSON numbers may exceed int64_t: compare them as they are.
+  const bool in_range = value.is_number_unsigned() ? value.get<uint64_t>() >= static_cast<uint64_t>(lowest) &&
+                                                         value.get<uint64_t>() <= static_cast<uint64_t>(highest)
+                                                   : value.get<int64_t>() >= lowest && value.get<int64_t>() <= highest;
+  if (!in_range)
+    throw kvtrace::InputError(file, key,
+                              value.dump() + " is outside " + std::to_string(lowest) + ".." + std::to_string(highest));
+  return value.get<int64_t>();
 }
 
 // A card by path (anything ending in .json), by file name in `dir`, or by display name or
@@ -79,6 +87,74 @@ Card find_card(const std::string& value, const std::string& dir, const std::stri
                             "--" + option + ": no card '" + value + "' (known: " + known + "; or give a card file)");
 }
 
+// How a row is named in errors.
+std::string row_name(size_t index, SweepRowNames names) {
+  return names == SweepRowNames::csv_lines ? "line " + std::to_string(index + 2) : "row " + std::to_string(index);
+}
+
+// The range of values a sweep writes in a numeric column: a retention is a share of attention,
+// the others are counts or sizes. NaN (an empty field) is a metric not measured.
+struct ColumnRange {
+  double lowest, highest;
+  bool lowest_open;
+  bool empty_allowed;
+  const char* text;
+};
+ColumnRange column_range(const std::string& name) {
+  constexpr double kHuge = std::numeric_limits<double>::max();
+  constexpr double kRetentionSlack = 1e-6;  // a sum of rounded attention weights
+  if (name.find("retention") != std::string::npos) return {0, 1 + kRetentionSlack, false, true, "in [0, 1]"};
+  if (name == "budget_tokens_mean") return {1, kHuge, false, false, "at least 1"};
+  if (name == "budget_share_mean") return {0, kHuge, true, false, "above 0"};
+  if (name == "bits_per_element") return {0, kHuge, false, false, "at least 0"};
+  return {0, kHuge, false, true, "at least 0"};
+}
+
+// One row's values, each in its column's range (the columns the rows came with).
+void check_sweep_values(const SweepRow& row, const std::vector<std::string>& columns, const std::string& source,
+                        const std::string& where) {
+  auto fail = [&](const std::string& problem) { throw kvtrace::InputError(source, "", where + ": " + problem); };
+  for (const std::string& name : columns) {
+    const SweepColumn* column = find_sweep_column(name);
+    if (column && column->integer && row.*column->integer < 0)
+      fail(name + " " + std::to_string(row.*column->integer) + " is negative");
+    if (!column || !column->real) continue;
+    const double value = row.*column->real;
+    const ColumnRange range = column_range(name);
+    if (std::isnan(value)) {
+      if (!range.empty_allowed) fail(name + " is empty or not a number");
+      continue;
+    }
+    const bool below = range.lowest_open ? value <= range.lowest : value < range.lowest;
+    if (!std::isfinite(value) || below || value > range.highest) {
+      std::ostringstream problem;
+      problem.precision(10);
+      problem << name << " " << value << " is not " << range.text;
+      fail(problem.str());
+    }
+  }
+  try {
+    Budget::parse(row.budget);
+    if (!row.quant.empty()) parse_quant(row.quant);
+  } catch (const kvtrace::InputError& e) {
+    fail(e.problem());
+  }
+}
+
+// What makes two rows the same cell: policy, params, budget (20% and 20.0% alike), quant,
+// mode and page.
+std::string cell_key(const SweepRow& row) {
+  const Budget budget = Budget::parse(row.budget);
+  std::string key = row.policy + '\n' + row.params + '\n';
+  if (budget.fraction) {
+    const int64_t divisor = std::gcd(budget.numerator, budget.denominator);
+    key += std::to_string(budget.numerator / divisor) + "/" + std::to_string(budget.denominator / divisor);
+  } else {
+    key += std::to_string(budget.tokens);
+  }
+  return key + '\n' + lower(row.quant) + '\n' + row.mode + '\n' + std::to_string(row.page);
+}
+
 }  // namespace
 
 // ---- cards ----
@@ -91,12 +167,12 @@ ModelCard parse_model_card(const std::string& json_text, const std::string& file
   if (model.display_name.empty()) model.display_name = model.name;
   model.hf_id = text_field(card, "hf_id", file, false);
   model.source = text_field(card, "source", file);
-  model.n_layers = static_cast<int>(int_field(card, "n_layers", file));
-  model.n_heads = static_cast<int>(int_field(card, "n_heads", file));
-  model.n_kv_heads = static_cast<int>(int_field(card, "n_kv_heads", file));
-  model.head_dim = static_cast<int>(int_field(card, "head_dim", file));
-  model.parameters = int_field(card, "parameters", file);
-  model.max_context = int_field(card, "max_context", file);
+  model.n_layers = static_cast<int>(int_field(card, "n_layers", file, 1, card_limits::kLayers));
+  model.n_heads = static_cast<int>(int_field(card, "n_heads", file, 1, card_limits::kHeads));
+  model.n_kv_heads = static_cast<int>(int_field(card, "n_kv_heads", file, 1, card_limits::kHeads));
+  model.head_dim = static_cast<int>(int_field(card, "head_dim", file, 1, card_limits::kHeadDim));
+  model.parameters = int_field(card, "parameters", file, 1, card_limits::kParameters);
+  model.max_context = int_field(card, "max_context", file, 1, card_limits::kContext);
   if (model.n_heads % model.n_kv_heads != 0)
     bad_card(file, "n_heads (" + std::to_string(model.n_heads) + ") is not a multiple of n_kv_heads (" +
                        std::to_string(model.n_kv_heads) + ")");
@@ -111,9 +187,10 @@ GpuCard parse_gpu_card(const std::string& json_text, const std::string& file) {
   if (gpu.display_name.empty()) gpu.display_name = gpu.name;
   gpu.source = text_field(card, "source", file);
   if (card.contains("memory_mib"))
-    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_mib", file)) << 20;
+    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_mib", file, 1, card_limits::kGpuBytes >> 20))
+                       << 20;
   else if (card.contains("memory_bytes"))
-    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_bytes", file));
+    gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_bytes", file, 1, card_limits::kGpuBytes));
   else
     bad_card(file, "missing \"memory_mib\" (or \"memory_bytes\")");
   return gpu;
@@ -183,14 +260,30 @@ Target parse_target(const std::string& original) {
 }
 
 SweepTable sweep_table(const std::vector<SweepRow>& rows, const std::vector<std::string>& columns,
-                       const std::string& source, const std::string& metric_column) {
+                       const std::string& source, const std::string& metric_column, SweepRowNames names) {
+  auto has = [&](const std::string& name) { return std::find(columns.begin(), columns.end(), name) != columns.end(); };
   for (const std::string name : {"policy", "budget", "budget_share_mean", "retention_mean", metric_column.c_str()})
-    if (std::find(columns.begin(), columns.end(), name) == columns.end())
+    if (!has(name))
       throw kvtrace::InputError(source, "", "no '" + name + "' column (expected the CSV kvsim sweep --csv writes)");
   const SweepColumn* metric = find_sweep_column(metric_column);
   if (!metric || !metric->real) throw kvtrace::InputError(source, "", "'" + metric_column + "' is not a metric");
   SweepTable table;
-  for (const SweepRow& row : rows) {
+  table.has_peak = has("occupancy_peak");
+  if (table.has_peak && !has("budget_tokens_mean"))
+    throw kvtrace::InputError(source, "",
+                              "occupancy_peak without budget_tokens_mean: the plan cannot tell what the peak held "
+                              "beyond the budget");
+  std::map<std::string, size_t> seen;  // cell key -> the first row with it
+  for (size_t index = 0; index < rows.size(); ++index) {
+    const SweepRow& row = rows[index];
+    check_sweep_values(row, columns, source, row_name(index, names));
+    const auto [first, added] = seen.emplace(cell_key(row), index);
+    if (!added)
+      throw kvtrace::InputError(source, "",
+                                row_name(index, names) + ": " + row.policy +
+                                    (row.params.empty() ? "" : "(" + row.params + ")") + " at budget " + row.budget +
+                                    " again (" + row_name(first->second, names) +
+                                    "): one row per policy, params, budget, quant, mode and page");
     TargetRow target;
     static_cast<SweepRow&>(target) = row;
     target.metric = row.*metric->real;
@@ -206,7 +299,7 @@ SweepTable sweep_table(const std::vector<SweepRow>& rows, const std::vector<std:
 
 SweepTable parse_sweep_csv(const std::string& text, const std::string& file, const std::string& metric_column) {
   const SweepCsv csv = read_sweep_csv(text, file, {"policy", "budget", "budget_share_mean", "retention_mean", metric_column});
-  return sweep_table(csv.rows, csv.columns, file, metric_column);
+  return sweep_table(csv.rows, csv.columns, file, metric_column, SweepRowNames::csv_lines);
 }
 
 // ---- contexts ----
@@ -223,6 +316,10 @@ std::optional<int64_t> parse_context_number(const std::string& original) {
       throw kvtrace::InputError(
           "", "", "--context '" + original + "': write TOKENS or PROMPT+GENERATION, e.g. 4096 or 3072+1024");
     total += std::stoll(part);
+    if (total > card_limits::kContext)
+      throw kvtrace::InputError("", "",
+                                "--context '" + original + "': more than " + std::to_string(card_limits::kContext) +
+                                    " tokens (no model card goes beyond)");
   }
   if (total < 1) throw kvtrace::InputError("", "", "--context '" + original + "': must be at least 1 token");
   return total;

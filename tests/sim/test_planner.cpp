@@ -3,9 +3,11 @@
 // sweep CSV, the combined compression of eviction and quantization, and the bundled cards.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 #include "kvsim/plan/planner.hpp"
@@ -321,4 +323,78 @@ TEST(PlannerBytes, BudgetsThatMove) {
   EXPECT_DOUBLE_EQ(kvsim::footprint(setup, layout, budget).blocks, 7.25);
   // A context the heads cannot outgrow: B = 2000 holds the 1000 tokens, 63 blocks each.
   EXPECT_DOUBLE_EQ(kvsim::footprint(setup, layout, kvsim::Budget::parse("2000")).blocks, 63);
+}
+
+TEST(PlannerCards, NumbersOutsideTheirRangesAreRefusedBeforeNarrowing) {
+  const std::string card =
+      R"({"name": "m", "source": "s", "n_layers": 32, "n_heads": 32, "n_kv_heads": 8, "head_dim": 128,
+          "parameters": 1000, "max_context": 4096})";
+  EXPECT_EQ(kvsim::parse_model_card(card, "m.json").n_layers, 32);
+  auto with = [&](const std::string& field, const std::string& value) {
+    std::string text = card;
+    const size_t at = text.find("\"" + field + "\": ") + field.size() + 4;
+    text.replace(at, text.find_first_of(",}", at) - at, value);
+    return text;
+  };
+  for (const auto& [field, value] :
+       std::vector<std::pair<std::string, std::string>>{{"n_layers", "4294967297"},
+                                                        {"n_heads", "4294967328"},
+                                                        {"n_kv_heads", "4294967304"},
+                                                        {"head_dim", "4294967424"},
+                                                        {"max_context", "4611686018427387904"},
+                                                        {"parameters", "18446744073709551615"}})
+    EXPECT_THROW(kvsim::parse_model_card(with(field, value), "m.json"), kvtrace::InputError) << field;
+  EXPECT_EQ(kvsim::parse_model_card(with("n_layers", "1024"), "m.json").n_layers, 1024);
+  EXPECT_THROW(kvsim::parse_gpu_card(R"({"name": "g", "source": "s", "memory_mib": 17592186126103})", "g.json"),
+               kvtrace::InputError);
+  EXPECT_EQ(kvsim::parse_gpu_card(R"({"name": "g", "source": "s", "memory_mib": 16777216})", "g.json").memory_bytes,
+            uint64_t{1} << 44);
+}
+
+TEST(PlannerBytes, ABlockBeyond64BitsIsRefused) {
+  // Built in code, past the card ranges: 2^30 layers x 2^20 kv heads x 2^20 x 2 bytes x 16.
+  kvsim::ModelCard huge = card("huge", 1 << 30, 1 << 20, 1 << 20, 1, 4096);
+  huge.head_dim = 1 << 20;
+  EXPECT_THROW(kvsim::kv_layout(setup_for(huge, {4096}), kvsim::QuantSpec{}), kvtrace::InputError);
+}
+
+TEST(PlannerSweep, DuplicateCellsAndImpossibleValuesAreRefused) {
+  const std::string header = "policy,params,budget,budget_tokens_mean,budget_share_mean,mode,retention_mean\n";
+  EXPECT_NO_THROW(kvsim::parse_sweep_csv(header + "h2o,,10%,25,0.1,stream,0.81\nh2o,,20%,51,0.2,stream,0.9\n", "s.csv",
+                                         "retention_mean"));
+  for (const std::string rows :
+       {"h2o,,10%,25,0.1,stream,0.81\nh2o,,10%,25,0.1,stream,0.999\n", "h2o,,10%,25,0.1,stream,inf\n",
+        "h2o,,10%,25,0.1,stream,1e308\n", "h2o,,10%,25,0.1,stream,-5\n", "h2o,,10%,25,-0.1,stream,0.8\n"})
+    EXPECT_THROW(kvsim::parse_sweep_csv(header + rows, "s.csv", "retention_mean"), kvtrace::InputError) << rows;
+}
+
+TEST(PlannerSweep, WhatASweepHeldBeyondItsBudget) {
+  kvsim::SweepRow row;
+  row.policy = "h2o";
+  row.budget = "20%";
+  row.budget_tokens_mean = 51;
+  row.budget_share_mean = 0.19921875;
+  EXPECT_EQ(kvsim::sweep_row_length(row), 256);
+  const kvsim::LayerSchedule uniform;
+  row.occupancy_peak = 115;  // --compress-every 64: B + 64
+  EXPECT_EQ(kvsim::held_beyond_budget(row, uniform, 256), 63);
+  row.occupancy_peak = 52;  // B + 1
+  EXPECT_EQ(kvsim::held_beyond_budget(row, uniform, 256), 0);
+  row.occupancy_peak = 0;  // no column
+  EXPECT_EQ(kvsim::held_beyond_budget(row, uniform, 256), 0);
+  // Under a pyramid its first layer holds the most: that much is the schedule, not beyond it.
+  const kvsim::LayerSchedule pyramid = kvsim::LayerSchedule::parse("pyramid", 6);
+  const auto layers = pyramid.layer_budgets(51, 0, 256);
+  const int64_t most = *std::max_element(layers.begin(), layers.end()) + 1;
+  ASSERT_GT(most, 52);
+  row.occupancy_peak = most;
+  EXPECT_EQ(kvsim::held_beyond_budget(row, pyramid, 256), 0);
+  row.occupancy_peak = most + 10;
+  EXPECT_EQ(kvsim::held_beyond_budget(row, pyramid, 256), 10);
+
+  // Each sequence then holds min(L, B + 1 + beyond), never past its context.
+  EXPECT_EQ(kvsim::tokens_held(4096, 819, 63), 883);
+  EXPECT_EQ(kvsim::tokens_held(4096, 819, std::numeric_limits<int64_t>::max()), 4096);
+  EXPECT_EQ(kvsim::tokens_held(100, 500, 5), 100);
+  EXPECT_EQ(kvsim::tokens_held(4096, std::nullopt, 5), 4096);
 }

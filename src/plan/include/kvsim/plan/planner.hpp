@@ -27,6 +27,19 @@
 
 namespace kvsim {
 
+// The ranges of a card's numbers (parse_model_card, parse_gpu_card refuse anything outside
+// them): wider than any model or GPU there is, and narrow enough that the plan's arithmetic
+// stays exact in 64 bits (docs/semantics.md, section 7).
+namespace card_limits {
+constexpr int64_t kLayers = 1024;                       // n_layers 1..1024
+constexpr int64_t kHeads = 4096;                        // n_heads, n_kv_heads 1..4096
+constexpr int64_t kHeadDim = 65536;                     // head_dim 1..65536
+constexpr int64_t kParameters = 1'000'000'000'000'000;  // parameters 1..10^15
+constexpr int64_t kContext = int64_t{1} << 31;          // max_context (and any context) 1..2^31 tokens
+constexpr int64_t kGpuBytes = int64_t{1} << 44;         // memory 1 byte..16 TiB (memory_mib 1..2^24)
+constexpr int64_t kBlockSize = int64_t{1} << 20;        // --block-size 1..2^20 tokens
+}  // namespace card_limits
+
 struct ModelCard {
   std::string name;          // the card's id, e.g. "llama-3.1-8b"
   std::string display_name;  // e.g. "Llama-3.1-8B"
@@ -108,8 +121,9 @@ struct KvLayout {
 };
 KvLayout kv_layout(const PlanSetup& setup, const QuantSpec& quant);
 
-// Positions a sequence of `context` tokens holds under budget B (nullopt: the full cache).
-int64_t tokens_held(int64_t context, std::optional<int64_t> budget);
+// Positions a sequence of `context` tokens holds under budget B (nullopt: the full cache):
+// min(context, B + 1 + beyond), `beyond` the positions a sweep measured beyond B + 1.
+int64_t tokens_held(int64_t context, std::optional<int64_t> budget, int64_t beyond = 0);
 int64_t blocks_for(int64_t tokens, int block_size);
 
 struct Footprint {
@@ -118,8 +132,10 @@ struct Footprint {
   double bytes = 0;          // bytes of those blocks per GPU, mean
   double budget_tokens = 0;  // B resolved per context, mean (the context for the full cache)
 };
-// The budget (nullopt: full cache) resolved against each context as Budget::resolve does.
-Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::optional<Budget>& budget);
+// The budget (nullopt: full cache) resolved against each context as Budget::resolve does;
+// every layer holds `beyond` positions more than B_l + 1 (up to the context).
+Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::optional<Budget>& budget,
+                    int64_t beyond = 0);
 // floor(KV memory / bytes per sequence); with uniform blocks this is
 // floor(floor(kv_bytes / block_bytes) / blocks_per_sequence) for one context length.
 int64_t max_sequences(const MemoryPlan& memory, const Footprint& footprint);
@@ -146,6 +162,9 @@ struct PlanRow {
   // its layer schedule and head-adaptive budgets, in place of the setup's.
   std::optional<LayerSchedule> schedule;
   bool adaptive_heads = false;
+  // Positions the sweep's cache held at its peak beyond what the budget explains
+  // (held_beyond_budget): each layer holds min(L, B_l + 1 + held_beyond).
+  int64_t held_beyond = 0;
 };
 // Fills layout, footprint, max_sequences, gain and compression of `row` (policy, budget,
 // quant set); `reference` is the full cache at full precision (its own gain is 1).
@@ -172,11 +191,20 @@ struct SweepTable {
   std::vector<TargetRow> rows;
   bool has_quant = false;  // a quant column holding more than "none"
   bool mixed_modes = false;
+  bool has_peak = false;  // an occupancy_peak column: held_beyond_budget compares with it
 };
+// How errors name a row: a CSV's line (the header is line 1), or a row of rows given as they
+// are (Python's sweep(), counted from 0).
+enum class SweepRowNames { csv_lines, rows };
 // `columns`: those the rows came with (SweepCsv::columns); they must hold policy, budget,
-// budget_share_mean, retention_mean and the target's column. `source` names them in errors.
+// budget_share_mean, retention_mean and the target's column (and budget_tokens_mean with
+// occupancy_peak). Every value must be one a sweep writes (budgets and quantizations that
+// parse, finite numbers in their column's range; an empty metric is NaN, not measured), and
+// no two rows may share policy, params, budget, quant, mode and page. `source` names them in
+// errors, one line naming the row and the column.
 SweepTable sweep_table(const std::vector<SweepRow>& rows, const std::vector<std::string>& columns,
-                       const std::string& source, const std::string& metric_column);
+                       const std::string& source, const std::string& metric_column,
+                       SweepRowNames names = SweepRowNames::rows);
 // The same from a sweep CSV's text (read_sweep_csv). `file` names it in errors.
 SweepTable parse_sweep_csv(const std::string& text, const std::string& file, const std::string& metric_column);
 
@@ -189,6 +217,16 @@ struct SweepChoice {
 };
 // Groups the rows per (policy, params, mode, quant) in order of first appearance.
 std::vector<SweepChoice> choose_budgets(const SweepTable& table, const Target& target);
+
+// The sweep's sequence length a row tells: budget_tokens_mean / budget_share_mean (their mean
+// length; exact when they are all as long).
+int64_t sweep_row_length(const SweepRow& row);
+// How many positions a row's cache held at its peak (occupancy_peak) beyond the most the plan's
+// rule lets a cache group attend at that budget on the sweep's sequences, `length` tokens long:
+// max over layers of min(length, B_l + 1), B_l from `schedule` (uniform: B). What
+// --compress-every (B + N), a question (B + its tokens + the answer) or pages that could not go
+// added; 0 when the peak is within the rule.
+int64_t held_beyond_budget(const SweepRow& row, const LayerSchedule& schedule, int64_t length);
 
 // ---- contexts ----
 // "4096", "3000+1096" (prompt + generation); throws InputError. Not a file.
