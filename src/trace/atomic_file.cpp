@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -68,6 +69,17 @@ std::string resolve_links(const std::string& path) {
   throw InputError(path, "", "too many levels of symbolic links");
 }
 
+// ".NAME.tmp-PID-N". NAME is cut (at a UTF-8 character's start) when the whole would pass the
+// file system's limit on a name, so any legal name can be written: PID and N keep it unique.
+std::string temporary_name(const std::string& name, unsigned counter) {
+  std::string suffix = ".tmp-";
+  suffix.append(std::to_string(::getpid())).append("-").append(std::to_string(counter));
+  size_t length = std::min(name.size(), NAME_MAX - 1 - suffix.size());
+  while (length > 0 && length < name.size() && (static_cast<unsigned char>(name[length]) & 0xC0) == 0x80) --length;
+  std::string temporary = ".";  // built by appending: gcc 12 warns falsely (-Wrestrict) on "." + string
+  return temporary.append(name, 0, length).append(suffix);
+}
+
 }  // namespace
 
 AtomicFile::AtomicFile(std::string path, OutputKind kind) : path_(std::move(path)) {
@@ -100,10 +112,7 @@ AtomicFile::AtomicFile(std::string path, OutputKind kind) : path_(std::move(path
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   if (!fs::is_directory(dir, ec)) throw InputError(path_, "", "cannot write: directory does not exist");
   if (::access(dir.c_str(), W_OK) != 0) throw InputError(path_, "", "cannot write: directory is not writable");
-  std::string name = ".";  // built by appending: gcc 12 warns falsely (-Wrestrict) on "." + string
-  name.append(target.filename().string()).append(".tmp-").append(std::to_string(::getpid()));
-  name.append("-").append(std::to_string(counter++));
-  temp_path_ = (dir / name).string();
+  temp_path_ = (dir / temporary_name(target.filename().string(), counter++)).string();
   add_pending(temp_path_);
 }
 

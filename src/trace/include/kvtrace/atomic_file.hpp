@@ -1,6 +1,7 @@
 #pragma once
 // Where an output goes: the one owner of output paths. A regular file (or a new path) is
-// written under a temporary name in its directory and renamed into place once complete, so a
+// written under a temporary name in its directory (".NAME.tmp-PID-N", NAME shortened when the
+// whole would pass the file system's name limit) and renamed into place once complete, so a
 // reader never sees a half-written file and a failed run leaves whatever was there. A
 // symlink is followed to its target (the link stays a link). A character device or a FIFO
 // is written directly (/dev/null, a pipe to another program), never replaced. "-" means
