@@ -25,6 +25,16 @@ namespace {
 
 bool has(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// Runs a shell command line; what it prints on stdout comes back (redirect stderr in it).
+std::string run_shell(const std::string& command) {
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::string output;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
+  ::pclose(pipe);
+  return output;
+}
+
 class HostileOutputs : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -64,6 +74,37 @@ TEST_F(HostileOutputs, LongestLegalNameIsWritten) {
   EXPECT_EQ(result.code, 0) << result.output;
   EXPECT_EQ(kvtest::slurp(dir_.file(name)).rfind("policy,params,budget", 0), 0u);
   EXPECT_EQ(names_in(dir_.path().string()), (std::vector<std::string>{name, "t.h5"}));
+}
+
+// /proc/self/fd/N and /dev/stdout naming a pipe or a socket are streams, written in place.
+TEST_F(HostileOutputs, DescriptorLinksToPipesAndSocketsAreStreams) {
+  for (const std::string path : {"/proc/self/fd/1", "/dev/stdout", "/dev/fd/1"}) {
+    const std::string piped = run_shell("{ " + kvsim() + " replay " + trace_ + " --policy h2o --budget 8 --csv " +
+                                        path + " 2>&1; echo \"exit $?\"; } | cat");
+    EXPECT_TRUE(has(piped, "policy,params,budget")) << path << "\n" << piped;
+    EXPECT_TRUE(has(piped, "exit 0")) << path << "\n" << piped;
+  }
+  int sockets[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sockets), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(sockets[1], STDOUT_FILENO);
+    ::close(sockets[0]);
+    ::close(sockets[1]);
+    std::freopen("/dev/null", "w", stderr);
+    ::execl(KVSIM_EXE, KVSIM_EXE, "replay", trace_.c_str(), "--policy", "h2o", "--budget", "8", "--csv",
+            "/proc/self/fd/1", static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(sockets[1]);
+  std::string received;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(sockets[0], buffer, sizeof buffer)) > 0;) received.append(buffer, static_cast<size_t>(n));
+  ::close(sockets[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  EXPECT_TRUE(has(received, "policy,params,budget")) << received;
 }
 
 }  // namespace

@@ -3,9 +3,9 @@
 // written under a temporary name in its directory (".NAME.tmp-PID-N", NAME shortened when the
 // whole would pass the file system's name limit) and renamed into place once complete, so a
 // reader never sees a half-written file and a failed run leaves whatever was there. A
-// symlink is followed to its target (the link stays a link). A character device or a FIFO
-// is written directly (/dev/null, a pipe to another program), never replaced. "-" means
-// standard output for text outputs.
+// symlink is followed to its target (the link stays a link). A character device, a FIFO or a
+// socket is written directly (/dev/null, a pipe to another program, /proc/self/fd/1), never
+// replaced. "-" means standard output for text outputs.
 #include <string>
 #include <vector>
 
@@ -28,12 +28,16 @@ class AtomicFile {
   const std::string& temp_path() const { return temp_path_; }
   const std::string& final_path() const { return path_; }
   bool direct() const { return direct_; }  // written in place: nothing to rename
-  void commit();                           // rename the temporary file over the final path
+  // For a path naming one of this process's descriptors (/proc/self/fd/N, /dev/fd/N,
+  // /dev/stdout): N, written through (a socket cannot be opened by path); else -1.
+  int descriptor() const { return descriptor_; }
+  void commit();  // rename the temporary file over the final path
 
  private:
   std::string path_;    // as given
   std::string target_;  // symlinks resolved
   std::string temp_path_;
+  int descriptor_ = -1;
   bool direct_ = false;
   bool committed_ = false;
 };
