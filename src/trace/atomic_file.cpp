@@ -88,6 +88,36 @@ std::string temporary_name(const std::string& name, unsigned counter) {
   return temporary.append(name, 0, length).append(suffix);
 }
 
+// The process that made `name` when it is one of the temporary names above; else 0.
+pid_t temporary_owner(const std::string& name) {
+  const size_t tmp = name.rfind(".tmp-");
+  if (name.empty() || name[0] != '.' || tmp == std::string::npos || tmp < 2) return 0;
+  const size_t dash = name.find('-', tmp + 5);
+  if (dash == std::string::npos) return 0;
+  const std::string_view pid(name.data() + tmp + 5, dash - tmp - 5),
+      counter(name.data() + dash + 1, name.size() - dash - 1);
+  if (!all_digits(pid, 10) || !all_digits(counter, 10)) return 0;
+  const long long value = std::stoll(std::string(pid));
+  return value > 0 && value <= INT_MAX ? static_cast<pid_t>(value) : 0;
+}
+
+// Removes the temporary files of processes that no longer run (SIGKILL, a crash or a power
+// cut leave them): regular files of exactly this naming, in `dir` only, whose PID is no
+// process here (kill(pid, 0) fails with ESRCH). A kvsim on another machine or in another PID
+// namespace writing into a shared folder at that moment looks gone too: its file would be
+// removed and its rename would fail, one line and exit 2.
+void remove_stale_temporaries(const fs::path& dir) {
+  std::error_code ec;
+  for (fs::directory_iterator entry(dir, ec), end; !ec && entry != end; entry.increment(ec)) {
+    const pid_t owner = temporary_owner(entry->path().filename().string());
+    if (owner == 0 || owner == ::getpid()) continue;
+    std::error_code type_error;
+    if (entry->symlink_status(type_error).type() != fs::file_type::regular) continue;
+    if (::kill(owner, 0) == 0 || errno != ESRCH) continue;  // running, or another user's: kept
+    ::unlink(entry->path().c_str());
+  }
+}
+
 // N when `path` is "/proc/self/fd/N", "/proc/PID/fd/N" of this process or "/dev/fd/N"; else -1.
 int descriptor_number(const std::string& path) {
   const std::string own = "/proc/" + std::to_string(::getpid()) + "/fd/";
@@ -170,6 +200,8 @@ void AtomicFile::commit() {
         path_, "", std::string("cannot write: rename of the finished temporary file failed: ") + std::strerror(errno));
   committed_ = true;
   drop_pending(temp_path_);
+  const fs::path target(target_);
+  remove_stale_temporaries(target.has_parent_path() ? target.parent_path() : fs::path("."));
 }
 
 void check_output_path(const std::string& path, OutputKind kind) { AtomicFile probe(path, kind); }

@@ -107,4 +107,26 @@ TEST_F(HostileOutputs, DescriptorLinksToPipesAndSocketsAreStreams) {
   EXPECT_TRUE(has(received, "policy,params,budget")) << received;
 }
 
+// A temporary file whose process is gone (SIGKILL) is removed on the next write into its
+// folder; only kvsim's exact naming, only in that folder, never a running process's file.
+TEST_F(HostileOutputs, StaleTemporariesAreRemovedOnTheNextWrite) {
+  const std::string other = dir_.file("other");
+  fs::create_directories(other);
+  const std::string live = ".x.csv.tmp-" + std::to_string(::getpid()) + "-0";
+  const std::vector<std::string> kept = {".x.csv.tmp-abc-0", ".x.csv.tmp-999999999", "x.csv.tmp-999999999-0",
+                                         ".x.csv.tmp-999999999-0.bak", live};
+  for (const auto& name : kept) std::ofstream(dir_.file(name)) << "keep";
+  std::ofstream(dir_.file(".r.csv.tmp-999999999-3")) << "stale";
+  std::ofstream(dir_.file(".aa.tmp-999999998-0")) << "stale";
+  fs::create_directories(dir_.file(".d.tmp-999999999-0"));  // not a file: kept
+  std::ofstream(other + "/.r.csv.tmp-999999999-3") << "another folder";
+  const auto result = kvtest::run_kvsim("replay " + trace_ + " --policy h2o --budget 8 --csv " + dir_.file("r.csv"));
+  ASSERT_EQ(result.code, 0) << result.output;
+  std::vector<std::string> expected = kept;
+  for (const char* name : {".d.tmp-999999999-0", "other", "r.csv", "t.h5"}) expected.push_back(name);
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(names_in(dir_.path().string()), expected);
+  EXPECT_EQ(names_in(other), std::vector<std::string>{".r.csv.tmp-999999999-3"});
+}
+
 }  // namespace

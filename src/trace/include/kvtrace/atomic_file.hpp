@@ -31,7 +31,9 @@ class AtomicFile {
   // For a path naming one of this process's descriptors (/proc/self/fd/N, /dev/fd/N,
   // /dev/stdout): N, written through (a socket cannot be opened by path); else -1.
   int descriptor() const { return descriptor_; }
-  void commit();  // rename the temporary file over the final path
+  // Renames the temporary file over the final path, then removes the temporary files that
+  // processes no longer running left in that folder (killed before they could).
+  void commit();
 
  private:
   std::string path_;    // as given
