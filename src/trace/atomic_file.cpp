@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <mutex>
 #include <string_view>
 
@@ -204,6 +205,10 @@ void AtomicFile::commit() {
   remove_stale_temporaries(target.has_parent_path() ? target.parent_path() : fs::path("."));
 }
 
+void AtomicFile::uncommit() {
+  if (committed_ && !direct_) ::unlink(target_.c_str());
+}
+
 void check_output_path(const std::string& path, OutputKind kind) { AtomicFile probe(path, kind); }
 
 void check_distinct_paths(const std::vector<std::string>& inputs, const std::vector<std::string>& outputs) {
@@ -248,12 +253,10 @@ void send_standard_output_to(int fd) { data_fd = fd; }
 
 namespace {
 
-// Writes `contents` where `file` says: its temporary file, an open descriptor, standard
-// output, or a device or FIFO.
-void write_contents(const AtomicFile& file, const std::string& contents) {
-  auto fail = [&](int error) {
-    throw InputError(file.final_path(), "", std::string("cannot write: ") + std::strerror(error));
-  };
+// Writes `contents` where `file` says: its temporary file (synced to the disk, so that the
+// rename commits whole data), an open descriptor, standard output, or a device or FIFO.
+void write_contents(const AtomicFile& file, const std::string& contents, const std::string& failure) {
+  auto fail = [&](int error) { throw InputError(file.final_path(), "", failure + ": " + std::strerror(error)); };
   const bool to_stdout = file.temp_path() == "-";
   if (to_stdout || file.descriptor() >= 0) std::fflush(stdout);  // what was printed before comes first
   const int fd = to_stdout ? ::dup(data_fd)
@@ -269,16 +272,32 @@ void write_contents(const AtomicFile& file, const std::string& contents) {
     else if (n == 0 || errno != EINTR)
       error = n == 0 ? EIO : errno;
   }
+  if (error == 0 && !file.direct() && ::fsync(fd) != 0) error = errno;
   if (::close(fd) != 0 && error == 0 && errno != EINTR) error = errno;
   if (error != 0) fail(error);
 }
 
 }  // namespace
 
-void write_file_atomically(const std::string& path, const std::string& contents) {
-  AtomicFile file(path, OutputKind::text);
-  write_contents(file, contents);
+void write_file_atomically(const std::string& path, const std::string& contents, OutputKind kind,
+                           const std::string& failure) {
+  AtomicFile file(path, kind);
+  write_contents(file, contents, failure);
   file.commit();
+}
+
+void write_files_atomically(const std::vector<FileContents>& files, OutputKind kind, const std::string& failure) {
+  std::vector<std::unique_ptr<AtomicFile>> outputs;
+  for (const FileContents& file : files) outputs.push_back(std::make_unique<AtomicFile>(file.path, kind));
+  for (size_t i = 0; i < files.size(); ++i) write_contents(*outputs[i], files[i].contents, failure);
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    try {
+      outputs[i]->commit();
+    } catch (const InputError&) {
+      for (size_t j = 0; j < i; ++j) outputs[j]->uncommit();
+      throw;
+    }
+  }
 }
 
 void remove_temporaries_on_signals() {

@@ -35,6 +35,14 @@ std::string run_shell(const std::string& command) {
   return output;
 }
 
+// One kvsim run on a full disk of the test's own (a small tmpfs in a private mount namespace).
+// The mount ends with the run, so what it held is listed: "name size" per file, "name/" per
+// folder, sorted. `shell`: what the script itself printed (its own errors).
+struct SmallDiskRun {
+  int code = -1;
+  std::string out, err, listing, shell;
+};
+
 class HostileOutputs : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -62,9 +70,77 @@ class HostileOutputs : public ::testing::Test {
     return found;
   }
 
+  static bool can_mount() { return ::geteuid() == 0 && std::system("unshare -m true >/dev/null 2>&1") == 0; }
+
+  // Runs kvsim with `args` while the folder "small" of the test's directory ($S) is a tmpfs of
+  // `kib` KiB; `prepare` (shell) runs first. kvsim's standard output goes to `stdout_to`, a
+  // shell word (default: a file outside the tmpfs).
+  SmallDiskRun run_on_small_disk(int kib, const std::string& prepare, const std::string& args,
+                                 const std::string& stdout_to = "") const {
+    const std::string small = dir_.file("small"), script = dir_.file("small.sh");
+    fs::create_directories(small);
+    const std::string out = stdout_to.empty() ? std::string("'").append(dir_.file("run.out")).append("'") : stdout_to;
+    std::ofstream(script) << "S='" << small << "'\n"
+                          << "mount -t tmpfs -o size=" << kib << "k tmpfs \"$S\" || exit 99\n"
+                          << prepare << "\n"
+                          << kvsim() << " " << args << " > " << out << " 2> '" << dir_.file("run.err") << "'\n"
+                          << "echo $? > '" << dir_.file("run.code") << "'\n"
+                          << "find \"$S\" -mindepth 1 \\( -type d -printf '%P/\\n' -o -printf '%P %s\\n' \\) | sort > '"
+                          << dir_.file("run.list") << "'\n";
+    const std::string shell = run_shell("unshare -m sh " + script + " 2>&1");
+    SmallDiskRun run;
+    const std::string code = kvtest::slurp(dir_.file("run.code"));
+    run.code = code.empty() ? -1 : std::stoi(code);
+    run.out = stdout_to.empty() ? kvtest::slurp(dir_.file("run.out")) : "";
+    run.err = kvtest::slurp(dir_.file("run.err"));
+    run.listing = kvtest::slurp(dir_.file("run.list"));
+    run.shell = shell;
+    return run;
+  }
+
+  // Exit 2, one line on stderr holding every fragment, nothing on stdout.
+  static void expect_failed_write(const SmallDiskRun& run, std::initializer_list<std::string> fragments) {
+    EXPECT_EQ(run.code, 2) << run.err << run.shell;
+    EXPECT_EQ(kvtest::count_lines(run.err), 1) << run.err;
+    EXPECT_EQ(run.out, "");
+    for (const auto& fragment : fragments) EXPECT_TRUE(has(run.err, fragment)) << fragment << "\n" << run.err;
+  }
+
   kvtest::TempDir dir_;
   std::string trace_;
 };
+
+#ifdef KVSIM_HAVE_PLOT
+// Plots are drawn in memory and written like the CSV: a full disk is one line naming the
+// path and the error, exit 2, and nothing under the final name (no truncated image).
+TEST_F(HostileOutputs, PlotsOnAFullDiskLeaveNothing) {
+  if (!can_mount()) GTEST_SKIP() << "needs root and unshare -m for a small tmpfs";
+  for (const char* name : {"p.svg", "p.png"}) {
+    const auto run = run_on_small_disk(16, "", "sweep " + trace_ + " --budgets 25%,50% --plot \"$S/" + name + "\"");
+    expect_failed_write(run, {"small/" + std::string(name) + ": cannot write the plot: No space left on device"});
+    EXPECT_EQ(run.listing, "") << name;
+  }
+  const auto plan =
+      run_on_small_disk(16, "", "plan --model llama-3.1-8b --gpu h100-80gb --budget 20% --plot \"$S/x.svg\"");
+  expect_failed_write(plan, {"x.svg: cannot write the plot: No space left on device"});
+  EXPECT_EQ(plan.listing, "");
+}
+
+// analyze draws its five plots in memory and commits them together: a failure leaves no plot
+// of this run, and the plots an earlier run left stay as they were.
+TEST_F(HostileOutputs, AnalyzePlotsOnAFullDiskAreAllOrNothing) {
+  if (!can_mount()) GTEST_SKIP() << "needs root and unshare -m for a small tmpfs";
+  const auto fresh = run_on_small_disk(16, "", "analyze " + trace_ + " --plot \"$S/plots\"");
+  expect_failed_write(fresh, {"cannot write the plot: No space left on device"});
+  EXPECT_EQ(fresh.listing, "plots/\n");
+
+  const auto earlier = run_on_small_disk(
+      48, "mkdir \"$S/plots\"; for f in persistence ever-pivotal; do echo old > \"$S/plots/$f.png\"; done",
+      "analyze " + trace_ + " --plot \"$S/plots\"");
+  expect_failed_write(earlier, {"cannot write the plot: No space left on device"});
+  EXPECT_EQ(earlier.listing, "plots/\nplots/ever-pivotal.png 4\nplots/persistence.png 4\n");
+}
+#endif
 
 // Any legal name can be written: the temporary sibling of a 255-byte name is shortened.
 TEST_F(HostileOutputs, LongestLegalNameIsWritten) {

@@ -23,6 +23,35 @@ std::string slurp(const std::string& path) {
   return std::string(std::istreambuf_iterator<char>(in), {});
 }
 
+std::string message_of(const std::function<void()>& action) {
+  try {
+    action();
+  } catch (const kvtrace::InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// Files written together are renamed into place only when every one is complete: one that
+// cannot be written leaves none of them, and what the final names held before stays.
+TEST(OutputFiles, FilesWrittenTogetherAreAllOrNothing) {
+  kvtest::TempDir dir;
+  std::ofstream(dir.file("a.txt")) << "old";
+  const std::string message = message_of([&] {
+    kvtrace::write_files_atomically({{dir.file("a.txt"), "new a"}, {dir.file("b.txt"), "new b"}, {"/dev/full", "c"}},
+                                    kvtrace::OutputKind::text, "cannot write the plot");
+  });
+  EXPECT_EQ(message, "/dev/full: cannot write the plot: No space left on device");
+  EXPECT_EQ(slurp(dir.file("a.txt")), "old");
+  EXPECT_FALSE(fs::exists(dir.file("b.txt")));
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir.path()), fs::directory_iterator()), 1);
+
+  kvtrace::write_files_atomically({{dir.file("a.txt"), "new a"}, {dir.file("b.txt"), "new b"}},
+                                  kvtrace::OutputKind::seekable, "cannot write the plot");
+  EXPECT_EQ(slurp(dir.file("a.txt")), "new a");
+  EXPECT_EQ(slurp(dir.file("b.txt")), "new b");
+}
+
 // The temporary sibling of the longest legal name fits the file system's name limit.
 TEST(OutputFiles, LongestLegalNameHasATemporaryThatFits) {
   kvtest::TempDir dir;

@@ -34,6 +34,9 @@ class AtomicFile {
   // Renames the temporary file over the final path, then removes the temporary files that
   // processes no longer running left in that folder (killed before they could).
   void commit();
+  // Removes what commit() put under the final path: a file of a set written together, when a
+  // later one of the set could not be committed.
+  void uncommit();
 
  private:
   std::string path_;    // as given
@@ -53,10 +56,22 @@ void check_output_path(const std::string& path, OutputKind kind = OutputKind::te
 // Devices and FIFOs may repeat. Empty paths are skipped.
 void check_distinct_paths(const std::vector<std::string>& inputs, const std::vector<std::string>& outputs);
 
-// Writes `contents` to `path` as AtomicFile(path, text) does; "-" writes to standard output
-// (the descriptor given to send_standard_output_to, 1 by default).
-void write_file_atomically(const std::string& path, const std::string& contents);
+// Writes `contents` to `path` as AtomicFile(path, kind) does: written, flushed and synced to
+// the disk (a regular file), then renamed into place; "-" writes to standard output (the
+// descriptor given to send_standard_output_to, 1 by default). A failure throws InputError
+// naming the path: "<failure>: <the system's error>".
+void write_file_atomically(const std::string& path, const std::string& contents, OutputKind kind = OutputKind::text,
+                           const std::string& failure = "cannot write");
 void send_standard_output_to(int fd);
+
+struct FileContents {
+  std::string path, contents;
+};
+// Several files committed together: every one is written in full under its temporary name
+// before any is renamed into place. A failure leaves no file of the set under its final name;
+// one while writing (a full disk) leaves what the final names held before.
+void write_files_atomically(const std::vector<FileContents>& files, OutputKind kind,
+                            const std::string& failure = "cannot write");
 
 // Installs handlers for SIGINT, SIGTERM and SIGHUP that remove every temporary file not yet
 // committed, then end the process as the signal would have. For programs, not libraries.
