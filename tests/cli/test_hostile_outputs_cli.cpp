@@ -111,6 +111,35 @@ class HostileOutputs : public ::testing::Test {
 };
 
 #ifdef KVSIM_HAVE_PLOT
+const char* const kAnalyzePlots[] = {"persistence.png", "ever-pivotal.png", "spearman-vs-lag.png",
+                                     "topk-recall-vs-lag.png", "cross-layer.png"};
+
+// Every file of analyze's plot directory is an output like --csv: an input of the run at one
+// of its names, through a symlink or as the trace itself, is refused before any work.
+TEST_F(HostileOutputs, AnalyzePlotDirectoryNeverOverwritesAnInput) {
+  const std::string plots = dir_.file("plots");
+  fs::create_directories(plots);
+  const auto size = fs::file_size(trace_);
+  for (const char* name : kAnalyzePlots) {
+    const std::string link = plots + "/" + name;
+    fs::create_symlink(trace_, link);
+    expect_refused(kvtest::run_kvsim("analyze " + trace_ + " --plot " + plots), {link, "is an input of this run"});
+    fs::remove(link);
+  }
+  EXPECT_EQ(fs::file_size(trace_), size);
+  EXPECT_EQ(kvtest::run_kvsim("info " + trace_).code, 0);
+
+  const std::string stored = plots + "/persistence.png";
+  fs::copy_file(trace_, stored);
+  expect_refused(kvtest::run_kvsim("analyze " + stored + " --plot " + plots), {"is an input of this run"});
+  EXPECT_EQ(kvtest::run_kvsim("info " + stored).code, 0);
+  fs::remove(stored);
+
+  expect_refused(kvtest::run_kvsim("analyze " + trace_ + " --csv " + plots + "/cross-layer.png --plot " + plots),
+                 {"given twice"});
+  EXPECT_EQ(names_in(plots), std::vector<std::string>{});
+}
+
 // Plots are drawn in memory and written like the CSV: a full disk is one line naming the
 // path and the error, exit 2, and nothing under the final name (no truncated image).
 TEST_F(HostileOutputs, PlotsOnAFullDiskLeaveNothing) {

@@ -35,6 +35,12 @@ std::string join(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
 
+std::vector<std::string> plot_paths(const std::string& dir) {
+  std::vector<std::string> paths;
+  for (const char* name : kPlots) paths.push_back(join(dir, name));
+  return paths;
+}
+
 double floor_to(double value, double step) { return std::floor(value / step) * step; }
 
 // Draws every plot in memory, then writes them together: a failure leaves none of this run's.
@@ -190,7 +196,12 @@ int cmd_analyze(const std::vector<std::string>& args) {
     std::filesystem::create_directories(plot, error);
     if (error || !std::filesystem::is_directory(plot))
       throw kvtrace::InputError(plot, "", "cannot create the plot directory");
-    for (const char* name : kPlots) kvtrace::check_output_path(join(plot, name), kvtrace::OutputKind::seekable);
+    // Each plot is an output like --csv: writable, and neither an input nor another output.
+    const std::vector<std::string> plots = plot_paths(plot);
+    for (const std::string& path : plots) kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
+    std::vector<std::string> outputs = {csv, json};
+    outputs.insert(outputs.end(), plots.begin(), plots.end());
+    kvtrace::check_distinct_paths({trace}, outputs);
 #else
     bad_option("plot", "this kvsim was built without Qt6, so it cannot render plots");
 #endif
