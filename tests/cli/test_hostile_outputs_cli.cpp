@@ -171,6 +171,65 @@ TEST_F(HostileOutputs, AnalyzePlotsOnAFullDiskAreAllOrNothing) {
 }
 #endif
 
+// Standard output is checked at the end of every verb: a full disk, a full device or a closed
+// descriptor is one line and exit 2, not a silently short table.
+TEST_F(HostileOutputs, StandardOutputWriteErrorsAreOneLine) {
+  if (::geteuid() == 0) {
+    const std::string full = dir_.file("full");
+    ASSERT_EQ(::mknod(full.c_str(), S_IFCHR | 0666, makedev(1, 7)), 0);
+    const std::string policies = run_shell(kvsim() + " policies 2>&1 >" + full + "; echo \"exit $?\"");
+    EXPECT_EQ(policies, "kvsim policies: cannot write standard output: No space left on device\nexit 2\n");
+  }
+  const std::string closed = run_shell(kvsim() + " policies 2>&1 >&-; echo \"exit $?\"");
+  EXPECT_EQ(closed, "kvsim policies: cannot write standard output: Bad file descriptor\nexit 2\n");
+  const std::string help = run_shell(kvsim() + " --help 2>&1 >&-; echo \"exit $?\"");
+  EXPECT_EQ(help, "kvsim: cannot write standard output: Bad file descriptor\nexit 2\n");
+
+  if (!can_mount()) GTEST_SKIP() << "needs root and unshare -m for a small tmpfs";
+  std::string budgets = "5";
+  for (int budget = 6; budget <= 23; ++budget) budgets.append(",").append(std::to_string(budget));
+  const std::string sweep = "sweep " + trace_ +
+                            " --policies h2o,tova,snapkv,recent,scissorhands,oracle,random,lookahead,full --budgets " +
+                            budgets;
+  const auto whole = kvtest::run_kvsim(sweep + " 2>/dev/null");
+  ASSERT_EQ(whole.code, 0);
+  ASSERT_GT(whole.output.size(), 8192u);  // more than the free space below
+  const auto run = run_on_small_disk(16, "head -c 12288 /dev/zero > \"$S/fill\"", sweep, "\"$S/out.txt\"");
+  EXPECT_EQ(run.code, 2);
+  EXPECT_EQ(run.err, "kvsim sweep: cannot write standard output: No space left on device\n");
+}
+
+// A closed standard output is an error, and no file the verb opens takes its descriptor: the
+// tables never land in an output.
+TEST_F(HostileOutputs, ClosedStandardOutputIsNotReused) {
+  const std::string csv = dir_.file("r.csv");
+  const std::string result = run_shell(kvsim() + " replay " + trace_ + " --policy h2o --budget 8 --csv " + csv +
+                                       " 2>&1 >&-; echo \"exit $?\"");
+  EXPECT_EQ(result, "kvsim replay: cannot write standard output: Bad file descriptor\nexit 2\n");
+  EXPECT_EQ(kvtest::slurp(csv).rfind("policy,params,budget", 0), 0u);
+  EXPECT_FALSE(has(kvtest::slurp(csv), "teacher-forced")) << "the table went into the CSV";
+}
+
+// A reader that stops reading is not a write error: with SIGPIPE at its default kvsim ends by
+// it, as any writer into a pipe; with SIGPIPE ignored it ends as it would have, quietly.
+TEST_F(HostileOutputs, AReaderThatStopsIsNotAnError) {
+  const std::string err = dir_.file("err"), code = dir_.file("code");
+  const std::string writer = "{ sleep 0.3; " + kvsim() + " policies 2>" + err + "; echo $? >" + code + "; }";
+  const std::string reader = " | { exec 0<&-; sleep 1; }";
+  run_shell(writer + reader);
+  EXPECT_EQ(kvtest::slurp(code), "141\n");  // 128 + SIGPIPE
+  EXPECT_EQ(kvtest::slurp(err), "");
+  run_shell("trap '' PIPE; " + writer + reader);
+  EXPECT_EQ(kvtest::slurp(code), "0\n");
+  EXPECT_EQ(kvtest::slurp(err), "");
+  const std::string head = run_shell(kvsim() + " policies 2>&1 | head -n 1");
+  EXPECT_EQ(kvtest::count_lines(head), 1) << head;
+  const std::string file = dir_.file("policies.txt");
+  const std::string fine = run_shell(kvsim() + " policies >" + file + " 2>&1; echo \"exit $?\"");
+  EXPECT_EQ(fine, "exit 0\n");
+  EXPECT_EQ(kvtest::slurp(file), kvtest::run_kvsim("policies").output);
+}
+
 // Any legal name can be written: the temporary sibling of a 255-byte name is shortened.
 TEST_F(HostileOutputs, LongestLegalNameIsWritten) {
   const std::string name = std::string(251, 'a') + ".csv";
