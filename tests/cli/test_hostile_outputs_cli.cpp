@@ -293,4 +293,13 @@ TEST_F(HostileOutputs, StaleTemporariesAreRemovedOnTheNextWrite) {
   EXPECT_EQ(names_in(other), std::vector<std::string>{".r.csv.tmp-999999999-3"});
 }
 
+// A loop of symbolic links given as the trace says so.
+TEST_F(HostileOutputs, SymlinkLoopAsTheTrace) {
+  const std::string loop = dir_.file("loop.h5");
+  fs::create_symlink("loop.h5", loop);
+  expect_refused(kvtest::run_kvsim("info " + loop), {loop + ": too many levels of symbolic links"});
+  expect_refused(kvtest::run_kvsim("replay " + trace_ + " --policy h2o --budget 8 --csv " + loop),
+                 {loop + ": too many levels of symbolic links"});
+}
+
 }  // namespace

@@ -1,4 +1,5 @@
-// kvtrace's output files (atomic_file.hpp) under hostile conditions.
+// kvtrace's output files (atomic_file.hpp) under hostile conditions, and what the reader says
+// when the trace it reads changes under it.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -10,9 +11,11 @@
 #include <iterator>
 #include <string>
 
+#include "../support/small_trace.hpp"
 #include "../support/temp_dir.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/error.hpp"
+#include "kvtrace/reader.hpp"
 
 namespace fs = std::filesystem;
 
@@ -65,6 +68,43 @@ TEST(OutputFiles, LongestLegalNameHasATemporaryThatFits) {
     kvtrace::write_file_atomically(dir.file(name), "whole");
     EXPECT_EQ(slurp(dir.file(name)), "whole");
   }
+}
+
+class TraceChanges : public ::testing::Test {
+ protected:
+  void SetUp() override { path_ = kvtest::write_small_trace(dir_); }
+  std::string read_after(const std::function<void()>& change) {
+    const kvtrace::TraceReader reader(path_);
+    change();
+    return message_of([&] { (void)reader.read_head(0, 0, kvtrace::Tensor::k, 0); });
+  }
+  // Sets the file's modification time to `seconds` after the epoch.
+  void set_mtime(const std::string& path, time_t seconds) const {
+    const timespec times[2] = {{seconds, 0}, {seconds, 0}};
+    ASSERT_EQ(::utimensat(AT_FDCWD, path.c_str(), times, 0), 0);
+  }
+  kvtest::TempDir dir_;
+  std::string path_;
+};
+
+// The message says what changed: the size, the modification time, or the file itself (its
+// inode: replaced by another of the same size and time).
+TEST_F(TraceChanges, SayWhatChanged) {
+  const std::string touched = read_after([&] { set_mtime(path_, 1000000000); });
+  EXPECT_NE(touched.find("changed while being read (modification time"), std::string::npos) << touched;
+  EXPECT_EQ(touched.find("bytes"), std::string::npos) << touched;
+
+  const std::string grown = read_after([&] { std::ofstream(path_, std::ios::app) << "x"; });
+  EXPECT_NE(grown.find("changed while being read (size"), std::string::npos) << grown;
+
+  set_mtime(path_, 1000000000);
+  const std::string replaced = read_after([&] {
+    const std::string copy = dir_.file("copy.h5");
+    fs::copy_file(path_, copy);
+    set_mtime(copy, 1000000000);
+    fs::rename(copy, path_);
+  });
+  EXPECT_NE(replaced.find("changed while being read (inode"), std::string::npos) << replaced;
 }
 
 }  // namespace
