@@ -16,9 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
-#include "kvtrace/atomic_file.hpp"
 #include "kvtrace/error.hpp"
 
 namespace kvsim {
@@ -40,19 +38,16 @@ void ensure_application() {
   new QApplication(argc, argv);  // lives for the rest of the process
 }
 
-bool is_svg(const std::string& path) {
-  return path.size() >= 4 &&
-         (path.compare(path.size() - 4, 4, ".svg") == 0 || path.compare(path.size() - 4, 4, ".SVG") == 0);
-}
-
-// Renders `draw` (which paints into a width x height rectangle) to PNG or SVG atomically.
+// Renders `draw` (which paints into a width x height rectangle) into memory: the bytes of a
+// PNG or SVG file.
 template <class Draw>
-void save(const std::string& path, int width, int height, Draw draw) {
-  kvtrace::AtomicFile file(path);
+std::string draw_image(PlotFormat format, int width, int height, Draw draw) {
+  QBuffer buffer;
+  buffer.open(QIODevice::WriteOnly);
   bool ok = false;
-  if (is_svg(path)) {
+  if (format == PlotFormat::svg) {
     QSvgGenerator generator;
-    generator.setFileName(QString::fromStdString(file.temp_path()));
+    generator.setOutputDevice(&buffer);
     generator.setSize(QSize(width, height));
     generator.setViewBox(QRect(0, 0, width, height));
     QPainter painter(&generator);
@@ -65,10 +60,11 @@ void save(const std::string& path, int width, int height, Draw draw) {
     painter.setRenderHint(QPainter::Antialiasing);
     draw(painter);
     painter.end();
-    ok = image.save(QString::fromStdString(file.temp_path()), "PNG");
+    ok = image.save(&buffer, "PNG");
   }
-  if (!ok) throw kvtrace::InputError(path, "", "cannot write the plot");
-  file.commit();
+  if (!ok) throw kvtrace::InputError("", "", "Qt could not draw the plot");
+  const QByteArray& bytes = buffer.data();
+  return std::string(bytes.constData(), static_cast<size_t>(bytes.size()));
 }
 
 QString title_html(const std::string& title, const std::string& subtitle) {
@@ -79,7 +75,7 @@ QString title_html(const std::string& title, const std::string& subtitle) {
 
 }  // namespace
 
-void render_line_plot(const LinePlot& plot, const std::string& path) {
+std::string draw_line_plot(const LinePlot& plot, PlotFormat format) {
   ensure_application();
   auto* chart = new QChart();
   chart->setTitle(title_html(plot.title, plot.subtitle));
@@ -162,7 +158,8 @@ void render_line_plot(const LinePlot& plot, const std::string& path) {
   view.resize(width, height);
   view.show();  // on the offscreen platform: lets the chart lay itself out at this size
   QApplication::processEvents();
-  save(path, width, height, [&](QPainter& painter) { view.render(&painter, QRectF(0, 0, width, height)); });
+  return draw_image(format, width, height,
+                    [&](QPainter& painter) { view.render(&painter, QRectF(0, 0, width, height)); });
 }
 
 // matplotlib's viridis (perceptually uniform, readable in grey and by most colour-blind
@@ -177,7 +174,7 @@ QColor viridis(double t) {
   return QColor(mix(0), mix(1), mix(2));
 }
 
-void render_heatmap(const Heatmap& map, const std::string& path) {
+std::string draw_heatmap(const Heatmap& map, PlotFormat format) {
   ensure_application();
   // Cells sized to the data: as large as 640 pixels allow for the longer side, within 14..60.
   const int cell = std::clamp(640 / std::max(1, std::max(map.rows, map.columns)), 14, 60);
@@ -198,7 +195,7 @@ void render_heatmap(const Heatmap& map, const std::string& path) {
     if (std::isnan(value)) return QColor(220, 220, 220);
     return viridis(std::clamp((value - map.min) / (map.max - map.min), 0.0, 1.0));
   };
-  save(path, width, height, [&](QPainter& painter) {
+  return draw_image(format, width, height, [&](QPainter& painter) {
     painter.fillRect(0, 0, width, height, Qt::white);
     QFont font = painter.font();
     font.setPointSize(11);
@@ -253,11 +250,13 @@ void render_heatmap(const Heatmap& map, const std::string& path) {
 
 // The module's entry points: kvsim finds them with dlsym (src/plot/plot_loader.cpp), so Qt is
 // loaded only by a run that draws.
-extern "C" __attribute__((visibility("default"))) void kvsim_render_line_plot(const kvsim::LinePlot& plot,
-                                                                              const std::string& path) {
-  kvsim::render_line_plot(plot, path);
+extern "C" __attribute__((visibility("default"))) void kvsim_draw_line_plot(const kvsim::LinePlot& plot,
+                                                                            kvsim::PlotFormat format,
+                                                                            std::string& image) {
+  image = kvsim::draw_line_plot(plot, format);
 }
-extern "C" __attribute__((visibility("default"))) void kvsim_render_heatmap(const kvsim::Heatmap& map,
-                                                                            const std::string& path) {
-  kvsim::render_heatmap(map, path);
+extern "C" __attribute__((visibility("default"))) void kvsim_draw_heatmap(const kvsim::Heatmap& map,
+                                                                          kvsim::PlotFormat format,
+                                                                          std::string& image) {
+  image = kvsim::draw_heatmap(map, format);
 }

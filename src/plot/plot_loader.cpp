@@ -18,8 +18,8 @@ namespace {
 namespace fs = std::filesystem;
 
 struct PlotModule {
-  void (*line_plot)(const LinePlot&, const std::string&) = nullptr;
-  void (*heatmap)(const Heatmap&, const std::string&) = nullptr;
+  void (*line_plot)(const LinePlot&, PlotFormat, std::string&) = nullptr;
+  void (*heatmap)(const Heatmap&, PlotFormat, std::string&) = nullptr;
   std::string error;  // why it could not be loaded
 };
 
@@ -37,8 +37,8 @@ const PlotModule& plot_module() {
         module.error = dlerror();
         return;
       }
-      module.line_plot = reinterpret_cast<decltype(module.line_plot)>(dlsym(handle, "kvsim_render_line_plot"));
-      module.heatmap = reinterpret_cast<decltype(module.heatmap)>(dlsym(handle, "kvsim_render_heatmap"));
+      module.line_plot = reinterpret_cast<decltype(module.line_plot)>(dlsym(handle, "kvsim_draw_line_plot"));
+      module.heatmap = reinterpret_cast<decltype(module.heatmap)>(dlsym(handle, "kvsim_draw_heatmap"));
       if (!module.line_plot || !module.heatmap) module.error = path.string() + " lacks the plot entry points";
       return;
     }
@@ -48,15 +48,24 @@ const PlotModule& plot_module() {
   return module;
 }
 
-const PlotModule& loaded_or_throw(const std::string& path) {
+const PlotModule& loaded_or_throw() {
   const PlotModule& module = plot_module();
-  if (!module.error.empty()) throw kvtrace::InputError(path, "", "cannot load the plot module: " + module.error);
+  if (!module.error.empty()) throw kvtrace::InputError("", "", "cannot load the plot module: " + module.error);
   return module;
 }
 
 }  // namespace
 
-void render_line_plot(const LinePlot& plot, const std::string& path) { loaded_or_throw(path).line_plot(plot, path); }
-void render_heatmap(const Heatmap& map, const std::string& path) { loaded_or_throw(path).heatmap(map, path); }
+std::string draw_line_plot(const LinePlot& plot, PlotFormat format) {
+  std::string image;
+  loaded_or_throw().line_plot(plot, format, image);
+  return image;
+}
+
+std::string draw_heatmap(const Heatmap& map, PlotFormat format) {
+  std::string image;
+  loaded_or_throw().heatmap(map, format, image);
+  return image;
+}
 
 }  // namespace kvsim

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -74,7 +76,10 @@ H5::DataSet child_dataset(const TraceReader& reader, const H5::Group& parent, co
 TraceReader::TraceReader(const std::string& path) : path_(path), handle_(std::make_unique<Handle>()) {
   h5::quiet();
   std::error_code ec;
-  if (!std::filesystem::exists(path, ec)) fail("", "no such file");
+  if (struct stat info{}; ::stat(path.c_str(), &info) != 0)
+    fail("", errno == ENOENT  ? std::string("no such file")
+             : errno == ELOOP ? std::string("too many levels of symbolic links")
+                              : std::string("cannot open: ") + std::strerror(errno));
   if (std::filesystem::is_directory(path, ec)) fail("", "is a directory, not a trace file");
   // A FIFO or device would block or never end: HDF5 reads a trace by seeking.
   if (!std::filesystem::is_regular_file(path, ec))
@@ -85,7 +90,10 @@ TraceReader::TraceReader(const std::string& path) : path_(path), handle_(std::ma
   }
   file_size_ = std::filesystem::file_size(path, ec);
   struct stat info {};
-  if (::stat(path.c_str(), &info) == 0) modified_ns_ = info.st_mtim.tv_sec * int64_t{1000000000} + info.st_mtim.tv_nsec;
+  if (::stat(path.c_str(), &info) == 0) {
+    modified_ns_ = info.st_mtim.tv_sec * int64_t{1000000000} + info.st_mtim.tv_nsec;
+    file_id_ = {static_cast<uint64_t>(info.st_dev), static_cast<uint64_t>(info.st_ino)};
+  }
   bool is_hdf5 = false;
   try {
     is_hdf5 = H5::H5File::isHdf5(path);
@@ -167,12 +175,18 @@ void TraceReader::refuse_broken_global_heap(std::span<const unsigned char> image
 void TraceReader::check_unchanged() const {
   if (modified_ns_ < 0) return;
   struct stat info {};
-  const bool gone = ::stat(path_.c_str(), &info) != 0;
-  const int64_t modified = gone ? -1 : info.st_mtim.tv_sec * int64_t{1000000000} + info.st_mtim.tv_nsec;
-  if (gone || static_cast<uint64_t>(info.st_size) != file_size_ || modified != modified_ns_)
-    fail("", gone ? "was removed while being read"
-                  : "changed while being read (now " + std::to_string(info.st_size) + " bytes, was " +
-                        std::to_string(file_size_) + "): the results would mix two files");
+  if (::stat(path_.c_str(), &info) != 0) fail("", "was removed while being read");
+  std::vector<std::string> changes;
+  if (static_cast<uint64_t>(info.st_size) != file_size_)
+    changes.push_back("size now " + std::to_string(info.st_size) + " bytes, was " + std::to_string(file_size_));
+  if (info.st_mtim.tv_sec * int64_t{1000000000} + info.st_mtim.tv_nsec != modified_ns_)
+    changes.push_back("modification time changed");
+  if (std::pair<uint64_t, uint64_t>(info.st_dev, info.st_ino) != file_id_)
+    changes.push_back("inode changed: another file now has its name");
+  if (changes.empty()) return;
+  std::string what = changes[0];
+  for (size_t i = 1; i < changes.size(); ++i) what.append("; ").append(changes[i]);
+  fail("", "changed while being read (" + what + "): the results would mix two files");
 }
 
 void TraceReader::load_root() {

@@ -35,9 +35,17 @@ std::string join(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
 
+std::vector<std::string> plot_paths(const std::string& dir) {
+  std::vector<std::string> paths;
+  for (const char* name : kPlots) paths.push_back(join(dir, name));
+  return paths;
+}
+
 double floor_to(double value, double step) { return std::floor(value / step) * step; }
 
+// Draws every plot in memory, then writes them together: a failure leaves none of this run's.
 void write_plots(const TraceAnalysis& a, const std::string& dir, const std::string& model) {
+  std::vector<kvtrace::FileContents> plots;
   const std::string who = model + ", " + std::to_string(a.sequences.size()) + " sequences";
   double lowest = 1;
   for (const StatRow& row : a.heads)
@@ -62,7 +70,7 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
     // One colour scale for both maps, so persistence can be read against its chance level.
     map.min = common_min;
     map.max = 1;
-    render_heatmap(map, join(dir, name));
+    plots.push_back({join(dir, name), draw_heatmap(map, PlotFormat::png)});
   };
   heatmap("persistence.png", "Persistence ratio per layer and head (the paper reports > 0.95)", "persistence", true);
   heatmap("ever-pivotal.png", "Share of first-half tokens ever pivotal (above 1/(t+1) by t*)", "ever pivotal", false);
@@ -91,7 +99,7 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
     series("all layers", a.overall, true);
     plot.y_min = std::max(-1.0, floor_to(lowest, 0.1));
     plot.y_max = 1;
-    render_line_plot(plot, join(dir, name));
+    plots.push_back({join(dir, name), draw_line_plot(plot, PlotFormat::png)});
   };
   lag_plot("spearman-vs-lag.png", false);
   lag_plot("topk-recall-vs-lag.png", true);
@@ -122,7 +130,8 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
   if (!blog.points.empty()) cross.series.push_back(blog);
   cross.y_min = std::max(-1.0, floor_to(cross_lowest, 0.1));
   cross.y_max = 1;
-  render_line_plot(cross, join(dir, "cross-layer.png"));
+  plots.push_back({join(dir, "cross-layer.png"), draw_line_plot(cross, PlotFormat::png)});
+  write_plot_files(plots);
 }
 #endif
 
@@ -187,7 +196,12 @@ int cmd_analyze(const std::vector<std::string>& args) {
     std::filesystem::create_directories(plot, error);
     if (error || !std::filesystem::is_directory(plot))
       throw kvtrace::InputError(plot, "", "cannot create the plot directory");
-    for (const char* name : kPlots) kvtrace::check_output_path(join(plot, name), kvtrace::OutputKind::seekable);
+    // Each plot is an output like --csv: writable, and neither an input nor another output.
+    const std::vector<std::string> plots = plot_paths(plot);
+    for (const std::string& path : plots) kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
+    std::vector<std::string> outputs = {csv, json};
+    outputs.insert(outputs.end(), plots.begin(), plots.end());
+    kvtrace::check_distinct_paths({trace}, outputs);
 #else
     bad_option("plot", "this kvsim was built without Qt6, so it cannot render plots");
 #endif

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kvtrace/error.hpp"
@@ -65,7 +66,7 @@ class TraceReader {
   LayerForm load_layer(const H5::Group& layers, int seq, int layer, int64_t n_tokens);
   void check_index(int seq, int layer) const;
   // After every read: HDF5 reads bytes past the end of a file shrunk since it was opened as
-  // zeros, silently. A file whose size or modification time changed is refused.
+  // zeros, silently. A file whose size, modification time or inode changed is refused.
   void check_unchanged() const;
   // HDF5 1.10 hangs on a corrupt global heap (tests/fuzz/README.md): refused before it reads.
   void refuse_broken_global_heap(std::span<const unsigned char> image) const;
@@ -74,6 +75,7 @@ class TraceReader {
   std::string path_;
   uint64_t file_size_ = 0;
   int64_t modified_ns_ = -1;  // -1: an image in memory, which cannot change
+  std::pair<uint64_t, uint64_t> file_id_;  // device and inode
   std::unique_ptr<Handle> handle_;
   TraceMeta meta_;
   std::vector<SequenceMeta> sequences_;
