@@ -8,7 +8,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -44,6 +46,16 @@ py::array_t<T> to_numpy(std::vector<T>&& values) {
   const auto n = static_cast<py::ssize_t>(values.size());
   return to_numpy(std::move(values), {n});
 }
+
+// ---- long runs ----
+
+// Runs work(cancel) on a thread of its own with the GIL released, while the calling thread
+// waits for it and watches for Ctrl-C (PyErr_CheckSignals, every 50 ms). When a signal
+// handler raises (KeyboardInterrupt), `cancel` turns true, the engine stops at its next block
+// of steps (EngineOptions::cancel), and that exception is raised once work has returned.
+// Otherwise work's own exception, if any, comes back. Python policies are called from the
+// work's threads only, so Ctrl-C never lands inside one.
+void run_interruptibly(const std::function<void(const std::atomic<bool>& cancel)>& work);
 
 // ---- the trace ----
 

@@ -1,6 +1,7 @@
 // kvsim._kvsim, the closed loop: kvsim.eval() is the document `kvsim eval --json` writes,
 // computed by the library's evaluate (kvsim/eval/eval.hpp) on a trace's token sequences, as
-// the CLI computes it (with the GIL released: Python policies take it call by call).
+// the CLI computes it (off the calling thread, so Ctrl-C stops it: run_interruptibly; Python
+// policies take the GIL call by call).
 #include <pybind11/stl.h>
 
 #include "kvsim/eval/eval.hpp"
@@ -43,11 +44,11 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
     if (prompt_len > 0) sequences.back().prompt_len = prompt_len;
   }
   std::string json;
-  {
-    py::gil_scoped_release release;
+  run_interruptibly([&](const std::atomic<bool>& cancel) {
     const kvtrace::Llama2Model model = kvtrace::Llama2Model::load(model_path);
+    config.cancel = &cancel;
     json = eval_json(evaluate(model, sequences, config), reader.path(), model_path);
-  }
+  });
   return py::module_::import("json").attr("loads")(json);
 }
 

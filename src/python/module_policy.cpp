@@ -204,12 +204,14 @@ class PyPolicy final : public Policy {
     throw PolicyError(text.append(": ").append(problem));
   }
 
-  // Runs `call` (GIL held); a Python exception becomes one PolicyError line.
+  // Runs `call` (GIL held); a Python exception becomes one PolicyError line, except those
+  // that ask the program to stop (KeyboardInterrupt, SystemExit), which pass unchanged.
   template <class Call>
   void guarded(const char* method, Call&& call) const {
     try {
       call();
     } catch (py::error_already_set& error) {
+      if (error.matches(PyExc_KeyboardInterrupt) || error.matches(PyExc_SystemExit)) throw;
       fail(std::string(method) + " raised " + describe(error));
     }
   }

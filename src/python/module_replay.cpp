@@ -1,13 +1,10 @@
-// kvsim._kvsim, replaying: the policies, replay and sweep over a trace (off the calling thread,
-// so Ctrl-C stops them), and replay_rows over attention given as a numpy array.
+// kvsim._kvsim, replaying: the policies, replay and sweep over a trace, and replay_rows over
+// attention given as a numpy array; each off the calling thread, so Ctrl-C stops it
+// (run_interruptibly).
 #include <pybind11/stl.h>
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <future>
 #include <map>
-#include <thread>
 
 #include "array_source.hpp"
 #include "kvsim/analysis/analysis.hpp"
@@ -19,36 +16,15 @@
 namespace kvsim::python {
 namespace {
 
-// Runs replay_trace off the calling thread with the GIL released. Ctrl-C (KeyboardInterrupt
-// in the main thread) cancels it: the replay stops at its next work item and the interrupt is
-// raised; otherwise its result or exception comes back.
+// replay_trace off the calling thread, stopped by Ctrl-C (run_interruptibly).
 ReplayResults interruptible_replay(const kvtrace::TraceReader& reader, ReplayConfig& config) {
-  std::atomic<bool> cancel{false};
-  config.cancel = &cancel;
-  std::packaged_task<ReplayResults()> task([&] { return replay_trace(reader, config); });
-  std::future<ReplayResults> result = task.get_future();
-  bool interrupted = false;
-  {
-    py::gil_scoped_release release;
-    std::thread worker(std::move(task));
-    while (result.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
-      py::gil_scoped_acquire acquire;
-      if (PyErr_CheckSignals() != 0) {  // leaves the KeyboardInterrupt set
-        interrupted = true;
-        cancel = true;
-        break;
-      }
-    }
-    worker.join();
-  }
+  ReplayResults results;
+  run_interruptibly([&](const std::atomic<bool>& cancel) {
+    config.cancel = &cancel;
+    results = replay_trace(reader, config);
+  });
   config.cancel = nullptr;
-  if (interrupted) {
-    try {
-      result.get();
-    } catch (...) {}
-    throw py::error_already_set();
-  }
-  return result.get();
+  return results;
 }
 
 // ---- replay and sweep ----
@@ -268,11 +244,11 @@ py::dict replay_rows(const py::object& attention, const std::string& policy_name
   origin.first_kv_head = origin_in[2];
   const int64_t b = budget.resolve(rows.n_tokens);
   std::vector<GroupRecord> records;
-  {
-    py::gil_scoped_release release;
+  run_interruptibly([&](const std::atomic<bool>& cancel) {
     ArrayAttentionSource source(rows.array.data(), rows.n_heads, rows.n_tokens, rows.packed);
+    options.cancel = &cancel;
     records = replay_rows(source, n_kv_heads, policy, b, options, values, head_dim, origin);
-  }
+  });
   // Per query head [heads, steps], in the array's head order, besides the groups.
   int64_t n_steps = records.empty() ? 0 : records.front().result.n_steps;
   const bool with_error = !records.empty() && !records.front().result.output_error.empty();
