@@ -21,7 +21,8 @@
 
 namespace kvsim {
 struct GroupRecord;
-}
+struct PolicyChoice;
+}  // namespace kvsim
 
 namespace kvsim::python {
 
@@ -102,5 +103,19 @@ void bind_eval(py::module_& m);                  // module_eval.cpp: the closed 
 void bind_policy(py::module_& m);                // module_policy.cpp: policies written in Python
 bool is_python_policy(const std::string& name);  // registered by kvsim.register_policy
 void bind_gui(py::module_& m);                   // module_gui.cpp: kvsim.gui (built with Qt only)
+
+// While it lives, the Python policies among `policies` are in use: kvsim.register_policy
+// refuses to replace their classes (a run reads its policies' registry entries throughout).
+// Made and destroyed with the GIL held.
+class PoliciesInUse {
+ public:
+  explicit PoliciesInUse(const std::vector<PolicyChoice>& policies);
+  ~PoliciesInUse();
+  PoliciesInUse(const PoliciesInUse&) = delete;
+  PoliciesInUse& operator=(const PoliciesInUse&) = delete;
+
+ private:
+  std::vector<std::string> names_;
+};
 
 }  // namespace kvsim::python

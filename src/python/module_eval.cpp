@@ -43,6 +43,7 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
     sequences.push_back(trace_sequence(reader, s, tokens));
     if (prompt_len > 0) sequences.back().prompt_len = prompt_len;
   }
+  const PoliciesInUse in_use(config.policies);
   std::string json;
   run_interruptibly([&](const std::atomic<bool>& cancel) {
     const kvtrace::Llama2Model model = kvtrace::Llama2Model::load(model_path);

@@ -16,8 +16,10 @@
 namespace kvsim::python {
 namespace {
 
-// replay_trace off the calling thread, stopped by Ctrl-C (run_interruptibly).
+// replay_trace off the calling thread, stopped by Ctrl-C (run_interruptibly); the Python
+// policies among config.policies stay registered as they are until it ends.
 ReplayResults interruptible_replay(const kvtrace::TraceReader& reader, ReplayConfig& config) {
+  const PoliciesInUse in_use(config.policies);
   ReplayResults results;
   run_interruptibly([&](const std::atomic<bool>& cancel) {
     config.cancel = &cancel;
@@ -243,6 +245,7 @@ py::dict replay_rows(const py::object& attention, const std::string& policy_name
   origin.layer = origin_in[1];
   origin.first_kv_head = origin_in[2];
   const int64_t b = budget.resolve(rows.n_tokens);
+  const PoliciesInUse in_use({policy});
   std::vector<GroupRecord> records;
   run_interruptibly([&](const std::atomic<bool>& cancel) {
     ArrayAttentionSource source(rows.array.data(), rows.n_heads, rows.n_tokens, rows.packed);

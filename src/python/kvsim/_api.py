@@ -260,10 +260,11 @@ def register_policy(name, cls):
     (True), needs_attention (True: False skips observe unless a tensor is needed), needs_keys,
     needs_values, needs_queries (False), params (dicts as kvsim.policies() lists them: name,
     type 'integer'|'real'|'choice'|'index_set', default, help, min, max, choices).
-    Registering a name again replaces the class; a built-in name is refused. An exception in
-    the class, or a bad answer from evict, raises kvsim.PolicyError naming the policy, layer
-    and step; KeyboardInterrupt and SystemExit pass unchanged. Instances must not share
-    mutable state (then results do not depend on threads).
+    Registering a name again replaces the class, except while a run using it (in another
+    thread) has not finished; a built-in name is refused. An exception in the class, or a bad
+    answer from evict, raises kvsim.PolicyError naming the policy, layer and step;
+    KeyboardInterrupt and SystemExit pass unchanged. Instances must not share mutable state
+    (then results do not depend on threads).
     """
     name = str(name)
     if not name or not all(c.isalnum() or c in "_-" for c in name):  # '.' would split params={'name.key': v}
