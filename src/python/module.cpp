@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "kvsim/core/data_dir.hpp"
+#include "kvsim/core/lists.hpp"
 #include "kvsim/core/policy.hpp"
 #include "kvsim/core/version.hpp"
 #include "kvsim/policies/registry.hpp"
@@ -68,6 +69,12 @@ py::list policies_list() {
 }
 
 }  // namespace
+
+void refuse_repeats(const std::string& option, const std::vector<std::string>& items) {
+  std::string list;
+  for (size_t i = 0; i < items.size(); ++i) list.append(i > 0 ? "," : "").append(items[i]);
+  parse_name_list(option, list);
+}
 
 void run_interruptibly(const std::function<void(const std::atomic<bool>& cancel)>& work) {
   std::atomic<bool> cancel{false};

@@ -33,6 +33,10 @@ using kvtrace::InputError;
   throw InputError("", "", "--" + option + ": " + problem);
 }
 
+// Throws InputError naming `option` ("--policies") for an item given twice, in the CLI's
+// words for its comma list (kvsim/core/lists.hpp).
+void refuse_repeats(const std::string& option, const std::vector<std::string>& items);
+
 // ---- numpy arrays that own a vector (no copy) ----
 
 template <typename T>

@@ -19,9 +19,11 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
   const kvtrace::TraceReader& reader = *held;
   EvalConfig config;
   if (policy_names.empty()) bad_option("policies", "no policy given");
+  refuse_repeats("--policies", policy_names);
   config.policies = choose_policies(policy_names, params);
   for (const PolicyChoice& policy : config.policies) check_closed_loop_policy(*policy.info);
   if (budgets.empty()) bad_option("budgets", "no budget given");
+  refuse_repeats("--budgets", budgets);
   for (const auto& budget : budgets) config.budgets.push_back(Budget::parse(budget));
   config.aggregate = parse_aggregate(aggregate);
   if (threads < 0) bad_option("threads", "must be >= 0");

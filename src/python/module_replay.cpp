@@ -41,10 +41,11 @@ void apply_options(const ReplayOptions& o, const kvtrace::TraceReader& reader, R
   set_layer_schedules(o.layer_budget, reader, config);
 }
 
-// As the CLI's --param (kvsim::choose_policies), with at least one policy.
+// As the CLI's --policies and --param (kvsim::choose_policies): at least one policy, none twice.
 std::vector<PolicyChoice> chosen_policies(const std::vector<std::string>& names,
                                           const std::vector<std::pair<std::string, std::string>>& params) {
   if (names.empty()) bad_option("policies", "no policy given");
+  refuse_repeats("--policies", names);
   return choose_policies(names, params);
 }
 
@@ -160,6 +161,7 @@ py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
   ReplayConfig config;
   config.policies = chosen_policies(policy_names, params);
   if (budgets.empty()) bad_option("budgets", "no budget given");
+  refuse_repeats("--budgets", budgets);
   for (const auto& b : budgets) config.budgets.push_back(Budget::parse(b));
   {
     py::gil_scoped_release release;
