@@ -86,6 +86,15 @@ def _comma_list(value, what) -> list:
     return items
 
 
+def _path(value, what):
+    """A path (str, bytes or os.PathLike) as the compiled module takes it; one with a NUL
+    character is refused, since the C library would read the path only up to it."""
+    path = os.fspath(value)
+    if ("\0" if isinstance(path, str) else b"\0") in path:
+        raise InputError(f"{what}: {path!r} contains a NUL character")
+    return path
+
+
 def _indices(value, what) -> list:
     if value is None:
         return []
@@ -177,7 +186,7 @@ class Trace(_native.Trace):
     """
 
     def __init__(self, path):
-        super().__init__(os.fspath(path))
+        super().__init__(_path(path, "trace"))
 
     def __len__(self):
         return self.n_sequences
@@ -312,15 +321,16 @@ def gui(trace=None, **options):
     shown head's cache held the position, what the heatmap draws) and exit_code. An option the
     window refuses raises kvsim.InputError; no display (DISPLAY unset, no QT_QPA_PLATFORM=
     offscreen), or kvsim built without Qt, RuntimeError."""
-    if not hasattr(_native, "_gui"):
-        raise RuntimeError("kvsim.gui: this kvsim was built without Qt 6 (Widgets and Charts), so without "
-                           "kvsim-gui; rebuild it with Qt 6 installed (-DKVSIM_GUI=ON)")
     args = []
     for name, value in options.items():
         if value is not None:
-            args += ["--" + name.replace("_", "-"), _text(value)]
+            option = "--" + name.replace("_", "-")
+            args += [option, _path(_text(value), option)]  # each an argv string: no NUL
     if trace is not None:
-        args += ["--", trace.path if isinstance(trace, Trace) else os.fspath(trace)]
+        args += ["--", trace.path if isinstance(trace, Trace) else _path(trace, "trace")]
+    if not hasattr(_native, "_gui"):
+        raise RuntimeError("kvsim.gui: this kvsim was built without Qt 6 (Widgets and Charts), so without "
+                           "kvsim-gui; rebuild it with Qt 6 installed (-DKVSIM_GUI=ON)")
     return _native._gui(args)
 
 
@@ -460,7 +470,7 @@ def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggr
     """
     names = _comma_list(policies if policies is not None else DEFAULT_EVAL_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_EVAL_BUDGETS, "budgets")
-    return _native._eval(_trace(trace), os.fspath(model), names, grid, _params(params, policy_params),
+    return _native._eval(_trace(trace), _path(model, "model"), names, grid, _params(params, policy_params),
                          _indices(seqs, "seqs"), int(tokens), str(aggregate), int(threads), str(layer_budget),
                          "" if question is None else str(question), int(prompt_len))
 
@@ -560,8 +570,8 @@ def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, 
     a = _native._PlanArgs()
     a.layer_budget = str(layer_budget)
     a.head_budget = str(head_budget)
-    a.model = _text(model)
-    a.gpu = _text(gpu)
+    a.model = _path(_text(model), "--model")  # a card name or a card file
+    a.gpu = _path(_text(gpu), "--gpu")
     a.gpus = int(gpus)
     a.weight_dtype = str(weight_dtype)
     a.kv_dtype = str(kv_dtype)
@@ -574,7 +584,7 @@ def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, 
     elif isinstance(context, (int, np.integer)):
         a.context = str(int(context))
     elif isinstance(context, (str, os.PathLike)):
-        a.context = os.fspath(context)
+        a.context = _path(context, "--context")
     else:
         lengths = [int(c) for c in context]
         if not lengths:
@@ -585,7 +595,7 @@ def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, 
         a.budget = ",".join(_comma_list(budget, "budget"))
     if sweep is not None:
         if isinstance(sweep, (str, os.PathLike)):
-            path = os.fspath(sweep)
+            path = _path(sweep, "--sweep")
             try:
                 with io.open(path, encoding="utf-8") as f:
                     a.sweep_text = f.read()
@@ -601,5 +611,5 @@ def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, 
     if target is not None:
         a.target = str(target)
     if cards is not None:
-        a.cards = os.fspath(cards)
+        a.cards = _path(cards, "--cards")
     return a
