@@ -86,6 +86,20 @@ def _comma_list(value, what) -> list:
     return items
 
 
+# What the compiled module's integers hold: C int and int64_t.
+_INT_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+
+def _int(value, what, low=0, high=_INT_MAX) -> int:
+    """int(value), refused with one line naming `what` outside [low, high] (Python's integers
+    have no bound; the compiled module's do)."""
+    number = int(value)
+    if not low <= number <= high:
+        raise InputError(f"{what}: {number} is out of range ({low} to {high})")
+    return number
+
+
 def _path(value, what):
     """A path (str, bytes or os.PathLike) as the compiled module takes it; one with a NUL
     character is refused, since the C library would read the path only up to it."""
@@ -99,15 +113,16 @@ def _indices(value, what) -> list:
     if value is None:
         return []
     if isinstance(value, (int, np.integer)):
-        return [int(value)]
+        return [_int(value, f"--{what}")]
     if isinstance(value, str):
         value = [v for v in value.split(",") if v.strip()]
     out = []
     for v in value:
         try:
-            out.append(int(v))
+            number = int(v)
         except (TypeError, ValueError):
             raise InputError(f"--{what}: '{v}' is not an index") from None
+        out.append(_int(number, f"--{what}"))
     return out
 
 
@@ -130,7 +145,7 @@ def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, la
                     question=None, compress_every=None, page=0, page_score="mean", head_budget="uniform",
                     head_floor=0.2):
     o = _native._ReplayOptions()
-    o.page = int(page)
+    o.page = _int(page, "--page", 0, _INT64_MAX)
     o.page_score = str(page_score)
     o.mode = str(mode)
     o.question = "" if question is None else str(question)
@@ -152,7 +167,7 @@ def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, la
     o.layer_budget = layer_budget
     o.head_budget = str(head_budget)
     o.head_floor = float(head_floor)
-    o.threads = int(threads)
+    o.threads = _int(threads, "--threads")
     return o
 
 
@@ -210,15 +225,27 @@ class Trace(_native.Trace):
         [n_heads, n, n]. packed=True: row t at offset t(t+1)/2 of [n(n+1)/2] per head.
         rows: 'auto' (stored attn when present, else recomputed from q and k), 'attn' or 'qk'."""
         one = isinstance(head, (int, np.integer))
-        heads = [] if head is None else ([int(head)] if one else [int(h) for h in head])
+        heads = [] if head is None else ([_int(head, "head")] if one else [_int(h, "head") for h in head])
         if head is not None and not heads:
             raise InputError("no head given")
-        out = self._attention(int(seq), int(layer), heads, bool(packed), str(rows))
+        out = self._attention(_int(seq, "seq"), _int(layer, "layer"), heads, bool(packed), str(rows))
         return out[0] if one else out
 
     def tensor(self, seq, layer, name, head):
         """One head of q (a query head), k or v (a kv head): float32 [n_tokens, head_dim]."""
-        return self._tensor(int(seq), int(layer), str(name), int(head))
+        return self._tensor(_int(seq, "seq"), _int(layer, "layer"), str(name), _int(head, "head"))
+
+    def sequence(self, seq):
+        """Sequence `seq`: index, n_tokens, prompt_len, has_token_text, layers (their forms)."""
+        return super().sequence(_int(seq, "seq"))
+
+    def tokens(self, seq):
+        """The token ids of sequence `seq`: int32 [n_tokens]."""
+        return super().tokens(_int(seq, "seq"))
+
+    def token_text(self, seq):
+        """The text of each token of sequence `seq` (empty when the trace has none)."""
+        return super().token_text(_int(seq, "seq"))
 
     def info(self) -> dict:
         """What `kvsim info --json` writes."""
@@ -444,12 +471,12 @@ def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", pr
     their summary (retention_mean, retention_p5, retention_min, ...), and 'groups': one dict
     per cache group as replay()'s groups.
     """
-    if n_kv_heads is None:
-        n_kv_heads = 0  # the number of heads
-    return _native._replay_rows(attention, str(policy), _budget(budget), int(n_kv_heads),
-                                _params(params, policy_params), str(mode), int(prompt_len), int(question),
-                                int(compress_every), str(aggregate), values,
-                                [int(v) for v in origin])
+    n_kv_heads = 0 if n_kv_heads is None else _int(n_kv_heads, "n_kv_heads", 1)  # 0: the number of heads
+    return _native._replay_rows(attention, str(policy), _budget(budget), n_kv_heads, _params(params, policy_params),
+                                str(mode), _int(prompt_len, "--prompt-len", 0, _INT64_MAX),
+                                _int(question, "--question", 0, _INT64_MAX),
+                                _int(compress_every, "--compress-every", 0, _INT64_MAX), str(aggregate), values,
+                                [_int(v, "origin") for v in origin])
 
 
 DEFAULT_EVAL_POLICIES = ("scissorhands", "h2o", "tova", "streaming", "recent")
@@ -471,17 +498,18 @@ def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggr
     names = _comma_list(policies if policies is not None else DEFAULT_EVAL_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_EVAL_BUDGETS, "budgets")
     return _native._eval(_trace(trace), _path(model, "model"), names, grid, _params(params, policy_params),
-                         _indices(seqs, "seqs"), int(tokens), str(aggregate), int(threads), str(layer_budget),
-                         "" if question is None else str(question), int(prompt_len))
+                         _indices(seqs, "seqs"), _int(tokens, "--tokens"), str(aggregate), _int(threads, "--threads"),
+                         str(layer_budget), "" if question is None else str(question),
+                         _int(prompt_len, "--prompt-len", 0, _INT64_MAX))
 
 
 def _analyze_options(lags, topk, min_positions, max_steps, samples, correlations=True):
     o = _native._AnalyzeOptions()
-    o.lags = [int(v) for v in _comma_list(lags, "lags")]
+    o.lags = [_int(v, "--lags", 1, 2**30) for v in _comma_list(lags, "lags")]
     o.top_k = _text(topk)
-    o.min_positions = int(min_positions)
-    o.max_steps = int(max_steps)
-    o.samples = int(samples)
+    o.min_positions = _int(min_positions, "--min-positions", 2, _INT64_MAX)
+    o.max_steps = _int(max_steps, "--max-steps", 1, _INT64_MAX)
+    o.samples = _int(samples, "--samples", 0, 64)
     o.correlations = bool(correlations)
     return o
 
@@ -506,7 +534,7 @@ def analyze(trace, *, seqs=None, layers=None, lags=(1, 4, 16, 64), topk="10%", m
     pandas = _pandas(as_frame)
     options = _analyze_options(lags, topk, min_positions, max_steps, samples)
     out = _native._analyze(_trace(trace), options, str(rows), _indices(seqs, "seqs"), _indices(layers, "layers"),
-                           int(threads))
+                           _int(threads, "--threads"))
     if pandas is None:
         return out
     tables = [out["heads"], out["layer_means"], {k: [v] for k, v in out["overall"].items()}]
@@ -572,13 +600,13 @@ def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, 
     a.head_budget = str(head_budget)
     a.model = _path(_text(model), "--model")  # a card name or a card file
     a.gpu = _path(_text(gpu), "--gpu")
-    a.gpus = int(gpus)
+    a.gpus = _int(gpus, "--gpus", 1)
     a.weight_dtype = str(weight_dtype)
     a.kv_dtype = str(kv_dtype)
     a.kv_quant = ",".join(_comma_list(kv_quant, "kv-quant")) if kv_quant is not None else ""
     a.utilization = float(utilization)
     a.reserve = _text(reserve)
-    a.block_size = int(block_size)
+    a.block_size = _int(block_size, "--block-size", 1)
     if context is None:
         pass
     elif isinstance(context, (int, np.integer)):
