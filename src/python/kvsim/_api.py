@@ -295,10 +295,10 @@ def register_policy(name, cls):
     Class attributes (optional): summary (str), grouping ('kv_head' or 'layer'), budgeted
     (True), needs_attention (True: False skips observe unless a tensor is needed), needs_keys,
     needs_values, needs_queries (False), params (dicts as kvsim.policies() lists them: name,
-    type 'integer'|'real'|'choice'|'index_set', default, help, min, max, choices).
-    Registering a name again replaces the class, except while a run using it (in another
-    thread) has not finished; a built-in name is refused. An exception in the class, or a bad
-    answer from evict, raises kvsim.PolicyError naming the policy, layer and step;
+    type 'integer'|'real'|'choice'|'index_set', default, help, min, max, choices; each name
+    once). Registering a name again replaces the class, except while a run using it (in
+    another thread) has not finished; a built-in name is refused. An exception in the class,
+    or a bad answer from evict, raises kvsim.PolicyError naming the policy, layer and step;
     KeyboardInterrupt and SystemExit pass unchanged. Instances must not share mutable state
     (then results do not depend on threads).
     """
@@ -323,6 +323,8 @@ def register_policy(name, cls):
         if not isinstance(spec, dict) or "name" not in spec or spec.get("type", "integer") not in _PARAM_TYPES:
             raise InputError(f"register_policy: {name}: each of params is a dict with a name and a type in "
                              f"{', '.join(_PARAM_TYPES)}; got {spec!r}")
+        if any(known["name"] == str(spec["name"]) for known in specs):
+            raise InputError(f"register_policy: {name}: parameter {str(spec['name'])!r} is declared twice")
         default = spec.get("default")
         specs.append({"name": str(spec["name"]), "type": spec.get("type", "integer"),
                       "default": "" if default is None else _text(default), "help": str(spec.get("help", "")),
