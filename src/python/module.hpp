@@ -90,8 +90,17 @@ struct Rows {
 };
 
 // [heads, n, n] full matrices, [heads, n(n+1)/2] packed, or [n(n+1)/2] one packed head.
-// Throws InputError naming "attention".
+// Throws InputError naming "attention". Shapes are checked against kvtrace::Limits before
+// anything is copied.
 Rows rows_of(const py::handle& object);
+
+// `object` as a numpy array: an ndarray as it is (nothing copied), anything else converted.
+// Throws InputError naming `name` when it cannot be.
+py::array array_of(const py::handle& object, const char* name);
+// The array as float32 in C order: itself when it is one, else a copy. Check its shape first.
+// Throws InputError naming `name` for a view whose elements share memory (a broadcast view):
+// its copy would take more memory than the array holds.
+FloatArray float32_of(const py::array& a, const char* name);
 
 // One cache group's record as replay()'s "groups" list it (module_replay.cpp); with_position
 // adds its sequence and layer.

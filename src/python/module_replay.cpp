@@ -195,6 +195,34 @@ py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
   return out;
 }
 
+// values [n_kv_heads, n_tokens, head_dim] as one vector per kv head; its head_dim. The shape is
+// checked before anything is copied.
+int values_of(const py::object& object, int n_kv_heads, int64_t n_tokens, std::vector<std::vector<float>>& values) {
+  const py::array a = array_of(object, "values");
+  if (a.ndim() != 3 || a.shape(0) != n_kv_heads || a.shape(1) != n_tokens)
+    throw InputError("", "values",
+                     "expected a float array [n_kv_heads = " + std::to_string(n_kv_heads) +
+                         ", n = " + std::to_string(n_tokens) + ", head_dim]");
+  if (a.shape(2) < 1) throw InputError("", "values", "head_dim must be at least 1");
+  if (a.shape(2) > kvtrace::Limits::max_head_dim)
+    throw InputError("", "values",
+                     "head_dim " + std::to_string(a.shape(2)) + " is more than the " +
+                         std::to_string(kvtrace::Limits::max_head_dim) + " supported");
+  const FloatArray v = float32_of(a, "values");
+  const int head_dim = static_cast<int>(v.shape(2));
+  const size_t size = static_cast<size_t>(n_tokens) * static_cast<size_t>(head_dim);
+  for (int g = 0; g < n_kv_heads; ++g) {
+    const float* begin = v.data() + static_cast<size_t>(g) * size;
+    for (size_t i = 0; i < size; ++i)
+      if (!std::isfinite(begin[i]))
+        throw InputError("", "values",
+                         std::string(std::isnan(begin[i]) ? "NaN" : "Inf") + " at kv head " + std::to_string(g) +
+                             ", row " + std::to_string(i / static_cast<size_t>(head_dim)));
+    values.emplace_back(begin, begin + size);
+  }
+  return head_dim;
+}
+
 py::dict replay_rows(const py::object& attention, const std::string& policy_name, const std::string& budget_text,
                      int n_kv_heads, const std::vector<std::pair<std::string, std::string>>& params,
                      const std::string& mode, int64_t prompt_len, int64_t question, int64_t compress_every,
@@ -220,26 +248,7 @@ py::dict replay_rows(const py::object& attention, const std::string& policy_name
   options.protocol.question = question;  // the engine refuses one the prompt cannot hold
   options.protocol.compress_every = compress_every;
   std::vector<std::vector<float>> values;
-  int head_dim = 0;
-  if (!values_object.is_none()) {
-    FloatArray v = FloatArray::ensure(values_object);
-    if (!v || v.ndim() != 3 || v.shape(0) != n_kv_heads || v.shape(1) != rows.n_tokens)
-      throw InputError("", "values",
-                       "expected a float array [n_kv_heads = " + std::to_string(n_kv_heads) +
-                           ", n = " + std::to_string(rows.n_tokens) + ", head_dim]");
-    head_dim = static_cast<int>(v.shape(2));
-    if (head_dim < 1) throw InputError("", "values", "head_dim must be at least 1");
-    const size_t size = static_cast<size_t>(rows.n_tokens) * static_cast<size_t>(head_dim);
-    for (int g = 0; g < n_kv_heads; ++g) {
-      const float* begin = v.data() + static_cast<size_t>(g) * size;
-      for (size_t i = 0; i < size; ++i)
-        if (!std::isfinite(begin[i]))
-          throw InputError("", "values",
-                           std::string(std::isnan(begin[i]) ? "NaN" : "Inf") + " at kv head " + std::to_string(g) +
-                               ", row " + std::to_string(i / static_cast<size_t>(head_dim)));
-      values.emplace_back(begin, begin + size);
-    }
-  }
+  const int head_dim = values_object.is_none() ? 0 : values_of(values_object, n_kv_heads, rows.n_tokens, values);
   RowsOrigin origin;
   if (origin_in.size() != 3 || origin_in[0] < 0 || origin_in[1] < 0 || origin_in[2] < 0)
     throw InputError("", "", "origin: (sequence, layer, first kv head), each >= 0");

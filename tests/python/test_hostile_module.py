@@ -270,7 +270,7 @@ class HostileModuleTest(unittest.TestCase):
         cases = [
             (lambda: kvsim.replay_rows(np.broadcast_to(one, (1, 150000, 150000)), "h2o", 2),
              "attention: 150000 rows is more than the 131072 supported"),
-            (lambda: kvsim.analyze_rows(np.broadcast_to(one, (150000, 150000))),
+            (lambda: kvsim.analyze_rows(np.broadcast_to(one, (2, 150000, 150000))),
              "attention: 150000 rows is more than the 131072 supported"),
             (lambda: kvsim.replay_rows(np.broadcast_to(one, (150000 * 150001 // 2,)), "h2o", 2),
              "attention: 150000 rows is more than the 131072 supported"),

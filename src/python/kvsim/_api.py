@@ -458,7 +458,8 @@ def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", pr
     """Replay one policy on attention rows you computed yourself, no trace file.
 
     attention: the rows of one layer, float (converted to float32; read in place when it is
-    float32 and C-contiguous): [n_heads, n, n] full causal matrices (row t holds a_t[0..t],
+    float32 and C-contiguous; a broadcast view, whose elements share memory, is refused rather
+    than expanded): [n_heads, n, n] full causal matrices (row t holds a_t[0..t],
     zeros above the diagonal), or packed [n_heads, n(n+1)/2] (row t at offset t(t+1)/2), or
     one packed head [n(n+1)/2]. Rows must be probabilities summing to 1 within 1e-3 (they are
     renormalised as the trace reader renormalises stored attn). n_kv_heads: query heads are
