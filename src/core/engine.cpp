@@ -215,7 +215,11 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
     share_budgets(lane, state.running, coupled);
   }
 
+  auto check_cancel = [&] {
+    if (options.cancel && options.cancel->load()) throw Cancelled();
+  };
   for (int64_t first = 0; first < n; first += kvtrace::kRowBlockSize) {
+    check_cancel();
     const int64_t count = std::min(kvtrace::kRowBlockSize, n - first);
     for (size_t l = 0; l < lanes.size(); ++l) {
       lanes[l].source->rows(first, count, states[l].block);
@@ -223,12 +227,16 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
         lanes[l].quantized[v].source->rows(first, count, states[l].quantized_blocks[v]);
     }
     if (group_major) {
-      for (size_t g = 0; g < lanes.front().groups.size(); ++g)
-        if (!states.front().by_group[g].empty())
-          for (int64_t t = first; t < first + count; ++t) step(lanes.front(), states.front(), t, static_cast<int>(g));
+      for (size_t g = 0; g < lanes.front().groups.size(); ++g) {
+        if (states.front().by_group[g].empty()) continue;
+        check_cancel();
+        for (int64_t t = first; t < first + count; ++t) step(lanes.front(), states.front(), t, static_cast<int>(g));
+      }
     } else {
-      for (int64_t t = first; t < first + count; ++t)
+      for (int64_t t = first; t < first + count; ++t) {
+        check_cancel();
         for (size_t l = 0; l < lanes.size(); ++l) step(lanes[l], states[l], t, -1);
+      }
     }
     if (options.sink)
       for (size_t l = 0; l < lanes.size(); ++l)

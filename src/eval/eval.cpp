@@ -268,6 +268,7 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
   if (hooked) hook = std::make_unique<ClosedLoopHook>(config, policy, budget, n, options);
   kvtrace::Llama2Session session(model);
   for (int64_t i = 0; i < n; ++i) {
+    if (options.cancel && options.cancel->load()) throw Cancelled();
     std::span<const float> logits;
     try {
       logits = session.forward(tokens[static_cast<size_t>(i)], hook.get());

@@ -97,6 +97,7 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   options.paging = config.paging;
   options.head_floor = config.head_floor;
   options.output_error = true;
+  options.cancel = config.cancel;
   if (plan.protocol.question > 0) {
     options.mode = Mode::prefill;
     options.prompt_len = plan.protocol.prompt;
@@ -233,6 +234,7 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
       [&](size_t s) {
         ClosedLoopOptions options;
         options.sequence = sequences[s].index;
+        options.cancel = config.cancel;
         options.record_rows = options.record_values = true;
         for (const PolicyChoice& policy : config.policies) {  // what the policies read, for the replay
           options.record_keys = options.record_keys || policy.info->needs_keys;
@@ -267,6 +269,7 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
         options.paging = config.paging;
         options.head_floor = config.head_floor;
         options.sequence = sequence.index;
+        options.cancel = config.cancel;
         if (needs_future) options.future_rows = &reference.rows;
         const SequencePlan& plan = plans[s];
         options.layer_budgets = plan.layer_budgets[cell];

@@ -7,7 +7,13 @@
 // This file holds the module's general functions; each area is in its own file (module.hpp).
 #include <pybind11/stl.h>
 
+#include <chrono>
+#include <exception>
+#include <future>
+#include <thread>
+
 #include "kvsim/core/data_dir.hpp"
+#include "kvsim/core/lists.hpp"
 #include "kvsim/core/policy.hpp"
 #include "kvsim/core/version.hpp"
 #include "kvsim/policies/registry.hpp"
@@ -63,6 +69,43 @@ py::list policies_list() {
 }
 
 }  // namespace
+
+void refuse_repeats(const std::string& option, const std::vector<std::string>& items) {
+  std::string list;
+  for (size_t i = 0; i < items.size(); ++i) list.append(i > 0 ? "," : "").append(items[i]);
+  parse_name_list(option, list);
+}
+
+void run_interruptibly(const std::function<void(const std::atomic<bool>& cancel)>& work) {
+  std::atomic<bool> cancel{false};
+  std::exception_ptr failure;
+  bool interrupted = false;
+  {
+    py::gil_scoped_release release;
+    std::promise<void> done;
+    std::future<void> finished = done.get_future();
+    std::thread worker([&] {
+      try {
+        work(cancel);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      done.set_value();
+    });
+    while (finished.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
+      py::gil_scoped_acquire acquire;
+      if (PyErr_CheckSignals() != 0) {  // the handler's exception stays set until raised below
+        interrupted = true;
+        cancel = true;
+        break;
+      }
+    }
+    worker.join();  // without the GIL: the work's Python policies may need it to finish
+  }
+  if (interrupted) throw py::error_already_set();
+  if (failure) std::rethrow_exception(failure);
+}
+
 }  // namespace kvsim::python
 
 PYBIND11_MODULE(_kvsim, m) {

@@ -8,7 +8,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -19,7 +21,8 @@
 
 namespace kvsim {
 struct GroupRecord;
-}
+struct PolicyChoice;
+}  // namespace kvsim
 
 namespace kvsim::python {
 
@@ -29,6 +32,10 @@ using kvtrace::InputError;
 [[noreturn]] inline void bad_option(const std::string& option, const std::string& problem) {
   throw InputError("", "", "--" + option + ": " + problem);
 }
+
+// Throws InputError naming `option` ("--policies") for an item given twice, in the CLI's
+// words for its comma list (kvsim/core/lists.hpp).
+void refuse_repeats(const std::string& option, const std::vector<std::string>& items);
 
 // ---- numpy arrays that own a vector (no copy) ----
 
@@ -44,6 +51,16 @@ py::array_t<T> to_numpy(std::vector<T>&& values) {
   const auto n = static_cast<py::ssize_t>(values.size());
   return to_numpy(std::move(values), {n});
 }
+
+// ---- long runs ----
+
+// Runs work(cancel) on a thread of its own with the GIL released, while the calling thread
+// waits for it and watches for Ctrl-C (PyErr_CheckSignals, every 50 ms). When a signal
+// handler raises (KeyboardInterrupt), `cancel` turns true, the engine stops at its next block
+// of steps (EngineOptions::cancel), and that exception is raised once work has returned.
+// Otherwise work's own exception, if any, comes back. Python policies are called from the
+// work's threads only, so Ctrl-C never lands inside one.
+void run_interruptibly(const std::function<void(const std::atomic<bool>& cancel)>& work);
 
 // ---- the trace ----
 
@@ -73,8 +90,17 @@ struct Rows {
 };
 
 // [heads, n, n] full matrices, [heads, n(n+1)/2] packed, or [n(n+1)/2] one packed head.
-// Throws InputError naming "attention".
+// Throws InputError naming "attention". Shapes are checked against kvtrace::Limits before
+// anything is copied.
 Rows rows_of(const py::handle& object);
+
+// `object` as a numpy array: an ndarray as it is (nothing copied), anything else converted.
+// Throws InputError naming `name` when it cannot be.
+py::array array_of(const py::handle& object, const char* name);
+// The array as float32 in C order: itself when it is one, else a copy. Check its shape first.
+// Throws InputError naming `name` for a view whose elements share memory (a broadcast view):
+// its copy would take more memory than the array holds.
+FloatArray float32_of(const py::array& a, const char* name);
 
 // One cache group's record as replay()'s "groups" list it (module_replay.cpp); with_position
 // adds its sequence and layer.
@@ -90,5 +116,19 @@ void bind_eval(py::module_& m);                  // module_eval.cpp: the closed 
 void bind_policy(py::module_& m);                // module_policy.cpp: policies written in Python
 bool is_python_policy(const std::string& name);  // registered by kvsim.register_policy
 void bind_gui(py::module_& m);                   // module_gui.cpp: kvsim.gui (built with Qt only)
+
+// While it lives, the Python policies among `policies` are in use: kvsim.register_policy
+// refuses to replace their classes (a run reads its policies' registry entries throughout).
+// Made and destroyed with the GIL held.
+class PoliciesInUse {
+ public:
+  explicit PoliciesInUse(const std::vector<PolicyChoice>& policies);
+  ~PoliciesInUse();
+  PoliciesInUse(const PoliciesInUse&) = delete;
+  PoliciesInUse& operator=(const PoliciesInUse&) = delete;
+
+ private:
+  std::vector<std::string> names_;
+};
 
 }  // namespace kvsim::python

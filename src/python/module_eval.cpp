@@ -1,6 +1,7 @@
 // kvsim._kvsim, the closed loop: kvsim.eval() is the document `kvsim eval --json` writes,
 // computed by the library's evaluate (kvsim/eval/eval.hpp) on a trace's token sequences, as
-// the CLI computes it (with the GIL released: Python policies take it call by call).
+// the CLI computes it (off the calling thread, so Ctrl-C stops it: run_interruptibly; Python
+// policies take the GIL call by call).
 #include <pybind11/stl.h>
 
 #include "kvsim/eval/eval.hpp"
@@ -18,9 +19,11 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
   const kvtrace::TraceReader& reader = *held;
   EvalConfig config;
   if (policy_names.empty()) bad_option("policies", "no policy given");
+  refuse_repeats("--policies", policy_names);
   config.policies = choose_policies(policy_names, params);
   for (const PolicyChoice& policy : config.policies) check_closed_loop_policy(*policy.info);
   if (budgets.empty()) bad_option("budgets", "no budget given");
+  refuse_repeats("--budgets", budgets);
   for (const auto& budget : budgets) config.budgets.push_back(Budget::parse(budget));
   config.aggregate = parse_aggregate(aggregate);
   if (threads < 0) bad_option("threads", "must be >= 0");
@@ -42,12 +45,13 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
     sequences.push_back(trace_sequence(reader, s, tokens));
     if (prompt_len > 0) sequences.back().prompt_len = prompt_len;
   }
+  const PoliciesInUse in_use(config.policies);
   std::string json;
-  {
-    py::gil_scoped_release release;
+  run_interruptibly([&](const std::atomic<bool>& cancel) {
     const kvtrace::Llama2Model model = kvtrace::Llama2Model::load(model_path);
+    config.cancel = &cancel;
     json = eval_json(evaluate(model, sequences, config), reader.path(), model_path);
-  }
+  });
   return py::module_::import("json").attr("loads")(json);
 }
 

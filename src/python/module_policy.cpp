@@ -8,6 +8,9 @@
 // no mutable state (module globals, class attributes, a global random generator: use
 // ctx.seed). The functions that run policies release the GIL first (module_replay.cpp,
 // module_eval.cpp), else the engine's threads would wait for it forever.
+//
+// A class stays registered as it is while a run uses it (PoliciesInUse): the run reads the
+// registry's entry throughout and makes instances of the class as it goes.
 #include <pybind11/stl.h>
 
 #include <algorithm>
@@ -18,6 +21,7 @@
 
 #include "kvsim/core/policy.hpp"
 #include "kvsim/policies/registry.hpp"
+#include "kvsim/replay/replay.hpp"
 #include "module.hpp"
 
 namespace kvsim::python {
@@ -32,6 +36,7 @@ class PolicyError : public std::runtime_error {
 struct PyClass {
   const PolicyInfo* info = nullptr;  // the registry's entry (stable)
   py::handle cls;                    // a reference kept for the life of the process
+  int runs = 0;                      // runs using it now (PoliciesInUse; changed with the GIL held)
 };
 
 // "ZeroDivisionError: division by zero (at my_policies.py:12)": the exception and the
@@ -204,12 +209,14 @@ class PyPolicy final : public Policy {
     throw PolicyError(text.append(": ").append(problem));
   }
 
-  // Runs `call` (GIL held); a Python exception becomes one PolicyError line.
+  // Runs `call` (GIL held); a Python exception becomes one PolicyError line, except those
+  // that ask the program to stop (KeyboardInterrupt, SystemExit), which pass unchanged.
   template <class Call>
   void guarded(const char* method, Call&& call) const {
     try {
       call();
     } catch (py::error_already_set& error) {
+      if (error.matches(PyExc_KeyboardInterrupt) || error.matches(PyExc_SystemExit)) throw;
       fail(std::string(method) + " raised " + describe(error));
     }
   }
@@ -231,6 +238,12 @@ ParamType param_type(const std::string& name) {
 std::deque<PyClass>& classes() {
   static std::deque<PyClass> entries;
   return entries;
+}
+
+PyClass* python_class(const std::string& name) {
+  std::deque<PyClass>& known = classes();
+  auto entry = std::find_if(known.begin(), known.end(), [&](const PyClass& c) { return c.info->name == name; });
+  return entry == known.end() ? nullptr : &*entry;
 }
 
 // The class's attributes as kvsim/_api.py read and checked them.
@@ -260,8 +273,13 @@ void register_python_policy(const std::string& name, const py::object& cls, cons
   for (const ParamSpec& spec : info.params)  // the defaults pass their own checks
     if (!spec.default_value.empty()) resolve_params(info, {{spec.name, spec.default_value}});
   std::deque<PyClass>& known = classes();
-  auto entry = std::find_if(known.begin(), known.end(), [&](const PyClass& c) { return c.info->name == name; });
-  const bool added = entry == known.end();
+  PyClass* entry = python_class(name);
+  if (entry && entry->runs > 0)
+    throw InputError("", "",
+                     "register_policy: policy '" + name +
+                         "' is in use by a run that has not finished; register the new class under another name, "
+                         "or once the run is over");
+  const bool added = entry == nullptr;
   PyClass& target = added ? known.emplace_back() : *entry;
   info.make = [&target](const Params& values) -> std::unique_ptr<Policy> {
     return std::make_unique<PyPolicy>(target, values);
@@ -278,9 +296,18 @@ void register_python_policy(const std::string& name, const py::object& cls, cons
 
 }  // namespace
 
-bool is_python_policy(const std::string& name) {
-  const std::deque<PyClass>& known = classes();
-  return std::any_of(known.begin(), known.end(), [&](const PyClass& c) { return c.info->name == name; });
+bool is_python_policy(const std::string& name) { return python_class(name) != nullptr; }
+
+PoliciesInUse::PoliciesInUse(const std::vector<PolicyChoice>& policies) {
+  for (const PolicyChoice& policy : policies)
+    if (PyClass* entry = python_class(policy.info->name)) {
+      ++entry->runs;
+      names_.push_back(policy.info->name);
+    }
+}
+
+PoliciesInUse::~PoliciesInUse() {
+  for (const std::string& name : names_) --python_class(name)->runs;
 }
 
 void bind_policy(py::module_& m) {

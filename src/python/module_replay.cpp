@@ -1,13 +1,10 @@
-// kvsim._kvsim, replaying: the policies, replay and sweep over a trace (off the calling thread,
-// so Ctrl-C stops them), and replay_rows over attention given as a numpy array.
+// kvsim._kvsim, replaying: the policies, replay and sweep over a trace, and replay_rows over
+// attention given as a numpy array; each off the calling thread, so Ctrl-C stops it
+// (run_interruptibly).
 #include <pybind11/stl.h>
 
-#include <atomic>
-#include <chrono>
 #include <cmath>
-#include <future>
 #include <map>
-#include <thread>
 
 #include "array_source.hpp"
 #include "kvsim/analysis/analysis.hpp"
@@ -19,36 +16,17 @@
 namespace kvsim::python {
 namespace {
 
-// Runs replay_trace off the calling thread with the GIL released. Ctrl-C (KeyboardInterrupt
-// in the main thread) cancels it: the replay stops at its next work item and the interrupt is
-// raised; otherwise its result or exception comes back.
+// replay_trace off the calling thread, stopped by Ctrl-C (run_interruptibly); the Python
+// policies among config.policies stay registered as they are until it ends.
 ReplayResults interruptible_replay(const kvtrace::TraceReader& reader, ReplayConfig& config) {
-  std::atomic<bool> cancel{false};
-  config.cancel = &cancel;
-  std::packaged_task<ReplayResults()> task([&] { return replay_trace(reader, config); });
-  std::future<ReplayResults> result = task.get_future();
-  bool interrupted = false;
-  {
-    py::gil_scoped_release release;
-    std::thread worker(std::move(task));
-    while (result.wait_for(std::chrono::milliseconds(50)) != std::future_status::ready) {
-      py::gil_scoped_acquire acquire;
-      if (PyErr_CheckSignals() != 0) {  // leaves the KeyboardInterrupt set
-        interrupted = true;
-        cancel = true;
-        break;
-      }
-    }
-    worker.join();
-  }
+  const PoliciesInUse in_use(config.policies);
+  ReplayResults results;
+  run_interruptibly([&](const std::atomic<bool>& cancel) {
+    config.cancel = &cancel;
+    results = replay_trace(reader, config);
+  });
   config.cancel = nullptr;
-  if (interrupted) {
-    try {
-      result.get();
-    } catch (...) {}
-    throw py::error_already_set();
-  }
-  return result.get();
+  return results;
 }
 
 // ---- replay and sweep ----
@@ -63,10 +41,11 @@ void apply_options(const ReplayOptions& o, const kvtrace::TraceReader& reader, R
   set_layer_schedules(o.layer_budget, reader, config);
 }
 
-// As the CLI's --param (kvsim::choose_policies), with at least one policy.
+// As the CLI's --policies and --param (kvsim::choose_policies): at least one policy, none twice.
 std::vector<PolicyChoice> chosen_policies(const std::vector<std::string>& names,
                                           const std::vector<std::pair<std::string, std::string>>& params) {
   if (names.empty()) bad_option("policies", "no policy given");
+  refuse_repeats("--policies", names);
   return choose_policies(names, params);
 }
 
@@ -182,6 +161,7 @@ py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
   ReplayConfig config;
   config.policies = chosen_policies(policy_names, params);
   if (budgets.empty()) bad_option("budgets", "no budget given");
+  refuse_repeats("--budgets", budgets);
   for (const auto& b : budgets) config.budgets.push_back(Budget::parse(b));
   {
     py::gil_scoped_release release;
@@ -215,6 +195,34 @@ py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
   return out;
 }
 
+// values [n_kv_heads, n_tokens, head_dim] as one vector per kv head; its head_dim. The shape is
+// checked before anything is copied.
+int values_of(const py::object& object, int n_kv_heads, int64_t n_tokens, std::vector<std::vector<float>>& values) {
+  const py::array a = array_of(object, "values");
+  if (a.ndim() != 3 || a.shape(0) != n_kv_heads || a.shape(1) != n_tokens)
+    throw InputError("", "values",
+                     "expected a float array [n_kv_heads = " + std::to_string(n_kv_heads) +
+                         ", n = " + std::to_string(n_tokens) + ", head_dim]");
+  if (a.shape(2) < 1) throw InputError("", "values", "head_dim must be at least 1");
+  if (a.shape(2) > kvtrace::Limits::max_head_dim)
+    throw InputError("", "values",
+                     "head_dim " + std::to_string(a.shape(2)) + " is more than the " +
+                         std::to_string(kvtrace::Limits::max_head_dim) + " supported");
+  const FloatArray v = float32_of(a, "values");
+  const int head_dim = static_cast<int>(v.shape(2));
+  const size_t size = static_cast<size_t>(n_tokens) * static_cast<size_t>(head_dim);
+  for (int g = 0; g < n_kv_heads; ++g) {
+    const float* begin = v.data() + static_cast<size_t>(g) * size;
+    for (size_t i = 0; i < size; ++i)
+      if (!std::isfinite(begin[i]))
+        throw InputError("", "values",
+                         std::string(std::isnan(begin[i]) ? "NaN" : "Inf") + " at kv head " + std::to_string(g) +
+                             ", row " + std::to_string(i / static_cast<size_t>(head_dim)));
+    values.emplace_back(begin, begin + size);
+  }
+  return head_dim;
+}
+
 py::dict replay_rows(const py::object& attention, const std::string& policy_name, const std::string& budget_text,
                      int n_kv_heads, const std::vector<std::pair<std::string, std::string>>& params,
                      const std::string& mode, int64_t prompt_len, int64_t question, int64_t compress_every,
@@ -240,26 +248,7 @@ py::dict replay_rows(const py::object& attention, const std::string& policy_name
   options.protocol.question = question;  // the engine refuses one the prompt cannot hold
   options.protocol.compress_every = compress_every;
   std::vector<std::vector<float>> values;
-  int head_dim = 0;
-  if (!values_object.is_none()) {
-    FloatArray v = FloatArray::ensure(values_object);
-    if (!v || v.ndim() != 3 || v.shape(0) != n_kv_heads || v.shape(1) != rows.n_tokens)
-      throw InputError("", "values",
-                       "expected a float array [n_kv_heads = " + std::to_string(n_kv_heads) +
-                           ", n = " + std::to_string(rows.n_tokens) + ", head_dim]");
-    head_dim = static_cast<int>(v.shape(2));
-    if (head_dim < 1) throw InputError("", "values", "head_dim must be at least 1");
-    const size_t size = static_cast<size_t>(rows.n_tokens) * static_cast<size_t>(head_dim);
-    for (int g = 0; g < n_kv_heads; ++g) {
-      const float* begin = v.data() + static_cast<size_t>(g) * size;
-      for (size_t i = 0; i < size; ++i)
-        if (!std::isfinite(begin[i]))
-          throw InputError("", "values",
-                           std::string(std::isnan(begin[i]) ? "NaN" : "Inf") + " at kv head " + std::to_string(g) +
-                               ", row " + std::to_string(i / static_cast<size_t>(head_dim)));
-      values.emplace_back(begin, begin + size);
-    }
-  }
+  const int head_dim = values_object.is_none() ? 0 : values_of(values_object, n_kv_heads, rows.n_tokens, values);
   RowsOrigin origin;
   if (origin_in.size() != 3 || origin_in[0] < 0 || origin_in[1] < 0 || origin_in[2] < 0)
     throw InputError("", "", "origin: (sequence, layer, first kv head), each >= 0");
@@ -267,12 +256,13 @@ py::dict replay_rows(const py::object& attention, const std::string& policy_name
   origin.layer = origin_in[1];
   origin.first_kv_head = origin_in[2];
   const int64_t b = budget.resolve(rows.n_tokens);
+  const PoliciesInUse in_use({policy});
   std::vector<GroupRecord> records;
-  {
-    py::gil_scoped_release release;
+  run_interruptibly([&](const std::atomic<bool>& cancel) {
     ArrayAttentionSource source(rows.array.data(), rows.n_heads, rows.n_tokens, rows.packed);
+    options.cancel = &cancel;
     records = replay_rows(source, n_kv_heads, policy, b, options, values, head_dim, origin);
-  }
+  });
   // Per query head [heads, steps], in the array's head order, besides the groups.
   int64_t n_steps = records.empty() ? 0 : records.front().result.n_steps;
   const bool with_error = !records.empty() && !records.front().result.output_error.empty();

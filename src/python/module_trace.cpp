@@ -154,24 +154,46 @@ int64_t tokens_of_packed(int64_t length) {
 
 }  // namespace
 
+py::array array_of(const py::handle& object, const char* name) {
+  py::array a = py::array::ensure(object);
+  if (!a) throw InputError("", name, "not convertible to a float32 array");
+  return a;
+}
+
+FloatArray float32_of(const py::array& a, const char* name) {
+  // The bytes the elements reach, from the first to the last: fewer than the elements' own
+  // bytes when some share memory (a stride of 0, as np.broadcast_to makes).
+  if (a.size() > 1) {
+    __int128 reach = a.itemsize();
+    for (py::ssize_t d = 0; d < a.ndim(); ++d)
+      reach += static_cast<__int128>(a.strides(d) < 0 ? -a.strides(d) : a.strides(d)) * (a.shape(d) - 1);
+    if (reach < static_cast<__int128>(a.size()) * a.itemsize())
+      throw InputError("", name,
+                       std::string("a broadcast view (elements sharing memory) is not expanded; pass "
+                                   "np.ascontiguousarray(") +
+                           name + ")");
+  }
+  FloatArray out = FloatArray::ensure(a);
+  if (!out) throw InputError("", name, "not convertible to a float32 array");
+  return out;
+}
+
 Rows rows_of(const py::handle& object) {
+  const py::array a = array_of(object, "attention");
   Rows r;
-  r.array = FloatArray::ensure(object);
-  if (!r.array) throw InputError("", "attention", "not convertible to a float32 array");
-  const auto& a = r.array;
+  py::ssize_t heads = 1;
   if (a.ndim() == 3) {
     if (a.shape(1) != a.shape(2))
       throw InputError("", "attention",
                        "a [heads, n, n] array needs square matrices, got [" + std::to_string(a.shape(0)) + ", " +
                            std::to_string(a.shape(1)) + ", " + std::to_string(a.shape(2)) + "]");
-    r.n_heads = static_cast<int>(a.shape(0));
+    heads = a.shape(0);
     r.n_tokens = a.shape(1);
   } else if (a.ndim() == 2) {
-    r.n_heads = static_cast<int>(a.shape(0));
+    heads = a.shape(0);
     r.n_tokens = tokens_of_packed(a.shape(1));
     r.packed = true;
   } else if (a.ndim() == 1) {
-    r.n_heads = 1;
     r.n_tokens = tokens_of_packed(a.shape(0));
     r.packed = true;
   } else {
@@ -179,10 +201,16 @@ Rows rows_of(const py::handle& object) {
         "", "attention",
         "expected [heads, n, n] (full) or [heads, n(n+1)/2] (packed), got " + std::to_string(a.ndim()) + " dimensions");
   }
-  if (r.n_heads < 1 || r.n_heads > kvtrace::Limits::max_heads)
+  if (heads < 1 || heads > kvtrace::Limits::max_heads)
     throw InputError(
         "", "attention",
-        std::to_string(r.n_heads) + " heads (1 to " + std::to_string(kvtrace::Limits::max_heads) + " supported)");
+        std::to_string(heads) + " heads (1 to " + std::to_string(kvtrace::Limits::max_heads) + " supported)");
+  if (r.n_tokens > kvtrace::Limits::max_attn_tokens)
+    throw InputError("", "attention",
+                     std::to_string(r.n_tokens) + " rows is more than the " +
+                         std::to_string(kvtrace::Limits::max_attn_tokens) + " supported");
+  r.n_heads = static_cast<int>(heads);
+  r.array = float32_of(a, "attention");  // only now, the shape checked, may it be copied
   return r;
 }
 

@@ -191,6 +191,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, bo
   options.paging = config.paging;
   options.output_error = output_error;
   options.head_floor = config.head_floor;
+  options.cancel = config.cancel;
   item.sums.resize(item.records.size());
   std::vector<std::vector<size_t>> record_of(lanes.size());  // [lane][simulation]
   for (size_t r = 0; r < where.size(); ++r) {

@@ -385,6 +385,8 @@ class PythonPolicyTest(unittest.TestCase):
             kvsim.register_policy("x", type("X", (Knorm,), {"needs_keys": 1}))
         with self.assertRaisesRegex(kvsim.InputError, "parameter keep"):
             kvsim.register_policy("x", type("X", (Sticky,), {"params": [{"name": "keep", "default": -1}]}))
+        with self.assertRaisesRegex(kvsim.InputError, "^register_policy: x: parameter 'keep' is declared twice$"):
+            kvsim.register_policy("x", type("X", (Sticky,), {"params": Sticky.params + [{"name": "keep"}]}))
         self.assertNotIn("x", [p["name"] for p in kvsim.policies()])
 
 

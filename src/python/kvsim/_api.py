@@ -86,19 +86,43 @@ def _comma_list(value, what) -> list:
     return items
 
 
+# What the compiled module's integers hold: C int and int64_t.
+_INT_MAX = 2**31 - 1
+_INT64_MAX = 2**63 - 1
+
+
+def _int(value, what, low=0, high=_INT_MAX) -> int:
+    """int(value), refused with one line naming `what` outside [low, high] (Python's integers
+    have no bound; the compiled module's do)."""
+    number = int(value)
+    if not low <= number <= high:
+        raise InputError(f"{what}: {number} is out of range ({low} to {high})")
+    return number
+
+
+def _path(value, what):
+    """A path (str, bytes or os.PathLike) as the compiled module takes it; one with a NUL
+    character is refused, since the C library would read the path only up to it."""
+    path = os.fspath(value)
+    if ("\0" if isinstance(path, str) else b"\0") in path:
+        raise InputError(f"{what}: {path!r} contains a NUL character")
+    return path
+
+
 def _indices(value, what) -> list:
     if value is None:
         return []
     if isinstance(value, (int, np.integer)):
-        return [int(value)]
+        return [_int(value, f"--{what}")]
     if isinstance(value, str):
         value = [v for v in value.split(",") if v.strip()]
     out = []
     for v in value:
         try:
-            out.append(int(v))
+            number = int(v)
         except (TypeError, ValueError):
             raise InputError(f"--{what}: '{v}' is not an index") from None
+        out.append(_int(number, f"--{what}"))
     return out
 
 
@@ -121,7 +145,7 @@ def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, la
                     question=None, compress_every=None, page=0, page_score="mean", head_budget="uniform",
                     head_floor=0.2):
     o = _native._ReplayOptions()
-    o.page = int(page)
+    o.page = _int(page, "--page", 0, _INT64_MAX)
     o.page_score = str(page_score)
     o.mode = str(mode)
     o.question = "" if question is None else str(question)
@@ -143,7 +167,7 @@ def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, la
     o.layer_budget = layer_budget
     o.head_budget = str(head_budget)
     o.head_floor = float(head_floor)
-    o.threads = int(threads)
+    o.threads = _int(threads, "--threads")
     return o
 
 
@@ -177,7 +201,7 @@ class Trace(_native.Trace):
     """
 
     def __init__(self, path):
-        super().__init__(os.fspath(path))
+        super().__init__(_path(path, "trace"))
 
     def __len__(self):
         return self.n_sequences
@@ -201,15 +225,27 @@ class Trace(_native.Trace):
         [n_heads, n, n]. packed=True: row t at offset t(t+1)/2 of [n(n+1)/2] per head.
         rows: 'auto' (stored attn when present, else recomputed from q and k), 'attn' or 'qk'."""
         one = isinstance(head, (int, np.integer))
-        heads = [] if head is None else ([int(head)] if one else [int(h) for h in head])
+        heads = [] if head is None else ([_int(head, "head")] if one else [_int(h, "head") for h in head])
         if head is not None and not heads:
             raise InputError("no head given")
-        out = self._attention(int(seq), int(layer), heads, bool(packed), str(rows))
+        out = self._attention(_int(seq, "seq"), _int(layer, "layer"), heads, bool(packed), str(rows))
         return out[0] if one else out
 
     def tensor(self, seq, layer, name, head):
         """One head of q (a query head), k or v (a kv head): float32 [n_tokens, head_dim]."""
-        return self._tensor(int(seq), int(layer), str(name), int(head))
+        return self._tensor(_int(seq, "seq"), _int(layer, "layer"), str(name), _int(head, "head"))
+
+    def sequence(self, seq):
+        """Sequence `seq`: index, n_tokens, prompt_len, has_token_text, layers (their forms)."""
+        return super().sequence(_int(seq, "seq"))
+
+    def tokens(self, seq):
+        """The token ids of sequence `seq`: int32 [n_tokens]."""
+        return super().tokens(_int(seq, "seq"))
+
+    def token_text(self, seq):
+        """The text of each token of sequence `seq` (empty when the trace has none)."""
+        return super().token_text(_int(seq, "seq"))
 
     def info(self) -> dict:
         """What `kvsim info --json` writes."""
@@ -259,10 +295,12 @@ def register_policy(name, cls):
     Class attributes (optional): summary (str), grouping ('kv_head' or 'layer'), budgeted
     (True), needs_attention (True: False skips observe unless a tensor is needed), needs_keys,
     needs_values, needs_queries (False), params (dicts as kvsim.policies() lists them: name,
-    type 'integer'|'real'|'choice'|'index_set', default, help, min, max, choices).
-    Registering a name again replaces the class; a built-in name is refused. An exception in
-    the class, or a bad answer from evict, raises kvsim.PolicyError naming the policy, layer
-    and step. Instances must not share mutable state (then results do not depend on threads).
+    type 'integer'|'real'|'choice'|'index_set', default, help, min, max, choices; each name
+    once). Registering a name again replaces the class, except while a run using it (in
+    another thread) has not finished; a built-in name is refused. An exception in the class,
+    or a bad answer from evict, raises kvsim.PolicyError naming the policy, layer and step;
+    KeyboardInterrupt and SystemExit pass unchanged. Instances must not share mutable state
+    (then results do not depend on threads).
     """
     name = str(name)
     if not name or not all(c.isalnum() or c in "_-" for c in name):  # '.' would split params={'name.key': v}
@@ -285,6 +323,8 @@ def register_policy(name, cls):
         if not isinstance(spec, dict) or "name" not in spec or spec.get("type", "integer") not in _PARAM_TYPES:
             raise InputError(f"register_policy: {name}: each of params is a dict with a name and a type in "
                              f"{', '.join(_PARAM_TYPES)}; got {spec!r}")
+        if any(known["name"] == str(spec["name"]) for known in specs):
+            raise InputError(f"register_policy: {name}: parameter {str(spec['name'])!r} is declared twice")
         default = spec.get("default")
         specs.append({"name": str(spec["name"]), "type": spec.get("type", "integer"),
                       "default": "" if default is None else _text(default), "help": str(spec.get("help", "")),
@@ -310,15 +350,16 @@ def gui(trace=None, **options):
     shown head's cache held the position, what the heatmap draws) and exit_code. An option the
     window refuses raises kvsim.InputError; no display (DISPLAY unset, no QT_QPA_PLATFORM=
     offscreen), or kvsim built without Qt, RuntimeError."""
-    if not hasattr(_native, "_gui"):
-        raise RuntimeError("kvsim.gui: this kvsim was built without Qt 6 (Widgets and Charts), so without "
-                           "kvsim-gui; rebuild it with Qt 6 installed (-DKVSIM_GUI=ON)")
     args = []
     for name, value in options.items():
         if value is not None:
-            args += ["--" + name.replace("_", "-"), _text(value)]
+            option = "--" + name.replace("_", "-")
+            args += [option, _path(_text(value), option)]  # each an argv string: no NUL
     if trace is not None:
-        args += ["--", trace.path if isinstance(trace, Trace) else os.fspath(trace)]
+        args += ["--", trace.path if isinstance(trace, Trace) else _path(trace, "trace")]
+    if not hasattr(_native, "_gui"):
+        raise RuntimeError("kvsim.gui: this kvsim was built without Qt 6 (Widgets and Charts), so without "
+                           "kvsim-gui; rebuild it with Qt 6 installed (-DKVSIM_GUI=ON)")
     return _native._gui(args)
 
 
@@ -417,7 +458,8 @@ def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", pr
     """Replay one policy on attention rows you computed yourself, no trace file.
 
     attention: the rows of one layer, float (converted to float32; read in place when it is
-    float32 and C-contiguous): [n_heads, n, n] full causal matrices (row t holds a_t[0..t],
+    float32 and C-contiguous; a broadcast view, whose elements share memory, is refused rather
+    than expanded): [n_heads, n, n] full causal matrices (row t holds a_t[0..t],
     zeros above the diagonal), or packed [n_heads, n(n+1)/2] (row t at offset t(t+1)/2), or
     one packed head [n(n+1)/2]. Rows must be probabilities summing to 1 within 1e-3 (they are
     renormalised as the trace reader renormalises stored attn). n_kv_heads: query heads are
@@ -432,12 +474,12 @@ def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", pr
     their summary (retention_mean, retention_p5, retention_min, ...), and 'groups': one dict
     per cache group as replay()'s groups.
     """
-    if n_kv_heads is None:
-        n_kv_heads = 0  # the number of heads
-    return _native._replay_rows(attention, str(policy), _budget(budget), int(n_kv_heads),
-                                _params(params, policy_params), str(mode), int(prompt_len), int(question),
-                                int(compress_every), str(aggregate), values,
-                                [int(v) for v in origin])
+    n_kv_heads = 0 if n_kv_heads is None else _int(n_kv_heads, "n_kv_heads", 1)  # 0: the number of heads
+    return _native._replay_rows(attention, str(policy), _budget(budget), n_kv_heads, _params(params, policy_params),
+                                str(mode), _int(prompt_len, "--prompt-len", 0, _INT64_MAX),
+                                _int(question, "--question", 0, _INT64_MAX),
+                                _int(compress_every, "--compress-every", 0, _INT64_MAX), str(aggregate), values,
+                                [_int(v, "origin") for v in origin])
 
 
 DEFAULT_EVAL_POLICIES = ("scissorhands", "h2o", "tova", "streaming", "recent")
@@ -458,18 +500,19 @@ def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggr
     """
     names = _comma_list(policies if policies is not None else DEFAULT_EVAL_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_EVAL_BUDGETS, "budgets")
-    return _native._eval(_trace(trace), os.fspath(model), names, grid, _params(params, policy_params),
-                         _indices(seqs, "seqs"), int(tokens), str(aggregate), int(threads), str(layer_budget),
-                         "" if question is None else str(question), int(prompt_len))
+    return _native._eval(_trace(trace), _path(model, "model"), names, grid, _params(params, policy_params),
+                         _indices(seqs, "seqs"), _int(tokens, "--tokens"), str(aggregate), _int(threads, "--threads"),
+                         str(layer_budget), "" if question is None else str(question),
+                         _int(prompt_len, "--prompt-len", 0, _INT64_MAX))
 
 
 def _analyze_options(lags, topk, min_positions, max_steps, samples, correlations=True):
     o = _native._AnalyzeOptions()
-    o.lags = [int(v) for v in _comma_list(lags, "lags")]
+    o.lags = [_int(v, "--lags", 1, 2**30) for v in _comma_list(lags, "lags")]
     o.top_k = _text(topk)
-    o.min_positions = int(min_positions)
-    o.max_steps = int(max_steps)
-    o.samples = int(samples)
+    o.min_positions = _int(min_positions, "--min-positions", 2, _INT64_MAX)
+    o.max_steps = _int(max_steps, "--max-steps", 1, _INT64_MAX)
+    o.samples = _int(samples, "--samples", 0, 64)
     o.correlations = bool(correlations)
     return o
 
@@ -494,7 +537,7 @@ def analyze(trace, *, seqs=None, layers=None, lags=(1, 4, 16, 64), topk="10%", m
     pandas = _pandas(as_frame)
     options = _analyze_options(lags, topk, min_positions, max_steps, samples)
     out = _native._analyze(_trace(trace), options, str(rows), _indices(seqs, "seqs"), _indices(layers, "layers"),
-                           int(threads))
+                           _int(threads, "--threads"))
     if pandas is None:
         return out
     tables = [out["heads"], out["layer_means"], {k: [v] for k, v in out["overall"].items()}]
@@ -558,21 +601,21 @@ def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, 
     a = _native._PlanArgs()
     a.layer_budget = str(layer_budget)
     a.head_budget = str(head_budget)
-    a.model = _text(model)
-    a.gpu = _text(gpu)
-    a.gpus = int(gpus)
+    a.model = _path(_text(model), "--model")  # a card name or a card file
+    a.gpu = _path(_text(gpu), "--gpu")
+    a.gpus = _int(gpus, "--gpus", 1)
     a.weight_dtype = str(weight_dtype)
     a.kv_dtype = str(kv_dtype)
     a.kv_quant = ",".join(_comma_list(kv_quant, "kv-quant")) if kv_quant is not None else ""
     a.utilization = float(utilization)
     a.reserve = _text(reserve)
-    a.block_size = int(block_size)
+    a.block_size = _int(block_size, "--block-size", 1)
     if context is None:
         pass
     elif isinstance(context, (int, np.integer)):
         a.context = str(int(context))
     elif isinstance(context, (str, os.PathLike)):
-        a.context = os.fspath(context)
+        a.context = _path(context, "--context")
     else:
         lengths = [int(c) for c in context]
         if not lengths:
@@ -583,7 +626,7 @@ def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, 
         a.budget = ",".join(_comma_list(budget, "budget"))
     if sweep is not None:
         if isinstance(sweep, (str, os.PathLike)):
-            path = os.fspath(sweep)
+            path = _path(sweep, "--sweep")
             try:
                 with io.open(path, encoding="utf-8") as f:
                     a.sweep_text = f.read()
@@ -599,5 +642,5 @@ def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, 
     if target is not None:
         a.target = str(target)
     if cards is not None:
-        a.cards = os.fspath(cards)
+        a.cards = _path(cards, "--cards")
     return a

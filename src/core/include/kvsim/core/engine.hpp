@@ -3,10 +3,12 @@
 // layer of one sequence from an AttentionSource, one block of steps at a time, and advances
 // every simulation (a policy, a budget, a cache group) in lockstep, so the rows are computed
 // once for all of them. It knows nothing of files.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "kvsim/core/pages.hpp"
@@ -116,6 +118,15 @@ struct EngineOptions {
   // parameters, budget B, layer and view on a layer's kv heads share n_kv_heads x B, each
   // head keeping at least its top floor(head_floor x B). Negative: every kv head keeps B.
   double head_floor = -1;
+  // When set, the run throws Cancelled once it reads true: before a cache group's next block
+  // of steps (lanes in lockstep: before the next step). Ctrl-C from Python stops a run within
+  // one group's block, whatever its policies cost.
+  const std::atomic<bool>* cancel = nullptr;
+};
+
+// A run stopped by its cancel flag (EngineOptions::cancel, ReplayConfig::cancel, ...).
+struct Cancelled : std::runtime_error {
+  Cancelled() : std::runtime_error("cancelled") {}
 };
 
 // What one simulation did on its group. Steps are the recorded ones: all steps in stream

@@ -38,6 +38,7 @@
 // equals the full-cache run's. Side by side, on the same tokens, the teacher-forced replay of
 // the full-cache run's own rows (float32, with its values) through the same policies and
 // budgets: retention and output error as `kvsim sweep` defines them.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -79,6 +80,8 @@ struct ClosedLoopOptions {
   // The question protocol: the first prompt_len tokens are the prompt, its last `question` the
   // question (0: none, stream semantics).
   int64_t prompt_len = 0, question = 0;
+  // When set, the run throws Cancelled before its next position once it reads true.
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct ClosedLoopRun {
@@ -134,6 +137,9 @@ struct EvalConfig {
   int64_t question = 0;        // --question N (0: none), both runs
   bool question_auto = false;  // --question auto: each sequence's question_len
   int threads = 0;             // 0: all cores; results do not depend on it
+  // When set, evaluate throws Cancelled soon after it reads true (each run at its next
+  // position, each replay at its next block of steps).
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct EvalCell {

@@ -73,7 +73,7 @@ struct ReplayConfig {
   OutputErrorMode output_error = OutputErrorMode::automatic;  // automatic: when every layer has v
   int threads = 0;                                            // 0: all cores
   bool keep_records = false;                  // keep every group's per-step result (survival, plots, GUI)
-  const std::atomic<bool>* cancel = nullptr;  // when set, replay_trace stops and throws Cancelled
+  const std::atomic<bool>* cancel = nullptr;  // when set, replay_trace stops and throws Cancelled (engine.hpp)
   WorkSplit* split = nullptr;                 // several processes share the work (MPI); see work_split.hpp
 };
 
@@ -123,10 +123,6 @@ struct ReplayResults {
   bool question_auto = false;
   Paging paging;
   int64_t sequences = 0, layers = 0, heads = 0;
-};
-
-struct Cancelled : std::runtime_error {
-  Cancelled() : std::runtime_error("cancelled") {}
 };
 
 // The layer schedule policy `policy` of config.policies runs under (InputError when it
