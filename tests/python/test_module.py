@@ -88,7 +88,12 @@ class ModuleTest(unittest.TestCase):
         with self.assertRaises(ValueError) as caught:
             call()
         self.assertIsInstance(caught.exception, kvsim.InputError)
-        self.assertEqual(f"kvsim {verb}: {caught.exception}", line)
+        # Policies registered in Python by other tests of this process are known to the module
+        # only; the CLI's list of known policies lacks them.
+        message = str(caught.exception)
+        for name in (p["name"] for p in kvsim.policies() if p["python"]):
+            message = message.replace(f", {name})", ")").replace(f", {name},", ",")
+        self.assertEqual(f"kvsim {verb}: {message}", line)
 
     # ---- the trace ----
 
