@@ -60,12 +60,8 @@ class Simulation {
     context.layer = spec.layer;
     context.sequence_state = spec.sequence_state;
     policy_->reset(context);
-    if (options.paging.on() && !policy_->scores(-1, {}, scores_))
-      throw kvtrace::InputError("", "",
-                                std::string("policy ")
-                                    .append(spec.policy->name)
-                                    .append(" does not rank positions by a score, so --page (whole pages by their "
-                                            "scores) cannot run it"));
+    if (options.paging.on()) require_scores("--page");
+    if (options.head_floor >= 0 || spec.policy->head_floor >= 0) require_kv_head_scores();
     record_from_ = schedule_.first_recorded();
     result_.n_heads = context.n_heads;
     result_.first_step = record_from_;
@@ -294,6 +290,28 @@ class Simulation {
         (policy.needs_queries && tensors.queries.size() != group.heads.size()) || tensors.head_dim < 1)
       throw std::logic_error("policy " + policy.name + ": the cache group lacks the tensors it needs");
     return tensors;
+  }
+
+  // Page mode and head-adaptive budgets rank the policy's scores in the engine (one set per
+  // cached position, Policy::scores): a policy without them is refused, in the same words.
+  void require_scores(const std::string& option) {
+    if (!policy_->scores(-1, {}, scores_))
+      throw kvtrace::InputError(
+          "", "",
+          "policy " + spec_.policy->name + " has no per-position scores; " + option + " needs a scoring policy");
+  }
+  // Head-adaptive budgets share a layer's slots among the caches of its kv heads, by scores.
+  void require_kv_head_scores() {
+    const std::string option = "--head-budget adaptive";
+    require_scores(option);
+    const PolicyInfo& info = *spec_.policy;
+    if (info.grouping == Grouping::layer || spec_.sequence_state)
+      throw kvtrace::InputError(
+          "", "",
+          "policy " + info.name + " keeps one cache per layer; " + option + " needs a cache per kv head to share");
+    if (!info.budgeted || info.engine != Engine::cache)
+      throw kvtrace::InputError(
+          "", "", "policy " + info.name + " does not evict to a budget; " + option + " needs a budgeted policy");
   }
 
   void evict(int64_t t) {

@@ -587,7 +587,7 @@ class FrameTest(unittest.TestCase):
         self.assertEqual(tuple(frame.columns), tuple(kvsim.SWEEP_COLUMNS) + ("page",))
         self.assertEqual(list(frame["page"]), [16] * 4)
         self.assertEqual(kvsim.replay(TRACE, "h2o", "20%", seqs=[1], page=16, as_frame=False)["page"], 16)
-        with self.assertRaisesRegex(kvsim.InputError, "policy recent does not rank positions by a score"):
+        with self.assertRaisesRegex(kvsim.InputError, "policy recent has no per-position scores; --page needs"):
             kvsim.sweep(TRACE, "recent", "20%", seqs=[1], page=16)
 
     def test_replay_frame_is_the_csv(self):

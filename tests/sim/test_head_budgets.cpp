@@ -9,6 +9,7 @@
 #include "kvsim/core/engine.hpp"
 #include "kvsim/core/head_budget.hpp"
 #include "kvsim/replay/replay.hpp"
+#include "kvtrace/error.hpp"
 
 namespace {
 
@@ -175,6 +176,25 @@ TEST(HeadBudgets, FloorOneIsUniform) {
         EXPECT_EQ(uniform[g].retention, adaptive[g].retention);
         EXPECT_EQ(uniform[g].occupancy, adaptive[g].occupancy);
       }
+    }
+  }
+}
+
+// What cannot share a layer's slots by scores is refused, in the words page mode uses for a
+// policy without scores.
+TEST(HeadBudgets, RefusedWithoutScoresOrWithOneCachePerLayer) {
+  kvsim::EngineOptions options;
+  options.head_floor = 0.2;
+  for (const auto& [name, line] : std::vector<std::pair<std::string, std::string>>{
+           {"recent", "policy recent has no per-position scores; --head-budget adaptive needs a scoring policy"},
+           {"full", "policy full has no per-position scores; --head-budget adaptive needs a scoring policy"},
+           {"tova", "policy tova keeps one cache per layer; --head-budget adaptive needs a cache per kv head"}}) {
+    kvtrace::PackedAttentionSource source(7, kvtest::pack(two_heads()));
+    try {
+      kvsim::replay_rows(source, 2, kvsim::choose_policy(name), 3, options);
+      ADD_FAILURE() << name << " ran";
+    } catch (const kvtrace::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(line), std::string::npos) << e.what();
     }
   }
 }

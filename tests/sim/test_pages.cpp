@@ -146,7 +146,10 @@ TEST(Pages, RefusesAPolicyWithoutScores) {
       paged(hand::kC, name, 5, 2);
       ADD_FAILURE() << name << " ran in page mode";
     } catch (const kvtrace::InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("does not rank positions by a score"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("policy ") + name +
+                                           " has no per-position scores; --page needs a scoring policy"),
+                std::string::npos)
+          << e.what();
     }
   }
 }
