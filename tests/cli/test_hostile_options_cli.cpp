@@ -3,6 +3,8 @@
 // and what can run does.
 #include <gtest/gtest.h>
 
+#include <H5Cpp.h>
+
 #include <filesystem>
 #include <string>
 
@@ -27,9 +29,29 @@ class HostileOptions : public ::testing::Test {
     EXPECT_EQ(kvtest::count_lines(result.output), 1) << result.output;
     EXPECT_NE(result.output.find(fragment), std::string::npos) << result.output;
   }
+  // A copy of the trace with RoPE attributes (linear scaling by `factor`).
+  std::string with_rope(const std::string& name, double theta, double factor) const {
+    const std::string path = dir_.file(name);
+    fs::copy_file(trace_, path);
+    H5::H5File file(path, H5F_ACC_RDWR);
+    const H5::DataSpace scalar(H5S_SCALAR);
+    file.createAttribute("rope_theta", H5::PredType::IEEE_F64LE, scalar).write(H5::PredType::NATIVE_DOUBLE, &theta);
+    file.createAttribute("rope_scaling_factor", H5::PredType::IEEE_F64LE, scalar)
+        .write(H5::PredType::NATIVE_DOUBLE, &factor);
+    const H5::StrType text(H5::PredType::C_S1, H5T_VARIABLE);
+    file.createAttribute("rope_scaling_type", text, scalar).write(text, std::string("linear"));
+    file.createAttribute("rope_pairing", text, scalar).write(text, std::string("interleaved"));
+    return path;
+  }
   kvtest::TempDir dir_;
   std::string trace_;
 };
+
+// The replay's table and the lines under it, without the lines naming the trace and policy.
+std::string table_of(const std::string& output) {
+  const size_t table = output.find("\nlayer ");
+  return table == std::string::npos ? output : output.substr(table);
+}
 
 TEST_F(HostileOptions, AdaptiveHeadsNeedAScoringPolicy) {
   for (const std::string policy :
@@ -58,6 +80,23 @@ TEST_F(HostileOptions, AdaptiveHeadsNeedACachePerKvHead) {
 TEST_F(HostileOptions, PagesRefuseInTheSameWords) {
   expect_refused(kvtest::run_kvsim("replay " + trace_ + " --policy recent --budget 8 --page 4"),
                  "policy recent has no per-position scores; --page needs a scoring policy");
+}
+
+TEST_F(HostileOptions, ExpectedAttentionRunsAdaptive) {
+  const std::string rope = with_rope("rope.h5", 10000, 1);
+  const std::string common = "replay " + rope + " --policy expected-attention --param sinks=1 --budget 8";
+  const auto uniform = kvtest::run_kvsim(common);
+  const auto adaptive = kvtest::run_kvsim(common + " --head-budget adaptive");
+  const auto floor_one = kvtest::run_kvsim(common + " --head-budget adaptive --head-floor 1");
+  const auto page_one = kvtest::run_kvsim(common + " --page 1");
+  for (const auto* run : {&uniform, &adaptive, &floor_one, &page_one}) ASSERT_EQ(run->code, 0) << run->output;
+  // The heads share 2 x B: some kv head holds more than B + 1, and the retention moves.
+  EXPECT_NE(uniform.output.find("peak occupancy 9,"), std::string::npos) << uniform.output;
+  EXPECT_EQ(adaptive.output.find("peak occupancy 9,"), std::string::npos) << adaptive.output;
+  EXPECT_NE(table_of(uniform.output), table_of(adaptive.output));
+  // Each head its own top B, or pages of one position: the policy's own evictions, one a step.
+  EXPECT_EQ(table_of(uniform.output), table_of(floor_one.output));
+  EXPECT_EQ(table_of(uniform.output), table_of(page_one.output));
 }
 
 }  // namespace
