@@ -99,4 +99,23 @@ TEST_F(HostileOptions, ExpectedAttentionRunsAdaptive) {
   EXPECT_EQ(table_of(uniform.output), table_of(page_one.output));
 }
 
+TEST_F(HostileOptions, PrefillNeedsDecodingSteps) {
+  const std::string whole = dir_.file("whole.h5");
+  ASSERT_EQ(kvtest::run_kvsim("synth " + whole +
+                              " --layers 2 --heads 4 --kv-heads 2 --head-dim 8 --tokens 24 --seqs 2 --prompt-len 24")
+                .code,
+            0);
+  const std::string csv = dir_.file("out.csv"), json = dir_.file("out.json");
+  const std::string line = "prompt_len 24 leaves no decoding steps to measure";
+  expect_refused(kvtest::run_kvsim("replay " + whole + " --policy h2o --budget 8 --mode prefill --csv " + csv), line);
+  expect_refused(
+      kvtest::run_kvsim("sweep " + whole + " --policies h2o,tova --budgets 8,50% --mode prefill --json " + json), line);
+  EXPECT_FALSE(fs::exists(csv));
+  EXPECT_FALSE(fs::exists(json));
+  // Stream mode decodes every step; a question is measured at its own steps.
+  EXPECT_EQ(kvtest::run_kvsim("replay " + whole + " --policy h2o --budget 8").code, 0);
+  const auto question = kvtest::run_kvsim("replay " + whole + " --policy h2o --budget 8 --mode prefill --question 4");
+  EXPECT_EQ(question.code, 0) << question.output;
+}
+
 }  // namespace

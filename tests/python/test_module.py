@@ -277,6 +277,9 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(list(r["groups"][0]["eviction_step"]), [-1, 3, -1, 3, -1, -1, -1, -1])
         with self.assertRaises(kvsim.InputError):
             kvsim.replay_rows(rows, "tova", 2, question=2)  # stream mode
+        # A prompt of every row leaves no step to measure: refused, as the CLI refuses it.
+        with self.assertRaisesRegex(kvsim.InputError, "prompt_len 8 leaves no decoding steps to measure"):
+            kvsim.replay_rows(rows, "tova", 2, mode="prefill", prompt_len=8)
 
     def test_replay_rows_equals_trace_replay(self):
         seq, layer = 2, 3

@@ -152,9 +152,14 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
                                      int64_t budget, const EngineOptions& options,
                                      const std::vector<std::vector<float>>& values = {}, int head_dim = 0,
                                      const RowsOrigin& origin = {});
+// Prefill mode measures the steps after the prompt (a question's included): throws
+// InputError, one line, when `options` leave none of n_tokens, since every result would be
+// empty. replay_rows and replay_rows_at_budgets check it; replay_trace per sequence.
+void check_decoding_steps(const EngineOptions& options, int64_t n_tokens);
 
 // The protocol sequence `seq` is replayed under (the trace's question_len with
-// question_auto); refuses, naming the sequence, a question the prompt cannot hold.
+// question_auto); refuses, naming the sequence, a question the prompt cannot hold, and in
+// prefill mode a prompt that leaves no step to measure (check_decoding_steps).
 Protocol sequence_protocol(const kvtrace::TraceReader& reader, const ReplayConfig& config, int seq);
 
 const char* mode_name(Mode mode);
