@@ -249,6 +249,7 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
                                      const RowsOrigin& origin) {
   const int n_heads = source.n_heads();
   check_rows_replay(*policy.info, n_heads, n_kv_heads);
+  if (origin.n_layers > 0) check_policy_layers(policy, origin.n_layers);
   check_decoding_steps(options, source.n_tokens());
   if (!values.empty() && static_cast<int>(values.size()) != n_kv_heads)
     throw kvtrace::InputError("", "", "values must be given for every kv head");
@@ -315,6 +316,7 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
     if (schedule.kind != LayerSchedule::Kind::weights && schedule.n_layers != meta.n_layers)
       reader.fail("", "the layer budget schedule is for " + std::to_string(schedule.n_layers) + " layers, not " +
                           std::to_string(meta.n_layers));
+    check_policy_layers(config.policies[p], meta.n_layers);
     if (config.policies[p].info->head_floor >= 0 && config.paging.on())
       throw kvtrace::InputError("", "",
                                 "--page: policy " + config.policies[p].info->name +

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <string>
 
+#include "../support/model_dir.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -116,6 +117,30 @@ TEST_F(HostileOptions, PrefillNeedsDecodingSteps) {
   EXPECT_EQ(kvtest::run_kvsim("replay " + whole + " --policy h2o --budget 8").code, 0);
   const auto question = kvtest::run_kvsim("replay " + whole + " --policy h2o --budget 8 --mode prefill --question 4");
   EXPECT_EQ(question.code, 0) << question.output;
+}
+
+TEST_F(HostileOptions, LayerParameterNamesLayersTheTraceHas) {
+  const std::string line =
+      "policy scissorhands-official: parameter layers 5-35 names layers the trace does not have (it has 2: 0-1)";
+  const std::string official = " --policy scissorhands-official --budget 8 --param layers=";
+  expect_refused(kvtest::run_kvsim("replay " + trace_ + official + "5-35"), line);
+  expect_refused(
+      kvtest::run_kvsim("sweep " + trace_ + " --policies h2o,scissorhands-official --budgets 8 --param layers=0,2"),
+      "parameter layers 0,2 names layers the trace does not have (it has 2: 0-1)");
+  for (const std::string layers : {"1", "0-1", "all"}) {
+    const auto run = kvtest::run_kvsim("replay " + trace_ + official + layers);
+    EXPECT_EQ(run.code, 0) << layers << "\n" << run.output;
+  }
+}
+
+TEST_F(HostileOptions, TheClosedLoopRefusesLikewise) {
+  if (!kvtest::have_model()) GTEST_SKIP() << "stories15M not found in " << kvtest::model_dir();
+  const std::string eval = "eval --trace " + std::string(KVSIM_SOURCE_DIR) +
+                           "/data/traces/stories15M-8x256.h5 --seqs 0 --tokens 32 --budgets 8";
+  expect_refused(kvtest::run_kvsim(eval + " --policies h2o,recent --head-budget adaptive"),
+                 "policy recent has no per-position scores; --head-budget adaptive needs a scoring policy");
+  expect_refused(kvtest::run_kvsim(eval + " --policies scissorhands-official --param layers=5-35"),
+                 "parameter layers 5-35 names layers the model does not have (it has 6: 0-5)");
 }
 
 }  // namespace

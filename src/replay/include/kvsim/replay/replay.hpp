@@ -49,6 +49,10 @@ std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
 // The same with each parameter written "key=value".
 std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
                                           const std::vector<std::string>& assignments);
+// Throws InputError when the policy's parameter `layers` (an index set, as
+// scissorhands-official's) names a layer that `holder` (the trace, the model) of n_layers
+// does not have: those layers would compress nothing. (replay_options.cpp)
+void check_policy_layers(const PolicyChoice& policy, int n_layers, const std::string& holder = "the trace");
 
 enum class OutputErrorMode { automatic, on, off };
 
@@ -147,6 +151,7 @@ std::vector<double> mean_layer_budgets(const kvtrace::TraceReader& reader, const
 // groups: group g of the source is kv head first_kv_head + g of (seq, layer).
 struct RowsOrigin {
   int seq = 0, layer = 0, first_kv_head = 0;
+  int n_layers = 0;  // the trace's layers, for check_policy_layers (0: not known, not checked)
 };
 std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_heads, const PolicyChoice& policy,
                                      int64_t budget, const EngineOptions& options,
