@@ -143,4 +143,18 @@ TEST_F(HostileOptions, TheClosedLoopRefusesLikewise) {
                  "parameter layers 5-35 names layers the model does not have (it has 6: 0-5)");
 }
 
+TEST_F(HostileOptions, RopeFactorMustGiveFiniteAngles) {
+  // 1 / 1e-306 is a finite frequency, but positions turn by infinite angles long before the
+  // largest a trace may hold: what un-rotates the queries would be NaN.
+  const std::string tiny = with_rope("tiny.h5", 10000, 1e-306);
+  const std::string line = "attribute 'rope_scaling_factor' (1e-306) with rope_theta 10000 makes the RoPE angle";
+  expect_refused(kvtest::run_kvsim("replay " + tiny + " --policy expected-attention --budget 8"), line);
+  expect_refused(kvtest::run_kvsim("info " + tiny), line);
+  // A frequency that underflows to 0 turns nothing (and averaging its rotation divides 0 by 0).
+  expect_refused(kvtest::run_kvsim("info " + with_rope("huge.h5", 1e300, 1e300)),
+                 "attribute 'rope_scaling_factor' (1e+300) with rope_theta 1e+300 makes the RoPE frequency of pair 1 "
+                 "zero");
+  EXPECT_EQ(kvtest::run_kvsim("info " + with_rope("plain.h5", 500000, 8)).code, 0);
+}
+
 }  // namespace
