@@ -102,8 +102,10 @@ std::vector<std::vector<std::vector<double>>> two_heads() {
           rows({0.02, 0.03, 0.05, 0.05, 0.05, 0.80}, {0.05, 0.05, 0.05, 0.05, 0.05, 0.15, 0.60})};
 }
 
-std::vector<kvsim::SimulationResult> run_two_heads(const kvsim::PolicyInfo& info, double floor_share) {
-  kvtrace::PackedAttentionSource source(7, kvtest::pack(two_heads()));
+std::vector<kvsim::SimulationResult> run_two_heads(
+    const kvsim::PolicyInfo& info, double floor_share,
+    const std::vector<std::vector<std::vector<double>>>& rows = two_heads()) {
+  kvtrace::PackedAttentionSource source(7, kvtest::pack(rows));
   const auto groups = kvsim::layer_cache_groups(2, 2, 0, 0);
   std::vector<kvsim::SimulationSpec> specs(2);
   for (int g = 0; g < 2; ++g) {
@@ -196,6 +198,21 @@ TEST(HeadBudgets, RefusedWithoutScoresOrWithOneCachePerLayer) {
     } catch (const kvtrace::InputError& e) {
       EXPECT_NE(std::string(e.what()).find(line), std::string::npos) << e.what();
     }
+  }
+}
+
+TEST(HeadBudgets, NanScoresAreRefused) {
+  // As TwoKvHeadsShareTheLayer, but a_6 of head 0 falls wholly on position 5, which head 0
+  // evicted at step 5: its cache holds no mass, its observed row (the scores) is 0/0.
+  auto rows = two_heads();
+  rows[0][6] = {0, 0, 0, 0, 0, 1, 0};
+  const kvsim::PolicyInfo info = last_row_policy();
+  try {
+    run_two_heads(info, 0.34, rows);
+    ADD_FAILURE() << "ranked NaN";
+  } catch (const kvtrace::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("policy last-row scored NaN at layer 0, kv head 0, step 6"), std::string::npos)
+        << e.what();
   }
 }
 

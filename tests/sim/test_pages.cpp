@@ -154,4 +154,19 @@ TEST(Pages, RefusesAPolicyWithoutScores) {
   }
 }
 
+TEST(Pages, NanScoresAreRefused) {
+  // At step 2 the cache {1, 2} holds none of the row's mass: tova's observed row is 0/0 (NaN),
+  // which neither pages nor single positions can be ranked by.
+  const hand::Rows rows = {{1.0}, {0.0, 1.0}, {1.0, 0.0, 0.0}};
+  const std::string line = "policy tova scored NaN at layer 0, the layer's cache, step 2";
+  for (int64_t page : {0, 1}) {
+    try {
+      paged(rows, "tova", 1, page);
+      ADD_FAILURE() << "page " << page << ": ranked NaN";
+    } catch (const kvtrace::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(line), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
