@@ -1,6 +1,7 @@
 #include "kvsim/core/engine.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -88,6 +89,8 @@ void evict_coupled(std::vector<Simulation>& running, const Coupling& coupling, i
     }
     positions[h] = simulation.cache();
     if (scores[h].size() != positions[h].size()) throw std::logic_error("a policy scored a cache of another size");
+    if (std::any_of(scores[h].begin(), scores[h].end(), [](double s) { return std::isnan(s); }))
+      simulation.refuse_nan_score(t);
   }
   const auto keep = adaptive_keep(scores, positions, coupling.budget, coupling.floor);
   for (size_t h = 0; h < heads; ++h) running[coupling.members[h]].evict_chosen(t, keep[h]);

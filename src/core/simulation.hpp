@@ -60,12 +60,8 @@ class Simulation {
     context.layer = spec.layer;
     context.sequence_state = spec.sequence_state;
     policy_->reset(context);
-    if (options.paging.on() && !policy_->scores(-1, {}, scores_))
-      throw kvtrace::InputError("", "",
-                                std::string("policy ")
-                                    .append(spec.policy->name)
-                                    .append(" does not rank positions by a score, so --page (whole pages by their "
-                                            "scores) cannot run it"));
+    if (options.paging.on()) require_scores("--page");
+    if (options.head_floor >= 0 || spec.policy->head_floor >= 0) require_kv_head_scores();
     record_from_ = schedule_.first_recorded();
     result_.n_heads = context.n_heads;
     result_.first_step = record_from_;
@@ -223,6 +219,15 @@ class Simulation {
   // every head's scores and then calls evict_chosen (or evict_now when a policy gives none).
   void defer_eviction() { deferred_ = true; }
   bool scores(int64_t t, std::vector<double>& out) const { return policy_->scores(t, cache_, out); }
+  // A NaN among the scores the engine or the policy ranks at step t: one line for the user.
+  [[noreturn]] void refuse_nan_score(int64_t t) const {
+    const bool layer_wide = spec_.policy->grouping == Grouping::layer;
+    throw kvtrace::InputError("", "",
+                              "policy " + spec_.policy->name + " scored NaN at layer " + std::to_string(spec_.layer) +
+                                  (layer_wide ? ", the layer's cache" : ", kv head " + std::to_string(spec_.group)) +
+                                  ", step " + std::to_string(t) + ": NaN has no place in the order it evicts by");
+  }
+
   bool may_evict(int64_t t) const { return schedule_.at(t) != Schedule::Action::keep && t == last_step_; }
   void evict_now(int64_t t) { evict(t); }
   // Evicts the positions of the cache not at `keep` (indices into it, ascending).
@@ -296,12 +301,38 @@ class Simulation {
     return tensors;
   }
 
+  // Page mode and head-adaptive budgets rank the policy's scores in the engine (one set per
+  // cached position, Policy::scores): a policy without them is refused, in the same words.
+  void require_scores(const std::string& option) {
+    if (!policy_->scores(-1, {}, scores_))
+      throw kvtrace::InputError(
+          "", "",
+          "policy " + spec_.policy->name + " has no per-position scores; " + option + " needs a scoring policy");
+  }
+  // Head-adaptive budgets share a layer's slots among the caches of its kv heads, by scores.
+  void require_kv_head_scores() {
+    const std::string option = "--head-budget adaptive";
+    require_scores(option);
+    const PolicyInfo& info = *spec_.policy;
+    if (info.grouping == Grouping::layer || spec_.sequence_state)
+      throw kvtrace::InputError(
+          "", "",
+          "policy " + info.name + " keeps one cache per layer; " + option + " needs a cache per kv head to share");
+    if (!info.budgeted || info.engine != Engine::cache)
+      throw kvtrace::InputError(
+          "", "", "policy " + info.name + " does not evict to a budget; " + option + " needs a budgeted policy");
+  }
+
   void evict(int64_t t) {
     const bool compress = schedule_.at(t) == Schedule::Action::compress;
     const int64_t excess = static_cast<int64_t>(cache_.size()) - spec_.budget;
     victims_.clear();
     if (options_.paging.on()) return evict_pages(t, excess);
-    policy_->evict(t, cache_, excess, compress, victims_);
+    try {
+      policy_->evict(t, cache_, excess, compress, victims_);
+    } catch (const NanScore&) {
+      refuse_nan_score(t);
+    }
     remove_victims(t, excess);
   }
 
@@ -310,6 +341,7 @@ class Simulation {
   void evict_pages(int64_t t, int64_t excess) {
     if (excess <= 0) return;
     policy_->scores(t, cache_, scores_);
+    if (std::any_of(scores_.begin(), scores_.end(), [](double s) { return std::isnan(s); })) refuse_nan_score(t);
     choose_pages(cache_, scores_, options_.paging, t, spec_.budget, page_indices_);
     if (page_indices_.empty()) return;
     for (size_t index : page_indices_) victims_.push_back(cache_[index]);

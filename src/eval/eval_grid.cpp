@@ -168,12 +168,13 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
   if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
   if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
   if (sequences.empty()) throw kvtrace::InputError("", "", "no sequence to evaluate");
+  const kvtrace::Llama2Config& c = model.config();
   bool needs_future = false;
   for (const PolicyChoice& policy : config.policies) {
     check_closed_loop_policy(*policy.info);
+    check_policy_layers(policy, c.n_layers, "the model");
     needs_future = needs_future || policy.info->needs_future;
   }
-  const kvtrace::Llama2Config& c = model.config();
   for (const EvalSequence& sequence : sequences) {
     const std::string which = "sequence " + std::to_string(sequence.index);
     if (sequence.tokens.size() < 2) throw kvtrace::InputError("", which, "needs at least 2 tokens (one prediction)");

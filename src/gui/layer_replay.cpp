@@ -41,7 +41,7 @@ std::vector<std::vector<kvsim::GroupRecord>> replay_heads(const std::shared_ptr<
   // The whole layer (layer-wide policies, head-adaptive budgets) is one replay of its kv heads.
   const int kv_heads = range.count == meta.n_heads ? meta.n_kv_heads : 1;
   const auto source = LayerRows::source(rows, heads);
-  const kvsim::RowsOrigin origin{rows->seq(), rows->layer(), kv_heads == 1 ? group : 0};
+  const kvsim::RowsOrigin origin{rows->seq(), rows->layer(), kv_heads == 1 ? group : 0, meta.n_layers};
   auto records = kvsim::replay_rows_at_budgets(*source, kv_heads, policy, budgets, options, origin);
   for (auto& of_budget : records)
     for (auto& record : of_budget) {

@@ -2,18 +2,22 @@
 // Victim selection shared by the policies: the k candidates with the lowest score, ties
 // broken by evicting the lower position first (docs/semantics.md, section 2: deterministic bit for bit).
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "kvsim/core/policy.hpp"
+
 namespace kvsim {
 
 // The index of the first smallest of scores[0..count) (count > 0): what a scan keeping the
 // first of equal scores (`if (scores[j] < scores[best]) best = j`) finds, in two vectorised
 // passes (the smallest value, then where it first occurs) instead of one scan with a
-// compare-and-branch per entry; NaN scores get the scan itself.
+// compare-and-branch per entry. Throws NanScore when a score is NaN (attention over a cache
+// of zero mass is 0/0): it has no place in the order.
 template <class T>
 struct Lanes32 {  // 32 bytes of T as a GCC/Clang vector: one AVX2 register where built in
   typedef T type __attribute__((vector_size(32)));
@@ -24,30 +28,34 @@ size_t lowest_index(const T* scores, size_t count) {
   using Lanes = typename Lanes32<T>::type;
   constexpr size_t kWidth = 32 / sizeof(T);
   T lowest = scores[0];
+  bool nan = false;
   size_t j = 0;
   if (count >= 2 * kWidth) {
     Lanes low_a, low_b, a, b;
     std::memcpy(&low_a, scores, sizeof low_a);
     std::memcpy(&low_b, scores + kWidth, sizeof low_b);
+    auto unordered = (low_a != low_a) | (low_b != low_b);  // lanes that met a NaN
     for (j = 2 * kWidth; j + 2 * kWidth <= count; j += 2 * kWidth) {
       std::memcpy(&a, scores + j, sizeof a);
       std::memcpy(&b, scores + j + kWidth, sizeof b);
+      unordered |= (a != a) | (b != b);
       low_a = a < low_a ? a : low_a;
       low_b = b < low_b ? b : low_b;
     }
     low_a = low_b < low_a ? low_b : low_a;
-    for (size_t l = 0; l < kWidth; ++l) lowest = std::min(lowest, low_a[l]);
+    for (size_t l = 0; l < kWidth; ++l) {
+      lowest = std::min(lowest, low_a[l]);
+      nan = nan || unordered[l] != 0;
+    }
   }
-  for (; j < count; ++j) lowest = std::min(lowest, scores[j]);
+  for (; j < count; ++j) {
+    lowest = std::min(lowest, scores[j]);
+    nan = nan || scores[j] != scores[j];
+  }
+  if (nan) throw NanScore();
   size_t first = 0;
-  while (first < count && !(scores[first] == lowest)) ++first;
-  if (first < count) return first;
-  // Not found: the scores hold NaN (attention over a cache of zero mass), where the smallest
-  // value is undefined. What the scan finds: the first entry, if NaN, never gives way.
-  size_t best = 0;
-  for (j = 1; j < count; ++j)
-    if (scores[j] < scores[best]) best = j;
-  return best;
+  while (!(scores[first] == lowest)) ++first;
+  return first;
 }
 
 // `scores[j]` belongs to `candidates[j]`; candidates are in ascending position order.
@@ -66,7 +74,10 @@ inline void evict_lowest(std::span<const int32_t> candidates, std::span<const do
   // Ranked by (score, index): the index order is the position order.
   thread_local std::vector<std::pair<double, size_t>> ranked;
   ranked.resize(candidates.size());
-  for (size_t j = 0; j < candidates.size(); ++j) ranked[j] = {scores[j], j};
+  for (size_t j = 0; j < candidates.size(); ++j) {
+    if (std::isnan(scores[j])) throw NanScore();
+    ranked[j] = {scores[j], j};
+  }
   const auto count = static_cast<size_t>(std::min<int64_t>(k, static_cast<int64_t>(ranked.size())));
   std::nth_element(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(count) - 1, ranked.end());
   std::sort(ranked.begin(), ranked.begin() + static_cast<std::ptrdiff_t>(count));

@@ -60,6 +60,11 @@ kvtrace::RowsFrom parse_rows(const std::string& text) {
 
 namespace {
 
+std::string no_decoding_steps(int64_t prompt_len, int64_t n_tokens) {
+  return "--mode prefill: prompt_len " + std::to_string(prompt_len) + " leaves no decoding steps to measure (" +
+         std::to_string(n_tokens) + " tokens)";
+}
+
 // T, the tokens a layer schedule's allocation sees: the prompt in prefill mode, else the sequence.
 int64_t schedule_tokens(const ReplayConfig& config, const kvtrace::SequenceMeta& sequence) {
   return config.mode == Mode::prefill ? std::min(sequence.prompt_len, sequence.n_tokens) : sequence.n_tokens;
@@ -232,12 +237,21 @@ void run_items(const std::vector<WorkItem*>& items, int threads, const std::func
 
 }  // namespace
 
+void check_decoding_steps(const EngineOptions& options, int64_t n_tokens) {
+  if (options.mode != Mode::prefill) return;
+  const int64_t prompt = std::min(options.prompt_len, n_tokens);
+  if (prompt - options.protocol.question >= n_tokens)
+    throw kvtrace::InputError("", "", no_decoding_steps(prompt, n_tokens));
+}
+
 std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_heads, const PolicyChoice& policy,
                                      int64_t budget, const EngineOptions& options,
                                      const std::vector<std::vector<float>>& values, int head_dim,
                                      const RowsOrigin& origin) {
   const int n_heads = source.n_heads();
   check_rows_replay(*policy.info, n_heads, n_kv_heads);
+  if (origin.n_layers > 0) check_policy_layers(policy, origin.n_layers);
+  check_decoding_steps(options, source.n_tokens());
   if (!values.empty() && static_cast<int>(values.size()) != n_kv_heads)
     throw kvtrace::InputError("", "", "values must be given for every kv head");
   EngineOptions engine_options = options;
@@ -303,6 +317,7 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
     if (schedule.kind != LayerSchedule::Kind::weights && schedule.n_layers != meta.n_layers)
       reader.fail("", "the layer budget schedule is for " + std::to_string(schedule.n_layers) + " layers, not " +
                           std::to_string(meta.n_layers));
+    check_policy_layers(config.policies[p], meta.n_layers);
     if (config.policies[p].info->head_floor >= 0 && config.paging.on())
       throw kvtrace::InputError("", "",
                                 "--page: policy " + config.policies[p].info->name +
@@ -487,6 +502,8 @@ Protocol sequence_protocol(const kvtrace::TraceReader& reader, const ReplayConfi
                                             .append(" is not shorter than the prompt (prompt_len ")
                                             .append(std::to_string(prompt))
                                             .append("): the context needs at least one token"));
+  if (config.mode == Mode::prefill && prompt - protocol.question >= info.n_tokens)
+    reader.fail(kvtrace::seq_path(seq), no_decoding_steps(prompt, info.n_tokens));
   return protocol;
 }
 

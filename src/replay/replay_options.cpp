@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "kvsim/core/lists.hpp"
 #include "kvsim/replay/replay.hpp"
 #include "kvsim/policies/registry.hpp"
 #include "kvtrace/error.hpp"
@@ -92,6 +93,20 @@ std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
     route(names, param.substr(0, equals), param.substr(equals + 1), overrides);
   }
   return choose(names, overrides);
+}
+
+void check_policy_layers(const PolicyChoice& policy, int n_layers, const std::string& holder) {
+  for (const ParamSpec& spec : policy.info->params) {
+    if (spec.type != ParamType::index_set || spec.name != "layers" || !policy.params.has(spec.name)) continue;
+    const std::string& text = policy.params.text(spec.name);
+    if (text == "all") continue;
+    const std::vector<int> layers = parse_index_list("policy " + policy.info->name + ": parameter layers", text);
+    if (std::all_of(layers.begin(), layers.end(), [&](int layer) { return layer < n_layers; })) continue;
+    throw kvtrace::InputError("", "",
+                              "policy " + policy.info->name + ": parameter layers " + text + " names layers " + holder +
+                                  " does not have (it has " + std::to_string(n_layers) +
+                                  (n_layers == 1 ? ": 0)" : ": 0-" + std::to_string(n_layers - 1) + ")"));
+  }
 }
 
 OutputErrorMode parse_output_error(const std::string& text) {

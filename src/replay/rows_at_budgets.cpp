@@ -13,6 +13,8 @@ std::vector<std::vector<GroupRecord>> replay_rows_at_budgets(kvtrace::AttentionS
                                                              const EngineOptions& options, const RowsOrigin& origin) {
   const int n_heads = source.n_heads();
   check_rows_replay(*policy.info, n_heads, n_kv_heads);
+  if (origin.n_layers > 0) check_policy_layers(policy, origin.n_layers);
+  check_decoding_steps(options, source.n_tokens());
   EngineOptions engine_options = options;
   engine_options.output_error = false;
   const std::vector<CacheGroup> groups =

@@ -2,13 +2,53 @@
 
 #include <H5Cpp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <iomanip>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 
 #include "h5io.hpp"
 
 namespace kvtrace {
+namespace {
+
+std::string shown(double x) {
+  std::ostringstream out;
+  out << std::setprecision(6) << x;
+  return out.str();
+}
+
+// The inverse frequencies w_i = theta^(-2i / rotary) of the rotated pairs, and w_i / factor
+// (linear scaling divides every one by it; llama3 and yarn divide the low ones): each must be
+// positive (a pair with w = 0 never turns, and averaging its rotation divides 0 by 0) and
+// turn by a finite angle p w at every position p a trace may hold. Without rope_theta only
+// pair 0 is known (w_0 = 1 whatever theta).
+std::string frequency_problem(const RopeMeta& rope, int head_dim) {
+  const int rotary = rope.rotary_dims > 0 ? rope.rotary_dims : head_dim;
+  const int pairs = rope.theta > 0 ? rotary / 2 : std::min(1, rotary / 2);
+  const auto positions = static_cast<double>(Limits::max_tokens);
+  const std::string factor = rope.scaling_factor > 0
+                                 ? "attribute 'rope_scaling_factor' (" + shown(rope.scaling_factor) +
+                                       ") with rope_theta " + (rope.theta > 0 ? shown(rope.theta) : "undeclared")
+                                 : "";
+  for (const bool scaled : {false, true}) {
+    if (scaled && rope.scaling_factor <= 0) continue;
+    const std::string blamed = scaled ? factor : "attribute 'rope_theta' (" + shown(rope.theta) + ")";
+    for (int i = 0; i < pairs; ++i) {
+      double w = rope.theta > 0 ? std::pow(rope.theta, -2.0 * i / rotary) : 1.0;
+      if (scaled) w /= rope.scaling_factor;
+      if (!(w > 0)) return blamed + " makes the RoPE frequency of pair " + std::to_string(i) + " zero";
+      if (!std::isfinite(w * positions))
+        return blamed + " makes the RoPE angle of pair " + std::to_string(i) + " (frequency " + shown(w) +
+               ") infinite within the " + std::to_string(Limits::max_tokens) + " positions a trace may hold";
+    }
+  }
+  return "";
+}
+
+}  // namespace
 
 std::string rope_problem(const RopeMeta& rope, int head_dim) {
   auto positive = [](double x) { return std::isfinite(x) && x > 0; };
@@ -20,7 +60,7 @@ std::string rope_problem(const RopeMeta& rope, int head_dim) {
     return "attribute 'rope_pairing' is '" + rope.pairing.substr(0, 64) + "', not interleaved or half";
   if (rope.rotary_dims != 0 && (rope.rotary_dims < 2 || rope.rotary_dims % 2 != 0 || rope.rotary_dims > head_dim))
     return "attribute 'rotary_dims' must be even and in [2, head_dim = " + std::to_string(head_dim) + "]";
-  return "";
+  return frequency_problem(rope, head_dim);
 }
 
 RopeMeta read_rope_attrs(const H5::H5Object& root, int head_dim, const std::function<void(const std::string&)>& fail) {

@@ -71,7 +71,8 @@ TEST(CliPage, RefusesWhatItCannotRun) {
   for (const char* policy : {"recent", "streaming", "random", "full", "oracle", "scissorhands-official"}) {
     const auto result = kvtest::expect_one_line_error("sweep " + kTrace + " --policies h2o," + policy +
                                                       " --budgets 20% --seqs 0 --page 16");
-    EXPECT_NE(result.output.find(std::string("policy ") + policy + " does not rank positions by a score"),
+    EXPECT_NE(result.output.find(std::string("policy ") + policy +
+                                 " has no per-position scores; --page needs a scoring policy"),
               std::string::npos)
         << result.output;
   }

@@ -160,7 +160,8 @@ class GuiOptionsTest : public QObject {
     window.waitIdle();
     QVERIFY(!window.session()->replay().valid());
     QVERIFY(window.session()->replayIsCurrent());
-    QVERIFY2(status(window).contains("policy random does not rank positions by a score"), qPrintable(status(window)));
+    QVERIFY2(status(window).contains("policy random has no per-position scores; --page needs"),
+             qPrintable(status(window)));
     // A question in stream mode: the CLI's refusal of --question.
     engine->pageBox()->setValue(0);
     engine->questionBox()->setValue(8);
@@ -175,9 +176,14 @@ class GuiOptionsTest : public QObject {
     choose(engine->headBudgetBox(), "adaptive");
     window.waitIdle();
     QVERIFY2(status(window).contains("cannot run with --page"), qPrintable(status(window)));
+    // Adaptive head budgets for a policy without scores: the engine's refusal.
+    engine->pageBox()->setValue(0);
+    window.waitIdle();
+    QVERIFY(!window.session()->replay().valid());
+    QVERIFY2(status(window).contains("policy random has no per-position scores; --head-budget adaptive needs"),
+             qPrintable(status(window)));
     // A question the prompt (19 tokens) cannot hold.
     choose(engine->headBudgetBox(), "uniform");
-    engine->pageBox()->setValue(0);
     engine->questionBox()->setValue(19);
     window.waitIdle();
     QVERIFY2(status(window).contains("is not shorter than the prompt"), qPrintable(status(window)));

@@ -282,6 +282,9 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(list(r["groups"][0]["eviction_step"]), [-1, 3, -1, 3, -1, -1, -1, -1])
         with self.assertRaises(kvsim.InputError):
             kvsim.replay_rows(rows, "tova", 2, question=2)  # stream mode
+        # A prompt of every row leaves no step to measure: refused, as the CLI refuses it.
+        with self.assertRaisesRegex(kvsim.InputError, "prompt_len 8 leaves no decoding steps to measure"):
+            kvsim.replay_rows(rows, "tova", 2, mode="prefill", prompt_len=8)
 
     def test_replay_rows_equals_trace_replay(self):
         seq, layer = 2, 3
@@ -592,7 +595,7 @@ class FrameTest(unittest.TestCase):
         self.assertEqual(tuple(frame.columns), tuple(kvsim.SWEEP_COLUMNS) + ("page",))
         self.assertEqual(list(frame["page"]), [16] * 4)
         self.assertEqual(kvsim.replay(TRACE, "h2o", "20%", seqs=[1], page=16, as_frame=False)["page"], 16)
-        with self.assertRaisesRegex(kvsim.InputError, "policy recent does not rank positions by a score"):
+        with self.assertRaisesRegex(kvsim.InputError, "policy recent has no per-position scores; --page needs"):
             kvsim.sweep(TRACE, "recent", "20%", seqs=[1], page=16)
 
     def test_replay_frame_is_the_csv(self):

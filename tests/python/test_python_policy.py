@@ -279,6 +279,12 @@ class PythonPolicyTest(unittest.TestCase):
             got.pop(key), want.pop(key)
         same(self, want, got, "replay_rows")
 
+    def test_adaptive_heads_refuse_a_policy_without_scores(self):
+        # A Python policy names its victims and gives no scores to share a layer's slots by.
+        with self.assertRaisesRegex(kvsim.InputError, "^policy h2o-py has no per-position scores; --head-budget "
+                                                      "adaptive needs a scoring policy$"):
+            kvsim.replay(self.trace, "h2o-py", 16, seqs=[0], layers=[0], head_budget="adaptive")
+
     def test_knorm_reads_the_keys(self):
         kvsim.register_policy("knorm-py", Knorm)
         for budget in ("30%", 16):

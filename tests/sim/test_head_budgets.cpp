@@ -9,6 +9,7 @@
 #include "kvsim/core/engine.hpp"
 #include "kvsim/core/head_budget.hpp"
 #include "kvsim/replay/replay.hpp"
+#include "kvtrace/error.hpp"
 
 namespace {
 
@@ -101,8 +102,10 @@ std::vector<std::vector<std::vector<double>>> two_heads() {
           rows({0.02, 0.03, 0.05, 0.05, 0.05, 0.80}, {0.05, 0.05, 0.05, 0.05, 0.05, 0.15, 0.60})};
 }
 
-std::vector<kvsim::SimulationResult> run_two_heads(const kvsim::PolicyInfo& info, double floor_share) {
-  kvtrace::PackedAttentionSource source(7, kvtest::pack(two_heads()));
+std::vector<kvsim::SimulationResult> run_two_heads(
+    const kvsim::PolicyInfo& info, double floor_share,
+    const std::vector<std::vector<std::vector<double>>>& rows = two_heads()) {
+  kvtrace::PackedAttentionSource source(7, kvtest::pack(rows));
   const auto groups = kvsim::layer_cache_groups(2, 2, 0, 0);
   std::vector<kvsim::SimulationSpec> specs(2);
   for (int g = 0; g < 2; ++g) {
@@ -176,6 +179,40 @@ TEST(HeadBudgets, FloorOneIsUniform) {
         EXPECT_EQ(uniform[g].occupancy, adaptive[g].occupancy);
       }
     }
+  }
+}
+
+// What cannot share a layer's slots by scores is refused, in the words page mode uses for a
+// policy without scores.
+TEST(HeadBudgets, RefusedWithoutScoresOrWithOneCachePerLayer) {
+  kvsim::EngineOptions options;
+  options.head_floor = 0.2;
+  for (const auto& [name, line] : std::vector<std::pair<std::string, std::string>>{
+           {"recent", "policy recent has no per-position scores; --head-budget adaptive needs a scoring policy"},
+           {"full", "policy full has no per-position scores; --head-budget adaptive needs a scoring policy"},
+           {"tova", "policy tova keeps one cache per layer; --head-budget adaptive needs a cache per kv head"}}) {
+    kvtrace::PackedAttentionSource source(7, kvtest::pack(two_heads()));
+    try {
+      kvsim::replay_rows(source, 2, kvsim::choose_policy(name), 3, options);
+      ADD_FAILURE() << name << " ran";
+    } catch (const kvtrace::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(line), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(HeadBudgets, NanScoresAreRefused) {
+  // As TwoKvHeadsShareTheLayer, but a_6 of head 0 falls wholly on position 5, which head 0
+  // evicted at step 5: its cache holds no mass, its observed row (the scores) is 0/0.
+  auto rows = two_heads();
+  rows[0][6] = {0, 0, 0, 0, 0, 1, 0};
+  const kvsim::PolicyInfo info = last_row_policy();
+  try {
+    run_two_heads(info, 0.34, rows);
+    ADD_FAILURE() << "ranked NaN";
+  } catch (const kvtrace::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("policy last-row scored NaN at layer 0, kv head 0, step 6"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -239,6 +239,27 @@ TEST(PolicyExpectedAttention, RefusesATraceWithoutRope) {
   EXPECT_THROW(c.eviction_steps("expected-attention", 2, {{"sinks", "1"}}), kvtrace::InputError);
 }
 
+TEST(PolicyExpectedAttention, NanScoresAreRefused) {
+  // A RoPE the reader refuses (factor 1e-306: w = 1e306), given directly: averaging the
+  // rotation over 512 future positions overflows, and the scores are NaN. They are refused with
+  // the step rather than ranked (which would evict the oldest, as streaming does).
+  Case c;
+  c.n = 3;
+  c.keys = {{5, 5}, {0, -1}, {1, 0}};
+  c.values = {{1, 1}, {1, 0}, {0, 6}};
+  c.queries = {{{7, 7}, {0, 1}, {-3, 0}}};
+  c.rope = quarter_turns();
+  c.rope.scaling_factor = 1e-306;
+  try {
+    c.eviction_steps("expected-attention", 2, {{"sinks", "1"}});
+    ADD_FAILURE() << "ranked NaN";
+  } catch (const kvtrace::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("policy expected-attention scored NaN at layer 0, kv head 0, step 2"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(KvpressPolicies, DeclareWhatTheyRead) {
   const kvsim::PolicyInfo& keydiff = kvsim::find_policy("keydiff");
   EXPECT_TRUE(keydiff.needs_keys && !keydiff.needs_values && !keydiff.needs_queries && !keydiff.needs_attention);

@@ -146,7 +146,25 @@ TEST(Pages, RefusesAPolicyWithoutScores) {
       paged(hand::kC, name, 5, 2);
       ADD_FAILURE() << name << " ran in page mode";
     } catch (const kvtrace::InputError& e) {
-      EXPECT_NE(std::string(e.what()).find("does not rank positions by a score"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("policy ") + name +
+                                           " has no per-position scores; --page needs a scoring policy"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(Pages, NanScoresAreRefused) {
+  // At step 2 the cache {1, 2} holds none of the row's mass: tova's observed row is 0/0 (NaN),
+  // which neither pages nor single positions can be ranked by.
+  const hand::Rows rows = {{1.0}, {0.0, 1.0}, {1.0, 0.0, 0.0}};
+  const std::string line = "policy tova scored NaN at layer 0, the layer's cache, step 2";
+  for (int64_t page : {0, 1}) {
+    try {
+      paged(rows, "tova", 1, page);
+      ADD_FAILURE() << "page " << page << ": ranked NaN";
+    } catch (const kvtrace::InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(line), std::string::npos) << e.what();
     }
   }
 }

@@ -353,14 +353,27 @@ TEST(PolicySelect, FirstLowestAsTheScanFindsIt) {
   EXPECT_EQ(kvsim::lowest_index(scores.data(), scores.size()), 20u);
   std::vector<float> floats(scores.begin(), scores.end());
   EXPECT_EQ(kvsim::lowest_index(floats.data(), floats.size()), 20u);
-  // NaN (attention over a cache of zero mass is 0/0): never beyond the scores, and what the
-  // scan `if (s[j] < s[best]) best = j` finds: NaN inside is passed over, a NaN first stays.
-  scores[5] = NAN;
-  EXPECT_EQ(kvsim::lowest_index(scores.data(), scores.size()), 20u);
-  scores[0] = NAN;
-  EXPECT_EQ(kvsim::lowest_index(scores.data(), scores.size()), 0u);
-  std::fill(scores.begin(), scores.end(), NAN);
-  EXPECT_EQ(kvsim::lowest_index(scores.data(), scores.size()), 0u);
+}
+
+TEST(PolicySelect, NanHasNoPlaceInTheOrder) {
+  // NaN (attention over a cache of zero mass is 0/0) wherever it sits, in the vector passes or
+  // the tail, first or alone: no lowest to find, so no victim that is not arbitrary.
+  for (size_t count : {3u, 37u}) {
+    for (size_t at : {size_t{0}, size_t{1}, count / 2, count - 1}) {
+      std::vector<double> scores(count, 0.5);
+      scores[at] = NAN;
+      EXPECT_THROW(kvsim::lowest_index(scores.data(), scores.size()), kvsim::NanScore) << count << " " << at;
+      std::vector<float> floats(scores.begin(), scores.end());
+      EXPECT_THROW(kvsim::lowest_index(floats.data(), floats.size()), kvsim::NanScore) << count << " " << at;
+      const std::vector<int32_t> cache(count, 0);
+      std::vector<int32_t> victims;
+      EXPECT_THROW(kvsim::evict_lowest(cache, scores, 2, victims), kvsim::NanScore) << count << " " << at;
+    }
+  }
+  // +infinity (a protected position) is a number.
+  std::vector<double> scores(37, INFINITY);
+  scores[30] = 0.5;
+  EXPECT_EQ(kvsim::lowest_index(scores.data(), scores.size()), 30u);
 }
 
 // Trace O, 7 tokens, for scissorhands-official with quantile .5: rank floor(.5 * 7) = 3 of

@@ -150,3 +150,20 @@ TEST(ProtocolRefusals, QuestionTheProgramCannotHold) {
   EXPECT_THROW(run("tova", 2, kvsim::Mode::prefill, 6, {7, 0}), kvtrace::InputError);
   EXPECT_NO_THROW(run("tova", 2, kvsim::Mode::prefill, 6, {5, 0}));
 }
+
+TEST(ProtocolPrefill, AWholePromptLeavesNothingToMeasure) {
+  // Prefill records the steps after the prompt: with prompt_len = n (8) there are none, and the
+  // run is refused rather than report no values; a question keeps its own steps to measure.
+  try {
+    run("h2o", 4, kvsim::Mode::prefill, 8, {});
+    ADD_FAILURE() << "measured nothing";
+  } catch (const kvtrace::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--mode prefill: prompt_len 8 leaves no decoding steps to measure (8 tokens)"),
+              std::string::npos)
+        << e.what();
+  }
+  kvsim::Protocol question;
+  question.question = 2;
+  EXPECT_EQ(run("h2o", 4, kvsim::Mode::prefill, 8, question).n_steps, 2);
+  EXPECT_EQ(run("h2o", 4, kvsim::Mode::prefill, 7, {}).n_steps, 1);
+}

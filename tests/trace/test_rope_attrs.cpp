@@ -90,6 +90,43 @@ TEST(RopeAttrs, OutOfRangeIsOneLine) {
   EXPECT_NE(open_error(path).find("'rope_scaling_factor' must be a positive finite number"), std::string::npos);
 }
 
+TEST(RopeAttrs, FrequenciesMustTurnByFiniteNonZeroAngles) {
+  // Positive and finite is not enough: w_0 = 1 / factor = 1e306 turns position 180 by an
+  // infinite angle; w_1 = 1e300^(-1/2) / 1e300 underflows to 0 (head_dim 4: pairs 0 and 1).
+  kvtest::TempDir dir;
+  const std::string path = write_trace(dir, {});
+  replace_root_attr(path, "rope_theta", H5::PredType::NATIVE_DOUBLE, 1e4);
+  replace_root_attr(path, "rope_scaling_factor", H5::PredType::NATIVE_DOUBLE, 1e-306);
+  EXPECT_NE(open_error(path).find("/: attribute 'rope_scaling_factor' (1e-306) with rope_theta 10000 makes the RoPE "
+                                  "angle of pair 0 (frequency 1e+306) infinite within the 1048576 positions"),
+            std::string::npos)
+      << open_error(path);
+  replace_root_attr(path, "rope_theta", H5::PredType::NATIVE_DOUBLE, 1e300);
+  replace_root_attr(path, "rope_scaling_factor", H5::PredType::NATIVE_DOUBLE, 1e300);
+  EXPECT_NE(open_error(path).find("'rope_scaling_factor' (1e+300) with rope_theta 1e+300 makes the RoPE frequency of "
+                                  "pair 1 zero"),
+            std::string::npos)
+      << open_error(path);
+  // theta below 1 makes the higher pairs the fast ones: 1e-300^(-1/2) = 1e150 is still finite.
+  replace_root_attr(path, "rope_scaling_factor", H5::PredType::NATIVE_DOUBLE, 8.0);
+  replace_root_attr(path, "rope_theta", H5::PredType::NATIVE_DOUBLE, 1e-300);
+  EXPECT_EQ(open_error(path), "");
+  replace_root_attr(path, "rope_theta", H5::PredType::NATIVE_DOUBLE, 5e5);
+  EXPECT_EQ(open_error(path), "");
+  // Without rope_theta pair 0 still turns by 1 / factor; the writer refuses what the reader would.
+  kvtest::TempDir other;
+  RopeMeta rope;
+  rope.scaling_factor = 1e-306;
+  try {
+    write_trace(other, rope);
+    ADD_FAILURE() << "written";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("with rope_theta undeclared makes the RoPE angle of pair 0"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(RopeAttrs, WriterRefusesWhatTheReaderWould) {
   kvtest::TempDir dir;
   RopeMeta rope;

@@ -87,6 +87,10 @@ class SnapKV final : public Policy {
     const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
     const size_t open = cache.size() > protect ? cache.size() - protect : 0;
     if (open == 0) return;
+    // A NaN window sum (observed rows over a cache of zero mass) leaves no order to pool.
+    if (std::any_of(window_sum_.begin(), window_sum_.begin() + static_cast<std::ptrdiff_t>(open),
+                    [](double sum) { return std::isnan(sum); }))
+      throw NanScore();
     if (excess == 1 && !average_) {  // one per step: pooled and searched in one pass
       const size_t index = lowest_pooled(open);
       victims.push_back(cache[index]);
@@ -152,8 +156,8 @@ class SnapKV final : public Policy {
     return value;
   }
 
-  // The first candidate with the lowest pooled score (what evict_lowest picks for one).
-  // As a scan from the first candidate would (`if (value < lowest)`), NaN included.
+  // The first candidate with the lowest pooled score (what evict_lowest picks for one), as a
+  // scan from the first candidate would (`if (value < lowest)`).
   size_t lowest_pooled(size_t open) const {
     size_t j = 1, best = 0;
     double lowest = pooled(0, open);

@@ -7,6 +7,7 @@
 // entries are kept. Recomputed at every eviction. docs/semantics.md, section 4.
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "kvsim/core/policy.hpp"
 #include "kvtrace/error.hpp"
@@ -91,9 +92,26 @@ class ExpectedAttention final : public Policy {
   void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool,
              std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
+    const std::span<const int32_t> open = cache.subspan(std::min(static_cast<size_t>(sinks_), cache.size()));
+    score(step, open);
+    evict_lowest(open, scores_, excess, victims);
+  }
+
+  // The sinks +infinity (kept), then the scores evict() ranks; Ada-KV and page mode rank
+  // them across heads or per page.
+  bool scores(int64_t step, std::span<const int32_t> cache, std::vector<double>& out) const override {
+    const size_t sinks = std::min(static_cast<size_t>(sinks_), cache.size());
+    out.assign(cache.size(), std::numeric_limits<double>::infinity());
+    if (sinks == cache.size()) return true;
+    score(step, cache.subspan(sinks));
+    std::copy(scores_.begin(), scores_.end(), out.begin() + static_cast<std::ptrdiff_t>(sinks));
+    return true;
+  }
+
+ private:
+  // scores_[j]: the score of open[j], the cache after the sinks, at `step`.
+  void score(int64_t step, std::span<const int32_t> open) const {
     average_rope(step + 1);
-    const auto sinks = static_cast<size_t>(sinks_);
-    const std::span<const int32_t> open = cache.subspan(std::min(sinks, cache.size()));
     scores_.assign(open.size(), 0.0);
     logits_.resize(open.size());
     const double n = static_cast<double>(count_), root = std::sqrt(static_cast<double>(d_));
@@ -134,13 +152,11 @@ class ExpectedAttention final : public Policy {
       for (float x : tensors_->value(0, open[j])) squares += static_cast<double>(x) * x;
       scores_[j] = (scores_[j] + epsilon_) * std::sqrt(squares);
     }
-    evict_lowest(open, scores_, excess, victims);
   }
 
- private:
   // Per rotated pair, the mean over positions p = first .. first + future - 1 of cos and sin
   // of p w: the Dirichlet kernel's closed form of the sums, in double.
-  void average_rope(int64_t first) {
+  void average_rope(int64_t first) const {
     cos_.resize(pair_.size());
     sin_.resize(pair_.size());
     const auto f = static_cast<double>(future_);
@@ -173,7 +189,8 @@ class ExpectedAttention final : public Policy {
   std::vector<std::pair<size_t, size_t>> pair_;
   std::vector<double> sum_, products_;  // per head: sum of q, sum of q q^T (un-rotated)
   int64_t count_ = 0;
-  std::vector<double> query_, key_, mean_, cov_, cos_, sin_, logits_, scores_;
+  std::vector<double> query_;
+  mutable std::vector<double> key_, mean_, cov_, cos_, sin_, logits_, scores_;  // scratch of score()
 };
 
 }  // namespace

@@ -117,6 +117,7 @@ struct EngineOptions {
   // run_lockstep: the simulations of one scoring policy (Policy::scores) with the same
   // parameters, budget B, layer and view on a layer's kv heads share n_kv_heads x B, each
   // head keeping at least its top floor(head_floor x B). Negative: every kv head keeps B.
+  // A policy without scores, or with one cache per layer, is refused (InputError).
   double head_floor = -1;
   // When set, the run throws Cancelled once it reads true: before a cache group's next block
   // of steps (lanes in lockstep: before the next step). Ctrl-C from Python stops a run within

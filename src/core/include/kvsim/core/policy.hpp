@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -112,6 +113,13 @@ class Policy {
   // evict() at this step: `cache` is the cache before they go, `indices` their indices in it
   // (ascending). Drop their state as evict() would have dropped it.
   virtual void forget(std::span<const int32_t> /*cache*/, std::span<const size_t> /*indices*/) {}
+};
+
+// Thrown where a policy ranks its scores and one is NaN (evict_lowest does it): NaN has no
+// place in an order, so any victim would be arbitrary. The engine makes it one InputError
+// naming the policy, layer, kv head and step.
+struct NanScore : std::runtime_error {
+  NanScore() : std::runtime_error("a score is NaN") {}
 };
 
 class RowRanking;

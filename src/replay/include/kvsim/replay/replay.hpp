@@ -49,6 +49,10 @@ std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
 // The same with each parameter written "key=value".
 std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
                                           const std::vector<std::string>& assignments);
+// Throws InputError when the policy's parameter `layers` (an index set, as
+// scissorhands-official's) names a layer that `holder` (the trace, the model) of n_layers
+// does not have: those layers would compress nothing. (replay_options.cpp)
+void check_policy_layers(const PolicyChoice& policy, int n_layers, const std::string& holder = "the trace");
 
 enum class OutputErrorMode { automatic, on, off };
 
@@ -143,14 +147,20 @@ std::vector<double> mean_layer_budgets(const kvtrace::TraceReader& reader, const
 // groups: group g of the source is kv head first_kv_head + g of (seq, layer).
 struct RowsOrigin {
   int seq = 0, layer = 0, first_kv_head = 0;
+  int n_layers = 0;  // the trace's layers, for check_policy_layers (0: not known, not checked)
 };
 std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_heads, const PolicyChoice& policy,
                                      int64_t budget, const EngineOptions& options,
                                      const std::vector<std::vector<float>>& values = {}, int head_dim = 0,
                                      const RowsOrigin& origin = {});
+// Prefill mode measures the steps after the prompt (a question's included): throws
+// InputError, one line, when `options` leave none of n_tokens, since every result would be
+// empty. replay_rows and replay_rows_at_budgets check it; replay_trace per sequence.
+void check_decoding_steps(const EngineOptions& options, int64_t n_tokens);
 
 // The protocol sequence `seq` is replayed under (the trace's question_len with
-// question_auto); refuses, naming the sequence, a question the prompt cannot hold.
+// question_auto); refuses, naming the sequence, a question the prompt cannot hold, and in
+// prefill mode a prompt that leaves no step to measure (check_decoding_steps).
 Protocol sequence_protocol(const kvtrace::TraceReader& reader, const ReplayConfig& config, int seq);
 
 const char* mode_name(Mode mode);
