@@ -5,8 +5,10 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -124,11 +126,33 @@ std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& 
   return out;
 }
 
+// What kvsim wrote to `sidecar`: lines of text no longer than what this sweep would write
+// (and some slack). A file that is not (a device, a FIFO, another format) is refused before
+// anything of it is shown or held.
+std::string read_settings(const std::string& sidecar, size_t expected) {
+  auto refuse = [&]() {
+    return kvtrace::InputError(sidecar, "",
+                               "--resume: is not a settings file kvsim wrote; start the sweep again without --resume");
+  };
+  struct stat info {};
+  if (::stat(sidecar.c_str(), &info) != 0 || !S_ISREG(info.st_mode)) throw refuse();
+  std::ifstream in(sidecar, std::ios::binary);
+  if (!in) throw kvtrace::InputError(sidecar, "", std::string("--resume: cannot read: ") + std::strerror(errno));
+  const size_t most = 2 * expected + 4096;
+  std::string recorded(most + 1, '\0');
+  in.read(recorded.data(), static_cast<std::streamsize>(recorded.size()));
+  recorded.resize(static_cast<size_t>(in.gcount()));
+  if (recorded.size() > most) throw refuse();
+  for (const unsigned char c : recorded)
+    if ((c < 0x20 && c != '\n' && c != '\t') || c == 0x7f) throw refuse();
+  return recorded;
+}
+
 // A resume continues only the sweep that wrote the rows: same trace, same settings.
 void check_settings(const std::string& path, const std::string& settings, bool has_rows) {
   const std::string sidecar = path + ".settings";
-  std::ifstream in(sidecar, std::ios::binary);
-  if (!in) {
+  struct stat link {};
+  if (::lstat(sidecar.c_str(), &link) != 0 && errno == ENOENT) {
     if (has_rows)
       throw kvtrace::InputError(path, "",
                                 "--resume: " + sidecar +
@@ -136,7 +160,7 @@ void check_settings(const std::string& path, const std::string& settings, bool h
                                     "this sweep; start it again without --resume");
     return;
   }
-  const std::string recorded((std::istreambuf_iterator<char>(in)), {});
+  const std::string recorded = read_settings(sidecar, settings.size());
   std::istringstream a(recorded), b(settings);
   for (std::string was, now; std::getline(b, now);) {
     if (!std::getline(a, was)) was.clear();

@@ -2,6 +2,7 @@
 // resuming it gives the CSV an uninterrupted sweep writes, byte for byte.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -151,4 +152,44 @@ TEST_F(Resume, OtherSettingsOrAnotherTraceAreRefused) {
   const auto result = kvtest::expect_one_line_error("sweep " + other + grid);
   EXPECT_NE(result.output.find("'trace: "), std::string::npos) << result.output;
   EXPECT_EQ(kvtest::run_kvsim("sweep " + trace_ + grid).code, 0);  // the same sweep still resumes
+}
+
+// The settings file a resume writes beside the CSV is an output like the CSV: never the trace.
+TEST_F(Resume, SettingsBesideTheCsvAreNeverTheTrace) {
+  const std::string csv = dir_.file("x.csv");
+  const std::string trace = csv + ".settings";
+  ASSERT_EQ(::link(trace_.c_str(), trace.c_str()), 0);
+  const std::string before = kvtest::slurp(trace);
+  const auto result = kvtest::expect_one_line_error("sweep " + trace + " --policies h2o --budgets 10% --csv " + csv +
+                                                    " --resume");
+  EXPECT_NE(result.output.find("is an input of this run"), std::string::npos) << result.output;
+  EXPECT_EQ(kvtest::slurp(trace), before);
+}
+
+// A settings file is read only up to what kvsim writes there, and shown only as text.
+TEST_F(Resume, SettingsThatAreNotKvsimsAreOneLine) {
+  const std::string csv = dir_.file("y.csv");
+  const std::string grid = " --policies h2o --budgets 10% --csv " + csv + " --resume";
+  ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + grid).code, 0);
+  const std::string sidecar = csv + ".settings";
+  ASSERT_EQ(std::remove(sidecar.c_str()), 0);
+  ASSERT_EQ(::symlink("/dev/zero", sidecar.c_str()), 0);  // endless
+  auto result = kvtest::expect_one_line_error("sweep " + trace_ + grid, "timeout 60");
+  EXPECT_NE(result.output.find("not a settings file kvsim wrote"), std::string::npos) << result.output;
+  ASSERT_EQ(std::remove(sidecar.c_str()), 0);
+  std::ofstream(sidecar, std::ios::binary) << std::string("\x89HDF\r\n\x1a\n\x00\x01", 10);
+  result = kvtest::expect_one_line_error("sweep " + trace_ + grid);
+  EXPECT_NE(result.output.find("not a settings file kvsim wrote"), std::string::npos) << result.output;
+}
+
+// A resume reads its CSV back, so the CSV is a regular file: never a device, a FIFO or "-".
+TEST_F(Resume, TheCsvIsARegularFile) {
+  const std::string fifo = dir_.file("rows.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& csv : {std::string("/dev/zero"), fifo, std::string("-")}) {
+    const auto result =
+        kvtest::expect_one_line_error("sweep " + trace_ + " --policies h2o --budgets 10% --csv " + csv + " --resume",
+                                      "timeout 60");
+    EXPECT_NE(result.output.find("--resume"), std::string::npos) << csv << ": " << result.output;
+  }
 }

@@ -1,13 +1,25 @@
 // kvsim sweep TRACE --policies a,b,c --budgets 10%,20%,...: the retention-vs-budget grid.
+#include <sys/stat.h>
+
 #include <iostream>
 
 #include "kvsim/replay/report.hpp"
+#include "kvtrace/atomic_file.hpp"
 #include "kvtrace/reader.hpp"
 #include "../mpi_split.hpp"
 #include "../replay_options.hpp"
 #include "../sweep_resume.hpp"
 
 namespace kvsim::cli {
+namespace {
+
+// Standard output, or what a path names (through links) that is no regular file or folder.
+bool names_a_stream(const std::string& path) {
+  struct stat info {};
+  return path == "-" || (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode) && !S_ISDIR(info.st_mode));
+}
+
+}  // namespace
 
 int cmd_sweep(const std::vector<std::string>& args) {
   ReplayCliOptions values;
@@ -41,6 +53,9 @@ int cmd_sweep(const std::vector<std::string>& args) {
     if (config.split) bad_option("resume", "runs in one process; start it without mpirun");
     if (!values.json.empty() || !values.survival.empty())
       bad_option("resume", "writes the CSV only; --json and --survival need one uninterrupted sweep");
+    if (names_a_stream(values.csv))
+      bad_option("resume", "reads its CSV back and appends to it; --csv must name a regular file");
+    kvtrace::check_distinct_paths({values.trace}, {values.csv, values.csv + ".settings"});
     results = resumable_sweep(reader, config, values);
     ReplayCliOptions rest = values;
     rest.csv.clear();  // written already, row by row
