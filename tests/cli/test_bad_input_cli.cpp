@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -21,10 +22,7 @@ using Cases = std::vector<std::pair<std::string, std::string>>;  // arguments, a
 class BadInput : public ::testing::Test {
  protected:
   void SetUp() override {
-    trace_ = inputs_.file("t.h5");
-    const auto made =
-        kvtest::run_kvsim("synth " + trace_ + " --layers 2 --heads 4 --kv-heads 2 --head-dim 8 --tokens 24 --seqs 2");
-    ASSERT_EQ(made.code, 0) << made.output;
+    trace_ = kvtest::synth_small_trace(inputs_);
     // A regular file: a path below it cannot be created, not even by root.
     std::ofstream(inputs_.file("file.txt")) << "not a directory\n";
   }

@@ -13,6 +13,7 @@
 #include <string>
 #include <thread>
 
+#include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -23,10 +24,7 @@ namespace {
 class Hostile : public ::testing::Test {
  protected:
   void SetUp() override {
-    trace_ = dir_.file("t.h5");
-    const auto made =
-        kvtest::run_kvsim("synth " + trace_ + " --layers 2 --heads 4 --kv-heads 2 --head-dim 8 --tokens 24 --seqs 2");
-    ASSERT_EQ(made.code, 0) << made.output;
+    trace_ = kvtest::synth_small_trace(dir_);
   }
   std::string replay(const std::string& extra) const {
     return "replay " + trace_ + " --policy h2o --budget 8 " + extra;

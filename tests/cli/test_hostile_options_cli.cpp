@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../support/model_dir.hpp"
+#include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -19,10 +20,7 @@ namespace {
 class HostileOptions : public ::testing::Test {
  protected:
   void SetUp() override {
-    trace_ = dir_.file("t.h5");
-    const auto made =
-        kvtest::run_kvsim("synth " + trace_ + " --layers 2 --heads 4 --kv-heads 2 --head-dim 8 --tokens 24 --seqs 1");
-    ASSERT_EQ(made.code, 0) << made.output;
+    trace_ = kvtest::synth_small_trace(dir_, 1);
   }
   // Exit 2 with one line holding `fragment`.
   static void expect_refused(const kvtest::CliResult& result, const std::string& fragment) {

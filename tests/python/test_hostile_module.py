@@ -18,18 +18,7 @@ import numpy as np
 
 import kvsim
 
-try:
-    from kvsim import _kvsim  # noqa: F401
-
-    NATIVE = True
-except ImportError as e:
-    NATIVE = False
-    if os.environ.get("KVSIM_REQUIRE_NATIVE") == "1":
-        raise ImportError(f"the compiled module kvsim._kvsim is required here: {e}") from e
-
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-TRACE = os.path.join(ROOT, "data", "traces", "stories15M-8x256.h5")
-EXE = os.environ.get("KVSIM_EXE", os.path.join(ROOT, "build", "kvsim"))
+from tests.python.native import EXE, NATIVE, TRACE
 INT_MAX = 2**31 - 1
 INT64_MAX = 2**63 - 1
 

@@ -7,7 +7,6 @@ venv, KVSIM_INSTALLED naming it); skipped where only the .py files are importabl
 KVSIM_REQUIRE_NATIVE=1)."""
 
 import csv
-import io
 import json
 import math
 import os
@@ -20,18 +19,7 @@ import numpy as np
 
 import kvsim
 
-try:
-    from kvsim import _kvsim  # noqa: F401
-
-    NATIVE = True
-except ImportError as e:
-    NATIVE = False
-    if os.environ.get("KVSIM_REQUIRE_NATIVE") == "1":
-        raise ImportError(f"the compiled module kvsim._kvsim is required here: {e}") from e
-
-ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
-TRACE = os.path.join(ROOT, "data", "traces", "stories15M-8x256.h5")
-EXE = os.environ.get("KVSIM_EXE", os.path.join(ROOT, "build", "kvsim"))
+from tests.python.native import EXE, NATIVE, ROOT, TRACE
 INSTALLED = os.environ.get("KVSIM_INSTALLED")  # the venv kvsim is installed in, if it is
 
 try:
@@ -496,7 +484,7 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(os.path.realpath(kvsim.data_dir()), os.path.realpath(data))
         self.assertTrue(os.path.exists(kvsim.bundled_trace()))
         if INSTALLED:  # the installed package, not the source or build tree's
-            for path in (kvsim.__file__, _kvsim.__file__, EXE):
+            for path in (kvsim.__file__, kvsim._kvsim.__file__, EXE):
                 self.assertTrue(os.path.realpath(path).startswith(os.path.realpath(INSTALLED) + os.sep), path)
 
     def test_bad_input_raises_the_cli_message(self):

@@ -11,6 +11,16 @@
 
 namespace kvtest {
 
+// The small trace the CLI's bad-input tests start from: `kvsim synth` of 2 layers x 4 heads
+// (2 kv heads), head dim 8, 24 tokens, into dir/t.h5. A failure to make it fails the test.
+inline std::string synth_small_trace(const TempDir& dir, int sequences = 2) {
+  const std::string path = dir.file("t.h5");
+  const auto made = run_kvsim("synth " + path + " --layers 2 --heads 4 --kv-heads 2 --head-dim 8 --tokens 24 --seqs " +
+                              std::to_string(sequences));
+  EXPECT_EQ(made.code, 0) << made.output;
+  return path;
+}
+
 // Expects exit code 2 and exactly one line (the error); returns the run.
 inline CliResult expect_one_line_error(const std::string& args, const std::string& env = "") {
   const CliResult result = run_kvsim(args, env);
