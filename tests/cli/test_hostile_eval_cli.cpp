@@ -70,6 +70,14 @@ class HostileEval : public ::testing::Test {
     kvtest::write_llama2(path, header.data(), w);
     return path;
   }
+  // A checkpoint of `header` whose weights are a hole in a sparse file: its size matches the
+  // header, but nothing is written. Empty where the file system cannot make one.
+  std::string sparse(const std::string& name, const std::vector<int32_t>& header) const {
+    const std::string path = write(name, header, {});
+    std::error_code ec;
+    fs::resize_file(path, static_cast<uintmax_t>(28 + 4 * kvtest::llama2_floats(header.data())), ec);
+    return ec ? std::string() : path;
+  }
   std::string eval(const std::string& model) const {
     return "eval " + model + " --tokenizer " + tokenizer_ + " --text " + text_ +
            " --tokens 16 --policies recent --budgets 50% --csv " + csv_;
@@ -149,11 +157,8 @@ TEST_F(HostileEval, FiniteWeightsWhoseForwardPassOverflowsStopTheRun) {
 TEST_F(HostileEval, CheckpointLargerThanMemoryIsRefusedBeforeAllocating) {
   const std::vector<int32_t> header = {8192, 32768, 1024, 64, 8, 32000, 4096};  // 3.9 TB of weights
   const int64_t bytes = 28 + 4 * kvtest::llama2_floats(header.data());
-  const std::string model = dir_.file("huge.bin");
-  kvtest::write_llama2(model, header.data(), {});
-  std::error_code ec;
-  fs::resize_file(model, static_cast<uintmax_t>(bytes), ec);
-  if (ec) GTEST_SKIP() << "no sparse file of " << bytes << " bytes here: " << ec.message();
+  const std::string model = sparse("huge.bin", header);
+  if (model.empty()) GTEST_SKIP() << "no sparse file of " << bytes << " bytes here";
   const std::string asked = "cannot hold the weights: " + std::to_string(bytes - 28) + " bytes";
   expect_refused(eval(model), {model + ": ", asked, "more than this machine's"});
   expect_refused(capture(model), {model + ": ", asked});
@@ -163,11 +168,8 @@ TEST_F(HostileEval, CheckpointLargerThanMemoryIsRefusedBeforeAllocating) {
 TEST_F(HostileEval, WeightsBeyondTheAddressSpaceLimitAreOneLine) {
   const std::vector<int32_t> header = {1024, 4096, 64, 16, 16, 32000, 256};  // 4.4 GB of weights
   const int64_t bytes = 28 + 4 * kvtest::llama2_floats(header.data());
-  const std::string model = dir_.file("big.bin");
-  kvtest::write_llama2(model, header.data(), {});
-  std::error_code ec;
-  fs::resize_file(model, static_cast<uintmax_t>(bytes), ec);
-  if (ec) GTEST_SKIP() << "no sparse file of " << bytes << " bytes here: " << ec.message();
+  const std::string model = sparse("big.bin", header);
+  if (model.empty()) GTEST_SKIP() << "no sparse file of " << bytes << " bytes here";
   // run_kvsim's shell sets the limit (2 GB) for the kvsim it then starts.
   auto run_limited = [](const std::string& args) { return kvtest::run_kvsim(args, "ulimit -v 2000000;"); };
   const std::string asked = "cannot hold the weights: " + std::to_string(bytes - 28) + " bytes";
