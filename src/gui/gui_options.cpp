@@ -6,9 +6,6 @@
 #include <QImage>
 #include <QTimer>
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <exception>
 #include <string>
 
@@ -159,19 +156,8 @@ void writeScreenshot(const QImage& image, const QString& path) {
   QBuffer buffer(&png);
   buffer.open(QIODevice::WriteOnly);
   if (!image.save(&buffer, "PNG")) throw kvtrace::InputError(path.toStdString(), "", "cannot encode the PNG");
-  kvtrace::AtomicFile file(path.toStdString());
-  std::FILE* out = std::fopen(file.temp_path().c_str(), "wb");
-  if (!out) throw kvtrace::InputError(path.toStdString(), "", std::strerror(errno));
-  int error = 0;  // the first failure's
-  const auto failed = [&error]() {
-    if (error == 0) error = errno != 0 ? errno : EIO;
-  };
-  if (std::fwrite(png.constData(), 1, static_cast<size_t>(png.size()), out) != static_cast<size_t>(png.size()))
-    failed();
-  if (std::fflush(out) != 0) failed();
-  if (std::fclose(out) != 0) failed();
-  if (error != 0) throw kvtrace::InputError(path.toStdString(), "", std::strerror(error));
-  file.commit();
+  kvtrace::write_file_atomically(path.toStdString(), std::string(png.constData(), static_cast<size_t>(png.size())),
+                                 kvtrace::OutputKind::seekable);
 }
 
 }  // namespace
