@@ -155,7 +155,9 @@ class GuiCacheTest : public QObject {
     window.show();
     QVERIFY(window.openFile(path));
     window.controls()->policyEditor()->policyBox()->setCurrentText("tova");
-    window.waitIdle();
+    // Every neighbour in (with the range off, waitAhead waits for the neighbours alone): the
+    // session's and the overview's are chains of jobs, each asking for the next.
+    window.waitAhead();
     QSlider* slider = window.controls()->budgetSlider();
     QCOMPARE(slider->value(), 20);
     for (int to : {20 + kvgui::kAheadSteps, 20 - kvgui::kAheadSteps + 1, 20 + kvgui::kAheadSteps - 2}) {
@@ -172,7 +174,7 @@ class GuiCacheTest : public QObject {
                  kvsim::summarize(std::span<const float>(r.retention).subspan(static_cast<size_t>(head) * steps, steps))
                      .mean);
       }
-      window.waitIdle();  // and around the new budget
+      window.waitAhead();  // and around the new budget
     }
     slider->setValue(20 + 3 * kvgui::kAheadSteps);  // beyond: computed anew
     QVERIFY(!window.viewsAreCurrent());
