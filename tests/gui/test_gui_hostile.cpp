@@ -7,14 +7,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
 
-#include "../support/run_cli.hpp"  // CliResult, count_lines, slurp
+#include "../support/run_cli.hpp"  // run_shell, count_lines, slurp
 #include "../support/temp_dir.hpp"
 
 namespace fs = std::filesystem;
@@ -24,17 +22,6 @@ namespace {
 // 8 sequences of 256 tokens, 6 layers, 6 heads.
 const std::string kTrace = KVSIM_SOURCE_DIR "/data/traces/stories15M-8x256.h5";
 const std::string kPngSignature = "\x89PNG\r\n\x1a\n";
-
-// What `command` (a shell command line) printed, stdout and stderr together, and its exit code.
-kvtest::CliResult shell(const std::string& command) {
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  size_t n;
-  while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
 
 class GuiHostile : public ::testing::Test {
  protected:
@@ -85,7 +72,7 @@ TEST_F(GuiHostile, AScreenshotOnAFullDiskLeavesTheEarlierOne) {
                         << unattended(300) << " " << KVSIM_EXE << " " << kTrace << " --screenshot " << full
                         << "/shot.png\n"
                         << "code=$?\ncp -a " << full << "/. " << left << "/\nexit $code\n";
-  const kvtest::CliResult result = shell("unshare -m sh " + script);
+  const kvtest::CliResult result = kvtest::run_shell("unshare -m sh " + script);
   if (result.code == 77 || result.output.find("unshare:") != std::string::npos)
     GTEST_SKIP() << "no tmpfs in a private mount namespace here: " << result.output;
   expect_refused(result, "cannot write the screenshot: " + full + "/shot.png");

@@ -165,6 +165,17 @@ kvtrace::RopeMeta quarter_turns() {
   return rope;
 }
 
+// The three tokens the hand-worked case below scores (keys, values, queries of one head).
+Case three_rotated_tokens() {
+  Case c;
+  c.n = 3;
+  c.keys = {{5, 5}, {0, -1}, {1, 0}};
+  c.values = {{1, 1}, {1, 0}, {0, 6}};
+  c.queries = {{{7, 7}, {0, 1}, {-3, 0}}};
+  c.rope = quarter_turns();
+  return c;
+}
+
 TEST(PolicyExpectedAttention, GaussianQueriesAveragedRopeAndValueNorm) {
   // sinks 1, future 1, B = 2, 3 tokens: the eviction at t2 scores entries 1 and 2.
   // Un-rotated queries of positions 1, 2 (after the sink): (1,0) and (3,0), stored rotated by
@@ -174,12 +185,7 @@ TEST(PolicyExpectedAttention, GaussianQueriesAveragedRopeAndValueNorm) {
   // z_j = k.mu'/sqrt 2 + k^T Sigma' k / (2 x 2): k1 = (0,-1): 2/sqrt 2 + 1/4 = 1.66421;
   //   k2 = (1,0): 0. softmax: 0.84080, 0.15920.
   // x |v|: v1 = (1,0), v2 = (0,6): 0.84080, 0.95522: evict 1. Without |v|: evict 2.
-  Case c;
-  c.n = 3;
-  c.keys = {{5, 5}, {0, -1}, {1, 0}};
-  c.values = {{1, 1}, {1, 0}, {0, 6}};
-  c.queries = {{{7, 7}, {0, 1}, {-3, 0}}};
-  c.rope = quarter_turns();
+  Case c = three_rotated_tokens();
   const std::map<std::string, std::string> params = {{"sinks", "1"}, {"future", "1"}};
   EXPECT_EQ(c.eviction_steps("expected-attention", 2, params), (std::vector<int32_t>{-1, 2, -1}));
   std::map<std::string, std::string> no_vnorm = params;
@@ -243,12 +249,7 @@ TEST(PolicyExpectedAttention, NanScoresAreRefused) {
   // A RoPE the reader refuses (factor 1e-306: w = 1e306), given directly: averaging the
   // rotation over 512 future positions overflows, and the scores are NaN. They are refused with
   // the step rather than ranked (which would evict the oldest, as streaming does).
-  Case c;
-  c.n = 3;
-  c.keys = {{5, 5}, {0, -1}, {1, 0}};
-  c.values = {{1, 1}, {1, 0}, {0, 6}};
-  c.queries = {{{7, 7}, {0, 1}, {-3, 0}}};
-  c.rope = quarter_turns();
+  Case c = three_rotated_tokens();
   c.rope.scaling_factor = 1e-306;
   try {
     c.eviction_steps("expected-attention", 2, {{"sinks", "1"}});

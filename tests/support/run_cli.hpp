@@ -16,16 +16,20 @@ struct CliResult {
   std::string output;
 };
 
-// `env`: assignments like "A=b" set for the command.
-inline CliResult run_kvsim(const std::string& args, const std::string& env = "") {
-  const std::string command = env + (env.empty() ? "" : " ") + KVSIM_EXE + " " + args + " 2>&1";
-  FILE* pipe = ::popen(command.c_str(), "r");
+// What `command` (a shell command line) printed, stdout and stderr together, and its exit code.
+inline CliResult run_shell(const std::string& command) {
+  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
   std::string output;
   std::array<char, 4096> buffer{};
   size_t n;
   while ((n = std::fread(buffer.data(), 1, buffer.size(), pipe)) > 0) output.append(buffer.data(), n);
   const int status = ::pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// `env`: assignments like "A=b" set for the command.
+inline CliResult run_kvsim(const std::string& args, const std::string& env = "") {
+  return run_shell(env + (env.empty() ? "" : " ") + KVSIM_EXE + " " + args);
 }
 
 inline int count_lines(const std::string& text) {
