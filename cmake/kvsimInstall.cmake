@@ -10,7 +10,7 @@ set(KVSIM_INSTALL_CMAKE_DIR "${CMAKE_INSTALL_LIBDIR}/cmake/kvsim")
 
 # kvsim::data_dir(): the source tree's data/ when run from this build tree, else the
 # installation's share/kvsim (found from the binary's location, so installs can move).
-set_property(SOURCE src/core/data_dir.cpp TARGET_DIRECTORY kvsim_core APPEND PROPERTY COMPILE_DEFINITIONS
+set_property(SOURCE sim/core/data_dir.cpp TARGET_DIRECTORY kvsim_core APPEND PROPERTY COMPILE_DEFINITIONS
   KVSIM_SOURCE_DATA_DIR="${CMAKE_SOURCE_DIR}/data"
   KVSIM_BUILD_DIR="${CMAKE_BINARY_DIR}"
   KVSIM_INSTALL_DATA_DIR="${CMAKE_INSTALL_PREFIX}/${KVSIM_INSTALL_DATA_DIR}")
@@ -24,9 +24,10 @@ set(kvsim_component_targets kvtrace kvsim_sim)
 foreach(component IN LISTS kvsim_components)
   set_target_properties(kvsim_${component} PROPERTIES EXPORT_NAME ${component})
   list(APPEND kvsim_component_targets kvsim_${component})
-  install(DIRECTORY src/${component}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  get_target_property(component_dir kvsim_${component} SOURCE_DIR)
+  install(DIRECTORY ${component_dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
-install(DIRECTORY src/trace/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+install(DIRECTORY trace/format/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS ${kvsim_component_targets} EXPORT kvsimTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})

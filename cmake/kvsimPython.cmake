@@ -1,5 +1,5 @@
-# The Python package kvsim: the pure-Python tools (src/python/kvsim/*.py) and the compiled
-# module kvsim._kvsim (pybind11, src/python/), which links the kvtrace and kvsim libraries
+# The Python package kvsim: the pure-Python tools (python/kvsim/*.py) and the compiled
+# module kvsim._kvsim (pybind11, python/), which links the kvtrace and kvsim libraries
 # statically. Both land in <build>/python/kvsim, so from a build tree:
 #   PYTHONPATH=<build>/python python3 -c "import kvsim; print(kvsim.open(kvsim.bundled_trace()))"
 # Included from the top-level CMakeLists.txt (KVSIM_PYTHON).
@@ -7,7 +7,7 @@
 set(KVSIM_PYTHON_BUILD_DIR "${CMAKE_BINARY_DIR}/python")
 
 # The .py files, copied at build time so edits to the sources reach the build tree.
-file(GLOB KVSIM_PY_SOURCES CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/src/python/kvsim/*.py")
+file(GLOB KVSIM_PY_SOURCES CONFIGURE_DEPENDS "${CMAKE_SOURCE_DIR}/python/kvsim/*.py")
 set(kvsim_py_copies "")
 foreach(source IN LISTS KVSIM_PY_SOURCES)
   get_filename_component(name "${source}" NAME)
@@ -33,14 +33,14 @@ if(KVSIM_PYTHON)
     # NO_EXTRAS: no link-time optimisation (it only slows the link of a module whose work is in
     # the static libraries); stripped as pybind11 would in release builds.
     pybind11_add_module(kvsim_python MODULE NO_EXTRAS
-      src/python/module.cpp
-      src/python/module_trace.cpp
-      src/python/module_replay.cpp
-      src/python/module_analysis.cpp
-      src/python/module_plan.cpp
-      src/python/module_eval.cpp
-      src/python/module_policy.cpp
-      src/python/array_source.cpp
+      python/module.cpp
+      python/module_trace.cpp
+      python/module_replay.cpp
+      python/module_analysis.cpp
+      python/module_plan.cpp
+      python/module_eval.cpp
+      python/module_policy.cpp
+      python/array_source.cpp
     )
     string(TOUPPER "${CMAKE_BUILD_TYPE}" kvsim_build_type)
     if(NOT kvsim_build_type MATCHES "DEBUG|RELWITHDEBINFO")
@@ -51,7 +51,7 @@ if(KVSIM_PYTHON)
       LIBRARY_OUTPUT_DIRECTORY "${KVSIM_PYTHON_BUILD_DIR}/kvsim")
     target_link_libraries(kvsim_python PRIVATE kvsim_sim nlohmann_json::nlohmann_json)
     if(KVSIM_HAVE_QT)  # kvsim.gui: kvsim-gui's window in the Python process
-      target_sources(kvsim_python PRIVATE src/python/module_gui.cpp)
+      target_sources(kvsim_python PRIVATE python/module_gui.cpp)
       target_link_libraries(kvsim_python PRIVATE kvsim_gui_lib)
       target_compile_definitions(kvsim_python PRIVATE KVSIM_HAVE_QT)
     endif()

@@ -2,7 +2,7 @@
 """Adds the RoPE root attributes (docs/traces.md) to the bundled trace, which predates them.
 
 data/traces/stories15M-8x256.h5 was captured from llama2.c's stories15M before `kvsim
-capture` wrote them. Its model's RoPE is known: src/model/llama2.cpp rotates dims (2i, 2i+1)
+capture` wrote them. Its model's RoPE is known: trace/model/llama2.cpp rotates dims (2i, 2i+1)
 of each head by pos / 10000^(2i / head_dim) (the table after "RoPE table", `rope()`), which
 llama2_rope() declares: theta 10000, scaling none, factor 1, rotary_dims = head_dim,
 pairing interleaved. This writes only those five attributes, with the types kvsim's writer

@@ -3,7 +3,7 @@
 
 Usage: check_architecture.py docs/architecture.md BUILD/component_links.txt
 
-Every target in the table must exist with exactly the kvsim links the table lists, every
+Every target in the table must exist in the folder and with exactly the kvsim links the table lists, every
 kvsim target CMake has must be in the table, and no component may link one listed below it
 (the table is in the order data flows, so nothing points back up).
 """
@@ -24,26 +24,30 @@ def table(path):
         if len(cells) != 4 or cells[2] in ("target", "---"):
             continue
         target = cells[2].strip("`")
+        folder = cells[1].strip("`")
         links = re.findall(r"`([^`]+)`", cells[3])
-        rows.append((target, links))
+        rows.append((target, folder, links))
     return rows
 
 
 def main():
     doc, graph = sys.argv[1], sys.argv[2]
-    actual = {}
+    actual, folders = {}, {}
     for line in open(graph, encoding="utf-8"):
         if ":" in line:
-            target, links = line.rstrip("\n").split(":", 1)
+            name, links = line.rstrip("\n").split(":", 1)
+            target, _, folders[target] = name.partition(" ")
             actual[target] = links.split()
     rows = table(doc)
     problems = []
-    order = [target for target, _ in rows]
-    for index, (target, links) in enumerate(rows):
+    order = [target for target, _, _ in rows]
+    for index, (target, folder, links) in enumerate(rows):
         if target not in actual:
             if target not in OPTIONAL:
                 problems.append(f"{target}: in the table but not a CMake target")
             continue
+        if folder != folders[target]:
+            problems.append(f"{target}: the table says it is in '{folder}', CMake '{folders[target]}'")
         links = [link for link in links if link in actual or link not in OPTIONAL]  # built without Qt
         if sorted(links) != sorted(actual[target]):
             problems.append(f"{target}: the table says it links {sorted(links)}, CMake {sorted(actual[target])}")

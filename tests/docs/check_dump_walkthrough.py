@@ -25,7 +25,7 @@ import unittest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXE = os.environ.get("KVSIM_EXE", os.path.join(ROOT, "build", "kvsim"))
-sys.path.insert(0, os.path.join(ROOT, "src", "python"))
+sys.path.insert(0, os.path.join(ROOT, "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from check_outputs import commands_of  # noqa: E402

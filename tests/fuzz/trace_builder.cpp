@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "../../src/trace/h5io.hpp"
+#include "../../trace/format/h5io.hpp"
 
 namespace kvfuzz {
 

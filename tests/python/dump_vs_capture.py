@@ -24,7 +24,7 @@ import numpy as np
 
 SKIP = 77
 HERE = os.path.dirname(os.path.abspath(__file__))
-SRC_PYTHON = os.path.normpath(os.path.join(HERE, "..", "..", "src", "python"))
+SRC_PYTHON = os.path.normpath(os.path.join(HERE, "..", "..", "python"))
 
 
 def skip_reason():

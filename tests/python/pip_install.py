@@ -46,9 +46,9 @@ def run(args, **kw):
 
 def needed_files(source):
     """The files the CMake build of the module and the program reads: CMakeLists.txt, cmake/,
-    src/ and data/ (what MANIFEST.in puts in the sdist)."""
+    trace/, sim/, gui/, python/ and data/ (what MANIFEST.in puts in the sdist)."""
     out = {"CMakeLists.txt", "setup.py", "pyproject.toml", "README.md"}
-    for top in ("cmake", "src", "data"):
+    for top in ("cmake", "trace", "sim", "gui", "python", "data"):
         for folder, dirs, files in os.walk(os.path.join(source, top)):
             dirs[:] = [d for d in dirs if d != "__pycache__" and not d.endswith(".egg-info")]
             for name in files:

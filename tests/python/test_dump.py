@@ -18,7 +18,7 @@ from kvsim import tracefile as tf
 
 from . import llama_ref as ref
 
-PKG_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "src", "python"))
+PKG_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
 
 def torch_problem():

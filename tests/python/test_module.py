@@ -652,7 +652,7 @@ class WithoutNativeTest(unittest.TestCase):
     def test_pure_python_package(self):
         code = ("import kvsim, kvsim.tracefile\n"
                 "try:\n    kvsim.replay\nexcept ImportError as e:\n    print('ImportError:', e)\n")
-        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "src", "python"))
+        env = dict(os.environ, PYTHONPATH=os.path.join(ROOT, "python"))
         r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
         self.assertEqual(r.returncode, 0, r.stderr)
         self.assertIn("ImportError: kvsim's replay functions need the compiled module kvsim._kvsim", r.stdout)

@@ -7,7 +7,7 @@
 #include <map>
 #include <memory>
 
-#include "../../src/core/future.hpp"
+#include "../../sim/core/future.hpp"
 #include "hand_cases.hpp"
 #include "kvtrace/attention_source.hpp"
 #include "kvtrace/error.hpp"
@@ -539,7 +539,7 @@ TEST(EngineErrors, BudgetConstraintsAtReplay) {
   EXPECT_THROW(hand::replay1(kC, "scissorhands", 3, {{"m", "4"}}), kvtrace::InputError);  // m > B
 }
 
-// PackedFuture (src/core/future.hpp): R_t[i] = sum over s > t of the group's aggregated row
+// PackedFuture (sim/core/future.hpp): R_t[i] = sum over s > t of the group's aggregated row
 // a_s[i], summed from the last step backwards, for every t and i <= t, bit for bit, over a
 // trace of several row blocks (kvtrace::kRowBlockSize) and each way of aggregating.
 TEST(PackedFuture, EqualsTheSuffixSumsOfTheAggregatedRows) {

@@ -1,4 +1,4 @@
-// Output error a block of steps at a time (src/core/output_batch.hpp) gives the per-step sums
+// Output error a block of steps at a time (sim/core/output_batch.hpp) gives the per-step sums
 // bit for bit: the kernel by hand, and the engine's batched path against its per-step path
 // and the direct definition.
 #include <gtest/gtest.h>
@@ -9,8 +9,8 @@
 #include <memory>
 #include <vector>
 
-#include "../../src/core/output_batch.hpp"
-#include "../../src/core/value_sums.hpp"
+#include "../../sim/core/output_batch.hpp"
+#include "../../sim/core/value_sums.hpp"
 #include "hand_cases.hpp"
 #include "kvsim/policies/registry.hpp"
 #include "kvsim/replay/replay.hpp"

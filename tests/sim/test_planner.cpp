@@ -1,4 +1,4 @@
-// The capacity planner (src/plan/include/kvsim/plan/planner.hpp): KV bytes per token by hand for MHA
+// The capacity planner (sim/plan/include/kvsim/plan/planner.hpp): KV bytes per token by hand for MHA
 // and GQA models, memory, block rounding, quantized blocks, the budget chosen from a small
 // sweep CSV, the combined compression of eviction and quantization, and the bundled cards.
 #include <gtest/gtest.h>

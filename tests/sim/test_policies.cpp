@@ -9,7 +9,7 @@
 #include <random>
 #include <tuple>
 
-#include "../../src/policies/select.hpp"
+#include "../../sim/policies/select.hpp"
 #include "hand_cases.hpp"
 #include "kvtrace/error.hpp"
 #include "kvsim/policies/registry.hpp"

@@ -1,4 +1,4 @@
-// KV quantization (src/quant/include/kvsim/quant/quant.hpp): bits per element, fake quantization of
+// KV quantization (sim/quant/include/kvsim/quant/quant.hpp): bits per element, fake quantization of
 // known vectors worked by hand, grouping axes, the residual window step by step, presets and
 // the spec syntax.
 #include <gtest/gtest.h>

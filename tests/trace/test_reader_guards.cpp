@@ -12,7 +12,7 @@
 
 #include "../support/small_trace.hpp"
 #include "../support/temp_dir.hpp"
-#include "../../src/trace/h5io.hpp"
+#include "../../trace/format/h5io.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/synth.hpp"
 #include "kvtrace/validate.hpp"
