@@ -9,14 +9,13 @@
 #include <cmath>
 #include <limits>
 
-#include "kvsim/core/policy.hpp"
-#include "../select.hpp"
+#include "kvsim/policies/scoring.hpp"
 #include "kvtrace/error.hpp"
 
 namespace kvsim {
 namespace {
 
-class RKV final : public Policy {
+class RKV final : public ScoringPolicy {
  public:
   explicit RKV(const Params& params)
       : window_(params.integer("window")),
@@ -24,33 +23,25 @@ class RKV final : public Policy {
         lambda_(params.real("lambda")),
         threshold_(params.real("threshold")) {}
 
-  void reset(const GroupContext& group) override {
+ private:
+  void on_reset(const GroupContext& group) override {  // adopt: no state but the budget's
     tensors_ = group.tensors;
     budget_ = group.budget;
   }
-  bool adopt(const Policy&) override { return true; }  // no state but the budget's
 
-  void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool,
-             std::vector<int32_t>& victims) override {
-    if (excess <= 0) return;
-    RKV::scores(step, cache, own_scores_);
-    evict_lowest(cache, own_scores_, excess, victims);
-  }
-
-  bool scores(int64_t step, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+  Ranked rank(int64_t step, std::span<const int32_t> cache, std::vector<double>& scores) const override {
     const size_t n = cache.size();
-    scores.assign(n, std::numeric_limits<double>::infinity());
     // The window (kept and observing) clipped to the budget: the authors need budget > window.
     const auto w = static_cast<size_t>(std::min(window_, budget_));
-    if (n <= w) return true;
+    if (n <= w) return candidates(0, std::span<const double>());
     const size_t m = n - w;  // the candidates: cache[0..m)
     importance(step, cache, m);
     redundancy(cache);
+    scores.resize(m);
     for (size_t j = 0; j < m; ++j) scores[j] = lambda_ * pooled_[j] - (1 - lambda_) * redundancy_[j];
-    return true;
+    return candidates(0, scores);
   }
 
- private:
   // pooled_[j], j < m: max over |i - j| <= kernel/2 of the mean over the last w queries of
   // softmax_j(max over the group's heads of q.k_j / sqrt(d)).
   void importance(int64_t step, std::span<const int32_t> cache, size_t m) const {
@@ -125,7 +116,6 @@ class RKV final : public Policy {
   double lambda_, threshold_;
   const GroupTensors* tensors_ = nullptr;
   int64_t budget_ = 0;
-  std::vector<double> own_scores_;
   mutable std::vector<double> mean_, logits_, pooled_, unit_, row_, redundancy_;
 };
 
