@@ -120,7 +120,7 @@ PolicyInfo cake_policy() {
     text.append(":window=").append(params.text("window"));
     return text;
   };
-  info.make = [](const Params& params) { return std::make_unique<Cake>(params); };
+  set_make<Cake>(info);
   return info;
 }
 

@@ -35,7 +35,7 @@ PolicyInfo h2o_policy() {
   PolicyInfo info;
   info.name = "h2o";
   info.summary = "H2O: accumulated attention, floor(B/2) most recent protected, evict lowest";
-  info.make = [](const Params&) { return std::make_unique<H2O>(); };
+  set_make<H2O>(info);
   return info;
 }
 

@@ -32,7 +32,7 @@ PolicyInfo observed_attention_policy() {
   PolicyInfo info;
   info.name = "observed-attention";
   info.summary = "ObservedAttentionPress: mean attention received per row that sees the token";
-  info.make = [](const Params&) { return std::make_unique<ObservedAttention>(); };
+  set_make<ObservedAttention>(info);
   return info;
 }
 

@@ -124,7 +124,7 @@ PolicyInfo scissorhands_policy() {
       {"m", ParamType::integer, "", "tokens dropped when over budget (default max(1, floor(B/2)))", 1, 1e9, {}},
       {"threshold", ParamType::choice, "avg", "avg: 1/(cache size at s); paper: 1/(s+1)", 0, 0, {"avg", "paper"}},
   };
-  info.make = [](const Params& params) { return std::make_unique<Scissorhands>(params); };
+  set_make<Scissorhands>(info);
   return info;
 }
 

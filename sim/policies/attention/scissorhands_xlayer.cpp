@@ -71,7 +71,7 @@ PolicyInfo scissorhands_xlayer_policy() {
   info.params = {{"alpha", ParamType::real, "0.5", "weight of the layer below in the fused score", 0, 1, {}}};
   info.grouping = Grouping::layer;
   info.engine = Engine::cross_layer;
-  info.make = [](const Params&) { return std::make_unique<ScissorhandsXLayer>(); };
+  set_make<ScissorhandsXLayer>(info);
   info.make_sequence_state = [](const Params& params, int n_layers, int64_t n_tokens) {
     auto state = std::make_shared<FusedLayers>();
     state->alpha = params.real("alpha");

@@ -215,7 +215,7 @@ PolicyInfo snapkv_policy() {
       {"window", ParamType::integer, "32", "observation window W (query rows, and recent positions kept)", 1, 1e9, {}},
       {"kernel", ParamType::integer, "5", "max-pool kernel size along positions (odd)", 1, 1e9, {}},
   };
-  info.make = [](const Params& params) { return std::make_unique<SnapKV>(params); };
+  set_make<SnapKV>(info);
   return info;
 }
 

@@ -32,7 +32,7 @@ PolicyInfo tova_policy() {
   info.name = "tova";
   info.summary = "TOVA: per layer, evict the lowest current-step attention (mean over heads)";
   info.grouping = Grouping::layer;
-  info.make = [](const Params&) { return std::make_unique<Tova>(); };
+  set_make<Tova>(info);
   return info;
 }
 

@@ -26,7 +26,7 @@ PolicyInfo lookahead_policy() {
   info.summary = "knows the future: evict the least attention in all remaining steps of the full trace";
   info.needs_attention = false;
   info.needs_future = true;
-  info.make = [](const Params&) { return std::make_unique<Lookahead>(); };
+  set_make<Lookahead>(info);
   return info;
 }
 

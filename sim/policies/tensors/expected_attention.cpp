@@ -205,7 +205,7 @@ PolicyInfo expected_attention_policy() {
   info.needs_values = true;
   info.needs_queries = true;
   info.rope_problem = rope_problem;
-  info.make = [](const Params& params) { return std::make_unique<ExpectedAttention>(params); };
+  set_make<ExpectedAttention>(info);
   return info;
 }
 

@@ -108,7 +108,7 @@ PolicyInfo keydiff_policy() {
   };
   info.needs_attention = false;
   info.needs_keys = true;
-  info.make = [](const Params& params) { return std::make_unique<KeyDiff>(params); };
+  set_make<KeyDiff>(info);
   return info;
 }
 

@@ -44,7 +44,7 @@ PolicyInfo knorm_policy() {
   info.summary = "KnormPress: evict the cached keys of largest L2 norm (the new one included)";
   info.needs_attention = false;
   info.needs_keys = true;
-  info.make = [](const Params&) { return std::make_unique<Knorm>(); };
+  set_make<Knorm>(info);
   return info;
 }
 

@@ -21,7 +21,10 @@ class RKV final : public ScoringPolicy {
       : window_(params.integer("window")),
         kernel_(params.integer("kernel")),
         lambda_(params.real("lambda")),
-        threshold_(params.real("threshold")) {}
+        threshold_(params.real("threshold")) {
+    if (kernel_ % 2 == 0)
+      throw kvtrace::InputError("", "", "r-kv: kernel must be odd (max-pooled over the centred neighbours)");
+  }
 
  private:
   void on_reset(const GroupContext& group) override {  // adopt: no state but the budget's
@@ -136,11 +139,7 @@ PolicyInfo rkv_policy() {
   info.needs_attention = false;
   info.needs_keys = true;
   info.needs_queries = true;
-  info.make = [](const Params& params) {
-    if (params.integer("kernel") % 2 == 0)
-      throw kvtrace::InputError("", "", "r-kv: kernel must be odd (max-pooled over the centred neighbours)");
-    return std::make_unique<RKV>(params);
-  };
+  set_make<RKV>(info);
   return info;
 }
 

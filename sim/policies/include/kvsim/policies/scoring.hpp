@@ -3,9 +3,12 @@
 // policy writes its scores, and its observe() state where it has one; the base evicts the
 // lowest scores (kvsim's tie rule: the lower position first), gives the engine the scores it
 // ranks itself (page mode, head-adaptive budgets: Policy::scores), forgets the victims' state
-// (the columns below) and shares it across budgets (adopt).
+// (the columns below) and shares it across budgets (adopt). set_make() declares such a
+// policy in its PolicyInfo (PolicyInfo::scoring).
 #include <cstdint>
+#include <memory>
 #include <span>
+#include <type_traits>
 #include <vector>
 
 #include "kvsim/core/policy.hpp"
@@ -109,5 +112,16 @@ class ScoringPolicy : public Policy {
   mutable std::vector<double> ranked_;     // scores()'s scratch for rank
   std::vector<size_t> erased_;
 };
+
+// Sets info.make to construct P (from the resolved parameters where its constructor takes
+// them) and info.scoring to whether P is a ScoringPolicy.
+template <class P>
+void set_make(PolicyInfo& info) {
+  if constexpr (std::is_constructible_v<P, const Params&>)
+    info.make = [](const Params& params) { return std::make_unique<P>(params); };
+  else
+    info.make = [](const Params&) { return std::make_unique<P>(); };
+  info.scoring = std::is_base_of_v<ScoringPolicy, P>;
+}
 
 }  // namespace kvsim
