@@ -73,12 +73,12 @@ using Vectors = std::vector<std::vector<double>>;  // one row per position
 // tensors, bounds): one layer of one sequence, the rows of each query head, and where the
 // policy reads them the stored keys, values and queries.
 struct Case {
-  std::vector<Rows> rows;         // per query head; empty: uniform rows (they only drive the steps)
-  int64_t n = 0;                  // tokens, where rows is empty
+  std::vector<Rows> rows;  // per query head; empty: uniform rows (they only drive the steps)
+  int64_t n = 0;           // tokens, where rows is empty
   int n_kv_heads = 1;
-  std::vector<Vectors> keys;      // per kv head (policies that read keys)
-  std::vector<Vectors> values;    // per kv head: the output error, and policies that read values
-  std::vector<Vectors> queries;   // per query head (policies that read queries)
+  std::vector<Vectors> keys;     // per kv head (policies that read keys)
+  std::vector<Vectors> values;   // per kv head: the output error, and policies that read values
+  std::vector<Vectors> queries;  // per query head (policies that read queries)
   kvtrace::RopeMeta rope;
   kvsim::Mode mode = kvsim::Mode::stream;
   int64_t prompt_len = 0;

@@ -196,7 +196,7 @@ class SnapKV final : public ScoringPolicy {
   int64_t budget_ = 0;
   size_t n_tokens_ = 0;
   CacheColumn<double> window_sum_;
-  CacheColumn<uint32_t> slot_of_;  // the token's slot in rows_
+  CacheColumn<uint32_t> slot_of_;    // the token's slot in rows_
   size_t stride_ = 0;                // slots per row
   std::vector<float> rows_;          // [W][slot]: the ring of the last W rows
   std::vector<int64_t> written_at_;  // per ring row: the step it was written at (-1: never)

@@ -86,7 +86,9 @@ class ScoringPolicy : public Policy {
     const double* scores = nullptr;
     const float* float_scores = nullptr;
   };
-  static Ranked candidates(size_t first, std::span<const double> scores) { return {first, scores.size(), scores.data()}; }
+  static Ranked candidates(size_t first, std::span<const double> scores) {
+    return {first, scores.size(), scores.data()};
+  }
   static Ranked candidates(size_t first, std::span<const float> scores) {
     return {first, scores.size(), nullptr, scores.data()};
   }
