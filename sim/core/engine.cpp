@@ -54,11 +54,10 @@ std::vector<Coupling> head_couplings(const Lane& lane, std::vector<Simulation>& 
   using Key = std::tuple<int64_t, int, const PolicyInfo*, std::map<std::string, std::string>, int>;
   std::map<Key, std::vector<size_t>> alike;
   const auto kv_heads = static_cast<int>(lane.groups.size()) - 1;  // the last group is the layer's
-  std::vector<double> probe;
   for (size_t s = 0; s < lane.simulations.size(); ++s) {
     const SimulationSpec& spec = lane.simulations[s];
     if (spec.policy->engine != Engine::cache || spec.policy->grouping != Grouping::kv_head || !spec.policy->budgeted ||
-        spec.sequence_state || spec.group >= kv_heads || head_floor(spec, options) < 0 || !running[s].scores(0, probe))
+        spec.sequence_state || spec.group >= kv_heads || head_floor(spec, options) < 0 || !spec.policy->scoring)
       continue;
     alike[{spec.budget, spec.layer, spec.policy, spec.params.values(), spec.quant}].push_back(s);
   }

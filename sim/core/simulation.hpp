@@ -304,7 +304,7 @@ class Simulation {
   // Page mode and head-adaptive budgets rank the policy's scores in the engine (one set per
   // cached position, Policy::scores): a policy without them is refused, in the same words.
   void require_scores(const std::string& option) {
-    if (!policy_->scores(-1, {}, scores_))
+    if (!spec_.policy->scoring)
       throw kvtrace::InputError(
           "", "",
           "policy " + spec_.policy->name + " has no per-position scores; " + option + " needs a scoring policy");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "kvsim/core/policy.hpp"
+#include "kvsim/policies/scoring.hpp"  // erase_indices, for the policies that compact their own state
 
 namespace kvsim {
 
@@ -85,24 +86,6 @@ inline void evict_lowest(std::span<const int32_t> candidates, std::span<const do
   if (!indices) return;
   for (size_t j = 0; j < count; ++j) indices->push_back(ranked[j].second);
   std::sort(indices->begin(), indices->end());
-}
-
-// Per-token state kept in cache order (aligned with the `cache` span the engine passes)
-// turns a policy's observe into a linear, vectorisable pass instead of scattered updates by
-// position. The engine removes exactly the victims a policy names, so the policy drops their
-// entries itself: evict_lowest says where they sit in the cache (ascending indices) and
-// `erase_indices` compacts one aligned array of `size` entries.
-template <class T>
-void erase_indices(T* values, size_t size, std::span<const size_t> indices) {
-  if (indices.empty()) return;
-  size_t out = indices.front(), next = 0;
-  for (size_t j = indices.front(); j < size; ++j) {
-    if (next < indices.size() && indices[next] == j) {
-      ++next;
-      continue;
-    }
-    values[out++] = values[j];
-  }
 }
 
 }  // namespace kvsim

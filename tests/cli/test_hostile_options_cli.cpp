@@ -98,6 +98,21 @@ TEST_F(HostileOptions, ExpectedAttentionRunsAdaptive) {
   EXPECT_EQ(table_of(uniform.output), table_of(page_one.output));
 }
 
+// expected-attention scores positions, so --head-budget adaptive shares its layer's slots:
+// its CSV is not the uniform run's (where the floor is 1, each head its own top B, it is).
+TEST_F(HostileOptions, ExpectedAttentionAdaptiveCsvIsNotUniform) {
+  const std::string rope = with_rope("rope.h5", 10000, 1);
+  const std::string common = "replay " + rope + " --policy expected-attention --param sinks=1 --budget 8 --csv ";
+  const std::string uniform = dir_.file("uniform.csv"), adaptive = dir_.file("adaptive.csv"),
+                    floor_one = dir_.file("floor-one.csv");
+  ASSERT_EQ(kvtest::run_kvsim(common + uniform).code, 0);
+  ASSERT_EQ(kvtest::run_kvsim(common + adaptive + " --head-budget adaptive").code, 0);
+  ASSERT_EQ(kvtest::run_kvsim(common + floor_one + " --head-budget adaptive --head-floor 1").code, 0);
+  ASSERT_FALSE(kvtest::slurp(uniform).empty());
+  EXPECT_NE(kvtest::slurp(uniform), kvtest::slurp(adaptive));
+  EXPECT_EQ(kvtest::slurp(uniform), kvtest::slurp(floor_one));
+}
+
 TEST_F(HostileOptions, PrefillNeedsDecodingSteps) {
   const std::string whole = dir_.file("whole.h5");
   ASSERT_EQ(kvtest::run_kvsim("synth " + whole +

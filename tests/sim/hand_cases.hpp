@@ -1,9 +1,10 @@
 #pragma once
-// Hand-written attention traces and small helpers for the hand-worked policy and engine tests
-// (test_policies.cpp, test_engine.cpp). Every expected value in those tests was derived by hand
+// Hand-written attention traces and the harness of the hand-worked policy and engine tests
+// (hand::Case: every family's). Every expected value in those tests was derived by hand
 // from docs/semantics.md (sections 2-4), not from kvsim's sources.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
@@ -11,6 +12,9 @@
 #include <vector>
 
 #include "../support/rows.hpp"
+#include "kvsim/core/engine.hpp"
+#include "kvsim/policies/registry.hpp"
+#include "kvsim/replay/replay.hpp"
 
 namespace hand {
 
@@ -63,19 +67,86 @@ inline std::vector<float> flat_values(const std::vector<std::vector<double>>& v)
   return out;
 }
 
+using Vectors = std::vector<std::vector<double>>;  // one row per position
+
+// The one harness of the hand-worked policy tests, for every family (baselines, attention,
+// tensors, bounds): one layer of one sequence, the rows of each query head, and where the
+// policy reads them the stored keys, values and queries.
+struct Case {
+  std::vector<Rows> rows;  // per query head; empty: uniform rows (they only drive the steps)
+  int64_t n = 0;           // tokens, where rows is empty
+  int n_kv_heads = 1;
+  std::vector<Vectors> keys;     // per kv head (policies that read keys)
+  std::vector<Vectors> values;   // per kv head: the output error, and policies that read values
+  std::vector<Vectors> queries;  // per query head (policies that read queries)
+  kvtrace::RopeMeta rope;
+  kvsim::Mode mode = kvsim::Mode::stream;
+  int64_t prompt_len = 0;
+
+  // One record per cache group the policy runs on.
+  std::vector<kvsim::GroupRecord> replay(const std::string& policy, int64_t budget,
+                                         const std::map<std::string, std::string>& params = {}) const {
+    std::vector<Rows> heads = rows;
+    if (heads.empty()) {
+      heads.resize(std::max<size_t>(1, queries.size()));
+      for (auto& head : heads)
+        for (int64_t t = 0; t < n; ++t) head.push_back(std::vector<double>(t + 1, 1.0 / static_cast<double>(t + 1)));
+    }
+    const auto tokens = static_cast<int64_t>(heads.front().size());
+    std::vector<std::vector<float>> k = flat(keys), v = flat(values), q = flat(queries);
+    const kvsim::PolicyChoice choice = kvsim::choose_policy(policy, params);
+    if (!choice.info->needs_tensors())  // the rows' replay, as kvsim.replay_rows runs it
+      return kvtest::replay(pack(heads), tokens, n_kv_heads, policy, budget, params, mode, prompt_len, v, head_dim());
+    const int n_heads = static_cast<int>(heads.size());
+    kvtrace::PackedAttentionSource source(tokens, pack(heads));
+    std::vector<kvsim::CacheGroup> groups = kvsim::layer_cache_groups(n_heads, n_kv_heads, 0, 0);
+    kvsim::attach_group_tensors(groups, n_heads, n_kv_heads, {k, v, q, head_dim(), rope});
+    std::vector<kvsim::SimulationSpec> specs;
+    std::vector<kvsim::GroupRecord> records;
+    const kvsim::GroupRange range = kvsim::policy_groups(*choice.info, n_kv_heads);
+    for (int g = range.first; g < range.last; ++g) {
+      specs.push_back(kvsim::simulation_spec(choice, budget, g, 0, nullptr));
+      records.emplace_back().group = g;
+      records.back().heads = groups[static_cast<size_t>(g)].heads;
+    }
+    kvsim::EngineOptions options;
+    options.mode = mode;
+    options.prompt_len = prompt_len;
+    std::vector<kvsim::SimulationResult> results = kvsim::run_engine(source, groups, specs, options);
+    for (size_t r = 0; r < results.size(); ++r) records[r].result = std::move(results[r]);
+    return records;
+  }
+  // The first cache group's eviction steps.
+  std::vector<int32_t> eviction_steps(const std::string& policy, int64_t budget,
+                                      const std::map<std::string, std::string>& params = {}) const {
+    return replay(policy, budget, params).at(0).result.eviction_step;
+  }
+
+ private:
+  int head_dim() const {
+    for (const auto* heads : {&keys, &values, &queries})
+      if (!heads->empty() && !heads->front().empty()) return static_cast<int>(heads->front().front().size());
+    return 0;
+  }
+  static std::vector<std::vector<float>> flat(const std::vector<Vectors>& heads) {
+    std::vector<std::vector<float>> out;
+    for (const Vectors& head : heads) out.push_back(flat_values(head));
+    return out;
+  }
+};
+
 // Replays heads (all sharing n tokens) with n_kv_heads groups.
 inline std::vector<kvsim::GroupRecord> replay(const std::vector<Rows>& heads, int n_kv_heads, const std::string& policy,
                                               int64_t budget, const std::map<std::string, std::string>& params = {},
                                               kvsim::Mode mode = kvsim::Mode::stream, int64_t prompt_len = 0,
-                                              const std::vector<std::vector<std::vector<double>>>& values = {}) {
-  std::vector<std::vector<float>> flat;
-  int head_dim = 0;
-  for (const auto& v : values) {
-    flat.push_back(flat_values(v));
-    head_dim = static_cast<int>(v.front().size());
-  }
-  return kvtest::replay(pack(heads), static_cast<int64_t>(heads.front().size()), n_kv_heads, policy, budget, params,
-                        mode, prompt_len, flat, head_dim);
+                                              const std::vector<Vectors>& values = {}) {
+  Case c;
+  c.rows = heads;
+  c.n_kv_heads = n_kv_heads;
+  c.values = values;
+  c.mode = mode;
+  c.prompt_len = prompt_len;
+  return c.replay(policy, budget, params);
 }
 
 // One head, one group.

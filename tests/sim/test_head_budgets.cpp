@@ -8,6 +8,7 @@
 #include "../support/rows.hpp"
 #include "kvsim/core/engine.hpp"
 #include "kvsim/core/head_budget.hpp"
+#include "kvsim/policies/scoring.hpp"
 #include "kvsim/replay/replay.hpp"
 #include "kvtrace/error.hpp"
 
@@ -46,37 +47,21 @@ TEST(AdaptiveKeep, FloorThenPooled) {
 
 // A scoring policy for the engine test: the score of a cached position is its entry in the
 // group's last observed row; evict() drops the lowest (ties: the lower position).
-class LastRow final : public kvsim::Policy {
- public:
-  void reset(const kvsim::GroupContext&) override { last_.clear(); }
-  void observe(int64_t, std::span<const int32_t>, std::span<const float> attention) override {
+class LastRow final : public kvsim::ScoringPolicy {
+  void on_observe(int64_t, std::span<const int32_t>, std::span<const float> attention) override {
     last_.assign(attention.begin(), attention.end());
   }
-  void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
-    std::vector<size_t> order(cache.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return last_[a] < last_[b]; });
-    for (int64_t k = 0; k < excess; ++k) victims.push_back(cache[order[static_cast<size_t>(k)]]);
-    std::vector<size_t> gone(order.begin(), order.begin() + std::max<int64_t>(excess, 0));
-    std::sort(gone.begin(), gone.end());
-    forget(cache, gone);
-  }
-  bool scores(int64_t, std::span<const int32_t>, std::vector<double>& out) const override {
-    out.assign(last_.begin(), last_.end());
-    return true;
-  }
-  void forget(std::span<const int32_t>, std::span<const size_t> indices) override {
-    for (size_t k = indices.size(); k-- > 0;) last_.erase(last_.begin() + static_cast<std::ptrdiff_t>(indices[k]));
+  Ranked rank(int64_t, std::span<const int32_t>, std::vector<double>&) const override {
+    return candidates(0, std::span<const float>(last_));
   }
 
- private:
   std::vector<float> last_;
 };
 
 kvsim::PolicyInfo last_row_policy() {
   kvsim::PolicyInfo info;
   info.name = "last-row";
-  info.make = [](const kvsim::Params&) { return std::make_unique<LastRow>(); };
+  kvsim::set_make<LastRow>(info);
   return info;
 }
 

@@ -17,44 +17,8 @@
 
 namespace {
 
-using Vectors = std::vector<std::vector<double>>;  // one row per position
-
-// One layer with one kv head serving rows.size() query heads: the policy's eviction steps.
-// Rows default to uniform (for policies that read no attention they only drive the steps).
-struct Case {
-  int64_t n = 0;
-  std::vector<hand::Rows> rows;  // per query head
-  Vectors keys, values;
-  std::vector<Vectors> queries;  // per query head
-  int head_dim = 2;
-  kvtrace::RopeMeta rope;
-  kvsim::Mode mode = kvsim::Mode::stream;
-  int64_t prompt_len = 0;
-
-  std::vector<int32_t> eviction_steps(const std::string& policy, int64_t budget,
-                                      const std::map<std::string, std::string>& params = {}) const {
-    std::vector<hand::Rows> heads = rows;
-    if (heads.empty()) {
-      heads.resize(std::max<size_t>(1, queries.size()));
-      for (auto& head : heads)
-        for (int64_t t = 0; t < n; ++t) head.push_back(std::vector<double>(t + 1, 1.0 / static_cast<double>(t + 1)));
-    }
-    const int n_heads = static_cast<int>(heads.size());
-    kvtrace::PackedAttentionSource source(n, hand::pack(heads));
-    std::vector<std::vector<float>> k, v, q;
-    if (!keys.empty()) k.push_back(hand::flat_values(keys));
-    if (!values.empty()) v.push_back(hand::flat_values(values));
-    for (const Vectors& head : queries) q.push_back(hand::flat_values(head));
-    std::vector<kvsim::CacheGroup> groups = kvsim::layer_cache_groups(n_heads, 1, 0, 0);
-    kvsim::attach_group_tensors(groups, n_heads, 1, {k, v, q, head_dim, rope});
-    const kvsim::PolicyChoice choice = kvsim::choose_policy(policy, params);
-    const std::vector<kvsim::SimulationSpec> specs = {kvsim::simulation_spec(choice, budget, 0, 0, nullptr)};
-    kvsim::EngineOptions options;
-    options.mode = mode;
-    options.prompt_len = prompt_len;
-    return kvsim::run_engine(source, groups, specs, options).at(0).eviction_step;
-  }
-};
+using hand::Case;
+using hand::Vectors;
 
 // ---- keydiff: score = -cos(k_j, a), a = mean of k_i / |k_i| over the candidates ----
 
@@ -64,7 +28,7 @@ TEST(PolicyKeyDiff, EvictsTheKeyMostLikeTheMeanDirection) {
   // B = 2 at t2: evict 2 (score -0.9965, the lowest).
   Case c;
   c.n = 3;
-  c.keys = {{1, 0}, {0, 2}, {3, 4}};
+  c.keys = {{{1, 0}, {0, 2}, {3, 4}}};
   EXPECT_EQ(c.eviction_steps("keydiff", 2), (std::vector<int32_t>{-1, -1, 2}));
 }
 
@@ -78,7 +42,7 @@ TEST(PolicyKeyDiff, PrefillBlocksFollowBlockPress) {
   // Block 128 covers the prompt in one block: as at once. Evictions at the prompt's last step (3).
   Case c;
   c.n = 4;
-  c.keys = {{-2, 1}, {3, 3}, {3, -3}, {-1, -3}};
+  c.keys = {{{-2, 1}, {3, 3}, {3, -3}, {-1, -3}}};
   c.mode = kvsim::Mode::prefill;
   c.prompt_len = 4;
   EXPECT_EQ(c.eviction_steps("keydiff", 2, {{"block", "0"}}), (std::vector<int32_t>{-1, -1, 3, 3}));
@@ -94,7 +58,7 @@ TEST(PolicyLagKV, ShortCacheKeepsSinksAndMostRecent) {
   // 1, 0, 0.5: evict 2.
   Case c;
   c.n = 4;
-  c.keys = c.values = {{1, 2}, {3, 4}, {5, 6}, {7, 8}};
+  c.keys = c.values = {{{1, 2}, {3, 4}, {5, 6}, {7, 8}}};
   EXPECT_EQ(c.eviction_steps("lagkv", 2, {{"sinks", "1"}, {"lag", "2"}}), (std::vector<int32_t>{-1, 2, 3, -1}));
 }
 
@@ -110,8 +74,8 @@ TEST(PolicyLagKV, ScoresAChunkAgainstTheNext) {
   // Ranks within the chunk / lag: 2 -> 0, 1 -> 0.5: evict 2. (Keys alone would evict 1.)
   Case c;
   c.n = 5;
-  c.keys = {{9, 9}, {1, 1}, {2, 0}, {0, 0}, {2, 4}};
-  c.values = {{9, 9}, {1, 0}, {0.5, 0.5}, {0, 0}, {1, 1}};
+  c.keys = {{{9, 9}, {1, 1}, {2, 0}, {0, 0}, {2, 4}}};
+  c.values = {{{9, 9}, {1, 0}, {0.5, 0.5}, {0, 0}, {1, 1}}};
   const std::map<std::string, std::string> params = {{"sinks", "1"}, {"lag", "2"}};
   EXPECT_EQ(c.eviction_steps("lagkv", 4, params), (std::vector<int32_t>{-1, -1, 4, -1, -1}));
   Case keys_only = c;
@@ -169,8 +133,8 @@ kvtrace::RopeMeta quarter_turns() {
 Case three_rotated_tokens() {
   Case c;
   c.n = 3;
-  c.keys = {{5, 5}, {0, -1}, {1, 0}};
-  c.values = {{1, 1}, {1, 0}, {0, 6}};
+  c.keys = {{{5, 5}, {0, -1}, {1, 0}}};
+  c.values = {{{1, 1}, {1, 0}, {0, 6}}};
   c.queries = {{{7, 7}, {0, 1}, {-3, 0}}};
   c.rope = quarter_turns();
   return c;
@@ -201,8 +165,8 @@ TEST(PolicyExpectedAttention, AveragesTheGroupsSoftmaxes) {
   //   either order); x |v| (1 and 6): 0.5, 3: evict 1. Head 0 alone without |v| evicts 2.
   Case c;
   c.n = 3;
-  c.keys = {{5, 5}, {0, -1}, {1, 0}};
-  c.values = {{1, 1}, {1, 0}, {0, 6}};
+  c.keys = {{{5, 5}, {0, -1}, {1, 0}}};
+  c.values = {{{1, 1}, {1, 0}, {0, 6}}};
   c.queries = {{{7, 7}, {0, 1}, {-3, 0}}, {{7, 7}, {-1, 0}, {0, -3}}};
   c.rope = quarter_turns();
   EXPECT_EQ(c.eviction_steps("expected-attention", 2, {{"sinks", "1"}, {"future", "1"}}),
@@ -220,8 +184,8 @@ TEST(PolicyExpectedAttention, FutureRopeIsTheMeanRotation) {
   //   0.15920 x 0.5 = 0.07960: evict 2.
   Case c;
   c.n = 3;
-  c.keys = {{5, 5}, {0, -1}, {2, 0}};
-  c.values = {{1, 1}, {1, 0}, {0, 0.5}};
+  c.keys = {{{5, 5}, {0, -1}, {2, 0}}};
+  c.values = {{{1, 1}, {1, 0}, {0, 0.5}}};
   c.queries = {{{7, 7}, {0, 1}, {-3, 0}}};
   c.rope = quarter_turns();
   EXPECT_EQ(c.eviction_steps("expected-attention", 2, {{"sinks", "1"}, {"future", "2"}}),
@@ -240,8 +204,8 @@ TEST(PolicyExpectedAttention, RefusesATraceWithoutRope) {
   EXPECT_NE(info.rope_problem(yarn).find("not yarn"), std::string::npos);
   Case c;
   c.n = 3;
-  c.keys = c.values = {{1, 0}, {0, 1}, {1, 1}};
-  c.queries = {c.keys};
+  c.keys = c.values = {{{1, 0}, {0, 1}, {1, 1}}};
+  c.queries = c.keys;
   EXPECT_THROW(c.eviction_steps("expected-attention", 2, {{"sinks", "1"}}), kvtrace::InputError);
 }
 

@@ -18,7 +18,7 @@
 
 namespace {
 
-using Vectors = std::vector<std::vector<double>>;  // one row per position
+using hand::Vectors;
 
 // One kv head with keys `keys` serving one query head per entry of `queries`, head_dim 2.
 struct Tensors {
@@ -96,16 +96,11 @@ TEST(PolicyRKV, EvictsTheLowestScoresOutsideTheWindow) {
   //   [0, 0, 0]; [.70711, 0, 0] -> [0, 0, 0]. Column means 0, -.23570, 0: r = .35842, .28316.
   //   Logits max(4, 0) / sqrt 2, max(-2, 2) / sqrt 2 -> a = .80443, .19557.
   //   z1 = .07 * .80443 - .93 * .35842 = -.27702 < z2 = .01369 - .93 * .28316 = -.24965: 1 goes.
-  hand::Rows rows;
-  for (int64_t t = 0; t < 4; ++t) rows.push_back(std::vector<double>(t + 1, 1.0 / static_cast<double>(t + 1)));
-  kvtrace::PackedAttentionSource source(4, hand::pack({rows, rows}));
-  const std::vector<std::vector<float>> k = {hand::flat_values(kKeys)};
-  const std::vector<std::vector<float>> q = {hand::flat_values(kQueries[0]), hand::flat_values(kQueries[1])};
-  std::vector<kvsim::CacheGroup> groups = kvsim::layer_cache_groups(2, 1, 0, 0);
-  kvsim::attach_group_tensors(groups, 2, 1, {k, {}, q, 2, {}});
-  const kvsim::PolicyChoice choice = kvsim::choose_policy("r-kv", {{"window", "1"}, {"kernel", "1"}});
-  const std::vector<kvsim::SimulationSpec> specs = {kvsim::simulation_spec(choice, 2, 0, 0, nullptr)};
-  EXPECT_EQ(kvsim::run_engine(source, groups, specs, {}).at(0).eviction_step, (std::vector<int32_t>{2, 3, -1, -1}));
+  hand::Case c;
+  c.n = 4;
+  c.keys = {kKeys};
+  c.queries = kQueries;
+  EXPECT_EQ(c.eviction_steps("r-kv", 2, {{"window", "1"}, {"kernel", "1"}}), (std::vector<int32_t>{2, 3, -1, -1}));
 }
 
 TEST(PolicyRKV, RefusesAnEvenKernel) {
@@ -122,16 +117,11 @@ struct QuestRun {
 
 // One head, head_dim 2, uniform rows a_t[j] = 1/(t+1), page 2.
 QuestRun run_quest(const Vectors& keys, const Vectors& queries, int64_t budget, const std::string& dense) {
-  const auto n = static_cast<int64_t>(keys.size());
-  hand::Rows rows;
-  for (int64_t t = 0; t < n; ++t) rows.push_back(std::vector<double>(t + 1, 1.0 / static_cast<double>(t + 1)));
-  kvtrace::PackedAttentionSource source(n, hand::pack({rows}));
-  const std::vector<std::vector<float>> k = {hand::flat_values(keys)}, q = {hand::flat_values(queries)};
-  std::vector<kvsim::CacheGroup> groups = kvsim::layer_cache_groups(1, 1, 0, 0);
-  kvsim::attach_group_tensors(groups, 1, 1, {k, {}, q, 2, {}});
-  const kvsim::PolicyChoice choice = kvsim::choose_policy("quest", {{"page", "2"}, {"dense", dense}});
-  const std::vector<kvsim::SimulationSpec> specs = {kvsim::simulation_spec(choice, budget, 0, 0, nullptr)};
-  kvsim::SimulationResult result = kvsim::run_engine(source, groups, specs, {}).at(0);
+  hand::Case c;
+  c.n = static_cast<int64_t>(keys.size());
+  c.keys = {keys};
+  c.queries = {queries};
+  kvsim::SimulationResult result = c.replay("quest", budget, {{"page", "2"}, {"dense", dense}}).at(0).result;
   return {result.retention, result.occupancy};
 }
 

@@ -16,6 +16,7 @@
 #include "hand_cases.hpp"
 #include "kvsim/core/policy.hpp"
 #include "kvsim/policies/registry.hpp"
+#include "kvsim/policies/scoring.hpp"
 
 namespace {
 
@@ -154,10 +155,22 @@ TEST(ScoresHook, EveryScoringPolicyNamesItsOwnVictims) {
 
 TEST(ScoresHook, NonScoringPoliciesSayNo) {
   for (const char* name : {"full", "recent", "streaming", "random", "scissorhands-official", "oracle", "quest"}) {
-    Driver driver(name, {}, hand::kC, 6);  // asked as page mode asks: after reset, no cache
+    Driver driver(name, {}, hand::kC, 6);
     std::vector<double> scores;
+    EXPECT_FALSE(driver.info.scoring) << name;
     EXPECT_FALSE(driver.policy->scores(-1, {}, scores)) << name;
   }
+}
+
+// PolicyInfo::scoring is what make() gives: a ScoringPolicy, or not (set_make sets it).
+TEST(ScoresHook, EveryPolicyDeclaresWhetherItScores) {
+  for (const kvsim::PolicyInfo& info : kvsim::policies()) {
+    const auto policy = info.make(kvsim::resolve_params(info, {}));
+    EXPECT_EQ(info.scoring, dynamic_cast<const kvsim::ScoringPolicy*>(policy.get()) != nullptr) << info.name;
+  }
+  for (const char* name : {"h2o", "tova", "snapkv", "scissorhands", "scissorhands-xlayer", "observed-attention", "cake",
+                           "knorm", "keydiff", "expected-attention", "r-kv", "lookahead", "pyramidkv", "ada-h2o"})
+    EXPECT_TRUE(kvsim::find_policy(name).scoring) << name;
 }
 
 TEST(ScoresHook, H2OHandWorked) {

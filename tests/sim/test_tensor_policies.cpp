@@ -15,18 +15,13 @@
 
 namespace {
 
-// One head, one kv head, head_dim 2: knorm's eviction steps over trace A's rows (knorm reads
-// no attention, so the rows only drive the steps) with the keys `keys`.
+// One head, one kv head, head_dim 2: knorm's eviction steps with the keys `keys` (knorm
+// reads no attention: uniform rows drive the steps).
 std::vector<int32_t> knorm_eviction_steps(const std::vector<std::vector<double>>& keys, int64_t budget) {
-  hand::Rows rows;
-  for (size_t t = 0; t < keys.size(); ++t) rows.push_back(std::vector<double>(t + 1, 1.0 / static_cast<double>(t + 1)));
-  kvtrace::PackedAttentionSource source(static_cast<int64_t>(rows.size()), hand::pack({rows}));
-  const std::vector<std::vector<float>> key_heads = {hand::flat_values(keys)};
-  std::vector<kvsim::CacheGroup> groups = kvsim::layer_cache_groups(1, 1, 0, 0);
-  kvsim::attach_group_tensors(groups, 1, 1, {key_heads, {}, {}, 2, {}});
-  const kvsim::PolicyChoice policy = kvsim::choose_policy("knorm", {});
-  const std::vector<kvsim::SimulationSpec> specs = {kvsim::simulation_spec(policy, budget, 0, 0, nullptr)};
-  return kvsim::run_engine(source, groups, specs, {}).at(0).eviction_step;
+  hand::Case c;
+  c.n = static_cast<int64_t>(keys.size());
+  c.keys = {keys};
+  return c.eviction_steps("knorm", budget);
 }
 
 TEST(PolicyKnorm, EvictsTheLargestKeyNormNewTokenIncluded) {

@@ -4,21 +4,28 @@
 // the group's heads; the W most recent positions are kept, the top B - W of the rest; under
 // CAKE's layer schedule (--layer-budget cake) with the tau1, tau2 given.
 #include <algorithm>
-#include <limits>
 #include <string>
 
-#include "kvsim/core/policy.hpp"
-#include "../select.hpp"
+#include "kvsim/policies/scoring.hpp"
 
 namespace kvsim {
 namespace {
 
-class Cake final : public Policy {
+class Cake final : public ScoringPolicy {
  public:
   explicit Cake(const Params& params)
       : window_(params.integer("window")), kernel_(params.integer("kernel")), gamma_(params.real("gamma")) {}
 
-  void reset(const GroupContext& group) override {
+  bool adopt(const Policy& other) override {  // the rows do not depend on the budget
+    ScoringPolicy::adopt(other);
+    const auto& from = static_cast<const Cake&>(other);
+    rows_ = from.rows_;
+    observed_ = from.observed_;
+    return true;
+  }
+
+ private:
+  void on_reset(const GroupContext& group) override {
     budget_ = group.budget;
     heads_ = static_cast<size_t>(group.n_heads);
     n_tokens_ = static_cast<size_t>(group.n_tokens);
@@ -26,17 +33,11 @@ class Cake final : public Policy {
     observed_ = 0;
     full_rows_ = group.full_rows;
   }
-  bool adopt(const Policy& other) override {  // the rows do not depend on the budget
-    const auto& from = static_cast<const Cake&>(other);
-    rows_ = from.rows_;
-    observed_ = from.observed_;
-    return true;
-  }
 
   // rows_[slot][head][position]: the ring of the last W rows of each head, renormalised over
   // the cache of their step. A position read later was cached at every step in the ring
   // (it is older than the window), so stale entries of evicted positions are never read.
-  void observe(int64_t, std::span<const int32_t> cache, std::span<const float>) override {
+  void on_observe(int64_t, std::span<const int32_t> cache, std::span<const float>) override {
     const size_t slot = static_cast<size_t>(observed_ % window_);
     for (size_t h = 0; h < heads_; ++h) {
       const std::span<const float> full = full_rows_->row(static_cast<int>(h));
@@ -49,21 +50,13 @@ class Cake final : public Policy {
     ++observed_;
   }
 
-  void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool,
-             std::vector<int32_t>& victims) override {
-    if (excess <= 0) return;
-    scores(step, cache, scores_);
-    const size_t open = candidates(cache.size());
-    evict_lowest(cache.first(open), std::span<const double>(scores_.data(), open), excess, victims);
-  }
-
   // Per head, e_j = mean_r x_r + gamma Var_r x_r over the n = min(W, steps seen) rows in the
   // ring (Var divides by n - 1, as torch.var; 0 for one row), x_r the row's value at the
   // candidate; avg_pool1d with zero padding (the span's sum / kernel); the mean over heads.
-  bool scores(int64_t, std::span<const int32_t> cache, std::vector<double>& out) const override {
-    const size_t open = candidates(cache.size());
-    out.assign(cache.size(), std::numeric_limits<double>::infinity());
-    if (open == 0) return true;
+  Ranked rank(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+    const size_t open = open_positions(cache.size());
+    scores.resize(open);
+    if (open == 0) return candidates(0, scores);
     const auto rows = static_cast<size_t>(std::min<int64_t>(window_, observed_));
     std::vector<double> indicator(open), pooled(open, 0.0);
     const auto half = static_cast<size_t>(kernel_ / 2);
@@ -87,13 +80,12 @@ class Cake final : public Policy {
         pooled[j] += sum / static_cast<double>(kernel_);
       }
     }
-    for (size_t j = 0; j < open; ++j) out[j] = pooled[j] / static_cast<double>(heads_);
-    return true;
+    for (size_t j = 0; j < open; ++j) scores[j] = pooled[j] / static_cast<double>(heads_);
+    return candidates(0, scores);
   }
 
- private:
   // The positions outside the window (which shrinks to B when B <= W).
-  size_t candidates(size_t size) const {
+  size_t open_positions(size_t size) const {
     const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
     return size > protect ? size - protect : 0;
   }
@@ -105,7 +97,6 @@ class Cake final : public Policy {
   std::vector<float> rows_;
   int64_t observed_ = 0;
   const FullRows* full_rows_ = nullptr;
-  std::vector<double> scores_;
 };
 
 }  // namespace
@@ -129,7 +120,7 @@ PolicyInfo cake_policy() {
     text.append(":window=").append(params.text("window"));
     return text;
   };
-  info.make = [](const Params& params) { return std::make_unique<Cake>(params); };
+  set_make<Cake>(info);
   return info;
 }
 

@@ -3,15 +3,14 @@
 // (t - w < s <= t, s >= its own position) at which its â_s was below the threshold; the r
 // most recent cached tokens count 0; the m tokens with the largest counts are evicted.
 // Counts are kept incrementally with a w-step ring of flags per token: O(cache) per step,
-// in cache order (select.hpp).
+// in cache order (kvsim/policies/scoring.hpp).
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <utility>
 
-#include "kvsim/core/policy.hpp"
+#include "kvsim/policies/scoring.hpp"
 #include "kvtrace/error.hpp"
-#include "../select.hpp"
 
 namespace kvsim {
 namespace {
@@ -24,65 +23,20 @@ float float_limit(double threshold) {
   return limit;
 }
 
-class Scissorhands final : public Policy {
+class Scissorhands final : public ScoringPolicy {
  public:
   explicit Scissorhands(const Params& params)
       : window_(params.integer("w")),
         recent_(params.integer("r")),
         drop_(params.has("m") ? params.integer("m") : 0),
-        paper_threshold_(params.text("threshold") == "paper") {}
-
-  void reset(const GroupContext& group) override {
-    drop_now_ = drop_ > 0 ? drop_ : std::max<int64_t>(1, group.budget / 2);
-    if (drop_now_ > group.budget)
-      throw kvtrace::InputError("", "",
-                                "policy scissorhands: m = " + std::to_string(drop_now_) +
-                                    " exceeds the budget B = " + std::to_string(group.budget));
-    // Sized for the budget's cache, grown if a protocol lets the cache grow past it (a
-    // prefill's prompt, --compress-every): at long contexts the words per token are the
-    // policy's memory.
-    n_tokens_ = static_cast<size_t>(group.n_tokens);
-    words_ = static_cast<size_t>((window_ + 63) / 64);
-    capacity_ = std::min(n_tokens_, static_cast<size_t>(group.budget) + 2);
-    size_ = 0;
-    flags_.assign(words_ * capacity_, 0);
-    count_.assign(capacity_, 0);
+        paper_threshold_(params.text("threshold") == "paper"),
+        flags_(static_cast<size_t>((window_ + 63) / 64)) {
+    for (CacheColumn<uint64_t>& word : flags_) align(word);
+    align(count_);
   }
 
-  bool adopt(const Policy& other) override {  // drop_now_ stays this budget's
-    const auto& from = static_cast<const Scissorhands&>(other);
-    size_ = from.size_;
-    capacity_ = std::max(capacity_, size_);  // this budget's, not the leader's larger one
-    flags_.assign(words_ * capacity_, 0);
-    for (size_t w = 0; w < words_; ++w)
-      std::copy_n(from.flags_.data() + w * from.capacity_, size_, flags_.data() + w * capacity_);
-    count_.assign(from.count_.begin(), from.count_.begin() + static_cast<std::ptrdiff_t>(size_));
-    count_.resize(capacity_, 0);
-    return true;
-  }
-
-  void observe(int64_t step, std::span<const int32_t> cache, std::span<const float> attention) override {
-    if (size_ == capacity_) grow();
-    for (size_t word = 0; word < flags_.size(); word += capacity_) flags_[word + size_] = 0;  // the new token
-    count_[size_++] = 0;
-    const double threshold =
-        paper_threshold_ ? 1.0 / static_cast<double>(step + 1) : 1.0 / static_cast<double>(cache.size());
-    const float limit = float_limit(threshold);
-    const auto slot = static_cast<size_t>(step % window_);
-    uint64_t* __restrict word = flags_.data() + slot / 64 * capacity_;  // this step's word of every cached token
-    int32_t* __restrict count = count_.data();
-    const float* __restrict observed = attention.data();
-    const unsigned shift = slot % 64;
-    const uint64_t keep = ~(uint64_t{1} << shift);
-    const size_t size = size_;
-    for (size_t j = 0; j < size; ++j) {  // a linear pass the compiler vectorises
-      const uint64_t low = observed[j] < limit ? 1 : 0;
-      const uint64_t expired = (word[j] >> shift) & 1;  // the flag of step - w, which leaves the window
-      count[j] += static_cast<int32_t>(low) - static_cast<int32_t>(expired);
-      word[j] = (word[j] & keep) | (low << shift);
-    }
-  }
-
+  // Its own rule, not the base's: max(m, excess) at once (excess in a prefill's compression),
+  // the largest counts first, ranked by a counting sort.
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool compress,
              std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
@@ -94,28 +48,42 @@ class Scissorhands final : public Policy {
     std::sort(erased_.begin(), erased_.end());
     forget(cache, erased_);
   }
+
+ private:
+  void on_reset(const GroupContext& group) override {  // adopt: drop_now_ stays this budget's
+    drop_now_ = drop_ > 0 ? drop_ : std::max<int64_t>(1, group.budget / 2);
+    if (drop_now_ > group.budget)
+      throw kvtrace::InputError("", "",
+                                "policy scissorhands: m = " + std::to_string(drop_now_) +
+                                    " exceeds the budget B = " + std::to_string(group.budget));
+  }
+
+  void on_observe(int64_t step, std::span<const int32_t> cache, std::span<const float> attention) override {
+    const double threshold =
+        paper_threshold_ ? 1.0 / static_cast<double>(step + 1) : 1.0 / static_cast<double>(cache.size());
+    const float limit = float_limit(threshold);
+    const auto slot = static_cast<size_t>(step % window_);
+    uint64_t* __restrict word = flags_[slot / 64].data();  // this step's word of every cached token
+    int32_t* __restrict count = count_.data();
+    const float* __restrict observed = attention.data();
+    const unsigned shift = slot % 64;
+    const uint64_t keep = ~(uint64_t{1} << shift);
+    const size_t size = cache.size();
+    for (size_t j = 0; j < size; ++j) {  // a linear pass the compiler vectorises
+      const uint64_t low = observed[j] < limit ? 1 : 0;
+      const uint64_t expired = (word[j] >> shift) & 1;  // the flag of step - w, which leaves the window
+      count[j] += static_cast<int32_t>(low) - static_cast<int32_t>(expired);
+      word[j] = (word[j] & keep) | (low << shift);
+    }
+  }
+
   // Minus the count (the largest counts go first), the r most recent 0: they count 0 and
   // may still go, after every token of the same count, being the highest positions.
-  bool scores(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+  Ranked rank(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
     const size_t size = cache.size(), counted = size - std::min<size_t>(size, static_cast<size_t>(recent_));
     scores.resize(size);
     for (size_t j = 0; j < size; ++j) scores[j] = j < counted ? static_cast<double>(-count_[j]) : 0.0;
-    return true;
-  }
-  void forget(std::span<const int32_t>, std::span<const size_t> indices) override {
-    for (size_t word = 0; word < flags_.size(); word += capacity_) erase_indices(flags_.data() + word, size_, indices);
-    erase_indices(count_.data(), size_, indices);
-    size_ -= indices.size();
-  }
-
- private:
-  void grow() {
-    const size_t capacity = std::min(n_tokens_, std::max<size_t>(2 * capacity_, 64));
-    std::vector<uint64_t> flags(words_ * capacity, 0);
-    for (size_t w = 0; w < words_; ++w) std::copy_n(flags_.data() + w * capacity_, size_, flags.data() + w * capacity);
-    flags_ = std::move(flags);
-    count_.resize(capacity, 0);  // entries past size_ are set when a token comes
-    capacity_ = capacity;
+    return candidates(0, scores);
   }
 
   // order_ = the `amount` indices of the largest counts, largest first, ties by lower index
@@ -138,11 +106,9 @@ class Scissorhands final : public Policy {
   int64_t window_, recent_, drop_;
   bool paper_threshold_;
   int64_t drop_now_ = 1;
-  size_t n_tokens_ = 0, words_ = 0;
-  size_t capacity_ = 0, size_ = 0;  // tokens the arrays can hold; tokens cached
-  // In cache order: bit s % 64 of word s / 64 ([word][index]) flags step s of the window.
-  std::vector<uint64_t> flags_;
-  std::vector<int32_t> count_;
+  // Bit s % 64 of word s / 64 ([word][index]) flags step s of the window.
+  std::vector<CacheColumn<uint64_t>> flags_;
+  CacheColumn<int32_t> count_;
   std::vector<size_t> starts_, order_, erased_;
 };
 
@@ -158,7 +124,7 @@ PolicyInfo scissorhands_policy() {
       {"m", ParamType::integer, "", "tokens dropped when over budget (default max(1, floor(B/2)))", 1, 1e9, {}},
       {"threshold", ParamType::choice, "avg", "avg: 1/(cache size at s); paper: 1/(s+1)", 0, 0, {"avg", "paper"}},
   };
-  info.make = [](const Params& params) { return std::make_unique<Scissorhands>(params); };
+  set_make<Scissorhands>(info);
   return info;
 }
 

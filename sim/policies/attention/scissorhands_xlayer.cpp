@@ -6,8 +6,7 @@
 // fused score, one per step. The engine steps the layers of a sequence together.
 #include <algorithm>
 
-#include "kvsim/core/policy.hpp"
-#include "../select.hpp"
+#include "kvsim/policies/scoring.hpp"
 
 namespace kvsim {
 namespace {
@@ -18,15 +17,20 @@ struct FusedLayers {
   std::vector<std::vector<uint8_t>> held;  // [layer][position]
 };
 
-class ScissorhandsXLayer final : public Policy {
+class ScissorhandsXLayer final : public ScoringPolicy {
  public:
-  void reset(const GroupContext& group) override {
+  // Its state is shared with the sequence's other layers (GroupContext::sequence_state):
+  // run from the start at every budget.
+  bool adopt(const Policy&) override { return false; }
+
+ private:
+  void on_reset(const GroupContext& group) override {
     layers_ = std::static_pointer_cast<FusedLayers>(group.sequence_state);
     layer_ = static_cast<size_t>(group.layer);
     local_.assign(static_cast<size_t>(group.n_tokens), 0.0);
   }
 
-  void observe(int64_t, std::span<const int32_t> cache, std::span<const float> attention) override {
+  void on_observe(int64_t, std::span<const int32_t> cache, std::span<const float> attention) override {
     std::vector<double>& fused = layers_->fused[layer_];
     std::vector<uint8_t>& held = layers_->held[layer_];
     const double alpha = layers_->alpha;
@@ -43,27 +47,18 @@ class ScissorhandsXLayer final : public Policy {
     }
   }
 
-  void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
-    if (excess <= 0) return;
-    ScissorhandsXLayer::scores(0, cache, scores_);
-    const size_t before = victims.size();
-    evict_lowest(cache, scores_, excess, victims);
-    for (size_t v = before; v < victims.size(); ++v) layers_->held[layer_][static_cast<size_t>(victims[v])] = 0;
-  }
-  bool scores(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+  Ranked rank(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
     scores.resize(cache.size());
     for (size_t j = 0; j < cache.size(); ++j) scores[j] = layers_->fused[layer_][static_cast<size_t>(cache[j])];
-    return true;
+    return candidates(0, scores);
   }
-  void forget(std::span<const int32_t> cache, std::span<const size_t> indices) override {
+  void on_forget(std::span<const int32_t> cache, std::span<const size_t> indices) override {
     for (size_t index : indices) layers_->held[layer_][static_cast<size_t>(cache[index])] = 0;
   }
 
- private:
   std::shared_ptr<FusedLayers> layers_;
   size_t layer_ = 0;
   std::vector<double> local_;  // by position
-  std::vector<double> scores_;
 };
 
 }  // namespace
@@ -76,7 +71,7 @@ PolicyInfo scissorhands_xlayer_policy() {
   info.params = {{"alpha", ParamType::real, "0.5", "weight of the layer below in the fused score", 0, 1, {}}};
   info.grouping = Grouping::layer;
   info.engine = Engine::cross_layer;
-  info.make = [](const Params&) { return std::make_unique<ScissorhandsXLayer>(); };
+  set_make<ScissorhandsXLayer>(info);
   info.make_sequence_state = [](const Params& params, int n_layers, int64_t n_tokens) {
     auto state = std::make_shared<FusedLayers>();
     state->alpha = params.real("alpha");

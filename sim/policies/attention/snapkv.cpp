@@ -5,44 +5,29 @@
 // the cache past B. With B <= W the window shrinks to B.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
-#include "kvsim/core/policy.hpp"
-#include "../select.hpp"
+#include "kvsim/policies/scoring.hpp"
 
 namespace kvsim {
 namespace {
 
-class SnapKV final : public Policy {
+class SnapKV final : public ScoringPolicy {
  public:
   // `pool` is taken by the policies built on snapkv's scores (pyramidkv); snapkv max-pools.
   explicit SnapKV(const Params& params)
       : window_(params.integer("window")),
         kernel_(params.integer("kernel")),
-        average_(params.has("pool") && params.text("pool") == "avg") {}
-
-  void reset(const GroupContext& group) override {
-    budget_ = group.budget;
-    n_tokens_ = static_cast<size_t>(group.n_tokens);
-    window_sum_.assign(n_tokens_, 0.0);
-    slot_of_.assign(n_tokens_, 0);
-    size_ = 0;
-    stride_ = std::min<size_t>(n_tokens_, static_cast<size_t>(budget_) + 1);
-    rows_.assign(static_cast<size_t>(window_) * stride_, 0.0f);
-    written_at_.assign(static_cast<size_t>(window_), -1);
-    free_slots_.clear();
-    next_slot_ = 0;
-    observed_ = 0;
+        average_(params.has("pool") && params.text("pool") == "avg") {
+    align(window_sum_);
+    align(slot_of_);
   }
 
   bool adopt(const Policy& other) override {  // budget_ stays this budget's
+    ScoringPolicy::adopt(other);
     const auto& from = static_cast<const SnapKV&>(other);
-    window_sum_ = from.window_sum_;
-    slot_of_ = from.slot_of_;
-    size_ = from.size_;
     stride_ = from.stride_;
     rows_ = from.rows_;
     written_at_ = from.written_at_;
@@ -52,15 +37,43 @@ class SnapKV final : public Policy {
     return true;
   }
 
-  // window_sum_ holds, per cached token (in cache order, select.hpp), the sum of â over the
-  // last W observed rows; rows_ is a ring of those rows, so the oldest can be taken out again.
-  // A row is stored by slot: each cached token holds one slot of the B + 1 (slot_of_), from
-  // the step it is appended until it is evicted, when the next token takes the slot over; so
-  // the ring stays as small as the cache. The row leaving the ring was written at step
-  // written_at_[r]: tokens born after it (positions above that step) had nothing in it.
-  void observe(int64_t step, std::span<const int32_t> cache, std::span<const float> attention) override {
-    take_slot();
-    window_sum_[size_++] = 0.0;  // the new token
+  // The lowest pooled scores, as the base evicts them; one per step is pooled and searched in
+  // one pass (lowest_pooled) instead of pooled into a vector and then searched.
+  void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool compress,
+             std::vector<int32_t>& victims) override {
+    if (excess <= 0) return;
+    const size_t open = open_positions(cache.size());
+    if (open == 0) return;
+    // A NaN window sum (observed rows over a cache of zero mass) leaves no order to pool.
+    if (std::any_of(window_sum_.data(), window_sum_.data() + open, [](double sum) { return std::isnan(sum); }))
+      throw NanScore();
+    if (excess > 1 || average_) return ScoringPolicy::evict(step, cache, excess, compress, victims);
+    const size_t index = lowest_pooled(open);
+    victims.push_back(cache[index]);
+    const size_t erased[] = {index};
+    forget(cache, erased);
+  }
+
+ private:
+  void on_reset(const GroupContext& group) override {
+    budget_ = group.budget;
+    n_tokens_ = static_cast<size_t>(group.n_tokens);
+    stride_ = std::min<size_t>(n_tokens_, static_cast<size_t>(budget_) + 1);
+    rows_.assign(static_cast<size_t>(window_) * stride_, 0.0f);
+    written_at_.assign(static_cast<size_t>(window_), -1);
+    free_slots_.clear();
+    next_slot_ = 0;
+    observed_ = 0;
+  }
+
+  // window_sum_ holds, per cached token, the sum of â over the last W observed rows; rows_ is
+  // a ring of those rows, so the oldest can be taken out again. A row is stored by slot: each
+  // cached token holds one slot of the B + 1 (slot_of_), from the step it is appended until it
+  // is evicted, when the next token takes the slot over; so the ring stays as small as the
+  // cache. The row leaving the ring was written at step written_at_[r]: tokens born after it
+  // (positions above that step) had nothing in it.
+  void on_observe(int64_t step, std::span<const int32_t> cache, std::span<const float> attention) override {
+    take_slot(cache.size() - 1);  // the new token's window sum starts at 0
     const auto r = static_cast<size_t>(observed_ % window_);
     float* __restrict row = rows_.data() + r * stride_;
     double* __restrict sum = window_sum_.data();
@@ -82,46 +95,26 @@ class SnapKV final : public Policy {
     ++observed_;
   }
 
-  void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
-    if (excess <= 0) return;
-    const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
-    const size_t open = cache.size() > protect ? cache.size() - protect : 0;
-    if (open == 0) return;
-    // A NaN window sum (observed rows over a cache of zero mass) leaves no order to pool.
-    if (std::any_of(window_sum_.begin(), window_sum_.begin() + static_cast<std::ptrdiff_t>(open),
-                    [](double sum) { return std::isnan(sum); }))
-      throw NanScore();
-    if (excess == 1 && !average_) {  // one per step: pooled and searched in one pass
-      const size_t index = lowest_pooled(open);
-      victims.push_back(cache[index]);
-      erased_.assign(1, index);
-    } else {
-      pooled_.resize(open);
-      for (size_t j = 0; j < open; ++j) pooled_[j] = pooled(j, open);
-      evict_lowest(cache.first(open), pooled_, excess, victims, &erased_);
-    }
-    forget(cache, erased_);
-  }
-
-  // The pooled window sums of the candidates, the window +infinity.
-  bool scores(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
-    const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
-    const size_t open = cache.size() > protect ? cache.size() - protect : 0;
-    scores.assign(cache.size(), std::numeric_limits<double>::infinity());
+  // The pooled window sums of the candidates, the window protected.
+  Ranked rank(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+    const size_t open = open_positions(cache.size());
+    scores.resize(open);
     for (size_t j = 0; j < open; ++j) scores[j] = pooled(j, open);
-    return true;
+    return candidates(0, scores);
   }
-  void forget(std::span<const int32_t>, std::span<const size_t> indices) override {
+  void on_forget(std::span<const int32_t>, std::span<const size_t> indices) override {
     for (size_t index : indices) free_slots_.push_back(slot_of_[index]);
-    erase_indices(window_sum_.data(), size_, indices);
-    erase_indices(slot_of_.data(), size_, indices);
-    size_ -= indices.size();
   }
 
- private:
+  // The positions outside the window (which shrinks to B when B <= W).
+  size_t open_positions(size_t size) const {
+    const auto protect = static_cast<size_t>(std::min<int64_t>(window_, budget_));
+    return size > protect ? size - protect : 0;
+  }
+
   // A slot for the token being appended: a freed one, or a new one (the ring grows when the
   // cache outgrows B + 1, as in prefill, where the whole prompt is cached before compressing).
-  void take_slot() {
+  void take_slot(size_t index) {
     uint32_t slot;
     if (!free_slots_.empty()) {
       slot = free_slots_.back();
@@ -137,7 +130,7 @@ class SnapKV final : public Policy {
         stride_ = stride;
       }
     }
-    slot_of_[size_] = slot;
+    slot_of_[index] = slot;
   }
 
   // Max-pooling of the candidates' window sums over [j - kernel/2, j + kernel/2], clipped to
@@ -202,17 +195,14 @@ class SnapKV final : public Policy {
   bool average_;
   int64_t budget_ = 0;
   size_t n_tokens_ = 0;
-  std::vector<double> window_sum_;  // in cache order
-  std::vector<uint32_t> slot_of_;   // in cache order: the token's slot in rows_
-  size_t size_ = 0;
+  CacheColumn<double> window_sum_;
+  CacheColumn<uint32_t> slot_of_;    // the token's slot in rows_
   size_t stride_ = 0;                // slots per row
   std::vector<float> rows_;          // [W][slot]: the ring of the last W rows
   std::vector<int64_t> written_at_;  // per ring row: the step it was written at (-1: never)
   std::vector<uint32_t> free_slots_;
   uint32_t next_slot_ = 0;
   int64_t observed_ = 0;
-  std::vector<double> pooled_;
-  std::vector<size_t> erased_;
 };
 
 }  // namespace
@@ -225,7 +215,7 @@ PolicyInfo snapkv_policy() {
       {"window", ParamType::integer, "32", "observation window W (query rows, and recent positions kept)", 1, 1e9, {}},
       {"kernel", ParamType::integer, "5", "max-pool kernel size along positions (odd)", 1, 1e9, {}},
   };
-  info.make = [](const Params& params) { return std::make_unique<SnapKV>(params); };
+  set_make<SnapKV>(info);
   return info;
 }
 

@@ -7,11 +7,9 @@
 // entries are kept. Recomputed at every eviction. docs/semantics.md, section 4.
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
-#include "kvsim/core/policy.hpp"
+#include "kvsim/policies/scoring.hpp"
 #include "kvtrace/error.hpp"
-#include "../select.hpp"
 
 namespace kvsim {
 namespace {
@@ -26,7 +24,7 @@ std::string rope_problem(const kvtrace::RopeMeta& rope) {
   return "";
 }
 
-class ExpectedAttention final : public Policy {
+class ExpectedAttention final : public ScoringPolicy {
  public:
   explicit ExpectedAttention(const Params& params)
       : future_(params.integer("future")),
@@ -35,7 +33,17 @@ class ExpectedAttention final : public Policy {
         covariance_(params.text("covariance") == "on"),
         vnorm_(params.text("vnorm") == "on") {}
 
-  void reset(const GroupContext& group) override {
+  bool adopt(const Policy& other) override {
+    ScoringPolicy::adopt(other);
+    const auto& from = static_cast<const ExpectedAttention&>(other);
+    sum_ = from.sum_;
+    products_ = from.products_;
+    count_ = from.count_;
+    return true;
+  }
+
+ private:
+  void on_reset(const GroupContext& group) override {
     tensors_ = group.tensors;
     if (const std::string problem = rope_problem(tensors_->rope); !problem.empty())
       throw kvtrace::InputError("", "", "policy expected-attention " + problem);
@@ -57,16 +65,8 @@ class ExpectedAttention final : public Policy {
     products_.assign(heads_ * d_ * d_, 0.0);
     count_ = 0;
   }
-  bool adopt(const Policy& other) override {
-    const auto& from = static_cast<const ExpectedAttention&>(other);
-    sum_ = from.sum_;
-    products_ = from.products_;
-    count_ = from.count_;
-    return true;
-  }
-
   // The query of each head at `step`, un-rotated by its position, joins the statistics.
-  void observe(int64_t step, std::span<const int32_t>, std::span<const float>) override {
+  void on_observe(int64_t step, std::span<const int32_t>, std::span<const float>) override {
     if (step < sinks_) return;
     query_.resize(d_);
     for (size_t h = 0; h < heads_; ++h) {
@@ -89,26 +89,14 @@ class ExpectedAttention final : public Policy {
     ++count_;
   }
 
-  void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool,
-             std::vector<int32_t>& victims) override {
-    if (excess <= 0) return;
-    const std::span<const int32_t> open = cache.subspan(std::min(static_cast<size_t>(sinks_), cache.size()));
-    score(step, open);
-    evict_lowest(open, scores_, excess, victims);
-  }
-
-  // The sinks +infinity (kept), then the scores evict() ranks; Ada-KV and page mode rank
-  // them across heads or per page.
-  bool scores(int64_t step, std::span<const int32_t> cache, std::vector<double>& out) const override {
+  // The sinks protected, the rest scored.
+  Ranked rank(int64_t step, std::span<const int32_t> cache, std::vector<double>&) const override {
     const size_t sinks = std::min(static_cast<size_t>(sinks_), cache.size());
-    out.assign(cache.size(), std::numeric_limits<double>::infinity());
-    if (sinks == cache.size()) return true;
+    if (sinks == cache.size()) return candidates(sinks, std::span<const double>());
     score(step, cache.subspan(sinks));
-    std::copy(scores_.begin(), scores_.end(), out.begin() + static_cast<std::ptrdiff_t>(sinks));
-    return true;
+    return candidates(sinks, scores_);
   }
 
- private:
   // scores_[j]: the score of open[j], the cache after the sinks, at `step`.
   void score(int64_t step, std::span<const int32_t> open) const {
     average_rope(step + 1);
@@ -217,7 +205,7 @@ PolicyInfo expected_attention_policy() {
   info.needs_values = true;
   info.needs_queries = true;
   info.rope_problem = rope_problem;
-  info.make = [](const Params& params) { return std::make_unique<ExpectedAttention>(params); };
+  set_make<ExpectedAttention>(info);
   return info;
 }
 

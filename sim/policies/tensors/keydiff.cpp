@@ -7,31 +7,24 @@
 #include <algorithm>
 #include <cmath>
 
-#include "kvsim/core/policy.hpp"
+#include "kvsim/policies/scoring.hpp"
 #include "../select.hpp"
 
 namespace kvsim {
 namespace {
 
-class KeyDiff final : public Policy {
+class KeyDiff final : public ScoringPolicy {
  public:
   explicit KeyDiff(const Params& params) : block_(params.integer("block")) {}
 
-  void reset(const GroupContext& group) override {
-    tensors_ = group.tensors;
-    budget_ = group.budget;
-  }
-  bool adopt(const Policy&) override { return true; }  // no state but the budget's
-
-  void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool compress,
+  // The lowest scores of the whole cache, except in the prefill's blocks: there the scores
+  // are those of each block's candidates, not of the cache.
+  void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool compress,
              std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
     const auto n = static_cast<int64_t>(cache.size());
-    if (!compress || block_ == 0 || n - budget_ <= block_) {
-      candidates_.assign(cache.begin(), cache.end());
-      drop_lowest(excess, victims);
-      return;
-    }
+    if (!compress || block_ == 0 || n - budget_ <= block_)
+      return ScoringPolicy::evict(step, cache, excess, compress, victims);
     candidates_.assign(cache.begin(), cache.begin() + budget_);
     for (int64_t i = budget_; i < n; i += block_) {
       candidates_.insert(candidates_.end(), cache.begin() + i, cache.begin() + std::min(n, i + block_));
@@ -40,10 +33,13 @@ class KeyDiff final : public Policy {
   }
 
  private:
-  // Whole-cache scores: what evict() ranks at every eviction but the prefill's blocks.
-  bool scores(int64_t, std::span<const int32_t> cache, std::vector<double>& out) const override {
-    score(cache, out);
-    return true;
+  void on_reset(const GroupContext& group) override {  // adopt: no state but the budget's
+    tensors_ = group.tensors;
+    budget_ = group.budget;
+  }
+  Ranked rank(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+    score(cache, scores);
+    return candidates(0, scores);
   }
 
   // Evicts the `count` lowest-scored candidates_ and removes them from candidates_ (which
@@ -112,7 +108,7 @@ PolicyInfo keydiff_policy() {
   };
   info.needs_attention = false;
   info.needs_keys = true;
-  info.make = [](const Params& params) { return std::make_unique<KeyDiff>(params); };
+  set_make<KeyDiff>(info);
   return info;
 }
 

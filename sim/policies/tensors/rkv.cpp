@@ -9,48 +9,42 @@
 #include <cmath>
 #include <limits>
 
-#include "kvsim/core/policy.hpp"
-#include "../select.hpp"
+#include "kvsim/policies/scoring.hpp"
 #include "kvtrace/error.hpp"
 
 namespace kvsim {
 namespace {
 
-class RKV final : public Policy {
+class RKV final : public ScoringPolicy {
  public:
   explicit RKV(const Params& params)
       : window_(params.integer("window")),
         kernel_(params.integer("kernel")),
         lambda_(params.real("lambda")),
-        threshold_(params.real("threshold")) {}
-
-  void reset(const GroupContext& group) override {
-    tensors_ = group.tensors;
-    budget_ = group.budget;
-  }
-  bool adopt(const Policy&) override { return true; }  // no state but the budget's
-
-  void evict(int64_t step, std::span<const int32_t> cache, int64_t excess, bool,
-             std::vector<int32_t>& victims) override {
-    if (excess <= 0) return;
-    RKV::scores(step, cache, own_scores_);
-    evict_lowest(cache, own_scores_, excess, victims);
-  }
-
-  bool scores(int64_t step, std::span<const int32_t> cache, std::vector<double>& scores) const override {
-    const size_t n = cache.size();
-    scores.assign(n, std::numeric_limits<double>::infinity());
-    // The window (kept and observing) clipped to the budget: the authors need budget > window.
-    const auto w = static_cast<size_t>(std::min(window_, budget_));
-    if (n <= w) return true;
-    const size_t m = n - w;  // the candidates: cache[0..m)
-    importance(step, cache, m);
-    redundancy(cache);
-    for (size_t j = 0; j < m; ++j) scores[j] = lambda_ * pooled_[j] - (1 - lambda_) * redundancy_[j];
-    return true;
+        threshold_(params.real("threshold")) {
+    if (kernel_ % 2 == 0)
+      throw kvtrace::InputError("", "", "r-kv: kernel must be odd (max-pooled over the centred neighbours)");
   }
 
  private:
+  void on_reset(const GroupContext& group) override {  // adopt: no state but the budget's
+    tensors_ = group.tensors;
+    budget_ = group.budget;
+  }
+
+  Ranked rank(int64_t step, std::span<const int32_t> cache, std::vector<double>& scores) const override {
+    const size_t n = cache.size();
+    // The window (kept and observing) clipped to the budget: the authors need budget > window.
+    const auto w = static_cast<size_t>(std::min(window_, budget_));
+    if (n <= w) return candidates(0, std::span<const double>());
+    const size_t m = n - w;  // the candidates: cache[0..m)
+    importance(step, cache, m);
+    redundancy(cache);
+    scores.resize(m);
+    for (size_t j = 0; j < m; ++j) scores[j] = lambda_ * pooled_[j] - (1 - lambda_) * redundancy_[j];
+    return candidates(0, scores);
+  }
+
   // pooled_[j], j < m: max over |i - j| <= kernel/2 of the mean over the last w queries of
   // softmax_j(max over the group's heads of q.k_j / sqrt(d)).
   void importance(int64_t step, std::span<const int32_t> cache, size_t m) const {
@@ -125,7 +119,6 @@ class RKV final : public Policy {
   double lambda_, threshold_;
   const GroupTensors* tensors_ = nullptr;
   int64_t budget_ = 0;
-  std::vector<double> own_scores_;
   mutable std::vector<double> mean_, logits_, pooled_, unit_, row_, redundancy_;
 };
 
@@ -146,11 +139,7 @@ PolicyInfo rkv_policy() {
   info.needs_attention = false;
   info.needs_keys = true;
   info.needs_queries = true;
-  info.make = [](const Params& params) {
-    if (params.integer("kernel") % 2 == 0)
-      throw kvtrace::InputError("", "", "r-kv: kernel must be odd (max-pooled over the centred neighbours)");
-    return std::make_unique<RKV>(params);
-  };
+  set_make<RKV>(info);
   return info;
 }
 

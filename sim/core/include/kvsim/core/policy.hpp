@@ -97,15 +97,15 @@ class Policy {
   // and the state does not depend on the budget before the first eviction.
   virtual bool adopt(const Policy& /*other*/) { return false; }
 
-  // Scoring policies (docs/extending.md): after observe() at `step`, sets `scores` to one
-  // score per position of `cache` (aligned with it: ascending, the newest last) and returns
-  // true. The contract: the policy's own evict() at this step removes the lowest scores
-  // first, ties going to the lower position (what evict_lowest picks), and a position it
-  // protects at this step (a recent window, sinks, the newest token where it never evicts
-  // it) scores +infinity. Scores are what evict() would rank now, so they may depend on the
-  // cache's size (a window clipped to the budget) but never on `excess`. The default, false:
-  // not a scoring policy (recent, streaming, random, full, bounds, ...). The answer is the
-  // same at every call: page mode asks once after reset(), with an empty cache.
+  // Scoring policies (PolicyInfo::scoring; kvsim/policies/scoring.hpp implements this and
+  // forget for them): after observe() at `step`, sets `scores` to one score per position of
+  // `cache` (aligned with it: ascending, the newest last) and returns true. The contract: the
+  // policy's own evict() at this step removes the lowest scores first, ties going to the
+  // lower position (what evict_lowest picks), and a position it protects at this step (a
+  // recent window, sinks, the newest token where it never evicts it) scores +infinity.
+  // Scores are what evict() would rank now, so they may depend on the cache's size (a window
+  // clipped to the budget) but never on `excess`. The default, false: not a scoring policy
+  // (recent, streaming, random, full, bounds, ...).
   virtual bool scores(int64_t /*step*/, std::span<const int32_t> /*cache*/, std::vector<double>& /*scores*/) const {
     return false;
   }
@@ -201,6 +201,10 @@ struct PolicyInfo {
   std::function<std::string(const Params&)> layer_budget;
   double head_floor = -1;
   std::function<std::unique_ptr<Policy>(const Params&)> make;
+  // make() gives a scoring policy (Policy::scores): set with make by set_make
+  // (kvsim/policies/scoring.hpp). Page mode and head-adaptive budgets rank the scores
+  // themselves and refuse a policy without them.
+  bool scoring = false;
   std::function<std::shared_ptr<void>(const Params&, int n_layers, int64_t n_tokens)>
       make_sequence_state;  // cross_layer
 };
