@@ -201,8 +201,9 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
                                  state.futures[static_cast<size_t>(spec.group)].get(),
                                  spec.quant >= 0 ? &lane.quantized[static_cast<size_t>(spec.quant)] : nullptr);
     }
-    state.rows =
-        std::make_unique<StepRows>(lane.source->n_heads(), lane.groups, options.output_error, options.interleave);
+    // o_t for output error: the reference meter sums it itself.
+    state.rows = std::make_unique<StepRows>(lane.source->n_heads(), lane.groups,
+                                            options.output_error && !options.reference, options.interleave);
     for (const auto& view : lane.quantized) {
       if (view.source->n_tokens() != n) throw std::logic_error("a quantized view must have the lane's length");
       state.quantized_rows.push_back(

@@ -403,6 +403,20 @@ class OutputBatch {
   Held held_;         // the pending batch's buffers (in the pool while none is pending)
   size_t used_ = 0;   // of held_.weights
 };
+inline constexpr bool kBatchedOutputs = true;
+#else
+// Without AVX2 nothing is batched (kBatchedOutputs): a stand-in that no step joins.
+inline constexpr bool kBatchedOutputs = false;
+class OutputBatch {
+ public:
+  bool complement() const { return false; }
+  bool fits(int64_t, bool, int64_t, size_t, size_t) const { return true; }
+  void add(int64_t, bool, int64_t, std::span<const int32_t>, std::span<const int32_t>, std::span<const uint8_t>,
+           std::span<const float* const>, std::span<const double>, std::span<const double>) {}
+  template <typename Record>
+  void flush(std::span<const int32_t>, std::span<const float* const>, size_t, Record&&) {}
+};
+inline void relative_errors(const double* const*, double* const*, const double*, size_t, bool, float*) {}
 #endif
 
 }  // namespace kvsim
