@@ -17,8 +17,8 @@ class CacheState {
 
   // Step t's position joins the cache.
   void add(int64_t t);
-  std::span<const int32_t> positions() const { return cache_; }  // ascending
-  std::span<const int32_t> evicted() const { return evicted_; }  // in the order they went
+  std::span<const int32_t> positions() const { return cache_; }    // ascending
+  std::span<const int32_t> evicted() const { return evicted_; }    // in the order they went
   std::span<const uint8_t> in_cache() const { return in_cache_; }  // by position
 
   // Evicts at step t what the policy names (compress: down to B at once), or in page mode

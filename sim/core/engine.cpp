@@ -165,7 +165,8 @@ void start_lane(const Lane& lane, int64_t n, const EngineOptions& options, LaneS
   if (lane.source->n_tokens() != n) throw std::logic_error("lockstep lanes must have the same length");
   if (options.output_error)
     for (const auto& group : lane.groups)
-      if (group.values.size() != group.heads.size()) throw std::logic_error("output error needs the values of every head");
+      if (group.values.size() != group.heads.size())
+        throw std::logic_error("output error needs the values of every head");
   state.futures.resize(lane.groups.size());
   for (const auto& spec : lane.simulations)
     if (spec.policy->needs_future && !state.futures[static_cast<size_t>(spec.group)])
@@ -239,7 +240,8 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
       for (size_t g = 0; g < lanes.front().groups.size(); ++g) {
         if (states.front().by_group[g].empty()) continue;
         check_cancel();
-        for (int64_t t = first; t < first + count; ++t) step_lane(lanes.front(), states.front(), t, static_cast<int>(g));
+        for (int64_t t = first; t < first + count; ++t)
+          step_lane(lanes.front(), states.front(), t, static_cast<int>(g));
       }
     } else {
       for (int64_t t = first; t < first + count; ++t) {

@@ -25,9 +25,9 @@ class FastRetention final : public Meter {
     const CacheGroup& group = *setup_.group;
     for (size_t k = 0; k < group.heads.size(); ++k) {
       const int head = group.heads[k];
-      const double retained = setup_.quantized ? shared_mass(step.rows->row(head), step.model->row(head), step.mass[k],
-                                                             step.positions(k))
-                                               : step.mass[k];
+      const double retained =
+          setup_.quantized ? shared_mass(step.rows->row(head), step.model->row(head), step.mass[k], step.positions(k))
+                           : step.mass[k];
       out.result.retention[out.at(k, step.t)] = static_cast<float>(retained);
     }
   }

@@ -25,9 +25,7 @@ struct Record {
   size_t window = 0;       // the steps the per-step vectors hold
   bool sink = false;
   // Where step t's values go: its recorded step, or with a sink its place in the block.
-  size_t slot(int64_t t) const {
-    return static_cast<size_t>(sink ? t % kvtrace::kRowBlockSize : t - first_step);
-  }
+  size_t slot(int64_t t) const { return static_cast<size_t>(sink ? t % kvtrace::kRowBlockSize : t - first_step); }
   // Where head k's value of step t goes (a batch records steps after they ran).
   size_t at(size_t k, int64_t t) const { return k * window + slot(t); }
 };
@@ -42,9 +40,9 @@ struct Runs {
 // What the meters read at a recorded step t.
 struct MeterStep {
   int64_t t = 0;
-  StepRows* rows = nullptr;   // the true rows: a_t, and o_t for output error
-  StepRows* model = nullptr;  // the rows the simulated model computes: a quantized view's, or the true ones
-  std::span<const int32_t> cache;                  // the positions every head attends (ascending)
+  StepRows* rows = nullptr;        // the true rows: a_t, and o_t for output error
+  StepRows* model = nullptr;       // the rows the simulated model computes: a quantized view's, or the true ones
+  std::span<const int32_t> cache;  // the positions every head attends (ascending)
   std::span<const std::vector<int32_t>> per_head;  // a bound's: each head's own positions instead
   std::span<const int32_t> evicted;                // the positions evicted so far, in the order they went
   std::span<const uint8_t> in_cache;               // by position
@@ -80,7 +78,7 @@ class OccupancyMeter final : public Meter {
 // What the meters of one simulation are made for.
 struct MeterSetup {
   const CacheGroup* group = nullptr;
-  int group_index = 0;                      // in the lane (StepRows::full_output, quad_rows)
+  int group_index = 0;                       // in the lane (StepRows::full_output, quad_rows)
   const QuantizedView* quantized = nullptr;  // null at full precision
   bool bound = false;                        // the positions are per head (MeterStep::per_head)
 };

@@ -42,7 +42,10 @@ class Observation {
  public:
   // cached: how long the cache may grow (to reserve for).
   Observation(const SimulationSpec& spec, const CacheGroup& group, const EngineOptions& options, size_t cached)
-      : group_(group), observes_(spec.policy->needs_attention), aggregate_(options.aggregate), mass_(group.heads.size()) {
+      : group_(group),
+        observes_(spec.policy->needs_attention),
+        aggregate_(options.aggregate),
+        mass_(group.heads.size()) {
     // Groups of 4k heads read four heads per load (quad_kernels.hpp) from interleaved rows
     // instead of gathering each head's row over the cache; with the mean or sum aggregate.
     quads_ = kQuadKernels && options.interleave && observes_ && group.heads.size() % 4 == 0 &&

@@ -267,7 +267,8 @@ class Simulation {
   void record_evictions(int64_t t, std::span<const int32_t> victims) {
     record_.result.evictions += static_cast<int64_t>(victims.size());
     if (!options_.sink)
-      for (int32_t victim : victims) record_.result.eviction_step[static_cast<size_t>(victim)] = static_cast<int32_t>(t);
+      for (int32_t victim : victims)
+        record_.result.eviction_step[static_cast<size_t>(victim)] = static_cast<int32_t>(t);
   }
 
   // Step t of the leader has run up to its eviction, and this simulation must evict at t.

@@ -181,7 +181,8 @@ const std::vector<EngineRun>& runs() {
       {"quantized rows, true values", [](kvsim::EngineOptions&) {}, 2},
       {"quantized, one head at a time", [](kvsim::EngineOptions& o) { o.interleave = false; }, 1},
       {"pages", [](kvsim::EngineOptions& o) { o.paging.page = 8; }},
-      {"pages, prefill", [](kvsim::EngineOptions& o) { o.paging.page = 4, o.mode = kvsim::Mode::prefill, o.prompt_len = 60; }},
+      {"pages, prefill",
+       [](kvsim::EngineOptions& o) { o.paging.page = 4, o.mode = kvsim::Mode::prefill, o.prompt_len = 60; }},
       {"head-adaptive", [](kvsim::EngineOptions& o) { o.head_floor = 0.3; }},
       {"head-adaptive, max", [](kvsim::EngineOptions& o) { o.head_floor = 0.5, o.aggregate = kvsim::Aggregate::max; }},
   };
