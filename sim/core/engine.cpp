@@ -145,78 +145,85 @@ GroupRange policy_groups(const PolicyInfo& policy, int n_kv_heads) {
   return {0, n_kv_heads};
 }
 
+namespace {
+
+// One lane's simulations and the rows they share.
+struct LaneState {
+  std::vector<std::unique_ptr<PackedFuture>> futures;
+  std::vector<Simulation> running;
+  std::unique_ptr<StepRows> rows;
+  kvtrace::RowBlock block;
+  std::vector<std::unique_ptr<StepRows>> quantized_rows;  // per quantized view
+  std::vector<kvtrace::RowBlock> quantized_blocks;
+  std::vector<std::vector<size_t>> by_group;  // the simulations of each cache group
+  std::vector<Coupling> couplings;            // head-adaptive budgets
+};
+
+// The lane's simulations, with budget sharing and head-adaptive couplings.
+void start_lane(const Lane& lane, int64_t n, const EngineOptions& options, LaneState& state) {
+  if (lane.source->n_tokens() != n) throw std::logic_error("lockstep lanes must have the same length");
+  if (options.output_error)
+    for (const auto& group : lane.groups)
+      if (group.values.size() != group.heads.size())
+        throw std::logic_error("output error needs the values of every head");
+  state.futures.resize(lane.groups.size());
+  for (const auto& spec : lane.simulations)
+    if (spec.policy->needs_future && !state.futures[static_cast<size_t>(spec.group)])
+      state.futures[static_cast<size_t>(spec.group)] = std::make_unique<PackedFuture>(
+          lane.future ? *lane.future : *lane.source, lane.groups[static_cast<size_t>(spec.group)], options.aggregate);
+  state.running.reserve(lane.simulations.size());
+  for (const auto& spec : lane.simulations) {
+    if (spec.quant >= static_cast<int>(lane.quantized.size())) throw std::logic_error("no such quantized view");
+    state.running.emplace_back(spec, lane.groups[static_cast<size_t>(spec.group)], n, options,
+                               state.futures[static_cast<size_t>(spec.group)].get(),
+                               spec.quant >= 0 ? &lane.quantized[static_cast<size_t>(spec.quant)] : nullptr);
+  }
+  // o_t for output error: the reference meter sums it itself.
+  state.rows = std::make_unique<StepRows>(lane.source->n_heads(), lane.groups,
+                                          options.output_error && !options.reference, options.interleave);
+  for (const auto& view : lane.quantized) {
+    if (view.source->n_tokens() != n) throw std::logic_error("a quantized view must have the lane's length");
+    state.quantized_rows.push_back(
+        std::make_unique<StepRows>(view.source->n_heads(), lane.groups, false, options.interleave));
+  }
+  state.quantized_blocks.resize(lane.quantized.size());
+  state.by_group.resize(lane.groups.size());
+  for (size_t s = 0; s < lane.simulations.size(); ++s)
+    state.by_group[static_cast<size_t>(lane.simulations[s].group)].push_back(s);
+  std::vector<char> coupled(lane.simulations.size(), 0);
+  state.couplings = head_couplings(lane, state.running, coupled, options);
+  share_budgets(lane, state.running, coupled);
+}
+
+// All simulations of `group` (or of every group: -1) take step t.
+void step_lane(const Lane& lane, LaneState& state, int64_t t, int group) {
+  state.rows->start(state.block, t, group);
+  for (size_t v = 0; v < state.quantized_rows.size(); ++v) state.quantized_rows[v]->start(state.quantized_blocks[v], t);
+  auto run = [&](size_t s) {
+    const int view = lane.simulations[s].quant;
+    state.running[s].step(*state.rows, view >= 0 ? *state.quantized_rows[static_cast<size_t>(view)] : *state.rows);
+  };
+  if (group >= 0)
+    for (size_t s : state.by_group[static_cast<size_t>(group)]) run(s);
+  else
+    for (size_t s = 0; s < state.running.size(); ++s) run(s);
+  for (const Coupling& coupling : state.couplings) evict_coupled(state.running, coupling, t);
+}
+
+}  // namespace
+
 std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> lanes, const EngineOptions& options) {
   if (lanes.empty()) return {};
   const int64_t n = lanes.front().source->n_tokens();
-  struct LaneState {
-    std::vector<std::unique_ptr<PackedFuture>> futures;
-    std::vector<Simulation> running;
-    std::unique_ptr<StepRows> rows;
-    kvtrace::RowBlock block;
-    std::vector<std::unique_ptr<StepRows>> quantized_rows;  // per quantized view
-    std::vector<kvtrace::RowBlock> quantized_blocks;
-    std::vector<std::vector<size_t>> by_group;  // the simulations of each cache group
-    std::vector<Coupling> couplings;            // head-adaptive budgets
-  };
-  // All simulations of `group` (or of every group: -1) take step t.
-  auto step = [&](const Lane& lane, LaneState& state, int64_t t, int group) {
-    state.rows->start(state.block, t, group);
-    for (size_t v = 0; v < state.quantized_rows.size(); ++v)
-      state.quantized_rows[v]->start(state.quantized_blocks[v], t);
-    auto run = [&](size_t s) {
-      const int view = lane.simulations[s].quant;
-      state.running[s].step(*state.rows, view >= 0 ? *state.quantized_rows[static_cast<size_t>(view)] : *state.rows);
-    };
-    if (group >= 0)
-      for (size_t s : state.by_group[static_cast<size_t>(group)]) run(s);
-    else
-      for (size_t s = 0; s < state.running.size(); ++s) run(s);
-    for (const Coupling& coupling : state.couplings) evict_coupled(state.running, coupling, t);
-  };
+  std::vector<LaneState> states(lanes.size());
+  for (size_t l = 0; l < lanes.size(); ++l) start_lane(lanes[l], n, options, states[l]);
   // Lanes in lockstep (a cross-layer chain) step every lane at each t. A single lane with
   // independent simulations runs one cache group's simulations over a whole block of rows
   // before the next group's: bit for bit the same results, but each group's state (tens of
-  // simulations' caches and policy state) stays in the CPU caches for the block.
-  bool group_major = lanes.size() == 1;
+  // simulations' caches and policy state) stays in the CPU caches for the block. Head-adaptive
+  // budgets evict the heads together at each step.
+  bool group_major = lanes.size() == 1 && states.front().couplings.empty();
   for (const auto& spec : lanes.front().simulations) group_major = group_major && !spec.sequence_state;
-  std::vector<LaneState> states(lanes.size());
-  for (size_t l = 0; l < lanes.size(); ++l) {
-    const Lane& lane = lanes[l];
-    LaneState& state = states[l];
-    if (lane.source->n_tokens() != n) throw std::logic_error("lockstep lanes must have the same length");
-    if (options.output_error)
-      for (const auto& group : lane.groups)
-        if (group.values.size() != group.heads.size())
-          throw std::logic_error("output error needs the values of every head");
-    state.futures.resize(lane.groups.size());
-    for (const auto& spec : lane.simulations)
-      if (spec.policy->needs_future && !state.futures[static_cast<size_t>(spec.group)])
-        state.futures[static_cast<size_t>(spec.group)] = std::make_unique<PackedFuture>(
-            lane.future ? *lane.future : *lane.source, lane.groups[static_cast<size_t>(spec.group)], options.aggregate);
-    state.running.reserve(lane.simulations.size());
-    for (const auto& spec : lane.simulations) {
-      if (spec.quant >= static_cast<int>(lane.quantized.size())) throw std::logic_error("no such quantized view");
-      state.running.emplace_back(spec, lane.groups[static_cast<size_t>(spec.group)], n, options,
-                                 state.futures[static_cast<size_t>(spec.group)].get(),
-                                 spec.quant >= 0 ? &lane.quantized[static_cast<size_t>(spec.quant)] : nullptr);
-    }
-    state.rows =
-        std::make_unique<StepRows>(lane.source->n_heads(), lane.groups, options.output_error, options.interleave);
-    for (const auto& view : lane.quantized) {
-      if (view.source->n_tokens() != n) throw std::logic_error("a quantized view must have the lane's length");
-      state.quantized_rows.push_back(
-          std::make_unique<StepRows>(view.source->n_heads(), lane.groups, false, options.interleave));
-    }
-    state.quantized_blocks.resize(lane.quantized.size());
-    state.by_group.resize(lane.groups.size());
-    for (size_t s = 0; s < lane.simulations.size(); ++s)
-      state.by_group[static_cast<size_t>(lane.simulations[s].group)].push_back(s);
-    std::vector<char> coupled(lane.simulations.size(), 0);
-    state.couplings = head_couplings(lane, state.running, coupled, options);
-    group_major = group_major && state.couplings.empty();  // the heads evict together at each step
-    share_budgets(lane, state.running, coupled);
-  }
-
   auto check_cancel = [&] {
     if (options.cancel && options.cancel->load()) throw Cancelled();
   };
@@ -232,12 +239,13 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
       for (size_t g = 0; g < lanes.front().groups.size(); ++g) {
         if (states.front().by_group[g].empty()) continue;
         check_cancel();
-        for (int64_t t = first; t < first + count; ++t) step(lanes.front(), states.front(), t, static_cast<int>(g));
+        for (int64_t t = first; t < first + count; ++t)
+          step_lane(lanes.front(), states.front(), t, static_cast<int>(g));
       }
     } else {
       for (int64_t t = first; t < first + count; ++t) {
         check_cancel();
-        for (size_t l = 0; l < lanes.size(); ++l) step(lanes[l], states[l], t, -1);
+        for (size_t l = 0; l < lanes.size(); ++l) step_lane(lanes[l], states[l], t, -1);
       }
     }
     if (options.sink)

@@ -1,18 +1,49 @@
 #pragma once
-// The kernels of a quad: four heads of a cache group whose rows StepRows interleaves
-// ([4 i + k] = entry i of the quad's head k), so that one 16-byte load serves four heads.
-// Each gives bit for bit what the one-head-at-a-time code gives (step_rows.hpp: row_sum,
-// gather_and_sum; simulation.hpp: observe_row): the same adds, in the same order, per head.
+// The kernels of the observed row (observation.hpp) and of a quad: four heads of a cache
+// group whose rows StepRows interleaves ([4 i + k] = entry i of the quad's head k), so that
+// one 16-byte load serves four heads. Each gives bit for bit what the one-head-at-a-time code
+// gives (step_rows.hpp: row_sum, gather_and_sum; combine_rows): the same adds, in the same
+// order, per head. Without AVX2 and FMA, quads are not used (kQuadKernels), and the plain
+// loops below stand in.
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <span>
 #include <type_traits>
+#include <vector>
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
 
 namespace kvsim {
+
+#if defined(__AVX2__) && defined(__FMA__)
+inline constexpr bool kQuadKernels = true;
+#else
+inline constexpr bool kQuadKernels = false;
+#endif
+
+// observed[j] = the sum over the heads k, in order, of gathered[k][j] times weights[k], as a
+// chain of float fused multiply-adds from 0 (std::fma: the same bits on every build, with or
+// without FMA instructions), eight entries per vector where there are.
+inline void combine_rows(const std::vector<std::vector<float>>& gathered, const float* weights, size_t size,
+                         float* observed) {
+  const size_t heads = gathered.size();
+  size_t j = 0;
+#if defined(__AVX2__) && defined(__FMA__)
+  for (; j + 8 <= size; j += 8) {
+    __m256 combined = _mm256_setzero_ps();
+    for (size_t k = 0; k < heads; ++k)
+      combined = _mm256_fmadd_ps(_mm256_loadu_ps(gathered[k].data() + j), _mm256_set1_ps(weights[k]), combined);
+    _mm256_storeu_ps(observed + j, combined);
+  }
+#endif
+  for (; j < size; ++j) {
+    float combined = 0;
+    for (size_t k = 0; k < heads; ++k) combined = std::fma(gathered[k][j], weights[k], combined);
+    observed[j] = combined;
+  }
+}
 
 #if defined(__AVX2__)
 // Four heads at once from their interleaved rows (StepRows::quad_rows: quad[4 i + k] is entry
@@ -82,6 +113,30 @@ inline void combine_quads(size_t size, std::span<const float* const> quads, cons
   }
 }
 #endif
+#else
+// (unused where kQuadKernels is false; the same sums, one lane at a time)
+inline void quad_sums(const float* quad, const int32_t* positions, size_t count, double* mass) {
+  double lane[4][4] = {};
+  size_t j = 0;
+  for (; j + 4 <= count; j += 4)
+    for (size_t l = 0; l < 4; ++l)
+      for (size_t k = 0; k < 4; ++k)
+        lane[l][k] += quad[4 * (positions ? static_cast<size_t>(positions[j + l]) : j + l) + k];
+  for (; j < count; ++j)
+    for (size_t k = 0; k < 4; ++k) lane[0][k] += quad[4 * (positions ? static_cast<size_t>(positions[j]) : j) + k];
+  for (size_t k = 0; k < 4; ++k) mass[k] = (lane[0][k] + lane[1][k]) + (lane[2][k] + lane[3][k]);
+}
+#endif
+#if !(defined(__AVX2__) && defined(__FMA__))
+inline void combine_quads(size_t size, std::span<const float* const> quads, const float* weights,
+                          const int32_t* positions, float* observed) {
+  for (size_t j = 0; j < size; ++j) {
+    float combined = 0;
+    for (size_t k = 0; k < 4 * quads.size(); ++k)
+      combined = std::fma(quads[k / 4][4 * static_cast<size_t>(positions[j]) + k % 4], weights[k], combined);
+    observed[j] = combined;
+  }
+}
 #endif
 
 }  // namespace kvsim

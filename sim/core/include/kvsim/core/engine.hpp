@@ -106,6 +106,11 @@ struct EngineOptions {
   // Groups of 4k heads read four heads per load from interleaved rows (sim/core/step_rows.hpp).
   // The results are the same bit for bit either way; false is for tests and benchmarks.
   bool interleave = true;
+  // Every simulation records with the reference implementations of its meters (plain loops
+  // over the positions, sim/core/reference_meters.hpp) instead of the accelerated ones: far
+  // slower; for tests, which check the accelerated meters against them. The caches, and what
+  // the policies observe, are the same either way.
+  bool reference = false;
   // With a sink, every block of recorded steps goes to it and SimulationResult keeps no
   // per-step values (retention, output_error, occupancy and eviction_step stay empty), so
   // memory does not grow with the steps. The sink is called from the engine's thread.
