@@ -348,9 +348,13 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
       const RunResult& run = runs[s * cells + cell];
       const Reference& reference = references[s];
       const auto n = static_cast<int64_t>(sequences[s].tokens.size());
-      const int64_t budget = out.budget.resolve(n);
-      out.budget_tokens_mean += static_cast<double>(budget) / static_cast<double>(n_seqs);
-      out.budget_share_mean += static_cast<double>(budget) / static_cast<double>(n) / static_cast<double>(n_seqs);
+      // B_l as the layers held it (the schedule's, which may floor or cap B), their mean.
+      const std::vector<int64_t>& held = plans[s].layer_budgets[cell];
+      double held_sum = 0;
+      for (int64_t b : held) held_sum += static_cast<double>(b);
+      const double budget = held_sum / static_cast<double>(held.size());
+      out.budget_tokens_mean += budget / static_cast<double>(n_seqs);
+      out.budget_share_mean += budget / static_cast<double>(n) / static_cast<double>(n_seqs);
       nll += run.nll_sum;
       agreements += run.agreements;
       occupancy += run.occupancy_sum;

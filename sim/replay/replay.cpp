@@ -455,13 +455,15 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
         cell.bits_per_element = bits_per_element(cell.quant, meta.head_dim);
         std::vector<const GroupRecord*> records;
         std::vector<const RecordSums*> sums;
+        // B_l as the replayed layers held it, under the policy's own schedule when it has one.
+        const LayerSchedule& schedule = policy_schedule(config, key.policy);
         double budget_sum = 0, share_sum = 0;
         int64_t budget_count = 0;
         for (int seq : sequences)
           for (int layer : layers) {
             const int64_t n = reader.sequence(seq).n_tokens;
-            const int64_t budget = config.schedule.apply(cell.budget.resolve(n), layer, seq,
-                                                         schedule_tokens(config, reader.sequence(seq)));
+            const int64_t budget =
+                schedule.apply(cell.budget.resolve(n), layer, seq, schedule_tokens(config, reader.sequence(seq)));
             budget_sum += static_cast<double>(budget);
             share_sum += static_cast<double>(budget) / static_cast<double>(n);
             ++budget_count;
