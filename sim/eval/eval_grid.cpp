@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "eval_plan.hpp"
+#include "eval_replay.hpp"
 #include "kvsim/analysis/analysis.hpp"
 #include "kvsim/eval/eval.hpp"
 #include "kvtrace/attention_source.hpp"
@@ -21,19 +22,6 @@
 namespace kvsim {
 namespace {
 
-// What the full-cache run of one sequence leaves for the rest.
-struct Reference {
-  std::vector<int> argmax;
-  std::vector<double> nll;
-  std::vector<std::vector<std::vector<float>>> rows;  // kept only when a policy needs the future
-  // Replay per cell: retention and output error of every (layer, group, head, step), in order.
-  std::vector<std::vector<float>> retention, output_error;
-  std::vector<double> occupancy_sum;
-  std::vector<int64_t> occupancy_steps;
-  std::vector<std::vector<double>> layer_occupancy_sum;  // per cell, per layer
-  std::vector<std::vector<int64_t>> layer_steps;
-};
-
 // One closed-loop run's numbers.
 struct RunResult {
   double nll_sum = 0;
@@ -43,88 +31,6 @@ struct RunResult {
   std::vector<double> layer_occupancy_sum;
   std::vector<int64_t> layer_steps;
 };
-
-// What every run of a sequence shares: its protocol and every cell's B_l.
-struct SequencePlan {
-  eval_plan::SequenceProtocol protocol;
-  std::vector<std::vector<int64_t>> layer_budgets;  // per cell
-};
-
-// The teacher-forced replay of the full-cache rows of one sequence, every cell at once (all
-// layers stepped together, which cross-layer policies need and the others do not mind).
-void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& sequence, const EvalConfig& config,
-                      const SequencePlan& plan, const ClosedLoopRun& full, Reference& reference) {
-  const kvtrace::Llama2Config& c = model.config();
-  const auto n = static_cast<int64_t>(sequence.tokens.size());
-  const int n_kv = c.n_kv_heads;
-  struct LaneData {
-    std::unique_ptr<kvtrace::PackedAttentionSource> source;
-    std::vector<CacheGroup> groups;
-    std::vector<SimulationSpec> specs;
-  };
-  std::vector<LaneData> lanes(static_cast<size_t>(c.n_layers));
-  for (int l = 0; l < c.n_layers; ++l) {
-    LaneData& lane = lanes[static_cast<size_t>(l)];
-    lane.source = std::make_unique<kvtrace::PackedAttentionSource>(n, full.rows[static_cast<size_t>(l)]);
-    lane.groups =
-        layer_cache_groups(c.n_heads, n_kv, sequence.index, l, full.values[static_cast<size_t>(l)], c.head_dim());
-    auto of_layer = [&](const std::vector<std::vector<std::vector<float>>>& heads) {
-      return heads.empty() ? std::span<const std::vector<float>>() : heads[static_cast<size_t>(l)];
-    };
-    attach_group_tensors(lane.groups, c.n_heads, n_kv,
-                         {of_layer(full.keys), full.values[static_cast<size_t>(l)], of_layer(full.queries),
-                          c.head_dim(), llama2_rope(c)});
-  }
-  const size_t budgets = config.budgets.size(), cells = config.policies.size() * budgets;
-  std::vector<std::vector<std::pair<size_t, size_t>>> where(cells);  // per cell: (lane, spec) in (layer, group) order
-  for (size_t cell = 0; cell < cells; ++cell) {
-    const PolicyChoice& policy = config.policies[cell / budgets];
-    std::shared_ptr<void> state;
-    if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, c.n_layers, n);
-    const GroupRange range = policy_groups(*policy.info, n_kv);
-    for (int l = 0; l < c.n_layers; ++l)
-      for (int g = range.first; g < range.last; ++g) {
-        where[cell].emplace_back(static_cast<size_t>(l), lanes[static_cast<size_t>(l)].specs.size());
-        lanes[static_cast<size_t>(l)].specs.push_back(
-            simulation_spec(policy, plan.layer_budgets[cell][static_cast<size_t>(l)], g, l, state));
-      }
-  }
-  std::vector<Lane> engine_lanes;
-  for (auto& lane : lanes) engine_lanes.push_back(Lane{lane.source.get(), lane.groups, lane.specs, {}});
-  EngineOptions options;
-  options.aggregate = config.aggregate;
-  options.protocol.compress_every = config.compress_every;
-  options.paging = config.paging;
-  options.head_floor = config.head_floor;
-  options.output_error = true;
-  options.cancel = config.cancel;
-  if (plan.protocol.question > 0) {
-    options.mode = Mode::prefill;
-    options.prompt_len = plan.protocol.prompt;
-    options.protocol.question = plan.protocol.question;
-  }
-  std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
-  reference.retention.resize(cells);
-  reference.output_error.resize(cells);
-  reference.occupancy_sum.assign(cells, 0.0);
-  reference.occupancy_steps.assign(cells, 0);
-  reference.layer_occupancy_sum.assign(cells, std::vector<double>(static_cast<size_t>(c.n_layers), 0.0));
-  reference.layer_steps.assign(cells, std::vector<int64_t>(static_cast<size_t>(c.n_layers), 0));
-  for (size_t cell = 0; cell < cells; ++cell)
-    for (const auto& [lane, spec] : where[cell]) {
-      const SimulationResult& result = results[lane][spec];
-      reference.retention[cell].insert(reference.retention[cell].end(), result.retention.begin(),
-                                       result.retention.end());
-      reference.output_error[cell].insert(reference.output_error[cell].end(), result.output_error.begin(),
-                                          result.output_error.end());
-      double sum = 0;
-      for (int32_t occupancy : result.occupancy) sum += occupancy;
-      reference.occupancy_sum[cell] += sum;
-      reference.occupancy_steps[cell] += result.n_steps;
-      reference.layer_occupancy_sum[cell][lane] += sum;
-      reference.layer_steps[cell][lane] += result.n_steps;
-    }
-}
 
 double spearman_of(const std::vector<double>& x, const std::vector<double>& y) {
   return x.size() >= 3 ? spearman(std::span<const double>(x), std::span<const double>(y)) : NAN;
@@ -161,14 +67,42 @@ void correlate(EvalResults& results) {
   }
 }
 
-}  // namespace
+// What the steps of one evaluation share.
+struct Grid {
+  const kvtrace::Llama2Model& model;
+  std::span<const EvalSequence> sequences;
+  const EvalConfig& config;
+  int threads;
+  size_t budgets, cells;  // cells = policies x budgets
+  bool needs_future;      // some policy reads the full-cache run's future rows
+};
 
-EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequence> sequences,
-                     const EvalConfig& config, const std::function<void(int64_t, int64_t)>& progress) {
+// progress(done, total) from any thread, one call at a time.
+class Progress {
+ public:
+  Progress(const std::function<void(int64_t, int64_t)>& callback, int64_t total) : callback_(callback), total_(total) {}
+  void tick() {
+    const int64_t now = ++done_;
+    if (!callback_) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    callback_(now, total_);
+  }
+
+ private:
+  const std::function<void(int64_t, int64_t)>& callback_;
+  const int64_t total_;
+  std::atomic<int64_t> done_{0};
+  std::mutex mutex_;
+};
+
+// Throws InputError for a grid that cannot run: no policy, budget or sequence, a policy the
+// closed loop cannot run or whose layers the model lacks, a sequence too short, longer than
+// the model's seq_len or with a token outside its vocabulary. Returns whether a policy needs
+// the future rows.
+bool check_grid(const kvtrace::Llama2Config& c, std::span<const EvalSequence> sequences, const EvalConfig& config) {
   if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
   if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
   if (sequences.empty()) throw kvtrace::InputError("", "", "no sequence to evaluate");
-  const kvtrace::Llama2Config& c = model.config();
   bool needs_future = false;
   for (const PolicyChoice& policy : config.policies) {
     check_closed_loop_policy(*policy.info);
@@ -188,129 +122,116 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
                                   "token id " + std::to_string(token) + " is outside the model's vocabulary [0, " +
                                       std::to_string(c.vocab_size) + ")");
   }
-  const int threads =
-      config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const size_t n_seqs = sequences.size(), budgets = config.budgets.size(), cells = config.policies.size() * budgets;
-  std::atomic<int64_t> done{0};
-  const auto total = static_cast<int64_t>(n_seqs * (cells + 1));
-  std::mutex progress_mutex;
-  auto tick = [&]() {
-    const int64_t now = ++done;
-    if (!progress) return;
-    std::lock_guard<std::mutex> lock(progress_mutex);
-    progress(now, total);
-  };
+  return needs_future;
+}
 
-  // The full cache: references for agreement, the rows the replay runs on and the measured
-  // schedules read. Unless a schedule measures them, each sequence's full-cache run is replayed
-  // and dropped at once; else every run is kept until the schedules are measured.
-  const std::vector<eval_plan::SequenceProtocol> protocols = eval_plan::sequence_protocols(sequences, config);
+// The full cache: references for agreement, the rows the replay runs on and the measured
+// schedules read. Unless a schedule measures them, each sequence's full-cache run is replayed
+// and dropped at once; else every run is kept until the schedules are measured. Fills `plans`.
+std::vector<eval_replay::Reference> full_cache_references(const Grid& grid,
+                                                          const std::vector<eval_plan::SequenceProtocol>& protocols,
+                                                          Progress& progress,
+                                                          std::vector<eval_plan::SequencePlan>& plans) {
+  const EvalConfig& config = grid.config;
+  const int n_layers = grid.model.config().n_layers;
+  const size_t n_seqs = grid.sequences.size();
   const bool measure = eval_plan::schedules_measure(config);
-  std::vector<LayerSchedule> schedules =
-      eval_plan::policy_schedules(config, c.n_layers, {}, {}, {}, 1);  // bad schedules fail before any run
-  std::vector<SequencePlan> plans(n_seqs);
-  auto make_plans = [&] {
-    for (size_t s = 0; s < n_seqs; ++s) {
-      plans[s].protocol = protocols[s];
-      const auto n = static_cast<int64_t>(sequences[s].tokens.size());
-      for (size_t cell = 0; cell < cells; ++cell)
-        plans[s].layer_budgets.push_back(eval_plan::layer_budgets(schedules[cell / budgets],
-                                                                  config.budgets[cell % budgets].resolve(n),
-                                                                  sequences[s].index, n, protocols[s], c.n_layers));
-    }
-  };
-  if (!measure) make_plans();
-  std::vector<Reference> references(n_seqs);
+  const std::vector<LayerSchedule> unmeasured =
+      eval_plan::policy_schedules(config, n_layers, {}, {}, {}, 1);  // bad schedules fail before any run
+  if (!measure) plans = eval_plan::sequence_plans(grid.sequences, config, protocols, unmeasured, n_layers);
+  std::vector<eval_replay::Reference> references(n_seqs);
   auto replay_full = [&](size_t s, ClosedLoopRun& full) {
-    Reference& reference = references[s];
-    replay_reference(model, sequences[s], config, plans[s], full, reference);
+    eval_replay::Reference& reference = references[s];
+    eval_replay::replay_reference(grid.model, grid.sequences[s], config, plans[s], full, reference);
     reference.argmax = std::move(full.argmax);
     reference.nll = std::move(full.nll);
-    if (needs_future) reference.rows = std::move(full.rows);
+    if (grid.needs_future) reference.rows = std::move(full.rows);
     full = ClosedLoopRun();
   };
   std::vector<ClosedLoopRun> fulls(n_seqs);
   parallel_for(
-      n_seqs, threads,
+      n_seqs, grid.threads,
       [&](size_t s) {
         ClosedLoopOptions options;
-        options.sequence = sequences[s].index;
+        options.sequence = grid.sequences[s].index;
         options.cancel = config.cancel;
         options.record_rows = options.record_values = true;
         for (const PolicyChoice& policy : config.policies) {  // what the policies read, for the replay
           options.record_keys = options.record_keys || policy.info->needs_keys;
           options.record_queries = options.record_queries || policy.info->needs_queries;
         }
-        fulls[s] = run_closed_loop(model, sequences[s].tokens, nullptr, 0, options);
+        fulls[s] = run_closed_loop(grid.model, grid.sequences[s].tokens, nullptr, 0, options);
         if (!measure) replay_full(s, fulls[s]);
       },
       [&] {
-        if (!measure) tick();
+        if (!measure) progress.tick();
       });
   if (measure) {
     std::vector<const std::vector<std::vector<std::vector<float>>>*> full_rows;
     for (const ClosedLoopRun& full : fulls) full_rows.push_back(&full.rows);
-    schedules = eval_plan::policy_schedules(config, c.n_layers, sequences, protocols, full_rows, threads);
-    make_plans();
+    const std::vector<LayerSchedule> measured =
+        eval_plan::policy_schedules(config, n_layers, grid.sequences, protocols, full_rows, grid.threads);
+    plans = eval_plan::sequence_plans(grid.sequences, config, protocols, measured, n_layers);
     parallel_for(
-        n_seqs, threads, [&](size_t s) { replay_full(s, fulls[s]); }, tick);
+        n_seqs, grid.threads, [&](size_t s) { replay_full(s, fulls[s]); }, [&] { progress.tick(); });
   }
+  return references;
+}
 
-  // The closed loop: one run per (sequence, policy, budget).
-  std::vector<RunResult> runs(n_seqs * cells);
-  parallel_for(
-      runs.size(), threads,
-      [&](size_t item) {
-        const size_t s = item / cells, cell = item % cells;
-        const EvalSequence& sequence = sequences[s];
-        const Reference& reference = references[s];
-        ClosedLoopOptions options;
-        options.aggregate = config.aggregate;
-        options.compress_every = config.compress_every;
-        options.paging = config.paging;
-        options.head_floor = config.head_floor;
-        options.sequence = sequence.index;
-        options.cancel = config.cancel;
-        if (needs_future) options.future_rows = &reference.rows;
-        const SequencePlan& plan = plans[s];
-        options.layer_budgets = plan.layer_budgets[cell];
-        options.prompt_len = plan.protocol.prompt;
-        options.question = plan.protocol.question;
-        const int64_t budget = config.budgets[cell % budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));
-        const ClosedLoopRun run =
-            run_closed_loop(model, sequence.tokens, &config.policies[cell / budgets], budget, options);
-        RunResult& result = runs[item];
-        for (auto i = static_cast<size_t>(plan.protocol.first_prediction()); i < run.nll.size(); ++i) {
-          result.nll_sum += run.nll[i];
-          result.agreements += run.argmax[i] == reference.argmax[i];
-          ++result.predictions;
-        }
-        result.layer_occupancy_sum.assign(static_cast<size_t>(c.n_layers), 0.0);
-        result.layer_steps.assign(static_cast<size_t>(c.n_layers), 0);
-        for (const GroupRecord& record : run.groups) {
-          double sum = 0;
-          for (int32_t occupancy : record.result.occupancy) {
-            sum += occupancy;
-            result.occupancy_peak = std::max<int64_t>(result.occupancy_peak, occupancy);
-          }
-          result.occupancy_sum += sum;
-          result.occupancy_steps += record.result.n_steps;
-          result.evictions += record.result.evictions;
-          result.layer_occupancy_sum[static_cast<size_t>(record.layer)] += sum;
-          result.layer_steps[static_cast<size_t>(record.layer)] += record.result.n_steps;
-        }
-      },
-      tick);
+// The closed loop of cell `cell` on one sequence.
+RunResult closed_loop(const Grid& grid, const EvalSequence& sequence, const eval_replay::Reference& reference,
+                      const eval_plan::SequencePlan& plan, size_t cell) {
+  const EvalConfig& config = grid.config;
+  const int n_layers = grid.model.config().n_layers;
+  ClosedLoopOptions options;
+  options.aggregate = config.aggregate;
+  options.compress_every = config.compress_every;
+  options.paging = config.paging;
+  options.head_floor = config.head_floor;
+  options.sequence = sequence.index;
+  options.cancel = config.cancel;
+  if (grid.needs_future) options.future_rows = &reference.rows;
+  options.layer_budgets = plan.layer_budgets[cell];
+  options.prompt_len = plan.protocol.prompt;
+  options.question = plan.protocol.question;
+  const int64_t budget = config.budgets[cell % grid.budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));
+  const ClosedLoopRun run =
+      run_closed_loop(grid.model, sequence.tokens, &config.policies[cell / grid.budgets], budget, options);
+  RunResult result;
+  for (auto i = static_cast<size_t>(plan.protocol.first_prediction()); i < run.nll.size(); ++i) {
+    result.nll_sum += run.nll[i];
+    result.agreements += run.argmax[i] == reference.argmax[i];
+    ++result.predictions;
+  }
+  result.layer_occupancy_sum.assign(static_cast<size_t>(n_layers), 0.0);
+  result.layer_steps.assign(static_cast<size_t>(n_layers), 0);
+  for (const GroupRecord& record : run.groups) {
+    double sum = 0;
+    for (int32_t occupancy : record.result.occupancy) {
+      sum += occupancy;
+      result.occupancy_peak = std::max<int64_t>(result.occupancy_peak, occupancy);
+    }
+    result.occupancy_sum += sum;
+    result.occupancy_steps += record.result.n_steps;
+    result.evictions += record.result.evictions;
+    result.layer_occupancy_sum[static_cast<size_t>(record.layer)] += sum;
+    result.layer_steps[static_cast<size_t>(record.layer)] += record.result.n_steps;
+  }
+  return result;
+}
 
+// The run's sequences and the full cache's perplexity over the predictions that count.
+EvalResults full_cache_results(const Grid& grid, const std::vector<eval_plan::SequenceProtocol>& protocols,
+                               const std::vector<eval_replay::Reference>& references) {
   EvalResults results;
-  results.sequences = static_cast<int64_t>(n_seqs);
-  results.paging = config.paging;
-  results.policies = config.policies.size();
-  results.budgets = budgets;
-  results.layer_budget = config.layer_budget;
-  results.question = config.question > 0 || config.question_auto;
+  results.sequences = static_cast<int64_t>(grid.sequences.size());
+  results.paging = grid.config.paging;
+  results.policies = grid.config.policies.size();
+  results.budgets = grid.budgets;
+  results.layer_budget = grid.config.layer_budget;
+  results.question = grid.config.question > 0 || grid.config.question_auto;
   double full_nll = 0;
-  for (size_t s = 0; s < n_seqs; ++s) {
+  for (size_t s = 0; s < grid.sequences.size(); ++s) {
     double sum = 0;
     const std::vector<double>& nlls = references[s].nll;
     const auto first = static_cast<size_t>(protocols[s].first_prediction());
@@ -322,73 +243,111 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
       results.sequence_question.push_back(protocols[s].question);
     }
     results.predictions += predictions;
-    results.tokens += static_cast<int64_t>(sequences[s].tokens.size());
-    results.sequence_index.push_back(sequences[s].index);
-    results.sequence_tokens.push_back(static_cast<int64_t>(sequences[s].tokens.size()));
+    results.tokens += static_cast<int64_t>(grid.sequences[s].tokens.size());
+    results.sequence_index.push_back(grid.sequences[s].index);
+    results.sequence_tokens.push_back(static_cast<int64_t>(grid.sequences[s].tokens.size()));
     results.full_sequence_perplexity.push_back(std::exp(sum / static_cast<double>(predictions)));
   }
   results.full_nll_mean = full_nll / static_cast<double>(results.predictions);
   results.full_perplexity = std::exp(results.full_nll_mean);
+  return results;
+}
 
-  for (size_t cell = 0; cell < cells; ++cell) {
-    EvalCell out;
-    const PolicyChoice& policy = config.policies[cell / budgets];
-    out.policy = policy.label;
-    out.params = policy.changed;
-    out.info = policy.info;
-    out.budget = config.budgets[cell % budgets];
-    double nll = 0, occupancy = 0, replay_occupancy = 0;
-    int64_t agreements = 0, occupancy_steps = 0, replay_steps = 0;
-    std::vector<float> retention, output_error;
-    const auto layers = static_cast<size_t>(c.n_layers);
-    std::vector<double> layer_sum(layers, 0.0), replay_layer_sum(layers, 0.0);
-    std::vector<int64_t> layer_steps(layers, 0), replay_layer_steps(layers, 0);
-    out.layer_budget_mean.assign(layers, 0.0);
-    for (size_t s = 0; s < n_seqs; ++s) {
-      const RunResult& run = runs[s * cells + cell];
-      const Reference& reference = references[s];
-      const auto n = static_cast<int64_t>(sequences[s].tokens.size());
-      const int64_t budget = out.budget.resolve(n);
-      out.budget_tokens_mean += static_cast<double>(budget) / static_cast<double>(n_seqs);
-      out.budget_share_mean += static_cast<double>(budget) / static_cast<double>(n) / static_cast<double>(n_seqs);
-      nll += run.nll_sum;
-      agreements += run.agreements;
-      occupancy += run.occupancy_sum;
-      occupancy_steps += run.occupancy_steps;
-      out.occupancy_peak = std::max(out.occupancy_peak, run.occupancy_peak);
-      out.evictions += run.evictions;
-      out.sequence_perplexity.push_back(std::exp(run.nll_sum / static_cast<double>(run.predictions)));
-      out.sequence_agreement.push_back(static_cast<double>(run.agreements) / static_cast<double>(run.predictions));
-      retention.insert(retention.end(), reference.retention[cell].begin(), reference.retention[cell].end());
-      output_error.insert(output_error.end(), reference.output_error[cell].begin(), reference.output_error[cell].end());
-      out.sequence_replay_retention.push_back(summarize(reference.retention[cell]).mean);
-      out.sequence_replay_output_error.push_back(summarize(reference.output_error[cell]).mean);
-      replay_occupancy += reference.occupancy_sum[cell];
-      replay_steps += reference.occupancy_steps[cell];
-      for (size_t l = 0; l < layers; ++l) {
-        out.layer_budget_mean[l] += static_cast<double>(plans[s].layer_budgets[cell][l]) / static_cast<double>(n_seqs);
-        layer_sum[l] += run.layer_occupancy_sum[l];
-        layer_steps[l] += run.layer_steps[l];
-        replay_layer_sum[l] += reference.layer_occupancy_sum[cell][l];
-        replay_layer_steps[l] += reference.layer_steps[cell][l];
-      }
-    }
+// Cell `cell`'s closed-loop runs (runs[s * cells + cell]) and replays over the sequences.
+EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan>& plans,
+                     const std::vector<RunResult>& runs, const std::vector<eval_replay::Reference>& references,
+                     const EvalResults& results, size_t cell) {
+  const size_t n_seqs = grid.sequences.size();
+  EvalCell out;
+  const PolicyChoice& policy = grid.config.policies[cell / grid.budgets];
+  out.policy = policy.label;
+  out.params = policy.changed;
+  out.info = policy.info;
+  out.budget = grid.config.budgets[cell % grid.budgets];
+  double nll = 0, occupancy = 0, replay_occupancy = 0;
+  int64_t agreements = 0, occupancy_steps = 0, replay_steps = 0;
+  std::vector<float> retention, output_error;
+  const auto layers = static_cast<size_t>(grid.model.config().n_layers);
+  std::vector<double> layer_sum(layers, 0.0), replay_layer_sum(layers, 0.0);
+  std::vector<int64_t> layer_steps(layers, 0), replay_layer_steps(layers, 0);
+  out.layer_budget_mean.assign(layers, 0.0);
+  for (size_t s = 0; s < n_seqs; ++s) {
+    const RunResult& run = runs[s * grid.cells + cell];
+    const eval_replay::Reference& reference = references[s];
+    const auto n = static_cast<int64_t>(grid.sequences[s].tokens.size());
+    // B_l as the layers held it (the schedule's, which may floor or cap B), their mean.
+    const std::vector<int64_t>& held = plans[s].layer_budgets[cell];
+    double held_sum = 0;
+    for (int64_t b : held) held_sum += static_cast<double>(b);
+    const double budget = held_sum / static_cast<double>(held.size());
+    out.budget_tokens_mean += budget / static_cast<double>(n_seqs);
+    out.budget_share_mean += budget / static_cast<double>(n) / static_cast<double>(n_seqs);
+    nll += run.nll_sum;
+    agreements += run.agreements;
+    occupancy += run.occupancy_sum;
+    occupancy_steps += run.occupancy_steps;
+    out.occupancy_peak = std::max(out.occupancy_peak, run.occupancy_peak);
+    out.evictions += run.evictions;
+    out.sequence_perplexity.push_back(std::exp(run.nll_sum / static_cast<double>(run.predictions)));
+    out.sequence_agreement.push_back(static_cast<double>(run.agreements) / static_cast<double>(run.predictions));
+    retention.insert(retention.end(), reference.retention[cell].begin(), reference.retention[cell].end());
+    output_error.insert(output_error.end(), reference.output_error[cell].begin(), reference.output_error[cell].end());
+    out.sequence_replay_retention.push_back(summarize(reference.retention[cell]).mean);
+    out.sequence_replay_output_error.push_back(summarize(reference.output_error[cell]).mean);
+    replay_occupancy += reference.occupancy_sum[cell];
+    replay_steps += reference.occupancy_steps[cell];
     for (size_t l = 0; l < layers; ++l) {
-      out.layer_occupancy_mean.push_back(layer_steps[l] ? layer_sum[l] / static_cast<double>(layer_steps[l]) : NAN);
-      out.replay_layer_occupancy_mean.push_back(
-          replay_layer_steps[l] ? replay_layer_sum[l] / static_cast<double>(replay_layer_steps[l]) : NAN);
+      out.layer_budget_mean[l] += static_cast<double>(held[l]) / static_cast<double>(n_seqs);
+      layer_sum[l] += run.layer_occupancy_sum[l];
+      layer_steps[l] += run.layer_steps[l];
+      replay_layer_sum[l] += reference.layer_occupancy_sum[cell][l];
+      replay_layer_steps[l] += reference.layer_steps[cell][l];
     }
-    out.nll_mean = nll / static_cast<double>(results.predictions);
-    out.perplexity = std::exp(out.nll_mean);
-    out.perplexity_increase = out.perplexity - results.full_perplexity;
-    out.perplexity_increase_relative = out.perplexity_increase / results.full_perplexity;
-    out.top1_agreement = static_cast<double>(agreements) / static_cast<double>(results.predictions);
-    out.occupancy_mean = occupancy_steps ? occupancy / static_cast<double>(occupancy_steps) : NAN;
-    out.replay_retention = summarize(retention);
-    out.replay_output_error = summarize(output_error);
-    out.replay_occupancy_mean = replay_steps ? replay_occupancy / static_cast<double>(replay_steps) : NAN;
-    results.cells.push_back(std::move(out));
   }
+  for (size_t l = 0; l < layers; ++l) {
+    out.layer_occupancy_mean.push_back(layer_steps[l] ? layer_sum[l] / static_cast<double>(layer_steps[l]) : NAN);
+    out.replay_layer_occupancy_mean.push_back(
+        replay_layer_steps[l] ? replay_layer_sum[l] / static_cast<double>(replay_layer_steps[l]) : NAN);
+  }
+  out.nll_mean = nll / static_cast<double>(results.predictions);
+  out.perplexity = std::exp(out.nll_mean);
+  out.perplexity_increase = out.perplexity - results.full_perplexity;
+  out.perplexity_increase_relative = out.perplexity_increase / results.full_perplexity;
+  out.top1_agreement = static_cast<double>(agreements) / static_cast<double>(results.predictions);
+  out.occupancy_mean = occupancy_steps ? occupancy / static_cast<double>(occupancy_steps) : NAN;
+  out.replay_retention = summarize(retention);
+  out.replay_output_error = summarize(output_error);
+  out.replay_occupancy_mean = replay_steps ? replay_occupancy / static_cast<double>(replay_steps) : NAN;
+  return out;
+}
+
+}  // namespace
+
+EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequence> sequences,
+                     const EvalConfig& config, const std::function<void(int64_t, int64_t)>& progress) {
+  const bool needs_future = check_grid(model.config(), sequences, config);
+  const int threads =
+      config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t budgets = config.budgets.size(), cells = config.policies.size() * budgets;
+  const Grid grid{model, sequences, config, threads, budgets, cells, needs_future};
+  Progress ticks(progress, static_cast<int64_t>(sequences.size() * (cells + 1)));
+  const std::vector<eval_plan::SequenceProtocol> protocols = eval_plan::sequence_protocols(sequences, config);
+  std::vector<eval_plan::SequencePlan> plans;
+  const std::vector<eval_replay::Reference> references = full_cache_references(grid, protocols, ticks, plans);
+
+  // The closed loop: one run per (sequence, policy, budget).
+  std::vector<RunResult> runs(sequences.size() * cells);
+  parallel_for(
+      runs.size(), threads,
+      [&](size_t item) {
+        const size_t s = item / cells, cell = item % cells;
+        runs[item] = closed_loop(grid, sequences[s], references[s], plans[s], cell);
+      },
+      [&] { ticks.tick(); });
+
+  EvalResults results = full_cache_results(grid, protocols, references);
+  for (size_t cell = 0; cell < cells; ++cell)
+    results.cells.push_back(cell_result(grid, plans, runs, references, results, cell));
   correlate(results);
   return results;
 }

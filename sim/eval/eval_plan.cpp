@@ -107,4 +107,20 @@ std::vector<int64_t> layer_budgets(const LayerSchedule& schedule, int64_t budget
   return schedule.layer_budgets(budget, seq, protocol.schedule_tokens(n));
 }
 
+std::vector<SequencePlan> sequence_plans(std::span<const EvalSequence> sequences, const EvalConfig& config,
+                                         std::span<const SequenceProtocol> protocols,
+                                         std::span<const LayerSchedule> schedules, int n_layers) {
+  const size_t budgets = config.budgets.size(), cells = config.policies.size() * budgets;
+  std::vector<SequencePlan> plans(sequences.size());
+  for (size_t s = 0; s < plans.size(); ++s) {
+    plans[s].protocol = protocols[s];
+    const auto n = static_cast<int64_t>(sequences[s].tokens.size());
+    for (size_t cell = 0; cell < cells; ++cell)
+      plans[s].layer_budgets.push_back(layer_budgets(schedules[cell / budgets],
+                                                     config.budgets[cell % budgets].resolve(n), sequences[s].index, n,
+                                                     protocols[s], n_layers));
+  }
+  return plans;
+}
+
 }  // namespace kvsim::eval_plan

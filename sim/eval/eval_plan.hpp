@@ -42,4 +42,14 @@ std::vector<LayerSchedule> policy_schedules(const EvalConfig& config, int n_laye
 std::vector<int64_t> layer_budgets(const LayerSchedule& schedule, int64_t budget, int seq, int64_t n,
                                    const SequenceProtocol& protocol, int n_layers);
 
+// What every run of a sequence shares: its protocol and every cell's B_l.
+struct SequencePlan {
+  SequenceProtocol protocol;
+  std::vector<std::vector<int64_t>> layer_budgets;  // per cell (policy * budgets + budget), per layer
+};
+// Per sequence, its plan under the policies' schedules (policy_schedules).
+std::vector<SequencePlan> sequence_plans(std::span<const EvalSequence> sequences, const EvalConfig& config,
+                                         std::span<const SequenceProtocol> protocols,
+                                         std::span<const LayerSchedule> schedules, int n_layers);
+
 }  // namespace kvsim::eval_plan

@@ -42,6 +42,26 @@ std::vector<std::string> policy_labels(const ReplayResults& results) {
 
 std::string params_text(const CellResult& cell) { return cell.params; }
 
+// " 20%=51.0 60%=153.0": each budget's mean B over the replayed sequences and layers; per
+// policy (" h2o: 20%=51.0; pyramidkv: 20%=32.0") when a policy's own layer schedule gives
+// other means than the first policy's.
+std::string budget_means(const ReplayResults& results, const std::vector<std::string>& labels, size_t budgets) {
+  auto means = [&](size_t policy) {
+    std::string out;
+    for (size_t b = 0; b < budgets; ++b) {
+      const CellResult& cell = results.cells[policy * budgets + b];
+      out.append(" ").append(cell.budget.text).append("=").append(number(cell.budget_tokens_mean, "%.1f"));
+    }
+    return out;
+  };
+  bool same = true;
+  for (size_t p = 1; p < labels.size(); ++p) same = same && means(p) == means(0);
+  if (same) return means(0);
+  std::string out;
+  for (size_t p = 0; p < labels.size(); ++p) out.append(p ? "; " : " ").append(labels[p]).append(":").append(means(p));
+  return out;
+}
+
 std::string base_name(const CellResult& cell) { return cell.info ? cell.info->name : cell.policy; }
 
 }  // namespace
@@ -137,9 +157,7 @@ std::string sweep_table(const ReplayResults& results) {
   if (!protocol_text(results).empty())
     table(
         "peak occupancy", [](const CellResult& c) { return static_cast<double>(c.occupancy_peak); }, 0);
-  out << "budget B per sequence and layer, mean:";
-  for (size_t b = 0; b < budgets; ++b)
-    out << " " << results.cells[b].budget.text << "=" << number(results.cells[b].budget_tokens_mean, "%.1f");
+  out << "budget B per sequence and layer, mean:" << budget_means(results, labels, budgets);
   out << "\nmode " << mode_name(results.mode) << protocol_text(results) << paging_text(results.paging) << "; "
       << results.sequences << " sequences x " << results.layers << " layers x " << results.heads << " heads; "
       << kTeacherForcedNote << "\n";

@@ -2,6 +2,12 @@
 // adaptive, in replay, sweep and plan, and their bad input (docs/semantics.md, section 2).
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
@@ -11,6 +17,19 @@ namespace {
 const std::string kTrace = std::string(KVSIM_SOURCE_DIR) + "/data/traces/stories15M-8x256.h5";
 
 bool has(const std::string& output, const std::string& text) { return output.find(text) != std::string::npos; }
+
+// The line of `csv` whose first field is `policy`, cut into its fields.
+std::vector<std::string> csv_row(const std::string& csv, const std::string& policy) {
+  std::istringstream lines(csv);
+  for (std::string line; std::getline(lines, line);)
+    if (line.rfind(policy + ",", 0) == 0) {
+      std::vector<std::string> fields;
+      std::istringstream cells(line);
+      for (std::string field; std::getline(cells, field, ',');) fields.push_back(field);
+      return fields;
+    }
+  return {};
+}
 
 }  // namespace
 
@@ -113,4 +132,46 @@ TEST(CliBudgets, PoliciesWithTheirOwnBudgets) {
     ASSERT_EQ(cake.code, 0) << cake.output;
     EXPECT_TRUE(has(cake.output, "layer budgets B_l (cake:tau1=1.6:tau2=0.4:window=32,")) << cake.output;
   }
+}
+
+TEST(CliBudgets, OwnSchedulesReportTheReplayedLayers) {
+  // 20% of 256: B = 51. pyramidkv's schedule (W = 32, beta = 20): C - W = 19, min = 19 // 20 =
+  // 0, max = 38; the line 38, 30.4, 22.8, 15.2, 7.6, 0 gives B_l = 70, 62, 55, 47, 40, 32, so
+  // layer 5 alone holds 32 (share 32 / 256 = 0.125). cake's B_5 (tau1 = tau2 = 1) is 50.875 over
+  // the 8 sequences, as h2o's under --layer-budget cake; h2o alone holds 51.
+  kvtest::TempDir dir;
+  const std::string layer5 = " --budget 20% --layers 5 --json " + dir.file("replay.json");
+  const auto replay = kvtest::run_kvsim("replay " + kTrace + " --policy pyramidkv" + layer5);
+  ASSERT_EQ(replay.code, 0) << replay.output;
+  EXPECT_TRUE(has(replay.output, "policy pyramidkv, budget 20% (B = 32.0 tokens on average)")) << replay.output;
+  const auto json = nlohmann::json::parse(kvtest::slurp(dir.file("replay.json")));
+  EXPECT_EQ(json["cells"][0]["budget_tokens_mean"], 32.0);
+  EXPECT_EQ(json["cells"][0]["budget_share_mean"], 0.125);
+
+  const std::string csv = dir.file("sweep.csv");
+  const auto sweep =
+      kvtest::run_kvsim("sweep " + kTrace + " --policies pyramidkv,cake,h2o --budgets 20% --layers 5 --csv " + csv);
+  ASSERT_EQ(sweep.code, 0) << sweep.output;
+  EXPECT_TRUE(has(sweep.output,
+                  "budget B per sequence and layer, mean: pyramidkv: 20%=32.0; cake: 20%=50.9; "
+                  "h2o: 20%=51.0"))
+      << sweep.output;
+  const std::string table = kvtest::slurp(csv);
+  ASSERT_TRUE(has(table, "policy,params,budget,quant,bits_per_element,budget_tokens_mean,budget_share_mean,")) << table;
+  for (const auto& [policy, tokens, share] :
+       {std::tuple<std::string, std::string, std::string>{"h2o", "51", "0.19921875"},
+        {"pyramidkv", "32", "0.125"},
+        {"cake", "50.875", "0.1987304688"}}) {
+    const std::vector<std::string> row = csv_row(table, policy);
+    ASSERT_GE(row.size(), 7U) << table;
+    EXPECT_EQ(row[5], tokens) << policy;
+    EXPECT_EQ(row[6], share) << policy;
+  }
+  // The planner takes a sweep's sequence length as budget_tokens_mean / budget_share_mean (of
+  // the first row, pyramidkv's): still 256 with the budgets of the replayed layer.
+  const auto plan = kvtest::run_kvsim("plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --sweep " + csv +
+                                      " --target 'retention>=0.5'");
+  ASSERT_EQ(plan.code, 0) << plan.output;
+  EXPECT_TRUE(has(plan.output, "sequences held 256 tokens on average")) << plan.output;
+  EXPECT_TRUE(has(plan.output, "pyramidkv  819 (20%)")) << plan.output;
 }

@@ -100,7 +100,25 @@ TEST(ClosedLoopLayerBudgets, EachLayerKeepsItsOwnBudget) {
 // own schedule and h2o under --layer-budget pyramid:window=4 both get it, in the closed loop and
 // the replay. Occupancy of a layer keeping b: min(t + 1, b + 1) over t = 0..39, so
 // layer 0: (1 + ... + 21 + 19 * 21) / 40 = 630 / 40 = 15.75; layer 1: (1+2+3+4 + 36 * 5) / 40 =
-// 4.75; over both layers 10.25. The table's budget stays the uniform B = 12.
+// 4.75; over both layers 10.25. The table's budget, the mean B_l, is B = 12: pyramid holds the
+// layers' total.
+// Weights 1, 2 (normalised to 2/3, 4/3) at B = 10: B_l = floor(6.67) = 6 and floor(13.33) = 13,
+// so the layers hold 9.5 on average (share 9.5 / 40), what the table reports for the budget.
+TEST(EvalLayerBudgets, BudgetIsTheMeanOfTheLayersBudgets) {
+  kvtest::TempDir dir;
+  const Llama2Model model = random_model(dir);
+  const std::vector<EvalSequence> sequences{{0, tokens_of(40)}};
+  EvalConfig config;
+  config.policies = {kvsim::choose_policy("h2o")};
+  config.layer_budget = "1,2";
+  config.budgets = kvsim::parse_budgets("10");
+  config.threads = 2;
+  const kvsim::EvalCell cell = kvsim::evaluate(model, sequences, config).cells.at(0);
+  EXPECT_EQ(cell.layer_budget_mean, (std::vector<double>{6, 13}));
+  EXPECT_EQ(cell.budget_tokens_mean, 9.5);
+  EXPECT_EQ(cell.budget_share_mean, 9.5 / 40);
+}
+
 TEST(EvalLayerBudgets, PyramidBudgetsInTheClosedLoopAndItsReplay) {
   kvtest::TempDir dir;
   const Llama2Model model = random_model(dir);

@@ -6,9 +6,13 @@
 #include <numeric>
 
 #include "../support/rows.hpp"
+#include "../support/temp_dir.hpp"
 #include "kvsim/analysis/analysis.hpp"
 #include "kvsim/core/budget.hpp"
+#include "kvsim/replay/replay.hpp"
 #include "kvtrace/error.hpp"
+#include "kvtrace/reader.hpp"
+#include "kvtrace/synth.hpp"
 
 namespace {
 
@@ -113,6 +117,37 @@ TEST(CakePreference, HandMadeRows) {
   // Not measured when the window leaves no key, or is a single row.
   EXPECT_FALSE(kvsim::cake_measure(source, 2, 2).measured);
   EXPECT_FALSE(kvsim::cake_measure(source, 4, 1).measured);
+}
+
+TEST(ReplayedLayerBudgets, MeanOverTheLayersReplayed) {
+  // pyramidkv's own schedule (window 4, beta 20) on 3 layers of 150 tokens at 20%: B = 30, C - W
+  // = 26, min = 26 // 20 = 1, max = 51 (under T - W = 146): the line 51, 26, 1, so B_l = 55,
+  // 30, 5. A replay reports the mean B_l (and B_l / n) of the layers it replayed.
+  kvtest::TempDir dir;
+  kvtrace::SynthOptions options;
+  options.n_layers = 3;
+  options.n_heads = 2;
+  options.n_kv_heads = 1;
+  options.head_dim = 8;
+  options.n_tokens = 150;
+  options.n_sequences = 2;
+  const std::string path = dir.file("t.h5");
+  kvtrace::write_synthetic_trace(path, options);
+  const kvtrace::TraceReader reader(path);
+  kvsim::ReplayConfig config;
+  config.policies = {kvsim::choose_policy("pyramidkv", {{"window", "4"}}), kvsim::choose_policy("h2o")};
+  config.budgets = {kvsim::Budget::parse("20%")};
+  config.threads = 1;
+  kvsim::set_policy_schedules(reader, config);
+  ASSERT_EQ(kvsim::mean_layer_budgets(reader, config, config.budgets[0]), (std::vector<double>{55, 30, 5}));
+  for (const auto& [layers, pyramid] : {std::pair<std::vector<int>, double>{{2}, 5}, {{0, 2}, 30}, {{}, 30}}) {
+    config.layers = layers;
+    const kvsim::ReplayResults results = kvsim::replay_trace(reader, config);
+    EXPECT_EQ(results.cells[0].budget_tokens_mean, pyramid) << layers.size();
+    EXPECT_DOUBLE_EQ(results.cells[0].budget_share_mean, pyramid / 150) << layers.size();
+    EXPECT_EQ(results.cells[1].budget_tokens_mean, 30) << layers.size();
+    EXPECT_DOUBLE_EQ(results.cells[1].budget_share_mean, 0.2) << layers.size();
+  }
 }
 
 }  // namespace

@@ -146,7 +146,7 @@ struct EvalCell {
   std::string policy, params;
   const PolicyInfo* info = nullptr;
   Budget budget;
-  double budget_tokens_mean = 0, budget_share_mean = 0;  // over sequences
+  double budget_tokens_mean = 0, budget_share_mean = 0;  // B_l and B_l / n, over layers and sequences
   // closed loop
   double nll_mean = 0, perplexity = 0;
   double perplexity_increase = 0;           // perplexity - the full cache's

@@ -104,8 +104,10 @@ struct CellResult {
   Budget budget;
   QuantSpec quant;
   double bits_per_element = 16;   // stored bits per k/v element, scales and zero points included
-  double budget_tokens_mean = 0;  // resolved B, averaged over (sequence, layer)
-  double budget_share_mean = 0;   // B / n_tokens, averaged likewise
+  // B_l each replayed layer held (its policy's layer schedule), averaged over the replayed
+  // (sequence, layer) pairs; and B_l / n_tokens, averaged likewise.
+  double budget_tokens_mean = 0;
+  double budget_share_mean = 0;
   Summary retention, output_error;
   // With a question (Protocol::question): retention over its rows and over the answer's
   // (mean, min, max; no percentiles).

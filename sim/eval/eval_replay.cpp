@@ -1,0 +1,89 @@
+// The teacher-forced replay of the full-cache rows beside the closed loop (eval_replay.hpp):
+// the replay engine over the rows, keys, values and queries the full-cache run recorded.
+#include "eval_replay.hpp"
+
+#include <memory>
+#include <span>
+#include <utility>
+
+#include "kvsim/policies/registry.hpp"
+#include "kvsim/replay/replay.hpp"
+#include "kvtrace/attention_source.hpp"
+
+namespace kvsim::eval_replay {
+
+void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& sequence, const EvalConfig& config,
+                      const eval_plan::SequencePlan& plan, const ClosedLoopRun& full, Reference& reference) {
+  const kvtrace::Llama2Config& c = model.config();
+  const auto n = static_cast<int64_t>(sequence.tokens.size());
+  const int n_kv = c.n_kv_heads;
+  struct LaneData {
+    std::unique_ptr<kvtrace::PackedAttentionSource> source;
+    std::vector<CacheGroup> groups;
+    std::vector<SimulationSpec> specs;
+  };
+  std::vector<LaneData> lanes(static_cast<size_t>(c.n_layers));
+  for (int l = 0; l < c.n_layers; ++l) {
+    LaneData& lane = lanes[static_cast<size_t>(l)];
+    lane.source = std::make_unique<kvtrace::PackedAttentionSource>(n, full.rows[static_cast<size_t>(l)]);
+    lane.groups =
+        layer_cache_groups(c.n_heads, n_kv, sequence.index, l, full.values[static_cast<size_t>(l)], c.head_dim());
+    auto of_layer = [&](const std::vector<std::vector<std::vector<float>>>& heads) {
+      return heads.empty() ? std::span<const std::vector<float>>() : heads[static_cast<size_t>(l)];
+    };
+    attach_group_tensors(lane.groups, c.n_heads, n_kv,
+                         {of_layer(full.keys), full.values[static_cast<size_t>(l)], of_layer(full.queries),
+                          c.head_dim(), llama2_rope(c)});
+  }
+  const size_t budgets = config.budgets.size(), cells = config.policies.size() * budgets;
+  std::vector<std::vector<std::pair<size_t, size_t>>> where(cells);  // per cell: (lane, spec) in (layer, group) order
+  for (size_t cell = 0; cell < cells; ++cell) {
+    const PolicyChoice& policy = config.policies[cell / budgets];
+    std::shared_ptr<void> state;
+    if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, c.n_layers, n);
+    const GroupRange range = policy_groups(*policy.info, n_kv);
+    for (int l = 0; l < c.n_layers; ++l)
+      for (int g = range.first; g < range.last; ++g) {
+        where[cell].emplace_back(static_cast<size_t>(l), lanes[static_cast<size_t>(l)].specs.size());
+        lanes[static_cast<size_t>(l)].specs.push_back(
+            simulation_spec(policy, plan.layer_budgets[cell][static_cast<size_t>(l)], g, l, state));
+      }
+  }
+  std::vector<Lane> engine_lanes;
+  for (auto& lane : lanes) engine_lanes.push_back(Lane{lane.source.get(), lane.groups, lane.specs, {}});
+  EngineOptions options;
+  options.aggregate = config.aggregate;
+  options.protocol.compress_every = config.compress_every;
+  options.paging = config.paging;
+  options.head_floor = config.head_floor;
+  options.output_error = true;
+  options.cancel = config.cancel;
+  if (plan.protocol.question > 0) {
+    options.mode = Mode::prefill;
+    options.prompt_len = plan.protocol.prompt;
+    options.protocol.question = plan.protocol.question;
+  }
+  std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
+  reference.retention.resize(cells);
+  reference.output_error.resize(cells);
+  reference.occupancy_sum.assign(cells, 0.0);
+  reference.occupancy_steps.assign(cells, 0);
+  reference.layer_occupancy_sum.assign(cells, std::vector<double>(static_cast<size_t>(c.n_layers), 0.0));
+  reference.layer_steps.assign(cells, std::vector<int64_t>(static_cast<size_t>(c.n_layers), 0));
+  for (size_t cell = 0; cell < cells; ++cell)
+    for (const auto& [lane, spec] : where[cell]) {
+      const SimulationResult& result = results[lane][spec];
+      reference.retention[cell].insert(reference.retention[cell].end(), result.retention.begin(),
+                                       result.retention.end());
+      reference.output_error[cell].insert(reference.output_error[cell].end(), result.output_error.begin(),
+                                          result.output_error.end());
+      double sum = 0;
+      for (int32_t occupancy : result.occupancy) sum += occupancy;
+      reference.occupancy_sum[cell] += sum;
+      reference.occupancy_steps[cell] += result.n_steps;
+      reference.layer_occupancy_sum[cell][lane] += sum;
+      reference.layer_steps[cell][lane] += result.n_steps;
+    }
+}
+
+}  // namespace kvsim::eval_replay

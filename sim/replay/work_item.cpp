@@ -1,0 +1,197 @@
+// replay_trace's work items (work_item.hpp): made from the plan, then each read from the trace
+// once and run through the engine, every cell's simulations stepped together.
+#include "work_item.hpp"
+
+#include <memory>
+#include <utility>
+
+#include "kvsim/policies/registry.hpp"
+#include "kvsim/quant/quantized_layer.hpp"
+#include "policy_tensors.hpp"
+
+namespace kvsim {
+namespace {
+
+WorkItem make_item(const ReplayPlan& plan, size_t sequence, const std::vector<size_t>& layers,
+                   const std::vector<size_t>& cells) {
+  WorkItem item;
+  item.sequence = &plan.sequences[sequence];
+  for (size_t layer : layers) item.layers.push_back(plan.layers[layer]);
+  item.cells = cells;
+  for (size_t c : cells) {
+    std::vector<int64_t>& budgets = item.budgets.emplace_back();
+    for (size_t layer : layers) budgets.push_back(plan.held(c, sequence, layer));
+  }
+  return item;
+}
+
+// The quantization specs an item's cells use, in order of first use, and the view of each of
+// the request's specs in every lane (-1: unquantized).
+struct QuantViews {
+  std::vector<QuantSpec> specs;
+  std::vector<int> view_of;
+};
+
+QuantViews quant_views(const ReplayPlan& plan, const WorkItem& item) {
+  QuantViews views;
+  for (size_t c : item.cells) {
+    const CellPlan& cell = plan.cells[c];
+    if (views.view_of.size() <= cell.quant) views.view_of.resize(cell.quant + 1, -1);
+    if (cell.quant_spec->enabled() && views.view_of[cell.quant] < 0) {
+      views.view_of[cell.quant] = static_cast<int>(views.specs.size());
+      views.specs.push_back(*cell.quant_spec);
+    }
+  }
+  return views;
+}
+
+// One lane's data: the layer's tensors, cache groups, rows and quantized views, and the
+// simulations the engine steps on it.
+struct LaneData {
+  LayerTensorData tensors;
+  std::vector<CacheGroup> groups;
+  std::vector<SimulationSpec> specs;
+  std::unique_ptr<kvtrace::AttentionSource> source;
+  QuantizedLayer quantized;
+};
+
+// The tensors of each layer: keys and queries for quantized views and the policies that read
+// them, values for output error and those policies; read once for all simulations.
+std::vector<LaneData> open_lanes(const kvtrace::TraceReader& reader, const ReplayConfig& config, const ReplayPlan& plan,
+                                 const WorkItem& item, const QuantViews& views) {
+  const kvtrace::TraceMeta& meta = reader.meta();
+  const int seq = item.sequence->seq;
+  TensorNeeds wanted;
+  for (size_t c : item.cells) wanted.add(*plan.cells[c].choice->info);
+  wanted.keys = wanted.keys || !views.specs.empty();
+  wanted.queries = wanted.queries || !views.specs.empty();
+  wanted.values = wanted.values || plan.output_error;
+  std::vector<int> all_heads(static_cast<size_t>(meta.n_heads));
+  for (int h = 0; h < meta.n_heads; ++h) all_heads[static_cast<size_t>(h)] = h;
+  const std::vector<std::vector<float>> none;
+  std::vector<LaneData> lanes(item.layers.size());
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    LaneData& lane = lanes[l];
+    const int layer = item.layers[l];
+    const kvtrace::LayerForm& form = reader.layer(seq, layer);
+    if (!views.specs.empty() && !form.has_qk())
+      reader.fail(kvtrace::layer_path(seq, layer),
+                  "KV quantization needs q and k (and v for output error): this layer has only attn");
+    lane.tensors = read_layer_tensors(reader, seq, layer, wanted);
+    const std::vector<std::vector<float>>& values = plan.output_error ? lane.tensors.values : none;
+    lane.groups = layer_cache_groups(meta.n_heads, meta.n_kv_heads, seq, layer, values, meta.head_dim);
+    attach_group_tensors(lane.groups, meta.n_heads, meta.n_kv_heads,
+                         {lane.tensors.keys, lane.tensors.values, lane.tensors.queries, meta.head_dim, meta.rope});
+    lane.source = kvtrace::open_attention_source(reader, seq, layer, all_heads, config.rows);
+    if (views.specs.empty()) continue;
+    const kvtrace::SoftmaxOptions softmax{meta.attn_scale, form.sliding_window, form.logit_softcap};
+    lane.quantized = build_quantized_layer(views.specs, item.sequence->n_tokens, meta.head_dim, lane.tensors.queries,
+                                           lane.tensors.keys, values, lane.groups, softmax);
+  }
+  return lanes;
+}
+
+// Every cell's simulations on every lane, and a record for each; returns, per record, its
+// lane and the index of its simulation there.
+std::vector<std::pair<size_t, size_t>> add_simulations(const ReplayPlan& plan, const QuantViews& views, int n_kv_heads,
+                                                       WorkItem& item, std::vector<LaneData>& lanes) {
+  std::vector<std::pair<size_t, size_t>> where;
+  for (size_t i = 0; i < item.cells.size(); ++i) {
+    const CellPlan& cell = plan.cells[item.cells[i]];
+    const PolicyChoice& policy = *cell.choice;
+    std::shared_ptr<void> state;
+    if (policy.info->make_sequence_state)
+      state = policy.info->make_sequence_state(policy.params, static_cast<int>(lanes.size()), item.sequence->n_tokens);
+    const bool layer_wide = policy.info->grouping == Grouping::layer;
+    const GroupRange range = policy_groups(*policy.info, n_kv_heads);
+    for (size_t l = 0; l < lanes.size(); ++l) {
+      const int layer = item.layers[l];
+      for (int g = range.first; g < range.last; ++g) {
+        where.emplace_back(l, lanes[l].specs.size());
+        // A cross-layer chain runs over the chosen layers in order: its links are the lanes.
+        SimulationSpec spec =
+            simulation_spec(policy, item.budgets[i][l], g, state ? static_cast<int>(l) : layer, state);
+        spec.quant = views.view_of[cell.quant];
+        lanes[l].specs.push_back(std::move(spec));
+        GroupRecord record;
+        record.seq = item.sequence->seq;
+        record.layer = layer;
+        record.group = layer_wide ? 0 : g;
+        record.layer_wide = layer_wide;
+        record.heads = lanes[l].groups[static_cast<size_t>(g)].heads;
+        item.records.push_back(std::move(record));
+        item.cell_of_record.push_back(item.cells[i]);
+      }
+    }
+  }
+  return where;
+}
+
+EngineOptions engine_options(const ReplayConfig& config, const ReplayPlan& plan, const SequencePlan& sequence) {
+  EngineOptions options;
+  options.mode = config.mode;
+  options.prompt_len = sequence.prompt_len;
+  options.protocol = sequence.protocol;
+  options.aggregate = config.aggregate;
+  options.paging = config.paging;
+  options.output_error = plan.output_error;
+  options.head_floor = config.head_floor;
+  options.cancel = config.cancel;
+  return options;
+}
+
+}  // namespace
+
+std::vector<WorkItem> plan_items(const ReplayPlan& plan) {
+  std::vector<size_t> layer_cells, cross_layer_cells;
+  for (size_t c = 0; c < plan.cells.size(); ++c)
+    (plan.cells[c].choice->info->engine == Engine::cross_layer ? cross_layer_cells : layer_cells).push_back(c);
+  std::vector<WorkItem> items;
+  if (!layer_cells.empty())
+    for (size_t layer = 0; layer < plan.layers.size(); ++layer)
+      for (size_t sequence = 0; sequence < plan.sequences.size(); ++sequence)
+        items.push_back(make_item(plan, sequence, {layer}, layer_cells));
+  if (!cross_layer_cells.empty()) {
+    std::vector<size_t> every_layer(plan.layers.size());
+    for (size_t layer = 0; layer < every_layer.size(); ++layer) every_layer[layer] = layer;
+    for (size_t sequence = 0; sequence < plan.sequences.size(); ++sequence)
+      items.push_back(make_item(plan, sequence, every_layer, cross_layer_cells));
+  }
+  return items;
+}
+
+void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, const ReplayPlan& plan, WorkItem& item,
+              SweepAggregator* streaming) {
+  const QuantViews views = quant_views(plan, item);
+  std::vector<LaneData> lanes = open_lanes(reader, config, plan, item, views);
+  const std::vector<std::pair<size_t, size_t>> where =
+      add_simulations(plan, views, reader.meta().n_kv_heads, item, lanes);
+  std::vector<Lane> engine_lanes;
+  for (auto& lane : lanes)
+    engine_lanes.push_back(Lane{lane.source.get(), lane.groups, lane.specs, lane.quantized.views});
+  EngineOptions options = engine_options(config, plan, *item.sequence);
+  item.sums.resize(item.records.size());
+  std::vector<std::vector<size_t>> record_of(lanes.size());  // [lane][simulation]
+  for (size_t r = 0; r < where.size(); ++r) {
+    auto& of_lane = record_of[where[r].first];
+    if (of_lane.size() <= where[r].second) of_lane.resize(where[r].second + 1);
+    of_lane[where[r].second] = r;
+  }
+  const StepSink sink = [&](const StepBlock& block) {
+    const size_t r = record_of[block.lane][block.simulation];
+    streaming->add(item.cell_of_record[r], item.records[r].layer, item.sums[r], block);
+  };
+  if (streaming) options.sink = &sink;
+  std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
+  for (size_t r = 0; r < item.records.size(); ++r) {
+    SimulationResult& result = item.records[r].result;
+    result = std::move(results[where[r].first][where[r].second]);
+    if (streaming) {  // what is left is the last block's buffers: the sink has had every step
+      result.retention = {};
+      result.output_error = {};
+      result.occupancy = {};
+    }
+  }
+}
+
+}  // namespace kvsim

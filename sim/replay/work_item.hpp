@@ -1,0 +1,33 @@
+#pragma once
+// replay_trace's unit of work (internal to sim/replay): cells replayed together over the rows
+// of some layers of one sequence, read once for all of them, with what the plan decoded for
+// them (replay_plan.hpp).
+#include <cstdint>
+#include <vector>
+
+#include "aggregate.hpp"
+#include "replay_plan.hpp"
+
+namespace kvsim {
+
+// One layer for ordinary cells; every replayed layer (stepped together) for cross-layer cells.
+struct WorkItem {
+  const SequencePlan* sequence = nullptr;
+  std::vector<int> layers;                    // the trace's layers, one engine lane each
+  std::vector<size_t> cells;                  // indices into ReplayPlan::cells
+  std::vector<std::vector<int64_t>> budgets;  // per cell of the item, per lane: B_l
+  std::vector<GroupRecord> records;           // per cell, then layer, then group
+  std::vector<size_t> cell_of_record;
+  std::vector<RecordSums> sums;  // per record
+};
+
+// The plan's work items, layer by layer (so a layer's tails are freed once its sequences are
+// done, SweepAggregator), then one per sequence for the cross-layer cells.
+std::vector<WorkItem> plan_items(const ReplayPlan& plan);
+
+// Replays `item`, filling its records. streaming: the engine hands each block of steps to it,
+// and the records keep no per-step values; null: the records keep them all.
+void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, const ReplayPlan& plan, WorkItem& item,
+              SweepAggregator* streaming);
+
+}  // namespace kvsim
