@@ -93,9 +93,9 @@ void packed_block(const double* w, const double* packed, size_t n, double* const
 // The same product with AVX-512, where the CPU has it (asked at run time: the build targets
 // AVX2): 16 channels, out[k][c] += sum over j of w[4 j + k] * packed[16 j + c], c < 16, k < 4.
 // Each (head, channel) sum is the same chain of fused multiply-adds as packed_block's, so the
-// bits are the same. On an Intel Xeon (family 6 model 207) the issue-20 grid with output
-// error ran in 15.5 s instead of 18.5 s (medians of six, bench/README.md); on Zen 4, whose
-// 512-bit multiply-adds run at the rate of two 256-bit ones, the difference was within noise.
+// bits are the same. It pays where 512-bit multiply-adds run at full rate (an Intel Xeon:
+// bench/history.md, "Figures measured for the code's choices"); on Zen 4, whose 512-bit
+// multiply-adds run at the rate of two 256-bit ones, it gains nothing measurable.
 __attribute__((target("avx512f"))) inline void packed_block_avx512(const double* w, const double* packed, size_t n,
                                                                    double* const* out) {
   FourHeadSums512 sum;
@@ -227,8 +227,8 @@ class OutputBatch {
   // or more (the layer-wide group). A group's simulations each hold one pending batch, so
   // this bounds their memory at any context (~55 MiB for the 6 x 9 grid's 54 simulations of
   // a kv group). At 4,096 tokens a batch holds 32 steps or more (the shorter of the cache and
-  // the evicted positions is at most 2,048): measured as fast as 64 (the bound doubled), and
-  // 36 MiB less; halved again it was ~8% slower.
+  // the evicted positions is at most 2,048). The smallest bound that runs as fast as twice it;
+  // half of it is measurably slower (bench/history.md, "Figures measured for the code's choices").
   static constexpr size_t max_weights(size_t heads) { return std::min(size_t{1} << 19, heads * (size_t{1} << 16)); }
 
   bool empty() const { return steps_.empty(); }
