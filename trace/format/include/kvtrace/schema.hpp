@@ -22,7 +22,6 @@ struct Limits {
 
 enum class DType { f16, f32, f64 };
 const char* dtype_name(DType dtype);
-int dtype_bytes(DType dtype);
 
 // The datasets a layer group may hold.
 enum class Tensor { q, k, v, attn };
