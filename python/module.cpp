@@ -76,6 +76,8 @@ void refuse_repeats(const std::string& option, const std::vector<std::string>& i
   parse_name_list(option, list);
 }
 
+py::tuple list_tuple(const std::string& list) { return py::tuple(py::cast(split_list("list", list))); }
+
 void run_interruptibly(const std::function<void(const std::atomic<bool>& cancel)>& work) {
   std::atomic<bool> cancel{false};
   std::exception_ptr failure;

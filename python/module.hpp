@@ -36,6 +36,8 @@ using kvtrace::InputError;
 // Throws InputError naming `option` ("--policies") for an item given twice, in the CLI's
 // words for its comma list (kvsim/core/lists.hpp).
 void refuse_repeats(const std::string& option, const std::vector<std::string>& items);
+// The items of one of the library's comma lists (a default grid), as a tuple of str.
+py::tuple list_tuple(const std::string& list);
 
 // ---- numpy arrays that own a vector (no copy) ----
 

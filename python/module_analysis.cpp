@@ -13,12 +13,13 @@
 namespace kvsim::python {
 namespace {
 
+// AnalysisOptions as Python gives them (top_k as text); the defaults are the library's.
 struct AnalyzeOptions {
-  std::vector<int64_t> lags = {1, 4, 16, 64};
-  std::string top_k = "10%";
-  int64_t min_positions = 8, max_steps = 256;
-  int samples = 4;
-  bool correlations = true;
+  std::vector<int64_t> lags = AnalysisOptions{}.lags;
+  std::string top_k = AnalysisOptions{}.top_k.text;
+  int64_t min_positions = AnalysisOptions{}.min_positions, max_steps = AnalysisOptions{}.max_start_steps;
+  int samples = AnalysisOptions{}.repeat_samples;
+  bool correlations = AnalysisOptions{}.correlations;
 };
 
 AnalysisOptions analysis_options(const AnalyzeOptions& o) {

@@ -57,6 +57,10 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
 
 }  // namespace
 
-void bind_eval(py::module_& m) { m.def("_eval", &eval); }
+void bind_eval(py::module_& m) {
+  m.def("_eval", &eval);
+  m.attr("DEFAULT_EVAL_POLICIES") = list_tuple(kDefaultEvalPolicies);
+  m.attr("DEFAULT_EVAL_BUDGETS") = list_tuple(kDefaultEvalBudgets);
+}
 
 }  // namespace kvsim::python

@@ -92,6 +92,8 @@ void bind_plan(py::module_& m) {
   for (const auto& column : sweep_columns())
     if (written(column, {})) names.append(column.name);
   m.attr("SWEEP_COLUMNS") = py::tuple(names);
+  m.attr("DEFAULT_SWEEP_POLICIES") = list_tuple(kDefaultSweepPolicies);
+  m.attr("DEFAULT_SWEEP_BUDGETS") = list_tuple(kDefaultSweepBudgets);
 }
 
 }  // namespace kvsim::python

@@ -30,11 +30,7 @@ py::dict meta_dict(const kvtrace::TraceReader& reader) {
   d["file_size"] = reader.file_size();
   if (m.rope.declared()) {  // as `kvsim info --json` writes it: the declared fields only
     py::dict rope;
-    if (m.rope.theta > 0) rope["theta"] = m.rope.theta;
-    if (!m.rope.scaling_type.empty()) rope["scaling_type"] = m.rope.scaling_type;
-    if (m.rope.scaling_factor > 0) rope["scaling_factor"] = m.rope.scaling_factor;
-    if (m.rope.rotary_dims > 0) rope["rotary_dims"] = m.rope.rotary_dims;
-    if (!m.rope.pairing.empty()) rope["pairing"] = m.rope.pairing;
+    m.rope.for_each_declared([&](const char* name, const auto& value) { rope[name] = value; });
     d["rope"] = rope;
   }
   return d;

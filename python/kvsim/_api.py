@@ -31,8 +31,13 @@ import numpy as np
 InputError = _native.InputError
 PolicyError = _native.PolicyError
 
-DEFAULT_SWEEP_POLICIES = ("scissorhands", "h2o", "streaming", "tova", "recent", "oracle")
-DEFAULT_SWEEP_BUDGETS = ("10%", "20%", "30%", "40%", "50%", "60%", "70%", "80%", "90%")
+# The grids sweep() and eval() run when none is given: the CLI's (the library owns them).
+DEFAULT_SWEEP_POLICIES = _native.DEFAULT_SWEEP_POLICIES
+DEFAULT_SWEEP_BUDGETS = _native.DEFAULT_SWEEP_BUDGETS
+DEFAULT_EVAL_POLICIES = _native.DEFAULT_EVAL_POLICIES
+DEFAULT_EVAL_BUDGETS = _native.DEFAULT_EVAL_BUDGETS
+# analyze()'s defaults (lags, topk, min_positions, max_steps, samples): the CLI's.
+_ANALYZE_DEFAULTS = _native._AnalyzeOptions()
 
 # The columns of `kvsim sweep --csv`, in order (sweep() returns them, its dict also "label"):
 # the library's one list of them (kvsim/replay/sweep_table.hpp).
@@ -387,7 +392,7 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     quant (one spec: 'flexgen4', 'kivi2', 'int8', ...), layer_budget ('uniform', 'persistence',
     'pyramid[:beta=20][:window=32]', 'cake[:tau1=1][:tau2=1][:window=32]' or one weight per layer),
     head_budget ('uniform', or 'adaptive': Ada-KV across a layer's kv heads, each keeping at least
-    head_floor x B of its top scores), threads (0: all cores; results do not depend on it), question
+    head_floor x B of its top scores), threads (as the CLI's --threads), question
     (mode 'prefill': the prompt's last N tokens, or 'auto'; the summary then has
     question_retention_* and answer_retention_*), compress_every (decode-time compression every
     N steps); docs/semantics.md, section 2. page (P: evict whole pages of P positions by the
@@ -482,10 +487,6 @@ def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", pr
                                 [_int(v, "origin") for v in origin])
 
 
-DEFAULT_EVAL_POLICIES = ("scissorhands", "h2o", "tova", "streaming", "recent")
-DEFAULT_EVAL_BUDGETS = ("20%", "30%", "50%")
-
-
 def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggregate="mean", threads=0,  # noqa: A001
          layer_budget="uniform", question=None, prompt_len=0, params=None, **policy_params) -> dict:
     """The closed loop (kvsim eval --trace): the llama2.c checkpoint `model` (a path, e.g.
@@ -517,8 +518,9 @@ def _analyze_options(lags, topk, min_positions, max_steps, samples, correlations
     return o
 
 
-def analyze(trace, *, seqs=None, layers=None, lags=(1, 4, 16, 64), topk="10%", min_positions=8, max_steps=256,
-            samples=4, rows="auto", threads=0, as_frame=None):
+def analyze(trace, *, seqs=None, layers=None, lags=tuple(_ANALYZE_DEFAULTS.lags), topk=_ANALYZE_DEFAULTS.top_k,
+            min_positions=_ANALYZE_DEFAULTS.min_positions, max_steps=_ANALYZE_DEFAULTS.max_steps,
+            samples=_ANALYZE_DEFAULTS.samples, rows="auto", threads=0, as_frame=None):
     """Persistence of importance (kvsim analyze), on a trace or path; a numpy array of one
     layer's rows goes to analyze_rows() (which returns a dict).
 
@@ -551,7 +553,9 @@ def analyze(trace, *, seqs=None, layers=None, lags=(1, 4, 16, 64), topk="10%", m
     return pandas.DataFrame(columns)
 
 
-def analyze_rows(attention, *, lags=(1, 4, 16, 64), topk="10%", min_positions=8, max_steps=256, samples=4) -> dict:
+def analyze_rows(attention, *, lags=tuple(_ANALYZE_DEFAULTS.lags), topk=_ANALYZE_DEFAULTS.top_k,
+                 min_positions=_ANALYZE_DEFAULTS.min_positions, max_steps=_ANALYZE_DEFAULTS.max_steps,
+                 samples=_ANALYZE_DEFAULTS.samples) -> dict:
     """analyze() on one layer's rows given as a numpy array (shapes as replay_rows): per head
     ('heads' columns), and the head-averaged importance per position (accumulated and
     normalised)."""

@@ -55,6 +55,194 @@ struct LagSums {
   int64_t defined = 0, pairs = 0;
 };
 
+// Start steps of the lagged statistics: first, first + stride, ... up to last (t + min(lag) < n).
+struct LagSchedule {
+  bool on = false;
+  int64_t first = 0, last = -1, stride = 1, max_lag = 0;
+  bool starts_at(int64_t t) const { return on && t >= first && t <= last && (t - first) % stride == 0; }
+};
+
+LagSchedule lag_schedule(const AnalysisOptions& options, int64_t n) {
+  LagSchedule s;
+  s.on = options.correlations && !options.lags.empty();
+  s.first = options.min_positions - 1;
+  s.max_lag = s.on ? options.lags.back() : 0;
+  s.last = s.on ? n - 1 - options.lags.front() : -1;
+  const int64_t candidates = std::max<int64_t>(0, s.last - s.first + 1);
+  s.stride = std::max<int64_t>(1, (candidates + options.max_start_steps - 1) / options.max_start_steps);
+  return s;
+}
+
+// The sampled later steps of the repetitive-attention pattern, ascending and distinct.
+std::vector<int64_t> sample_steps(int repeat_samples, int64_t n, int64_t t_star) {
+  std::vector<int64_t> samples;
+  for (int j = 1; j <= repeat_samples; ++j) {
+    const int64_t s = t_star + j * (n - 1 - t_star) / repeat_samples;
+    if (s > t_star && (samples.empty() || s > samples.back())) samples.push_back(s);
+  }
+  return samples;
+}
+
+// Mean over consecutive sampled steps of the share of a step's pivotal positions (those that
+// existed at the step before) that were pivotal there too; NaN without such a pair.
+double repeat_share(const std::vector<RepeatStep>& repeats) {
+  double share_sum = 0;
+  int shares = 0;
+  for (size_t j = 1; j < repeats.size(); ++j) {
+    const RepeatStep& before = repeats[j - 1];
+    int64_t existed = 0, again = 0;
+    for (int32_t i : repeats[j].positions) {
+      if (i > before.step) continue;
+      ++existed;
+      again += std::binary_search(before.positions.begin(), before.positions.end(), i);
+    }
+    if (existed > 0) share_sum += static_cast<double>(again) / static_cast<double>(existed), ++shares;
+  }
+  return shares > 0 ? share_sum / shares : NAN;
+}
+
+// The streaming pass of analyze_rows over one layer's rows, step by step.
+class LayerPass {
+ public:
+  LayerPass(const AnalysisOptions& options, int64_t n, int n_heads, LayerAnalysis& out)
+      : options_(options),
+        n_(n),
+        heads_(static_cast<size_t>(n_heads)),
+        t_star_(n / 2),
+        early_(heads_, std::vector<uint8_t>(static_cast<size_t>(t_star_ + 1), 0)),
+        late_(early_),
+        schedule_(lag_schedule(options, n)),
+        sums_(heads_, std::vector<LagSums>(options.lags.size())),
+        samples_(sample_steps(options.repeat_samples, n, t_star_)),
+        out_(out) {
+    for (auto& head : out_.heads) head.repeats.reserve(samples_.size());
+  }
+
+  // Step t of every head, its rows in `block`.
+  void step(const kvtrace::RowBlock& block, int64_t t) {
+    const double threshold = 1.0 / static_cast<double>(t + 1);
+    const bool sampled = next_sample_ < samples_.size() && samples_[next_sample_] == t;
+    for (size_t h = 0; h < heads_; ++h) {
+      const float* row = block.row(static_cast<int>(h), t);
+      mark_pivotal(h, t, row, threshold);
+      if (sampled) sample(h, t, row, threshold);
+      add_importance(t, row);
+      complete_lags(h, t, row);
+    }
+    if (sampled) ++next_sample_;
+    while (!pending_.empty() && t - pending_.front().step >= schedule_.max_lag) pending_.pop_front();
+    if (schedule_.starts_at(t)) pending_.push_back(start(block, t));
+  }
+
+  // The per-head statistics and the head-averaged importance, after the last step.
+  void finish() {
+    for (size_t i = 0; i < static_cast<size_t>(n_); ++i) {
+      out_.importance[i] /= static_cast<double>(heads_);
+      out_.importance_normalised[i] /= static_cast<double>(heads_) * static_cast<double>(n_ - static_cast<int64_t>(i));
+    }
+    for (size_t h = 0; h < heads_; ++h) summarise_head(h);
+  }
+
+ private:
+  // Persistence: pivotal positions of the first half, and of the second half that existed at t*.
+  void mark_pivotal(size_t h, int64_t t, const float* row, double threshold) {
+    if (t <= t_star_) {
+      for (int64_t i = 0; i <= t; ++i)
+        if (static_cast<double>(row[i]) > threshold) early_[h][static_cast<size_t>(i)] = 1;
+    } else {
+      for (int64_t i = 0; i <= t_star_; ++i)
+        if (static_cast<double>(row[i]) > threshold) late_[h][static_cast<size_t>(i)] = 1;
+    }
+  }
+
+  void sample(size_t h, int64_t t, const float* row, double threshold) {
+    RepeatStep step;
+    step.step = t;
+    for (int64_t i = 0; i <= t; ++i)
+      if (static_cast<double>(row[i]) > threshold) step.positions.push_back(static_cast<int32_t>(i));
+    out_.heads[h].repeats.push_back(std::move(step));
+  }
+
+  void add_importance(int64_t t, const float* row) {
+    const double scale = static_cast<double>(t + 1);
+    for (int64_t i = 0; i <= t; ++i) {
+      out_.importance[static_cast<size_t>(i)] += row[i];
+      out_.importance_normalised[static_cast<size_t>(i)] += scale * row[i];
+    }
+  }
+
+  // Lagged statistics for the start steps this step completes.
+  void complete_lags(size_t h, int64_t t, const float* row) {
+    for (const Pending& p : pending_) {
+      const auto lag = std::find(options_.lags.begin(), options_.lags.end(), t - p.step);
+      if (lag == options_.lags.end()) continue;
+      const size_t m = static_cast<size_t>(p.step + 1);
+      const std::span<const float> y(row, m);
+      const std::vector<int32_t> order = ascending_order(y);
+      const std::vector<double> ranks = ranks_from_order(y, order);
+      LagSums& s = sums_[h][static_cast<size_t>(lag - options_.lags.begin())];
+      const double rho = pearson(p.ranks[h], ranks);
+      ++s.pairs;  // a constant row counts as a pair but stays out of the Spearman mean
+      if (!std::isnan(rho)) ++s.defined, s.spearman += rho;
+      int64_t hits = 0;
+      for (size_t r = m - static_cast<size_t>(p.k); r < m; ++r) hits += p.in_top_k[h][static_cast<size_t>(order[r])];
+      s.recall += static_cast<double>(hits) / static_cast<double>(p.k);
+    }
+  }
+
+  // Start step t: every head's ranks of a_t[0..t] and its top-k flags.
+  Pending start(const kvtrace::RowBlock& block, int64_t t) const {
+    Pending p;
+    p.step = t;
+    const size_t m = static_cast<size_t>(t + 1);
+    p.k = std::clamp<int64_t>(options_.top_k.resolve(t + 1), 1, t + 1);
+    for (size_t h = 0; h < heads_; ++h) {
+      const std::span<const float> x(block.row(static_cast<int>(h), t), m);
+      const std::vector<int32_t> order = ascending_order(x);
+      p.ranks.push_back(ranks_from_order(x, order));
+      std::vector<uint8_t> flags(m, 0);
+      for (size_t r = m - static_cast<size_t>(p.k); r < m; ++r) flags[static_cast<size_t>(order[r])] = 1;
+      p.in_top_k.push_back(std::move(flags));
+    }
+    return p;
+  }
+
+  void summarise_head(size_t h) {
+    HeadAnalysis& head = out_.heads[h];
+    head.head = static_cast<int>(h);
+    for (int64_t i = 0; i <= t_star_; ++i) {
+      const bool e = early_[h][static_cast<size_t>(i)] != 0, l = late_[h][static_cast<size_t>(i)] != 0;
+      head.early += e, head.late += l, head.persistent += e && l;
+    }
+    head.persistence = head.late > 0 ? static_cast<double>(head.persistent) / static_cast<double>(head.late) : NAN;
+    head.ever_pivotal = static_cast<double>(head.early) / static_cast<double>(t_star_ + 1);
+    if (schedule_.on)
+      for (size_t l = 0; l < options_.lags.size(); ++l) {
+        const LagSums& s = sums_[h][l];
+        LagStat stat;
+        stat.lag = options_.lags[l];
+        stat.pairs = s.pairs;
+        stat.undefined = s.pairs - s.defined;
+        stat.spearman = s.defined > 0 ? s.spearman / static_cast<double>(s.defined) : NAN;
+        stat.topk_recall = s.pairs > 0 ? s.recall / static_cast<double>(s.pairs) : NAN;
+        head.lags.push_back(stat);
+      }
+    head.repeat_share = repeat_share(head.repeats);
+  }
+
+  const AnalysisOptions& options_;
+  const int64_t n_;
+  const size_t heads_;
+  const int64_t t_star_;
+  std::vector<std::vector<uint8_t>> early_, late_;  // [head][t*+1]: pivotal in the first, second half
+  const LagSchedule schedule_;
+  std::vector<std::vector<LagSums>> sums_;  // [head][lag]
+  std::deque<Pending> pending_;             // start steps still waiting for a lag
+  const std::vector<int64_t> samples_;
+  size_t next_sample_ = 0;
+  LayerAnalysis& out_;
+};
+
 }  // namespace
 
 std::vector<double> average_ranks(std::span<const float> values) {
@@ -114,144 +302,21 @@ LayerAnalysis analyze_rows(kvtrace::AttentionSource& source, const AnalysisOptio
   check_options(options);
   const int64_t n = source.n_tokens();
   const int n_heads = source.n_heads();
-  const size_t heads = static_cast<size_t>(n_heads);
   LayerAnalysis out;
   out.n_tokens = n;
   out.importance.assign(static_cast<size_t>(n), 0.0);
   out.importance_normalised.assign(static_cast<size_t>(n), 0.0);
-  out.heads.resize(heads);
+  out.heads.resize(static_cast<size_t>(n_heads));
   if (n <= 0 || n_heads <= 0) return out;
 
-  const int64_t t_star = n / 2;
-  std::vector<std::vector<uint8_t>> early(heads, std::vector<uint8_t>(static_cast<size_t>(t_star + 1), 0));
-  std::vector<std::vector<uint8_t>> late = early;
-
-  // Start steps of the lagged statistics: t0, t0 + stride, ... with t + min(lag) < n.
-  const bool correlations = options.correlations && !options.lags.empty();
-  const int64_t t0 = options.min_positions - 1;
-  const int64_t max_lag = correlations ? options.lags.back() : 0;
-  const int64_t last_start = correlations ? n - 1 - options.lags.front() : -1;
-  const int64_t candidates = std::max<int64_t>(0, last_start - t0 + 1);
-  const int64_t stride = std::max<int64_t>(1, (candidates + options.max_start_steps - 1) / options.max_start_steps);
-  std::vector<std::vector<LagSums>> sums(heads, std::vector<LagSums>(options.lags.size()));
-  std::deque<Pending> pending;
-
-  // Sampled later steps for the repetitive-attention pattern.
-  std::vector<int64_t> samples;
-  for (int j = 1; j <= options.repeat_samples; ++j) {
-    const int64_t s = t_star + j * (n - 1 - t_star) / options.repeat_samples;
-    if (s > t_star && (samples.empty() || s > samples.back())) samples.push_back(s);
-  }
-  for (auto& head : out.heads) head.repeats.reserve(samples.size());
-  size_t next_sample = 0;
-
+  LayerPass pass(options, n, n_heads, out);
   kvtrace::RowBlock block;
   for (int64_t first = 0; first < n; first += kvtrace::kRowBlockSize) {
     const int64_t count = std::min(kvtrace::kRowBlockSize, n - first);
     source.rows(first, count, block);
-    for (int64_t t = first; t < first + count; ++t) {
-      const double threshold = 1.0 / static_cast<double>(t + 1);
-      const bool sampled = next_sample < samples.size() && samples[next_sample] == t;
-      for (size_t h = 0; h < heads; ++h) {
-        const float* row = block.row(static_cast<int>(h), t);
-        // Persistence: pivotal positions of the first half, and of the second half that
-        // existed at t*.
-        if (t <= t_star) {
-          for (int64_t i = 0; i <= t; ++i)
-            if (static_cast<double>(row[i]) > threshold) early[h][static_cast<size_t>(i)] = 1;
-        } else {
-          for (int64_t i = 0; i <= t_star; ++i)
-            if (static_cast<double>(row[i]) > threshold) late[h][static_cast<size_t>(i)] = 1;
-        }
-        if (sampled) {
-          RepeatStep step;
-          step.step = t;
-          for (int64_t i = 0; i <= t; ++i)
-            if (static_cast<double>(row[i]) > threshold) step.positions.push_back(static_cast<int32_t>(i));
-          out.heads[h].repeats.push_back(std::move(step));
-        }
-        const double scale = static_cast<double>(t + 1);
-        for (int64_t i = 0; i <= t; ++i) {
-          out.importance[static_cast<size_t>(i)] += row[i];
-          out.importance_normalised[static_cast<size_t>(i)] += scale * row[i];
-        }
-        // Lagged statistics for the start steps this step completes.
-        for (const Pending& p : pending) {
-          const auto lag = std::find(options.lags.begin(), options.lags.end(), t - p.step);
-          if (lag == options.lags.end()) continue;
-          const size_t m = static_cast<size_t>(p.step + 1);
-          const std::span<const float> y(row, m);
-          const std::vector<int32_t> order = ascending_order(y);
-          const std::vector<double> ranks = ranks_from_order(y, order);
-          LagSums& s = sums[h][static_cast<size_t>(lag - options.lags.begin())];
-          const double rho = pearson(p.ranks[h], ranks);
-          ++s.pairs;  // a constant row counts as a pair but stays out of the Spearman mean
-          if (!std::isnan(rho)) ++s.defined, s.spearman += rho;
-          int64_t hits = 0;
-          for (size_t r = m - static_cast<size_t>(p.k); r < m; ++r)
-            hits += p.in_top_k[h][static_cast<size_t>(order[r])];
-          s.recall += static_cast<double>(hits) / static_cast<double>(p.k);
-        }
-      }
-      if (sampled) ++next_sample;
-      while (!pending.empty() && t - pending.front().step >= max_lag) pending.pop_front();
-      if (correlations && t >= t0 && t <= last_start && (t - t0) % stride == 0) {
-        Pending p;
-        p.step = t;
-        const size_t m = static_cast<size_t>(t + 1);
-        p.k = std::clamp<int64_t>(options.top_k.resolve(t + 1), 1, t + 1);
-        for (size_t h = 0; h < heads; ++h) {
-          const std::span<const float> x(block.row(static_cast<int>(h), t), m);
-          const std::vector<int32_t> order = ascending_order(x);
-          p.ranks.push_back(ranks_from_order(x, order));
-          std::vector<uint8_t> flags(m, 0);
-          for (size_t r = m - static_cast<size_t>(p.k); r < m; ++r) flags[static_cast<size_t>(order[r])] = 1;
-          p.in_top_k.push_back(std::move(flags));
-        }
-        pending.push_back(std::move(p));
-      }
-    }
+    for (int64_t t = first; t < first + count; ++t) pass.step(block, t);
   }
-
-  for (size_t i = 0; i < static_cast<size_t>(n); ++i) {
-    out.importance[i] /= n_heads;
-    out.importance_normalised[i] /= static_cast<double>(n_heads) * static_cast<double>(n - static_cast<int64_t>(i));
-  }
-  for (size_t h = 0; h < heads; ++h) {
-    HeadAnalysis& head = out.heads[h];
-    head.head = static_cast<int>(h);
-    for (int64_t i = 0; i <= t_star; ++i) {
-      const bool e = early[h][static_cast<size_t>(i)] != 0, l = late[h][static_cast<size_t>(i)] != 0;
-      head.early += e, head.late += l, head.persistent += e && l;
-    }
-    head.persistence = head.late > 0 ? static_cast<double>(head.persistent) / static_cast<double>(head.late) : NAN;
-    head.ever_pivotal = static_cast<double>(head.early) / static_cast<double>(t_star + 1);
-    if (correlations)
-      for (size_t l = 0; l < options.lags.size(); ++l) {
-        const LagSums& s = sums[h][l];
-        LagStat stat;
-        stat.lag = options.lags[l];
-        stat.pairs = s.pairs;
-        stat.undefined = s.pairs - s.defined;
-        stat.spearman = s.defined > 0 ? s.spearman / static_cast<double>(s.defined) : NAN;
-        stat.topk_recall = s.pairs > 0 ? s.recall / static_cast<double>(s.pairs) : NAN;
-        head.lags.push_back(stat);
-      }
-    // Point persistence between consecutive sampled steps.
-    double share_sum = 0;
-    int shares = 0;
-    for (size_t j = 1; j < head.repeats.size(); ++j) {
-      const RepeatStep& before = head.repeats[j - 1];
-      int64_t existed = 0, again = 0;
-      for (int32_t i : head.repeats[j].positions) {
-        if (i > before.step) continue;
-        ++existed;
-        again += std::binary_search(before.positions.begin(), before.positions.end(), i);
-      }
-      if (existed > 0) share_sum += static_cast<double>(again) / static_cast<double>(existed), ++shares;
-    }
-    head.repeat_share = shares > 0 ? share_sum / shares : NAN;
-  }
+  pass.finish();
   return out;
 }
 

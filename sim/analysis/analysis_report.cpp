@@ -55,6 +55,58 @@ nlohmann::json stat_json(const StatRow& row, const AnalysisOptions& options) {
   return out;
 }
 
+// The cross-layer table: Spearman of head-averaged importance between adjacent layers.
+void write_cross_layer(std::ostringstream& out, const TraceAnalysis& a) {
+  out << "\nCross-layer Spearman of head-averaged importance between adjacent layers (mean over sequences;\n"
+         "layers counted from 0; the blog's table claims 0.85-0.91 for L1-L2 .. L4-L5)\n"
+         "layers  accumulated  normalised\n";
+  for (const CrossLayerPair& pair : a.cross_layer)
+    out << right(std::to_string(pair.layer_a) + "-" + std::to_string(pair.layer_b), 6) << "  "
+        << fixed(pair.spearman, 11, 4) << "  " << fixed(pair.spearman_normalised, 10, 4) << "\n";
+  out << "accumulated: sum over steps of a_t[i]; normalised: mean over steps of (t+1) a_t[i], which removes\n"
+         "the head start early positions get from being visible in more steps\n";
+}
+
+// Repetitive attention in the first sequence: which old positions (from the first half,
+// 0..t*) draw attention above 1/(t+1) at the sampled later steps, counted over heads and
+// steps. Nothing without sampled steps.
+void write_repetitive_attention(std::ostringstream& out, const TraceAnalysis& a,
+                                const std::vector<std::vector<std::string>>& token_text) {
+  if (a.items.empty() || a.items.front().heads.empty() || a.items.front().heads.front().repeats.empty()) return;
+  const int seq = a.items.front().seq;
+  const std::vector<RepeatStep>& steps = a.items.front().heads.front().repeats;
+  const int32_t oldest = static_cast<int32_t>(a.items.front().n_tokens / 2);  // t*: the first half
+  const size_t pairs = static_cast<size_t>(a.n_heads) * steps.size();
+  out << "\nRepetitive attention in sequence " << seq << " at sampled steps t =";
+  for (const RepeatStep& step : steps) out << " " << step.step;
+  out << ": |S_t| (positions above 1/(t+1)),\nthe share of them in the first half (positions <= t* = " << oldest
+      << "), and the first-half positions above 1/(t+1) in the most (head, step) pairs (of " << pairs
+      << "); --json lists every sequence, head and step\n";
+  const std::vector<std::string> empty;
+  const std::vector<std::string>& text =
+      static_cast<size_t>(seq) < token_text.size() ? token_text[static_cast<size_t>(seq)] : empty;
+  out << "layer  |S_t|  old share  most repeated old positions\n";
+  for (const LayerAnalysis& item : a.items) {
+    if (item.seq != seq) continue;
+    std::map<int32_t, int> count_of;
+    double size_sum = 0, old_sum = 0;
+    for (const HeadAnalysis& head : item.heads)
+      for (const RepeatStep& step : head.repeats) {
+        size_sum += static_cast<double>(step.positions.size());
+        for (int32_t i : step.positions)
+          if (i <= oldest) ++count_of[i], ++old_sum;
+      }
+    std::vector<std::pair<int32_t, int>> ranked(count_of.begin(), count_of.end());
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
+    out << right(std::to_string(item.layer), 5) << "  " << fixed(size_sum / static_cast<double>(pairs), 5, 1) << "  "
+        << fixed(size_sum > 0 ? old_sum / size_sum : NAN, 9, 3) << " ";
+    if (ranked.empty()) out << " none";
+    for (size_t r = 0; r < ranked.size() && r < 5; ++r)
+      out << (r ? ", " : " ") << ranked[r].first << token_label(text, ranked[r].first) << " " << ranked[r].second;
+    out << "\n";
+  }
+}
+
 }  // namespace
 
 std::string analysis_table(const TraceAnalysis& a, const std::vector<std::vector<std::string>>& token_text) {
@@ -112,53 +164,8 @@ std::string analysis_table(const TraceAnalysis& a, const std::vector<std::vector
     lag_table(top_k_text(o) + " recall between steps t and t+lag (k of the t+1 positions, at least 1)", true);
   }
 
-  if (!a.cross_layer.empty()) {
-    out << "\nCross-layer Spearman of head-averaged importance between adjacent layers (mean over sequences;\n"
-           "layers counted from 0; the blog's table claims 0.85-0.91 for L1-L2 .. L4-L5)\n"
-           "layers  accumulated  normalised\n";
-    for (const CrossLayerPair& pair : a.cross_layer)
-      out << right(std::to_string(pair.layer_a) + "-" + std::to_string(pair.layer_b), 6) << "  "
-          << fixed(pair.spearman, 11, 4) << "  " << fixed(pair.spearman_normalised, 10, 4) << "\n";
-    out << "accumulated: sum over steps of a_t[i]; normalised: mean over steps of (t+1) a_t[i], which removes\n"
-           "the head start early positions get from being visible in more steps\n";
-  }
-
-  // Repetitive attention: which old positions (from the first half, 0..t*) draw attention
-  // above 1/(t+1) at the sampled later steps, counted over heads and steps.
-  if (!a.items.empty() && !a.items.front().heads.empty() && !a.items.front().heads.front().repeats.empty()) {
-    const int seq = a.items.front().seq;
-    const std::vector<RepeatStep>& steps = a.items.front().heads.front().repeats;
-    const int32_t oldest = static_cast<int32_t>(a.items.front().n_tokens / 2);  // t*: the first half
-    const size_t pairs = static_cast<size_t>(a.n_heads) * steps.size();
-    out << "\nRepetitive attention in sequence " << seq << " at sampled steps t =";
-    for (const RepeatStep& step : steps) out << " " << step.step;
-    out << ": |S_t| (positions above 1/(t+1)),\nthe share of them in the first half (positions <= t* = " << oldest
-        << "), and the first-half positions above 1/(t+1) in the most (head, step) pairs (of " << pairs
-        << "); --json lists every sequence, head and step\n";
-    const std::vector<std::string> empty;
-    const std::vector<std::string>& text =
-        static_cast<size_t>(seq) < token_text.size() ? token_text[static_cast<size_t>(seq)] : empty;
-    out << "layer  |S_t|  old share  most repeated old positions\n";
-    for (const LayerAnalysis& item : a.items) {
-      if (item.seq != seq) continue;
-      std::map<int32_t, int> count_of;
-      double size_sum = 0, old_sum = 0;
-      for (const HeadAnalysis& head : item.heads)
-        for (const RepeatStep& step : head.repeats) {
-          size_sum += static_cast<double>(step.positions.size());
-          for (int32_t i : step.positions)
-            if (i <= oldest) ++count_of[i], ++old_sum;
-        }
-      std::vector<std::pair<int32_t, int>> ranked(count_of.begin(), count_of.end());
-      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& x, const auto& y) { return x.second > y.second; });
-      out << right(std::to_string(item.layer), 5) << "  " << fixed(size_sum / static_cast<double>(pairs), 5, 1) << "  "
-          << fixed(size_sum > 0 ? old_sum / size_sum : NAN, 9, 3) << " ";
-      if (ranked.empty()) out << " none";
-      for (size_t r = 0; r < ranked.size() && r < 5; ++r)
-        out << (r ? ", " : " ") << ranked[r].first << token_label(text, ranked[r].first) << " " << ranked[r].second;
-      out << "\n";
-    }
-  }
+  if (!a.cross_layer.empty()) write_cross_layer(out, a);
+  write_repetitive_attention(out, a, token_text);
   return wrap_text(out.str());
 }
 

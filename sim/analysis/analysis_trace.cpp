@@ -88,8 +88,7 @@ TraceAnalysis analyze_trace(const kvtrace::TraceReader& reader, const AnalysisCo
       item.layer = layer;
       analysis.items.push_back(std::move(item));
     }
-  const int threads =
-      config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = worker_threads(config.threads);
   const size_t count = analysis.items.size();
   const auto caller = std::this_thread::get_id();
   std::atomic<int64_t> done{0};
@@ -206,7 +205,7 @@ LayerSchedule persistence_schedule(const ScheduleRows& rows, int threads) {
   options.repeat_samples = 0;
   const auto layers = static_cast<size_t>(rows.n_layers);
   std::vector<LayerAnalysis> items(rows.sequences.size() * layers);
-  const int workers = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int workers = worker_threads(threads);
   parallel_for(
       items.size(), workers,
       [&](size_t i) {

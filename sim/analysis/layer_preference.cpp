@@ -93,7 +93,7 @@ LayerSchedule cake_schedule(const std::string& text, const ScheduleRows& rows, i
   }
   const auto layers = static_cast<size_t>(rows.n_layers);
   std::vector<CakeMeasure> measures(rows.sequences.size() * layers);
-  const int workers = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int workers = worker_threads(threads);
   parallel_for(
       measures.size(), workers,
       [&](size_t i) {

@@ -1,6 +1,7 @@
 #include "cli_common.hpp"
 
 #include "kvsim/core/lists.hpp"
+#include "kvsim/core/parallel_for.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/isolated_open.hpp"
 #include "mpi_split.hpp"
@@ -27,6 +28,10 @@ bool parse_options(const std::string& verb, const std::string& usage, const std:
   }
   po::notify(vm);
   return true;
+}
+
+void add_threads_option(po::options_description& options, int& threads) {
+  options.add_options()("threads", po::value(&threads)->default_value(0), kThreadsHelp);
 }
 
 void bad_option(const std::string& option, const std::string& problem) {

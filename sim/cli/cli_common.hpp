@@ -34,6 +34,9 @@ struct Interrupted : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Adds --threads (default 0: one worker per core; kvsim/core/parallel_for.hpp) to a verb's options.
+void add_threads_option(po::options_description& options, int& threads);
+
 // Throws InputError for option values a user got wrong.
 [[noreturn]] void bad_option(const std::string& option, const std::string& problem);
 

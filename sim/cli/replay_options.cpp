@@ -49,9 +49,10 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "across a layer's kv heads: uniform (each keeps B) or adaptive (Ada-KV: the heads share n_kv_heads x B by "
       "the policy's scores; scoring policies only)")(
       "head-floor", po::value(&v.head_floor)->default_value(v.head_floor, "0.2"),
-      "adaptive: the share of B each kv head keeps of its own top scores")(
-      "threads", po::value(&v.threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
-      "csv", po::value(&v.csv), "write results as CSV")("json", po::value(&v.json), "write results as JSON")(
+      "adaptive: the share of B each kv head keeps of its own top scores");
+  add_threads_option(options, v.threads);
+  options.add_options()("csv", po::value(&v.csv), "write results as CSV")("json", po::value(&v.json),
+                                                                          "write results as JSON")(
       "survival", po::value(&v.survival), "write per token, group and policy the step it was evicted (CSV; -1: kept)");
 }
 

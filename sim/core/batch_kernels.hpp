@@ -85,9 +85,9 @@ void packed_block(const double* w, const double* packed, size_t n, double* const
 // The same product with AVX-512, where the CPU has it (asked at run time: the build targets
 // AVX2): 16 channels, out[k][c] += sum over j of w[4 j + k] * packed[16 j + c], c < 16, k < 4.
 // Each (head, channel) sum is the same chain of fused multiply-adds as packed_block's, so the
-// bits are the same. On an Intel Xeon (family 6 model 207) the 6 x 9 grid with output error
-// (bench/README.md) ran in 15.5 s instead of 18.5 s (medians of six); on Zen 4, whose
-// 512-bit multiply-adds run at the rate of two 256-bit ones, the difference was within noise.
+// bits are the same. It pays where 512-bit multiply-adds run at full rate (an Intel Xeon:
+// bench/history.md, "Figures measured for the code's choices"); on Zen 4, whose 512-bit
+// multiply-adds run at the rate of two 256-bit ones, it gains nothing measurable.
 __attribute__((target("avx512f"))) inline void packed_block_avx512(const double* w, const double* packed, size_t n,
                                                                    double* const* out) {
   FourHeadSums512 sum;

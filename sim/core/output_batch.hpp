@@ -38,8 +38,8 @@ class OutputBatch {
   // or more (the layer-wide group). A group's simulations each hold one pending batch, so
   // this bounds their memory at any context (~55 MiB for the 6 x 9 grid's 54 simulations of
   // a kv group). At 4,096 tokens a batch holds 32 steps or more (the shorter of the cache and
-  // the evicted positions is at most 2,048): measured as fast as 64 (the bound doubled), and
-  // 36 MiB less; halved again it was ~8% slower.
+  // the evicted positions is at most 2,048). The smallest bound that runs as fast as twice it;
+  // half of it is measurably slower (bench/history.md, "Figures measured for the code's choices").
   static constexpr size_t max_weights(size_t heads) { return std::min(size_t{1} << 19, heads * (size_t{1} << 16)); }
 
   bool empty() const { return steps_.empty(); }

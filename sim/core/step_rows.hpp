@@ -43,7 +43,7 @@ inline double row_sum(const float* row, int64_t count) {
 
 // Gathers out[j] = row[positions[j]] and returns their sum, bit for bit row_sum(out) (and
 // gather_sum(row, positions)), in one pass instead of two. (Scalar loads: AVX2's gather
-// instruction measured 1.3x slower on a whole sweep on Zen 5.)
+// instruction is slower on a whole sweep; bench/history.md.)
 inline double gather_and_sum(const float* row, std::span<const int32_t> positions, std::vector<float>& out) {
   out.resize(positions.size());
   const size_t size = positions.size();

@@ -81,7 +81,7 @@ void shared_weighted_block(const double* weights, std::span<const int32_t> posit
   };
   if constexpr (K == 4 && Blocks == 2) {
     // Spelled out: GCC 12 keeps a 2-D array of accumulators in memory, storing it at every
-    // position (the whole 2,048-token output-error sweep took 19.6 s so, 14.4 s spelled out).
+    // position, which slows the output-error sweep markedly (bench/history.md).
     __m256d s00 = start(0, 0), s01 = start(0, 1), s10 = start(1, 0), s11 = start(1, 1), s20 = start(2, 0),
             s21 = start(2, 1), s30 = start(3, 0), s31 = start(3, 1);
     for (size_t j = 0; j < positions.size(); ++j) {

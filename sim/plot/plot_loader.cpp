@@ -1,6 +1,6 @@
 // kvsim's side of the plot module (kvsim-plot.so, sim/plot/plot.cpp): Qt and the ~70
-// libraries it pulls in take ~7 ms to load and relocate, more than a small sweep's whole
-// replay, so they are loaded on the first plot instead of at every start. The module sits
+// libraries it pulls in take longer to load and relocate than a small sweep's whole replay,
+// so they are loaded on the first plot instead of at every start. The module sits
 // beside the kvsim binary in the build tree and in KVSIM_PLOT_MODULE_DIR (relative to the
 // binary's directory) when installed.
 #include <dlfcn.h>

@@ -14,18 +14,6 @@ const char* dtype_name(DType dtype) {
   return "?";
 }
 
-int dtype_bytes(DType dtype) {
-  switch (dtype) {
-    case DType::f16:
-      return 2;
-    case DType::f32:
-      return 4;
-    case DType::f64:
-      return 8;
-  }
-  return 0;
-}
-
 const char* tensor_name(Tensor tensor) {
   switch (tensor) {
     case Tensor::q:

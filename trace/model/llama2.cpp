@@ -312,6 +312,8 @@ Llama2Session::Llama2Session(const Llama2Model& model) : model_(&model) {
   std::iota(all_positions_.begin(), all_positions_.end(), 0);
 }
 
+// long: one step of the transformer in the order of llama2.c's forward(), layer by layer,
+// so that it can be read against that reference line by line.
 std::span<const float> Llama2Session::forward(int token, AttentionHook* hook) {
   const Llama2Model& m = *model_;
   const Llama2Config& p = m.config();

@@ -135,12 +135,21 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
 }
 #endif
 
+// "1,4,16,64": the lags as --lags takes them.
+std::string lags_text(const std::vector<int64_t>& lags) {
+  std::string text;
+  for (int64_t lag : lags) text.append(text.empty() ? "" : ",").append(std::to_string(lag));
+  return text;
+}
+
 }  // namespace
 
 int cmd_analyze(const std::vector<std::string>& args) {
-  std::string trace, rows = "auto", sequences, layers, lags = "1,4,16,64", top_k = "10%", csv, json, plot;
-  int threads = 0, samples = 4;
-  int64_t min_positions = 8, max_steps = 256;
+  const AnalysisOptions defaults;
+  std::string trace, rows = "auto", sequences, layers, lags = lags_text(defaults.lags), top_k = defaults.top_k.text;
+  std::string csv, json, plot;
+  int threads = 0, samples = defaults.repeat_samples;
+  int64_t min_positions = defaults.min_positions, max_steps = defaults.max_start_steps;
   po::options_description options("analyze options");
   options.add_options()("trace", po::value(&trace)->required(), "trace file (HDF5, schema v1)")(
       "seqs", po::value(&sequences), "sequences to analyse, e.g. 0,2,5 (default: all)")(
@@ -156,9 +165,9 @@ int cmd_analyze(const std::vector<std::string>& args) {
       "samples", po::value(&samples)->default_value(samples),
       "sampled later steps of the repetitive-attention pattern")(
       "rows", po::value(&rows)->default_value(rows),
-      "attention rows from: auto (stored attn if present, else q/k), attn or qk")(
-      "threads", po::value(&threads)->default_value(0), "worker threads (0: all cores); results do not depend on it")(
-      "csv", po::value(&csv), "write per layer and head, per-layer and overall means as CSV")(
+      "attention rows from: auto (stored attn if present, else q/k), attn or qk");
+  add_threads_option(options, threads);
+  options.add_options()("csv", po::value(&csv), "write per layer and head, per-layer and overall means as CSV")(
       "json", po::value(&json), "write everything, per sequence too, as JSON")(
       "plot", po::value(&plot),
       "write PNG plots into this directory (made if missing): persistence and ever-pivotal heatmaps, Spearman and "

@@ -82,163 +82,198 @@ void write_proxy_plot(const EvalResults& results, const std::string& model, cons
 }
 #endif
 
-}  // namespace
-
-int cmd_eval(const std::vector<std::string>& args) {
-  std::string model_path, tokenizer_path, trace_path, text_path, csv, json, plot, proxy_plot, seqs, aggregate = "mean",
-                                                                                                    page_score = "mean";
+// The values of eval's options, as the command line gives them.
+struct EvalArgs {
+  std::string model_path, tokenizer_path, trace_path, text_path, csv, json, plot, proxy_plot, seqs;
+  std::string aggregate = "mean", page_score = "mean";
   int64_t page = 0;
-  std::string policies = "scissorhands,h2o,tova,streaming,recent", budgets = "20%,30%,50%";
+  std::string policies = kDefaultEvalPolicies, budgets = kDefaultEvalBudgets;
   std::vector<std::string> params;
   int tokens = 0, threads = 0;
   int64_t compress_every = 0;
   std::string head_budget = "uniform", layer_budget = "uniform", question;
   double head_floor = 0.2;
   int64_t prompt_len = 0;
-  po::options_description options("eval options");
-  options.add_options()("model", po::value(&model_path),
+};
+
+void add_eval_options(po::options_description& options, EvalArgs& a) {
+  options.add_options()("model", po::value(&a.model_path),
                         "llama2.c checkpoint (default: stories15M.bin in $KVSIM_MODEL_DIR or ~/.cache/kvsim/models)")(
-      "trace", po::value(&trace_path), "evaluate on the token sequences of this trace")(
-      "text", po::value(&text_path), "evaluate on this text file, encoded with BOS and cut into sequences of --tokens")(
-      "tokenizer", po::value(&tokenizer_path),
+      "trace", po::value(&a.trace_path), "evaluate on the token sequences of this trace")(
+      "text", po::value(&a.text_path),
+      "evaluate on this text file, encoded with BOS and cut into sequences of --tokens")(
+      "tokenizer", po::value(&a.tokenizer_path),
       "llama2.c tokenizer.bin for --text (default: tokenizer.bin next to the model)")(
-      "policies", po::value(&policies)->default_value(policies),
+      "policies", po::value(&a.policies)->default_value(a.policies),
       "comma-separated policies (bounds such as oracle cannot run a model)")(
-      "budgets", po::value(&budgets)->default_value(budgets),
+      "budgets", po::value(&a.budgets)->default_value(a.budgets),
       "comma-separated budgets: tokens (64) or % of each sequence (20%)")(
-      "param", po::value(&params)->composing(),
+      "param", po::value(&a.params)->composing(),
       "policy parameter policy.key=value, or key=value for every policy that takes it; repeatable")(
-      "seqs", po::value(&seqs), "sequences to evaluate, e.g. 0,2,5 (default: all)")(
-      "tokens", po::value(&tokens)->default_value(0),
+      "seqs", po::value(&a.seqs), "sequences to evaluate, e.g. 0,2,5 (default: all)")(
+      "tokens", po::value(&a.tokens)->default_value(0),
       "--trace: evaluate the first N tokens of each sequence (0: all); --text: tokens per sequence (0: the model's "
-      "seq_len)")("aggregate", po::value(&aggregate)->default_value(aggregate),
+      "seq_len)")("aggregate", po::value(&a.aggregate)->default_value(a.aggregate),
                   "how a group's heads combine into the observed row: mean, max or sum")(
-      "compress-every", po::value(&compress_every),
+      "compress-every", po::value(&a.compress_every),
       "decode-time compression: the cache grows to B + N and is compressed back to B every N steps (closed loop "
-      "and replay)")("page", po::value(&page)->default_value(page),
+      "and replay)")("page", po::value(&a.page)->default_value(a.page),
                      "evict whole pages of P consecutive positions by the policy's scores (0: single positions)")(
-      "page-score", po::value(&page_score)->default_value(page_score), "a page's score: mean or max (with --page)")(
-      "head-budget", po::value(&head_budget)->default_value(head_budget),
+      "page-score", po::value(&a.page_score)->default_value(a.page_score), "a page's score: mean or max (with --page)")(
+      "head-budget", po::value(&a.head_budget)->default_value(a.head_budget),
       "uniform, or adaptive: Ada-KV's head-adaptive budgets across a layer's kv heads (closed loop and replay)")(
-      "head-floor", po::value(&head_floor)->default_value(head_floor),
+      "head-floor", po::value(&a.head_floor)->default_value(a.head_floor),
       "with --head-budget adaptive: the share of B each kv head keeps of its own top scores")(
-      "layer-budget", po::value(&layer_budget)->default_value(layer_budget),
+      "layer-budget", po::value(&a.layer_budget)->default_value(a.layer_budget),
       "per-layer budgets B_l, closed loop and replay: uniform; pyramid[:beta=20][:window=32] (PyramidKV); "
       "cake[:tau1=1][:tau2=1][:window=32] (CAKE) or persistence, measured on the full-cache run's rows of the "
       "evaluated sequences; or one weight per layer (w1,w2,...; normalised to mean 1)")(
-      "question", po::value(&question),
+      "question", po::value(&a.question),
       "the prompt's last N tokens are the question (N, or auto: the trace's question_len): the context before it "
       "runs with the full cache and is compressed to B, the question and answer tokens are kept; only the "
-      "answer's predictions count")(
-      "prompt-len", po::value(&prompt_len),
-      "with --question: each sequence's prompt is its first P tokens (default: the trace's prompt_len; --text "
-      "needs it)")("threads", po::value(&threads)->default_value(0),
-                   "worker threads (0: all cores); results do not depend on it")(
-      "csv", po::value(&csv), "write one row per (policy, budget) as CSV")(
-      "json", po::value(&json), "write results, per-sequence values and correlations as JSON")(
-      "plot", po::value(&plot), "write perplexity increase vs budget as PNG or SVG, one line per policy")(
-      "proxy-plot", po::value(&proxy_plot), "write closed-loop perplexity increase vs replay retention as PNG or SVG");
+      "answer's predictions count")("prompt-len", po::value(&a.prompt_len),
+                                    "with --question: each sequence's prompt is its first P tokens (default: the "
+                                    "trace's prompt_len; --text needs it)");
+  add_threads_option(options, a.threads);
+  options.add_options()("csv", po::value(&a.csv), "write one row per (policy, budget) as CSV")(
+      "json", po::value(&a.json), "write results, per-sequence values and correlations as JSON")(
+      "plot", po::value(&a.plot), "write perplexity increase vs budget as PNG or SVG, one line per policy")(
+      "proxy-plot", po::value(&a.proxy_plot),
+      "write closed-loop perplexity increase vs replay retention as PNG or SVG");
+}
+
+// The run's settings from the options; throws InputError for a bad one.
+EvalConfig eval_config(const EvalArgs& a, const po::variables_map& vm) {
+  if (a.trace_path.empty() == a.text_path.empty())
+    bad_option("trace", "give exactly one of --trace TRACE and --text FILE");
+  if (a.tokens < 0) bad_option("tokens", "must be >= 0");
+  if (a.threads < 0) bad_option("threads", "must be >= 0");
+  EvalConfig config;
+  config.policies = choose_policies(split_names("policies", a.policies), a.params);
+  if (config.policies.empty()) bad_option("policies", "no policy given");
+  for (const PolicyChoice& policy : config.policies) check_closed_loop_policy(*policy.info);
+  config.budgets = parse_budgets(a.budgets);
+  config.aggregate = parse_aggregate(a.aggregate);
+  if (vm.count("compress-every") && a.compress_every < 1) bad_option("compress-every", "must be at least 1");
+  config.compress_every = a.compress_every;
+  if (a.page < 0) bad_option("page", "must be >= 0 (0: token mode)");
+  config.paging = {a.page, parse_page_score(a.page_score)};
+  config.head_floor = head_floor_of(a.head_budget, a.head_floor, config.paging);
+  config.layer_budget = a.layer_budget;
+  const QuestionOption asked = question_of(a.question);
+  config.question = asked.tokens;
+  config.question_auto = asked.automatic;
+  if (vm.count("prompt-len") && a.prompt_len < 1) bad_option("prompt-len", "must be at least 1");
+  if (vm.count("prompt-len") && a.question.empty()) bad_option("prompt-len", "only means something with --question");
+  config.threads = a.threads;
+  return config;
+}
+
+// The trace's token sequences (the chosen ones), each checked against the model.
+std::vector<EvalSequence> trace_sequences(const EvalArgs& a, const std::vector<int>& chosen,
+                                          const kvtrace::Llama2Model& model) {
+  const int seq_len = model.config().seq_len;
+  const std::string model_name = fs::path(a.model_path).stem().string();
+  std::vector<EvalSequence> sequences;
+  const kvtrace::TraceReader reader = open_trace(a.trace_path);
+  for (int s = 0; s < reader.n_sequences(); ++s) sequences.push_back(trace_sequence(reader, s, a.tokens));
+  sequences = choose(std::move(sequences), chosen, a.trace_path);
+  for (const EvalSequence& sequence : sequences) {
+    const std::string where = kvtrace::seq_path(sequence.index) + "/tokens";
+    if (static_cast<int>(sequence.tokens.size()) > seq_len)
+      reader.fail(where, std::to_string(sequence.tokens.size()) + " tokens, more than the model's seq_len " +
+                             std::to_string(seq_len) + " (use --tokens)");
+    if (sequence.tokens.size() < 2) reader.fail(where, "fewer than 2 tokens: nothing to predict");
+    for (int token : sequence.tokens)
+      if (token < 0 || token >= model.config().vocab_size)
+        reader.fail(where, "token id " + std::to_string(token) + " is outside the vocabulary of " + a.model_path);
+  }
+  if (reader.meta().model != model_name)
+    std::cout << "note: the trace was recorded from " << reader.meta().model << "; " << model_name
+              << " runs on its tokens (closed loop and replay alike)\n";
+  return sequences;
+}
+
+// The text file encoded with BOS and cut into sequences (the chosen ones) of `tokens`, or of
+// the model's seq_len. The tokenizer defaults to tokenizer.bin beside the model.
+std::vector<EvalSequence> text_file_sequences(const EvalArgs& a, const std::vector<int>& chosen,
+                                              const kvtrace::Llama2Model& model, bool model_given) {
+  std::string tokenizer_path = a.tokenizer_path;
+  if (tokenizer_path.empty())
+    tokenizer_path = (model_given ? fs::path(a.model_path).parent_path() / "tokenizer.bin"
+                                  : fs::path(default_model_dir()) / "tokenizer.bin")
+                         .string();
+  require_model_file(tokenizer_path, "tokenizer", "pass MODEL and --tokenizer");
+  const kvtrace::Tokenizer tokenizer =
+      kvtrace::Tokenizer::load_for_model(tokenizer_path, model.config().vocab_size, a.model_path);
+  std::ifstream in(a.text_path, std::ios::binary);
+  if (!in) throw kvtrace::InputError(a.text_path, "", "cannot open the text file");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<EvalSequence> sequences =
+      text_sequences(tokenizer, text, a.tokens > 0 ? a.tokens : model.config().seq_len);
+  if (sequences.empty() || text.find_first_not_of(" \t\r\n") == std::string::npos)
+    throw kvtrace::InputError(a.text_path, "", "no text to evaluate");
+  return choose(std::move(sequences), chosen, a.text_path);
+}
+
+// evaluate with a progress bar; a sequence's problem (its prompt, question) names `source`.
+EvalResults run_evaluation(const kvtrace::Llama2Model& model, const std::vector<EvalSequence>& sequences,
+                           const EvalConfig& config, const std::string& source) {
+  Progress progress("eval");
+  try {
+    return evaluate(model, sequences, config, progress.callback());
+  } catch (const kvtrace::InputError& e) {
+    if (!e.file().empty() || e.dataset().empty()) throw;
+    throw kvtrace::InputError(source, e.dataset(), e.problem());
+  }
+}
+
+// The output files first, so that a failed write is the only line printed, then the table.
+void write_eval_outputs(const EvalResults& results, const EvalArgs& a, const std::string& source) {
+  const std::string model_name = fs::path(a.model_path).stem().string();
+  if (!a.csv.empty()) kvtrace::write_file_atomically(a.csv, eval_csv(results));
+  if (!a.json.empty()) kvtrace::write_file_atomically(a.json, eval_json(results, source, a.model_path));
+#ifdef KVSIM_HAVE_PLOT
+  if (!a.plot.empty()) write_plot(results, model_name, a.plot);
+  if (!a.proxy_plot.empty()) write_proxy_plot(results, model_name, a.proxy_plot);
+#endif
+  std::cout << model_name << " on " << source << "\n" << eval_table(results);
+}
+
+}  // namespace
+
+int cmd_eval(const std::vector<std::string>& args) {
+  EvalArgs a;
+  po::options_description options("eval options");
+  add_eval_options(options, a);
   po::positional_options_description positional;
   positional.add("model", 1);
   po::variables_map vm;
   if (!parse_options("eval", "[MODEL] (--trace TRACE | --text FILE) [--policies a,b] [--budgets 20%,30%] [options]",
                      args, options, positional, vm))
     return 0;
+  const EvalConfig config = eval_config(a, vm);
+  const std::vector<int> chosen = parse_indices("seqs", a.seqs);
+  check_plot_path("plot", a.plot);
+  check_plot_path("proxy-plot", a.proxy_plot);
+  prepare_outputs({a.trace_path, a.text_path, a.model_path, a.tokenizer_path}, {a.csv, a.json}, {a.plot, a.proxy_plot});
 
-  if (trace_path.empty() == text_path.empty()) bad_option("trace", "give exactly one of --trace TRACE and --text FILE");
-  if (tokens < 0) bad_option("tokens", "must be >= 0");
-  if (threads < 0) bad_option("threads", "must be >= 0");
-  EvalConfig config;
-  config.policies = choose_policies(split_names("policies", policies), params);
-  if (config.policies.empty()) bad_option("policies", "no policy given");
-  for (const PolicyChoice& policy : config.policies) check_closed_loop_policy(*policy.info);
-  config.budgets = parse_budgets(budgets);
-  config.aggregate = parse_aggregate(aggregate);
-  if (vm.count("compress-every") && compress_every < 1) bad_option("compress-every", "must be at least 1");
-  config.compress_every = compress_every;
-  if (page < 0) bad_option("page", "must be >= 0 (0: token mode)");
-  config.paging = {page, parse_page_score(page_score)};
-  config.head_floor = head_floor_of(head_budget, head_floor, config.paging);
-  config.layer_budget = layer_budget;
-  const QuestionOption asked = question_of(question);
-  config.question = asked.tokens;
-  config.question_auto = asked.automatic;
-  if (vm.count("prompt-len") && prompt_len < 1) bad_option("prompt-len", "must be at least 1");
-  if (vm.count("prompt-len") && question.empty()) bad_option("prompt-len", "only means something with --question");
-  config.threads = threads;
-  const std::vector<int> chosen = parse_indices("seqs", seqs);
-  check_plot_path("plot", plot);
-  check_plot_path("proxy-plot", proxy_plot);
-  prepare_outputs({trace_path, text_path, model_path, tokenizer_path}, {csv, json}, {plot, proxy_plot});
-
-  const fs::path dir = default_model_dir();
-  if (model_path.empty()) model_path = (dir / "stories15M.bin").string();
-  require_model_file(model_path, "model checkpoint", "pass MODEL and --tokenizer");
-  const kvtrace::Llama2Model model = kvtrace::Llama2Model::load(model_path);
-  const std::string model_name = fs::path(model_path).stem().string();
+  if (a.model_path.empty()) a.model_path = (fs::path(default_model_dir()) / "stories15M.bin").string();
+  require_model_file(a.model_path, "model checkpoint", "pass MODEL and --tokenizer");
+  const kvtrace::Llama2Model model = kvtrace::Llama2Model::load(a.model_path);
   const int seq_len = model.config().seq_len;
-  if (tokens > seq_len) bad_option("tokens", "must be at most the model's seq_len " + std::to_string(seq_len));
+  if (a.tokens > seq_len) bad_option("tokens", "must be at most the model's seq_len " + std::to_string(seq_len));
 
-  std::vector<EvalSequence> sequences;
-  std::string source;
-  if (!trace_path.empty()) {
-    source = trace_path;
-    const kvtrace::TraceReader reader = open_trace(trace_path);
-    for (int s = 0; s < reader.n_sequences(); ++s) sequences.push_back(trace_sequence(reader, s, tokens));
-    sequences = choose(std::move(sequences), chosen, trace_path);
-    for (const EvalSequence& sequence : sequences) {
-      const std::string where = kvtrace::seq_path(sequence.index) + "/tokens";
-      if (static_cast<int>(sequence.tokens.size()) > seq_len)
-        reader.fail(where, std::to_string(sequence.tokens.size()) + " tokens, more than the model's seq_len " +
-                               std::to_string(seq_len) + " (use --tokens)");
-      if (sequence.tokens.size() < 2) reader.fail(where, "fewer than 2 tokens: nothing to predict");
-      for (int token : sequence.tokens)
-        if (token < 0 || token >= model.config().vocab_size)
-          reader.fail(where, "token id " + std::to_string(token) + " is outside the vocabulary of " + model_path);
-    }
-    if (reader.meta().model != model_name)
-      std::cout << "note: the trace was recorded from " << reader.meta().model << "; " << model_name
-                << " runs on its tokens (closed loop and replay alike)\n";
-  } else {
-    source = text_path;
-    if (tokenizer_path.empty())
-      tokenizer_path =
-          (vm.count("model") ? fs::path(model_path).parent_path() / "tokenizer.bin" : dir / "tokenizer.bin").string();
-    require_model_file(tokenizer_path, "tokenizer", "pass MODEL and --tokenizer");
-    const kvtrace::Tokenizer tokenizer =
-        kvtrace::Tokenizer::load_for_model(tokenizer_path, model.config().vocab_size, model_path);
-    std::ifstream in(text_path, std::ios::binary);
-    if (!in) throw kvtrace::InputError(text_path, "", "cannot open the text file");
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    sequences = text_sequences(tokenizer, text, tokens > 0 ? tokens : seq_len);
-    if (sequences.empty() || text.find_first_not_of(" \t\r\n") == std::string::npos)
-      throw kvtrace::InputError(text_path, "", "no text to evaluate");
-    sequences = choose(std::move(sequences), chosen, text_path);
-  }
-
-  if (prompt_len > 0)
-    for (EvalSequence& sequence : sequences) sequence.prompt_len = prompt_len;
-  if (!text_path.empty() && !question.empty() && prompt_len == 0)
+  const bool from_trace = !a.trace_path.empty();
+  const std::string& source = from_trace ? a.trace_path : a.text_path;
+  std::vector<EvalSequence> sequences =
+      from_trace ? trace_sequences(a, chosen, model) : text_file_sequences(a, chosen, model, vm.count("model") > 0);
+  if (a.prompt_len > 0)
+    for (EvalSequence& sequence : sequences) sequence.prompt_len = a.prompt_len;
+  if (!from_trace && !a.question.empty() && a.prompt_len == 0)
     bad_option("question", "--text has no prompt: give --prompt-len P");
 
-  EvalResults results;
-  {
-    Progress progress("eval");
-    try {
-      results = evaluate(model, sequences, config, progress.callback());
-    } catch (const kvtrace::InputError& e) {  // a sequence's problem (its prompt, question): name the file
-      if (!e.file().empty() || e.dataset().empty()) throw;
-      throw kvtrace::InputError(source, e.dataset(), e.problem());
-    }
-  }
-  // Outputs first: a failed write is then the only line printed.
-  if (!csv.empty()) kvtrace::write_file_atomically(csv, eval_csv(results));
-  if (!json.empty()) kvtrace::write_file_atomically(json, eval_json(results, source, model_path));
-#ifdef KVSIM_HAVE_PLOT
-  if (!plot.empty()) write_plot(results, model_name, plot);
-  if (!proxy_plot.empty()) write_proxy_plot(results, model_name, proxy_plot);
-#endif
-  std::cout << model_name << " on " << source << "\n" << eval_table(results);
+  write_eval_outputs(run_evaluation(model, sequences, config, source), a, source);
   return 0;
 }
 

@@ -87,11 +87,7 @@ int cmd_info(const std::vector<std::string>& args) {
         {"sequences", sequences}};
     if (meta.rope.declared()) {
       nlohmann::json rope = nlohmann::json::object();
-      if (meta.rope.theta > 0) rope["theta"] = meta.rope.theta;
-      if (!meta.rope.scaling_type.empty()) rope["scaling_type"] = meta.rope.scaling_type;
-      if (meta.rope.scaling_factor > 0) rope["scaling_factor"] = meta.rope.scaling_factor;
-      if (meta.rope.rotary_dims > 0) rope["rotary_dims"] = meta.rope.rotary_dims;
-      if (!meta.rope.pairing.empty()) rope["pairing"] = meta.rope.pairing;
+      meta.rope.for_each_declared([&](const char* name, const auto& value) { rope[name] = value; });
       out["rope"] = rope;
     }
     kvtrace::write_file_atomically(vm["json"].as<std::string>(), json_text(std::move(out), 1));

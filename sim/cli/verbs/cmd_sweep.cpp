@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "kvsim/replay/report.hpp"
+#include "kvsim/replay/sweep_table.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/reader.hpp"
 #include "../mpi_split.hpp"
@@ -23,8 +24,7 @@ bool names_a_stream(const std::string& path) {
 
 int cmd_sweep(const std::vector<std::string>& args) {
   ReplayCliOptions values;
-  std::string policies = "scissorhands,h2o,streaming,tova,recent,oracle";
-  std::string budgets = "10%,20%,30%,40%,50%,60%,70%,80%,90%";
+  std::string policies = kDefaultSweepPolicies, budgets = kDefaultSweepBudgets;
   po::options_description options("sweep options");
   options.add_options()("policies", po::value(&policies)->default_value(policies), "comma-separated policies")(
       "budgets", po::value(&budgets)->default_value(budgets), "comma-separated budgets: tokens (64) or % (20%)")(

@@ -22,7 +22,6 @@ struct Limits {
 
 enum class DType { f16, f32, f64 };
 const char* dtype_name(DType dtype);
-int dtype_bytes(DType dtype);
 
 // The datasets a layer group may hold.
 enum class Tensor { q, k, v, attn };
@@ -45,6 +44,16 @@ struct RopeMeta {
   }
   // "theta=10000 scaling=none rotary_dims=48 pairing=interleaved", the declared fields only.
   std::string describe() const;
+  // Calls field(name, value) for each declared field, as `kvsim info --json` and Python's
+  // Trace.meta name them: theta, scaling_type, scaling_factor, rotary_dims, pairing.
+  template <class Field>
+  void for_each_declared(Field&& field) const {
+    if (theta > 0) field("theta", theta);
+    if (!scaling_type.empty()) field("scaling_type", scaling_type);
+    if (scaling_factor > 0) field("scaling_factor", scaling_factor);
+    if (rotary_dims > 0) field("rotary_dims", rotary_dims);
+    if (!pairing.empty()) field("pairing", pairing);
+  }
 };
 
 struct TraceMeta {

@@ -118,7 +118,7 @@ struct AnalysisConfig {
   kvtrace::RowsFrom rows = kvtrace::RowsFrom::automatic;
   std::vector<int> sequences;  // empty: all
   std::vector<int> layers;     // empty: all
-  int threads = 0;             // 0: all cores; results do not depend on it
+  int threads = 0;             // worker_threads(threads) (kvsim/core/parallel_for.hpp)
 };
 
 // Means over (sequence[, head]) of the per-(sequence, layer, head) values, NaN left out.

@@ -10,6 +10,15 @@
 
 namespace kvsim {
 
+// The `threads` setting of every run (the configs' field, each verb's --threads, the Python
+// functions' argument): how many worker threads, 0 for one per core.
+inline constexpr const char* kThreadsHelp = "worker threads (0: all cores); results do not depend on it";
+
+// The worker threads `threads` asks for: itself, or one per core when it is 0.
+inline int worker_threads(int threads) {
+  return threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 // Runs work(i) for i in [0, count) on `threads` threads, the calling thread one of them, and
 // done() after each item on the thread that ran it. The first failure in index order is
 // rethrown, whatever the scheduling.

@@ -124,6 +124,10 @@ std::vector<EvalSequence> text_sequences(const kvtrace::Tokenizer& tokenizer, st
 // (0: all).
 EvalSequence trace_sequence(const kvtrace::TraceReader& reader, int seq, int tokens);
 
+// The grid `kvsim eval` and kvsim.eval() run when none is given.
+inline constexpr const char* kDefaultEvalPolicies = "scissorhands,h2o,tova,streaming,recent";
+inline constexpr const char* kDefaultEvalBudgets = "20%,30%,50%";
+
 struct EvalConfig {
   std::vector<PolicyChoice> policies;
   std::vector<Budget> budgets;  // resolved against each sequence's length, as replay does
@@ -136,7 +140,7 @@ struct EvalConfig {
   std::string layer_budget = "uniform";
   int64_t question = 0;        // --question N (0: none), both runs
   bool question_auto = false;  // --question auto: each sequence's question_len
-  int threads = 0;             // 0: all cores; results do not depend on it
+  int threads = 0;             // worker_threads(threads) (kvsim/core/parallel_for.hpp)
   // When set, evaluate throws Cancelled soon after it reads true (each run at its next
   // position, each replay at its next block of steps).
   const std::atomic<bool>* cancel = nullptr;

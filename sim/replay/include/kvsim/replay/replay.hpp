@@ -75,7 +75,7 @@ struct ReplayConfig {
   std::vector<int> sequences;                                 // empty: all
   std::vector<int> layers;                                    // empty: all
   OutputErrorMode output_error = OutputErrorMode::automatic;  // automatic: when every layer has v
-  int threads = 0;                                            // 0: all cores
+  int threads = 0;                                            // worker_threads(threads) (parallel_for.hpp)
   bool keep_records = false;                  // keep every group's per-step result (survival, plots, GUI)
   const std::atomic<bool>* cancel = nullptr;  // when set, replay_trace stops and throws Cancelled (engine.hpp)
   WorkSplit* split = nullptr;                 // several processes share the work (MPI); see work_split.hpp

@@ -12,6 +12,10 @@
 
 namespace kvsim {
 
+// The grid `kvsim sweep` and kvsim.sweep() run when none is given.
+inline constexpr const char* kDefaultSweepPolicies = "scissorhands,h2o,streaming,tova,recent,oracle";
+inline constexpr const char* kDefaultSweepBudgets = "10%,20%,30%,40%,50%,60%,70%,80%,90%";
+
 struct SweepRow {
   std::string policy, params, budget, quant, mode;
   double bits_per_element = 0, budget_tokens_mean = 0, budget_share_mean = 0;
