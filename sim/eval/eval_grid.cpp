@@ -8,7 +8,6 @@
 #include <exception>
 #include <functional>
 #include <mutex>
-#include <thread>
 
 #include "eval_plan.hpp"
 #include "eval_replay.hpp"
@@ -326,8 +325,7 @@ EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan
 EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequence> sequences,
                      const EvalConfig& config, const std::function<void(int64_t, int64_t)>& progress) {
   const bool needs_future = check_grid(model.config(), sequences, config);
-  const int threads =
-      config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = worker_threads(config.threads);
   const size_t budgets = config.budgets.size(), cells = config.policies.size() * budgets;
   const Grid grid{model, sequences, config, threads, budgets, cells, needs_future};
   Progress ticks(progress, static_cast<int64_t>(sequences.size() * (cells + 1)));

@@ -219,8 +219,7 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   SweepAggregator aggregator(expected_values(config, plan, items, meta.n_heads, meta.n_layers), plan.output_error);
   // Kept records (and a split, whose ranks trade records) are reduced after the run.
   const bool streaming = !config.keep_records && !config.split;
-  const int threads =
-      config.threads > 0 ? config.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads = worker_threads(config.threads);
   const std::vector<size_t> own =
       run_own_items(reader, config, plan, items, threads, streaming ? &aggregator : nullptr, progress);
   if (config.split && !gather_records(*config.split, own, items)) {
