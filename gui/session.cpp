@@ -157,9 +157,7 @@ void Session::loadRows() {
 
 bool Session::setPolicy(const std::string& name, const std::map<std::string, std::string>& overrides, QString* error) {
   try {
-    kvsim::PolicyChoice choice = kvsim::choose_policy(name, overrides);
-    policy_ = std::move(choice);
-    overrides_ = overrides;
+    policy_ = kvsim::choose_policy(name, overrides);
   } catch (const std::exception& e) {
     if (error) *error = QString::fromStdString(e.what());
     return false;

@@ -59,15 +59,13 @@ class Session : public QObject {
   std::shared_ptr<const LayerRows> rows() const { return rows_; }
 
   const kvsim::PolicyChoice& policy() const { return policy_; }
-  const std::map<std::string, std::string>& policyOverrides() const { return overrides_; }
   const kvsim::Budget& budget() const { return budget_; }
   int64_t baseBudgetTokens() const;         // B for the shown sequence
   int64_t budgetTokens() const;             // B of the shown layer: the layer schedule's B_l
   int64_t layerBudget(int64_t base) const;  // the schedule's B_l of the shown layer for B = base
   kvsim::Mode mode() const { return mode_; }
-  // Paging, question, compress-every, head and layer budgets, as the CLI's options
-  // (session_options.cpp); the engine options they make for the shown sequence.
-  const ReplayOptions& replayOptions() const { return options_; }
+  // The layer schedule and the engine options for the shown sequence that the paging,
+  // question, compress-every, head and layer budget options make (session_options.cpp).
   const kvsim::LayerSchedule& schedule() const { return schedule_; }
   kvsim::EngineOptions engineOptions() const;
   // The same as a ReplayConfig with the schedule, for views that replay the trace (policies
@@ -164,7 +162,6 @@ class Session : public QObject {
   QStringList token_text_;
   std::shared_ptr<const LayerRows> rows_;
   kvsim::PolicyChoice policy_;
-  std::map<std::string, std::string> overrides_;
   kvsim::Budget budget_;
   kvsim::Mode mode_ = kvsim::Mode::stream;
   ReplayOptions options_;
