@@ -283,7 +283,6 @@ void MainWindow::setWholeRangeAhead(bool on) { session_->setWholeRangeAhead(on);
 void MainWindow::waitAhead() {
   waitIdle();
   session_->waitAhead();
-  overview_->waitAhead();
   waitIdle();
 }
 
@@ -293,7 +292,7 @@ void MainWindow::forgetResults(const std::string& policy) {
     session_->replays().clear();
   else
     session_->replays().forget(policy);
-  overview_->forgetResults();
+  session_->forgetCells();
   charts_->forgetResults();
 }
 
