@@ -288,12 +288,7 @@ void MainWindow::waitAhead() {
 
 void MainWindow::forgetResults(const std::string& policy) {
   waitIdle();
-  if (policy.empty())
-    session_->replays().clear();
-  else
-    session_->replays().forget(policy);
-  session_->forgetCells();
-  charts_->forgetResults();
+  session_->forgetResults(policy);
 }
 
 bool MainWindow::viewsAreCurrent() const {

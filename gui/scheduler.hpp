@@ -3,13 +3,15 @@
 // work on behalf of the views, by what the work makes (a key) and how soon it is wanted (a
 // priority): a job whose key is already waiting or running is not run again, each lane runs
 // one job at a time (the shown work at once, the work ahead at a lower CPU priority), and what
-// the jobs make is kept here by key, within bounds: the replays (ReplayCache) and the
-// overview's cells (CellCache). Views read those and follow the session's signals.
+// the jobs make is kept here by key: the replays (ReplayCache) and the overview's cells
+// (CellCache), within bounds, and the budget chart's curves (a few per trace). Views read
+// those and follow the session's signals.
 #include <QObject>
 #include <QString>
 #include <map>
 #include <string>
 
+#include "budget_curves.hpp"
 #include "cell_cache.hpp"
 #include "job_runner.hpp"
 #include "replay_cache.hpp"
@@ -50,6 +52,7 @@ class Scheduler : public QObject {
 
   ReplayCache& replays() { return replays_; }
   CellCache& cells() { return cells_; }
+  std::map<QString, BudgetCurve>& curves() { return curves_; }  // by Session::curveKey
 
  signals:
   void busyChanged();                                     // some lane started or ended its work
@@ -61,6 +64,7 @@ class Scheduler : public QObject {
   std::map<Lane, JobRunner*> runners_;
   ReplayCache replays_;
   CellCache cells_;
+  std::map<QString, BudgetCurve> curves_;
 };
 
 }  // namespace kvgui

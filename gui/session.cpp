@@ -39,13 +39,18 @@ Session::~Session() {
   delete scheduler_;
 }
 
-// A failure of the neighbours of the shown overview cells computed ahead says nothing about
+// To the view that asked; a failure of the overview's cells computed ahead says nothing about
 // what is shown.
 void Session::forwardFailure(const Scheduler::Lane& lane, const QString& message) {
-  if (lane.name.rfind("cells", 0) != 0)
+  if (lane.name.rfind("cells", 0) == 0) {
+    if (lane.priority == Scheduler::Priority::shown) emit cellsFailed(message);
+  } else if (lane == kCurvesLane) {
+    emit curvesFailed(message);
+  } else if (lane == kAnalysisLane) {
+    emit analysisFailed(message);
+  } else if (lane != kComparedLane) {  // the step chart draws the lines it has
     emit failed(message);
-  else if (lane.priority == Scheduler::Priority::shown)
-    emit cellsFailed(message);
+  }
 }
 
 bool Session::open(const QString& path, QString* error) {
@@ -60,6 +65,7 @@ bool Session::open(const QString& path, QString* error) {
   for (const Scheduler::Lane& lane : {kRowsLane, kReplayLane, kNeighboursLane, kRangeLane}) scheduler_->cancel(lane);
   replays().clear();
   refused_ahead_.clear();
+  refusals_.clear();
   reader_ = std::move(reader);
   path_ = path;
   seq_ = layer_ = head_ = 0;

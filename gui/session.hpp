@@ -1,7 +1,8 @@
 #pragma once
 // What the views show: one open trace, one (sequence, layer, head), one policy at one budget,
 // the attention rows of the shown layer held in memory, the latest replay of that layer, and
-// what the views ask for beyond it (the overview's cells), made by the session's one
+// what the views ask for beyond it (the overview's cells, the charts' replays, curves and
+// persistence analysis), made by the session's one
 // Scheduler, which keeps the replays and cells made so far and fills them ahead with the
 // budget slider's neighbours. Views read it and follow its signals; they compute and keep
 // nothing themselves. Every number comes from kvtrace and kvsim: rows through kvtrace's
@@ -20,6 +21,7 @@
 #include "kvsim/core/budget.hpp"
 #include "kvsim/core/engine.hpp"
 #include "kvsim/replay/replay.hpp"
+#include "budget_curves.hpp"
 #include "cell_cache.hpp"
 #include "layer_replay.hpp"
 #include "layer_rows.hpp"
@@ -32,6 +34,10 @@ namespace kvtrace {
 class TraceReader;
 struct TraceMeta;
 }  // namespace kvtrace
+
+namespace kvsim {
+struct LayerAnalysis;
+}
 
 namespace kvgui {
 
@@ -98,7 +104,29 @@ class Session : public QObject {
   const CellCache::Entry* cells(const QString& key) { return scheduler_->cells().use(key); }
   void requestCells(CellMetric metric);
   bool makingCells(CellMetric metric) const;
-  void forgetCells() { scheduler_->cells().clear(); }
+  // The step chart's `policies` replayed for the shown head at the shown replay's budget: a
+  // request for those neither made (replays()) nor refused (refusal(): why), comparedReplayed
+  // when done; it returns how many it replays.
+  size_t requestComparedReplays(const std::vector<kvsim::PolicyChoice>& policies);
+  bool replayingCompared() const;
+  const QString* refusal(const ReplayKey& key) const;
+  // The budget chart's curves: the key of `policy`'s (the trace, policy, engine options and
+  // layer schedule), the curve made of a key (null when not), a request for those of
+  // `policies` not made (curvesReady when done; it returns how many it makes), and the
+  // seconds the latest request took.
+  QString curveKey(const kvsim::PolicyChoice& policy) const;
+  const BudgetCurve* budgetCurve(const QString& key) const;
+  size_t requestBudgetCurves(const std::vector<kvsim::PolicyChoice>& policies);
+  bool makingCurves() const;
+  double curvesSeconds() const { return curves_seconds_; }
+  // The persistence panel's kvsim::analyze_rows of the shown layer's rows (null while made),
+  // and a request for it (layerAnalysed when done).
+  std::shared_ptr<const kvsim::LayerAnalysis> layerAnalysis() const { return layer_analysis_; }
+  void requestLayerAnalysis();
+  bool analysing() const;
+  // Forgets the replays of `policy` (of every policy when empty) and every cell, curve and
+  // refusal made so far (benchmarks time the computation, not the lookup).
+  void forgetResults(const std::string& policy = {});
   // Whether the shown head's cache held `position` at step `step` (it was attended then).
   bool cachedAt(int64_t position, int64_t step) const;
   // The step at which `position` left the shown head's cache, -1 if never.
@@ -152,6 +180,11 @@ class Session : public QObject {
   void failed(const QString& message);
   void cellsReady(const QString& key);       // cells(key) has more layers
   void cellsFailed(const QString& message);  // making the cells asked for threw
+  void comparedReplayed();
+  void curvesReady();
+  void curvesFailed(const QString& message);
+  void layerAnalysed();
+  void analysisFailed(const QString& message);
 
  private:
   void loadRows();
@@ -186,6 +219,9 @@ class Session : public QObject {
   // The lanes of the session's work: rows, the layer schedule, the shown replay and those ahead.
   static inline const Scheduler::Lane kRowsLane{"rows"}, kScheduleLane{"layer schedule"}, kReplayLane{"replay"},
       kNeighboursLane{"replay", Scheduler::Priority::neighbours}, kRangeLane{"replay", Scheduler::Priority::range};
+  // And of the charts'.
+  static inline const Scheduler::Lane kComparedLane{"compared replays"}, kCurvesLane{"budget curves"},
+      kAnalysisLane{"layer analysis"};
   static Scheduler::Lane cellsLane(CellMetric metric, Scheduler::Priority priority = Scheduler::Priority::shown);
 
   std::shared_ptr<const kvtrace::TraceReader> reader_;
@@ -210,6 +246,9 @@ class Session : public QObject {
   bool whole_range_ = true;
   std::set<ReplayKey> refused_ahead_;  // budgets a policy refused when asked ahead
   std::map<CellMetric, QString> cells_asked_;  // the key of the cells last asked for, per metric
+  std::map<ReplayKey, QString> refusals_;      // compared policies that refused a budget, and why
+  double curves_seconds_ = 0;
+  std::shared_ptr<const kvsim::LayerAnalysis> layer_analysis_;
   std::vector<kvsim::PolicyChoice> compared_;
   bool busy_ = false;
   qint64 requested_at_ns_ = 0;

@@ -21,7 +21,6 @@ class ChartsPanel : public QTabWidget {
   PersistencePanel* persistencePanel() const { return persistence_; }
   bool busy() const;
   bool isCurrent() const;  // every chart shows the current settings (the hidden ones need not)
-  void forgetResults();
   void waitIdle();
 
  private:
