@@ -99,7 +99,7 @@ class Session : public QObject {
   // show at B = budget (the shown layer's B_l), the cells made so far of a key (null when
   // none; marked as shown), a request for those of the shown settings (made a layer at a time,
   // cellsReady after each; then those of the slider's neighbouring budgets and range, ahead),
-  // and whether that request is being made. Forgetting them all: for benchmarks.
+  // and whether that request is being made.
   QString cellsKey(CellMetric metric, int64_t budget) const;
   const CellCache::Entry* cells(const QString& key) { return scheduler_->cells().use(key); }
   void requestCells(CellMetric metric);
