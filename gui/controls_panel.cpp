@@ -27,6 +27,52 @@ ControlsPanel::ControlsPanel(Session* session, QWidget* parent) : QWidget(parent
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(4, 4, 4, 4);
 
+  layout->addWidget(makeTraceBox());
+
+  auto* policy = new QGroupBox(tr("2. Eviction policy"));
+  auto* policy_layout = new QVBoxLayout(policy);
+  policy_ = new PolicyEditor;
+  policy_layout->addWidget(policy_);
+  mode_ = new QComboBox;
+  mode_->addItem(tr("stream: every step decodes"), "stream");
+  mode_->addItem(tr("prefill: prompt at once, then decode"), "prefill");
+  mode_->setToolTip(
+      tr("stream: token t is appended at step t and the policy may evict at every step.\n"
+         "prefill: the prompt is processed with the full cache, compressed to B, then decoding streams."));
+  policy_layout->addWidget(mode_);
+  engine_ = new EngineOptionsPanel(session_);
+  policy_layout->addWidget(engine_);
+  layout->addWidget(policy);
+
+  layout->addWidget(makeBudgetBox());
+
+  connect(sequence_, qOverload<int>(&QComboBox::activated), session_, &Session::setSequence);
+  connect(layer_, qOverload<int>(&QComboBox::activated), session_, &Session::setLayer);
+  connect(head_, qOverload<int>(&QComboBox::activated), session_, &Session::setHead);
+  connect(policy_, &PolicyEditor::changed, this,
+          [this](const QString& name, const std::map<std::string, std::string>& overrides) {
+            QString error;
+            if (!session_->setPolicy(name.toStdString(), overrides, &error))
+              status_->setText("<font color=#c82828>" + error.toHtmlEscaped() + "</font>");
+          });
+  connect(mode_, qOverload<int>(&QComboBox::activated), this,
+          [this]() { session_->setMode(kvsim::parse_mode(mode_->currentData().toString().toStdString())); });
+  connect(units_, &QButtonGroup::buttonToggled, this, [this](QAbstractButton*, bool checked) {
+    if (checked) unitChanged();
+  });
+  connect(slider_, &QSlider::valueChanged, this, &ControlsPanel::sliderMoved);
+  connect(slider_, &QSlider::sliderPressed, this, [this]() { session_->setAdjusting(true); });
+  connect(slider_, &QSlider::sliderReleased, this, [this]() { session_->setAdjusting(false); });
+  connect(value_, qOverload<int>(&QSpinBox::valueChanged), this, &ControlsPanel::sliderMoved);
+  connect(session_, &Session::traceChanged, this, &ControlsPanel::traceChanged);
+  connect(session_, &Session::locationChanged, this, &ControlsPanel::locationChanged);
+  connect(session_, &Session::settingsChanged, this, &ControlsPanel::showBudget);
+  connect(session_, &Session::replayed, this, &ControlsPanel::replayed);
+  connect(session_, &Session::busyChanged, this, &ControlsPanel::replayed);
+  traceChanged();
+}
+
+QGroupBox* ControlsPanel::makeTraceBox() {
   auto* trace = new QGroupBox(tr("1. Trace and head"));
   auto* trace_form = new QFormLayout(trace);
   auto* file_row = new QHBoxLayout;
@@ -52,23 +98,11 @@ ControlsPanel::ControlsPanel(Session* session, QWidget* parent) : QWidget(parent
   layer_head->addWidget(head_, 1);
   trace_form->addRow(tr("Sequence"), sequence_);
   trace_form->addRow(tr("Layer, head"), layer_head);
-  layout->addWidget(trace);
+  connect(open, &QPushButton::clicked, this, &ControlsPanel::openRequested);
+  return trace;
+}
 
-  auto* policy = new QGroupBox(tr("2. Eviction policy"));
-  auto* policy_layout = new QVBoxLayout(policy);
-  policy_ = new PolicyEditor;
-  policy_layout->addWidget(policy_);
-  mode_ = new QComboBox;
-  mode_->addItem(tr("stream: every step decodes"), "stream");
-  mode_->addItem(tr("prefill: prompt at once, then decode"), "prefill");
-  mode_->setToolTip(
-      tr("stream: token t is appended at step t and the policy may evict at every step.\n"
-         "prefill: the prompt is processed with the full cache, compressed to B, then decoding streams."));
-  policy_layout->addWidget(mode_);
-  engine_ = new EngineOptionsPanel(session_);
-  policy_layout->addWidget(engine_);
-  layout->addWidget(policy);
-
+QGroupBox* ControlsPanel::makeBudgetBox() {
   auto* budget = new QGroupBox(tr("3. KV budget B"));
   auto* budget_layout = new QVBoxLayout(budget);
   auto* units = new QHBoxLayout;
@@ -93,38 +127,11 @@ ControlsPanel::ControlsPanel(Session* session, QWidget* parent) : QWidget(parent
   budget_ = new QLabel;
   budget_->setWordWrap(true);  // with a layer schedule it names the layer's B_l too
   budget_layout->addWidget(budget_);
-  layout->addWidget(budget);
-
   status_ = new QLabel;
   status_->setWordWrap(true);
   status_->setToolTip(tr("Teacher-forced replay: %1").arg(QString::fromUtf8(kvsim::kTeacherForcedNote)));
   budget_layout->addWidget(status_);
-
-  connect(open, &QPushButton::clicked, this, &ControlsPanel::openRequested);
-  connect(sequence_, qOverload<int>(&QComboBox::activated), session_, &Session::setSequence);
-  connect(layer_, qOverload<int>(&QComboBox::activated), session_, &Session::setLayer);
-  connect(head_, qOverload<int>(&QComboBox::activated), session_, &Session::setHead);
-  connect(policy_, &PolicyEditor::changed, this,
-          [this](const QString& name, const std::map<std::string, std::string>& overrides) {
-            QString error;
-            if (!session_->setPolicy(name.toStdString(), overrides, &error))
-              status_->setText("<font color=#c82828>" + error.toHtmlEscaped() + "</font>");
-          });
-  connect(mode_, qOverload<int>(&QComboBox::activated), this,
-          [this]() { session_->setMode(kvsim::parse_mode(mode_->currentData().toString().toStdString())); });
-  connect(units_, &QButtonGroup::buttonToggled, this, [this](QAbstractButton*, bool checked) {
-    if (checked) unitChanged();
-  });
-  connect(slider_, &QSlider::valueChanged, this, &ControlsPanel::sliderMoved);
-  connect(slider_, &QSlider::sliderPressed, this, [this]() { session_->setAdjusting(true); });
-  connect(slider_, &QSlider::sliderReleased, this, [this]() { session_->setAdjusting(false); });
-  connect(value_, qOverload<int>(&QSpinBox::valueChanged), this, &ControlsPanel::sliderMoved);
-  connect(session_, &Session::traceChanged, this, &ControlsPanel::traceChanged);
-  connect(session_, &Session::locationChanged, this, &ControlsPanel::locationChanged);
-  connect(session_, &Session::settingsChanged, this, &ControlsPanel::showBudget);
-  connect(session_, &Session::replayed, this, &ControlsPanel::replayed);
-  connect(session_, &Session::busyChanged, this, &ControlsPanel::replayed);
-  traceChanged();
+  return budget;
 }
 
 void ControlsPanel::traceChanged() {

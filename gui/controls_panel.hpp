@@ -6,6 +6,7 @@
 
 class QButtonGroup;
 class QComboBox;
+class QGroupBox;
 class QLabel;
 class QPushButton;
 class QRadioButton;
@@ -36,6 +37,9 @@ class ControlsPanel : public QWidget {
   void openRequested();
 
  private:
+  // The sections of the panel: the trace, sequence, layer and head; the budget and the replay's status.
+  QGroupBox* makeTraceBox();
+  QGroupBox* makeBudgetBox();
   void traceChanged();
   void locationChanged();
   void unitChanged();

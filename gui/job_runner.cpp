@@ -21,21 +21,31 @@ JobRunner::JobRunner(QObject* parent) : QObject(parent) { pool_.setMaxThreadCoun
 
 JobRunner::~JobRunner() {
   pending_.reset();
+  pending_key_.clear();
   ++generation_;
   pool_.waitForDone();
 }
 
-void JobRunner::submit(Job job) {
+void JobRunner::submit(Job job, std::string key) {
   if (running_) {
     pending_ = std::move(job);
+    pending_key_ = std::move(key);
     return;
   }
+  running_key_ = std::move(key);
   start(std::move(job));
   emit busyChanged(true);
 }
 
+void JobRunner::dropWaiting() {
+  pending_.reset();
+  pending_key_.clear();
+}
+
 void JobRunner::cancel() {
   pending_.reset();
+  pending_key_.clear();
+  running_key_.clear();
   ++generation_;
 }
 
@@ -63,10 +73,12 @@ void JobRunner::start(Job job) {
 
 void JobRunner::finished(unsigned generation, const Finish& finish) {
   running_ = false;
+  running_key_.clear();
   if (generation == generation_ && finish) finish();
   if (pending_) {
     Job next = std::move(*pending_);
     pending_.reset();
+    running_key_ = std::exchange(pending_key_, {});
     start(std::move(next));
   } else if (!running_) {
     emit busyChanged(false);

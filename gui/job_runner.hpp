@@ -8,6 +8,7 @@
 #include <QThreadPool>
 #include <functional>
 #include <optional>
+#include <string>
 
 namespace kvgui {
 
@@ -20,13 +21,20 @@ class JobRunner : public QObject {
   explicit JobRunner(QObject* parent = nullptr);
   ~JobRunner() override;  // waits for the running job
 
-  void submit(Job job);
+  // `key` names what the job makes (holds() reports it while the job waits or runs).
+  void submit(Job job, std::string key = {});
   // Runs the jobs at a lower CPU priority (Linux: nice 10), so work computed ahead yields to
   // the replay the user waits for.
   void setBackground(bool background) { background_ = background; }
   // Drops the waiting job and the result of the running one.
   void cancel();
   bool busy() const { return running_ || pending_.has_value(); }
+  // Whether the job waiting or running (its result not cancelled) makes `key`, and whether the
+  // running one does.
+  bool holds(const std::string& key) const { return runs(key) || (!key.empty() && key == pending_key_); }
+  bool runs(const std::string& key) const { return !key.empty() && key == running_key_; }
+  // Drops the waiting job (the running one's result stays).
+  void dropWaiting();
   // Calls `then` on the UI thread once the runner is idle (now, if it is): the next step of a
   // chain of jobs asked for while one ran, even one whose result was cancelled. A later call
   // replaces an earlier one not made yet.
@@ -44,6 +52,7 @@ class JobRunner : public QObject {
 
   QThreadPool pool_;
   std::optional<Job> pending_;
+  std::string pending_key_, running_key_;
   bool running_ = false;
   bool background_ = false;
   Finish when_idle_;

@@ -283,18 +283,12 @@ void MainWindow::setWholeRangeAhead(bool on) { session_->setWholeRangeAhead(on);
 void MainWindow::waitAhead() {
   waitIdle();
   session_->waitAhead();
-  overview_->waitAhead();
   waitIdle();
 }
 
 void MainWindow::forgetResults(const std::string& policy) {
   waitIdle();
-  if (policy.empty())
-    session_->replays().clear();
-  else
-    session_->replays().forget(policy);
-  overview_->forgetResults();
-  charts_->forgetResults();
+  session_->forgetResults(policy);
 }
 
 bool MainWindow::viewsAreCurrent() const {

@@ -4,6 +4,12 @@
 
 namespace kvgui {
 
+std::string ReplayKey::text() const {
+  return std::to_string(seq) + "|" + std::to_string(layer) + "|" + std::to_string(first_head) + "+" +
+         std::to_string(n_heads) + "|" + label + "|" + std::to_string(static_cast<int>(mode)) + "|" + engine + "|" +
+         std::to_string(budget);
+}
+
 ReplayCache::Records ReplayCache::find(const ReplayKey& key) {
   const auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;

@@ -27,6 +27,7 @@ struct ReplayKey {
   int64_t budget = 0;  // B of the layer (the layer schedule's B_l); -1 for a policy that ignores it
 
   bool operator==(const ReplayKey& other) const = default;
+  std::string text() const;  // every field, as one text (the scheduler's key)
   bool operator<(const ReplayKey& other) const {
     return std::tie(seq, layer, first_head, n_heads, label, mode, engine, budget) <
            std::tie(other.seq, other.layer, other.first_head, other.n_heads, other.label, other.mode, other.engine,

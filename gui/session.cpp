@@ -27,31 +27,30 @@ qint64 now_ns() {
 
 }  // namespace
 
-Session::Session(QObject* parent)
-    : QObject(parent),
-      loader_(new JobRunner(this)),
-      replayer_(new JobRunner(this)),
-      prefetcher_(new JobRunner(this)),
-      ranger_(new JobRunner(this)),
-      scheduler_(new JobRunner(this)) {
+Session::Session(QObject* parent) : QObject(parent), scheduler_(new Scheduler(this)) {
   policy_ = kvsim::choose_policy("scissorhands");
   budget_ = kvsim::Budget::parse("20%");
-  prefetcher_->setBackground(true);
-  ranger_->setBackground(true);
-  for (JobRunner* runner : {loader_, replayer_, prefetcher_, scheduler_}) {
-    connect(runner, &JobRunner::busyChanged, this, &Session::updateBusy);
-    connect(runner, &JobRunner::failed, this, &Session::failed);
-  }
-  connect(ranger_, &JobRunner::failed, this, &Session::failed);
+  connect(scheduler_, &Scheduler::busyChanged, this, &Session::updateBusy);
+  connect(scheduler_, &Scheduler::failed, this, &Session::forwardFailure);
 }
 
 Session::~Session() {
-  // The runners wait for their running job before the session's members go.
+  // The scheduler waits for the running jobs before the session's members go.
   delete scheduler_;
-  delete ranger_;
-  delete prefetcher_;
-  delete replayer_;
-  delete loader_;
+}
+
+// To the view that asked; a failure of the overview's cells computed ahead says nothing about
+// what is shown.
+void Session::forwardFailure(const Scheduler::Lane& lane, const QString& message) {
+  if (lane.name.rfind("cells", 0) == 0) {
+    if (lane.priority == Scheduler::Priority::shown) emit cellsFailed(message);
+  } else if (lane == kCurvesLane) {
+    emit curvesFailed(message);
+  } else if (lane == kAnalysisLane) {
+    emit analysisFailed(message);
+  } else if (lane != kComparedLane) {  // the step chart draws the lines it has
+    emit failed(message);
+  }
 }
 
 bool Session::open(const QString& path, QString* error) {
@@ -63,12 +62,10 @@ bool Session::open(const QString& path, QString* error) {
     if (error) *error = QString::fromStdString(e.what());
     return false;
   }
-  loader_->cancel();
-  replayer_->cancel();
-  prefetcher_->cancel();
-  ranger_->cancel();
-  cache_.clear();
+  for (const Scheduler::Lane& lane : {kRowsLane, kReplayLane, kNeighboursLane, kRangeLane}) scheduler_->cancel(lane);
+  replays().clear();
   refused_ahead_.clear();
+  refusals_.clear();
   reader_ = std::move(reader);
   path_ = path;
   seq_ = layer_ = head_ = 0;
@@ -135,16 +132,14 @@ void Session::setLocation(int seq, int layer, int head) {
 
 void Session::loadRows() {
   rows_.reset();
-  replayer_->cancel();
-  prefetcher_->cancel();
-  ranger_->cancel();
+  for (const Scheduler::Lane& lane : {kReplayLane, kNeighboursLane, kRangeLane}) scheduler_->cancel(lane);
   replay_ = LayerReplay();
   emit rowsChanged();
   emit replayed();
   const auto reader = reader_;
   const int seq = seq_, layer = layer_;
-  loader_->cancel();
-  loader_->submit([this, reader, seq, layer]() -> JobRunner::Finish {
+  scheduler_->cancel(kRowsLane);
+  scheduler_->submit(kRowsLane, [this, reader, seq, layer]() -> JobRunner::Finish {
     auto rows = LayerRows::load(*reader, seq, layer);
     return [this, rows]() {
       if (rows->seq() != seq_ || rows->layer() != layer_) return;
@@ -157,9 +152,7 @@ void Session::loadRows() {
 
 bool Session::setPolicy(const std::string& name, const std::map<std::string, std::string>& overrides, QString* error) {
   try {
-    kvsim::PolicyChoice choice = kvsim::choose_policy(name, overrides);
-    policy_ = std::move(choice);
-    overrides_ = overrides;
+    policy_ = kvsim::choose_policy(name, overrides);
   } catch (const std::exception& e) {
     if (error) *error = QString::fromStdString(e.what());
     return false;
@@ -198,17 +191,13 @@ void Session::setSelection(QList<qint64> positions) {
   emit selectionChanged();
 }
 
-namespace {
-
-ReplayKey replayKeyOf(int seq, int layer, int head, const kvsim::PolicyChoice& policy,
-                      const kvsim::EngineOptions& options, int64_t budget, const kvtrace::TraceMeta& meta) {
+ReplayKey Session::replayKeyOf(int seq, int layer, int head, const kvsim::PolicyChoice& policy,
+                               const kvsim::EngineOptions& options, int64_t budget, const kvtrace::TraceMeta& meta) {
   const ReplayHeads heads = replayHeads(policy, meta, head, options);
   // A policy that ignores the budget (full, scissorhands-official) replays the same at every B.
   const int64_t keyed = policy.info->budgeted ? budget : -1;
   return ReplayKey{seq, layer, heads.first, heads.count, policy.label, options.mode, engineKey(options), keyed};
 }
-
-}  // namespace
 
 ReplayKey Session::replayKey(const kvsim::PolicyChoice& policy, int64_t budget) const {
   return replayKeyOf(seq_, layer_, head_, policy, engineOptions(), budget, meta());
@@ -220,7 +209,7 @@ PartRecords Session::partRecords(const kvsim::PolicyChoice& policy, int64_t budg
   const ReplayHeads replayed = replayHeads(policy, meta(), part.first, options);
   if (replayed.first != part.first || replayed.count != part.count) return {};  // it replays a head alone
   const ReplayKey key = replayKeyOf(seq_, layer_, part.first, policy, options, budget, meta());
-  if (ReplayCache::Records records = cache_.find(key)) {
+  if (ReplayCache::Records records = replays().find(key)) {
     std::promise<ReplayCache::Records> ready;
     ready.set_value(std::move(records));
     return ready.get_future().share();
@@ -229,7 +218,7 @@ PartRecords Session::partRecords(const kvsim::PolicyChoice& policy, int64_t budg
 }
 
 void Session::requestReplay() {
-  if (!reader_ || !rows_ || scheduler_->busy()) return;  // the schedule's arrival asks again
+  if (!reader_ || !rows_ || scheduler_->busy(kScheduleLane)) return;  // the schedule's arrival asks again
   requested_at_ns_ = now_ns();
   LayerReplay settings;
   settings.seq = seq_;
@@ -241,12 +230,13 @@ void Session::requestReplay() {
   settings.mode = mode_;
   settings.options = engineOptions();
   if (const QString refused = optionsError(); !refused.isEmpty()) {
-    replayer_->cancel();
+    scheduler_->cancel(kReplayLane);
     settings.error = refused;
     return showReplay(std::move(settings));
   }
-  if (const ReplayCache::Records records = cache_.find(replayKey(policy_, settings.budget))) {
-    replayer_->cancel();  // a replay still running is for a setting left since
+  const ReplayKey key = replayKey(policy_, settings.budget);
+  if (const ReplayCache::Records records = replays().find(key)) {
+    scheduler_->cancel(kReplayLane);  // a replay still running is for a setting left since
     settings.records = *records;
     settings.cached = true;
     return showReplay(std::move(settings));
@@ -260,10 +250,9 @@ void Session::requestReplay() {
   // it too. Only for a job that starts at once: one left waiting starts from the UI thread,
   // which may be blocked on those views (JobRunner's destructor).
   auto made = std::make_shared<std::promise<ReplayCache::Records>>();
-  in_flight_ = replayer_->busy() ? PartRecords() : made->get_future().share();
-  in_flight_key_ = replayKey(policy_, settings.budget);
-  const ReplayKey key = in_flight_key_;
-  replayer_->submit([this, settings, options, config, rows, reader, made, key]() mutable -> JobRunner::Finish {
+  PartRecords records = made->get_future().share();
+  const bool starts = !scheduler_->busy(kReplayLane);
+  auto job = [this, settings, options, config, rows, reader, made, key]() mutable -> JobRunner::Finish {
     LayerReplay result = settings;
     QElapsedTimer timer;
     timer.start();
@@ -300,10 +289,14 @@ void Session::requestReplay() {
       if (result.seq != seq_ || result.layer != layer_) return;
       if (result.error.isEmpty() && !result.record_of(head_))
         return requestReplay();  // the head moved to another group
-      if (records) cache_.insert(key, records);
+      if (records) replays().insert(key, records);
       showReplay(std::move(result));
     };
-  });
+  };
+  // Keyed by the budget as chosen too: the replay shown says how B was chosen (the survival table).
+  const bool submitted = scheduler_->submit(kReplayLane, std::move(job), key.text() + "|" + budget_.text);
+  in_flight_key_ = key;
+  in_flight_ = submitted && starts ? std::move(records) : PartRecords();
 }
 
 void Session::showReplay(LayerReplay replay) {
@@ -311,121 +304,6 @@ void Session::showReplay(LayerReplay replay) {
   replay_ = std::move(replay);
   emit replayed();
   if (replay_.valid()) prefetchNeighbours();
-}
-
-void Session::setComparedPolicies(std::vector<kvsim::PolicyChoice> policies) { compared_ = std::move(policies); }
-
-// The shown policy and then the compared ones, each once.
-std::vector<kvsim::PolicyChoice> Session::aheadPolicies() const {
-  std::vector<kvsim::PolicyChoice> policies{policy_};
-  for (const kvsim::PolicyChoice& policy : compared_)
-    if (std::none_of(policies.begin(), policies.end(), [&](const auto& p) { return p.label == policy.label; }))
-      policies.push_back(policy);
-  return policies;
-}
-
-// B_l of the budgets up to `steps` slider steps either side of the shown one, nearest first,
-// without the shown B_l or repeats.
-std::vector<int64_t> Session::neighbourLayerBudgets(int steps) const {
-  std::vector<int64_t> neighbours;
-  for (int64_t base : neighbourBudgets(budget_, nTokens(), steps)) {
-    const int64_t b = layerBudget(base);
-    if (b != budgetTokens() && std::find(neighbours.begin(), neighbours.end(), b) == neighbours.end())
-      neighbours.push_back(b);
-  }
-  return neighbours;
-}
-
-// The budgets up to kAheadSteps slider steps either side of the shown one, for the shown
-// policy and then the compared ones, so a slider move within that range is a lookup: the
-// nearest first (2 steps, then 5, then all), each policy's budgets in one pass of the engine
-// (budget sharing), each round asking for the next when it is done; then the rest of the
-// range (prefetchRange). Not for policies replayed over the trace (replaysTrace): a
-// cross-layer one beyond layer 0 replays every layer up to the shown one, seconds at Llama
-// scale.
-void Session::prefetchNeighbours() {
-  std::vector<Ahead> ahead;
-  const std::vector<kvsim::PolicyChoice> policies = aheadPolicies();
-  for (int steps : {2, 5, kAheadSteps}) {
-    // Beyond the nearest, only while the cache holds them twice over (no round evicts the last's).
-    if (steps > 2 && policies.size() * 2 * static_cast<size_t>(steps) * 2 > cache_.capacity()) break;
-    const std::vector<int64_t> neighbours = neighbourLayerBudgets(steps);
-    for (const kvsim::PolicyChoice& policy : policies) {
-      if (replaysTrace(policy, layer_)) continue;
-      Ahead next{policy, {}};
-      for (int64_t b : neighbours)
-        if (wanted(replayKey(policy, b))) next.budgets.push_back(b);
-      if (!next.budgets.empty()) ahead.push_back(std::move(next));
-    }
-    if (!ahead.empty()) break;
-  }
-  if (ahead.empty()) return prefetchRange();
-  submitAhead(prefetcher_, std::move(ahead));
-}
-
-// The rest of the slider's range (kRangeSteps either side), nearest first, up to kRangeChunk
-// budgets of one policy per job, the shown policy first, on a runner of its own that the
-// views and exports do not wait for (waitAhead does); while the cache has room.
-void Session::prefetchRange() {
-  if (ranger_->busy())  // continued when it is done (a cancelled job has no finish to do it)
-    return ranger_->whenIdle([this]() { prefetchRange(); });
-  if (!whole_range_ || !replay_.valid() || !cache_.hasRoomAhead()) return;
-  const std::vector<int64_t> budgets = neighbourLayerBudgets(kRangeSteps);
-  for (const kvsim::PolicyChoice& policy : aheadPolicies()) {
-    if (replaysTrace(policy, layer_)) continue;
-    Ahead next{policy, {}};
-    for (int64_t b : budgets)
-      if (next.budgets.size() < kRangeChunk && wanted(replayKey(policy, b))) next.budgets.push_back(b);
-    if (!next.budgets.empty()) return submitAhead(ranger_, {std::move(next)});
-  }
-}
-
-bool Session::wanted(const ReplayKey& key) const { return !cache_.contains(key) && !refused_ahead_.count(key); }
-
-// Replays `ahead` on `runner` and keeps the records; then asks for the next round.
-void Session::submitAhead(JobRunner* runner, std::vector<Ahead> ahead) {
-  const kvsim::EngineOptions options = engineOptions();
-  const auto rows = rows_;
-  const int seq = seq_, layer = layer_, head = head_;
-  const kvtrace::TraceMeta meta = reader_->meta();
-  runner->submit([this, ahead, options, rows, seq, layer, head, meta]() -> JobRunner::Finish {
-    std::vector<std::pair<ReplayKey, ReplayCache::Records>> made;
-    std::vector<ReplayKey> refused;
-    for (const Ahead& a : ahead) {
-      std::vector<std::vector<kvsim::GroupRecord>> records;
-      try {
-        records = replayLayerAtBudgets(rows, meta, a.policy, a.budgets, options, head);
-      } catch (const kvtrace::InputError&) {
-        // A budget the policy refuses: not asked ahead again; the replay of that budget says why.
-        for (int64_t b : a.budgets) refused.push_back(replayKeyOf(seq, layer, head, a.policy, options, b, meta));
-        continue;
-      }
-      for (size_t b = 0; b < a.budgets.size(); ++b)
-        made.emplace_back(replayKeyOf(seq, layer, head, a.policy, options, a.budgets[b], meta),
-                          std::make_shared<const std::vector<kvsim::GroupRecord>>(std::move(records[b])));
-    }
-    return [this, made = std::move(made), refused = std::move(refused)]() {
-      for (const auto& [key, records] : made) cache_.insert(key, records);
-      refused_ahead_.insert(refused.begin(), refused.end());
-      // The next round, around the budget shown now (unless the other runner's is under way).
-      if (replay_.valid() && !prefetcher_->busy()) prefetchNeighbours();
-    };
-  });
-}
-
-void Session::setWholeRangeAhead(bool on) {
-  whole_range_ = on;
-  if (!on)
-    ranger_->cancel();
-  else if (replay_.valid() && !prefetcher_->busy())
-    prefetchNeighbours();
-}
-
-void Session::waitAhead() {
-  while (busy() || prefetching() || ranger_->busy()) {
-    waitIdle();
-    ranger_->wait();
-  }
 }
 
 bool Session::cachedAt(int64_t position, int64_t step) const {
@@ -440,8 +318,10 @@ int64_t Session::evictionStep(int64_t position) const {
   return record->result.eviction_step[static_cast<size_t>(position)];
 }
 
-bool Session::busy() const { return loader_->busy() || replayer_->busy() || scheduler_->busy(); }
-bool Session::prefetching() const { return prefetcher_->busy(); }
+bool Session::busy() const {
+  return scheduler_->busy(kRowsLane) || scheduler_->busy(kReplayLane) || scheduler_->busy(kScheduleLane);
+}
+bool Session::prefetching() const { return scheduler_->busy(kNeighboursLane); }
 
 bool Session::replayIsCurrent() const {
   return rows_ && (replay_.valid() || !replay_.error.isEmpty()) && replay_.seq == seq_ && replay_.layer == layer_ &&
@@ -456,13 +336,6 @@ void Session::updateBusy() {
   emit busyChanged(now);
 }
 
-void Session::waitIdle() {
-  while (busy() || prefetching()) {
-    scheduler_->wait();
-    loader_->wait();
-    replayer_->wait();
-    prefetcher_->wait();
-  }
-}
+void Session::waitIdle() { scheduler_->waitUpTo(Scheduler::Priority::neighbours); }
 
 }  // namespace kvgui

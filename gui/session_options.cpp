@@ -75,13 +75,13 @@ void Session::applyOptions(bool reschedule) {
     options_error_ = QString::fromStdString(e.problem());
   }
   if (!reschedule) return;
-  scheduler_->cancel();
+  scheduler_->cancel(kScheduleLane);
   schedule_ = kvsim::LayerSchedule();
   if (!reader_ || options_.layer_budget == "uniform") return;
   const auto reader = reader_;
   const ReplayOptions options = options_;
   const kvsim::Mode mode = mode_;
-  scheduler_->submit([this, reader, options, mode]() -> JobRunner::Finish {
+  scheduler_->submit(kScheduleLane, [this, reader, options, mode]() -> JobRunner::Finish {
     kvsim::LayerSchedule schedule;
     QString error;
     try {

@@ -32,11 +32,6 @@ ChartsPanel::ChartsPanel(Session* session, QWidget* parent)
 
 bool ChartsPanel::busy() const { return steps_->busy() || budget_->busy() || persistence_->busy(); }
 
-void ChartsPanel::forgetResults() {
-  steps_->forgetResults();
-  budget_->forgetResults();
-}
-
 bool ChartsPanel::isCurrent() const { return steps_->isCurrent() && budget_->isCurrent(); }
 
 void ChartsPanel::waitIdle() {

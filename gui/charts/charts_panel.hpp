@@ -18,11 +18,9 @@ class ChartsPanel : public QTabWidget {
   explicit ChartsPanel(Session* session, QWidget* parent = nullptr);
   StepChart* stepChart() const { return steps_; }
   BudgetChart* budgetChart() const { return budget_; }
-  SelectionChart* selectionChart() const { return selection_; }
   PersistencePanel* persistencePanel() const { return persistence_; }
   bool busy() const;
   bool isCurrent() const;  // every chart shows the current settings (the hidden ones need not)
-  void forgetResults();
   void waitIdle();
 
  private:

@@ -3,9 +3,7 @@
 #include <QTextBrowser>
 #include <QVBoxLayout>
 #include <cmath>
-#include <numeric>
 
-#include "job_runner.hpp"
 #include "kvsim/analysis/analysis.hpp"
 #include "session.hpp"
 
@@ -33,42 +31,26 @@ double layer_mean(const kvsim::LayerAnalysis& analysis, Get get) {
 
 }  // namespace
 
-PersistencePanel::PersistencePanel(Session* session, QWidget* parent)
-    : QWidget(parent), session_(session), runner_(new JobRunner(this)) {
+PersistencePanel::PersistencePanel(Session* session, QWidget* parent) : QWidget(parent), session_(session) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(2, 2, 2, 2);
   text_ = new QTextBrowser;
   text_->setOpenLinks(false);
   layout->addWidget(text_);
-  connect(session_, &Session::rowsChanged, this, &PersistencePanel::compute);
+  connect(session_, &Session::rowsChanged, this, &PersistencePanel::request);
   connect(session_, &Session::locationChanged, this, &PersistencePanel::show);
-  connect(runner_, &JobRunner::failed, text_, &QTextBrowser::setPlainText);
+  connect(session_, &Session::layerAnalysed, this, &PersistencePanel::show);
+  connect(session_, &Session::analysisFailed, text_, &QTextBrowser::setPlainText);
   show();
 }
 
-PersistencePanel::~PersistencePanel() = default;
+const kvsim::LayerAnalysis* PersistencePanel::analysis() const { return session_->layerAnalysis().get(); }
+bool PersistencePanel::busy() const { return session_->analysing(); }
+void PersistencePanel::waitIdle() { session_->waitIdle(); }
 
-bool PersistencePanel::busy() const { return runner_->busy(); }
-void PersistencePanel::waitIdle() { runner_->wait(); }
-
-void PersistencePanel::compute() {
-  analysis_.reset();
+void PersistencePanel::request() {
+  session_->requestLayerAnalysis();
   show();
-  const auto rows = session_->rows();
-  if (!rows) return;
-  runner_->cancel();
-  runner_->submit([this, rows]() -> JobRunner::Finish {
-    std::vector<int> heads(static_cast<size_t>(rows->n_heads()));
-    std::iota(heads.begin(), heads.end(), 0);
-    const auto source = LayerRows::source(rows, heads);
-    auto analysis = std::make_shared<kvsim::LayerAnalysis>(kvsim::analyze_rows(*source, kvsim::AnalysisOptions{}));
-    analysis->seq = rows->seq();
-    analysis->layer = rows->layer();
-    return [this, analysis]() {
-      analysis_ = analysis;
-      show();
-    };
-  });
 }
 
 void PersistencePanel::show() {
@@ -76,7 +58,7 @@ void PersistencePanel::show() {
     text_->clear();
     return;
   }
-  const auto* a = analysis_.get();
+  const kvsim::LayerAnalysis* a = analysis();
   if (!a || a->seq != session_->sequence() || a->layer != session_->layer()) {
     text_->setHtml(tr("<p>Measuring persistence of layer %1\u2026</p>").arg(session_->layer()));
     return;

@@ -6,7 +6,6 @@
 #include <QLabel>
 #include <QLineSeries>
 #include <QMenu>
-#include <QThread>
 #include <QTimer>
 #include <QToolButton>
 #include <QValueAxis>
@@ -17,7 +16,6 @@
 
 #include "charts/chart_style.hpp"
 #include "colors.hpp"
-#include "job_runner.hpp"
 #include "kvsim/core/summary.hpp"
 #include "kvsim/policies/registry.hpp"
 #include "kvtrace/reader.hpp"
@@ -55,8 +53,7 @@ struct StepChart::Line {
   double mean = 0;
 };
 
-StepChart::StepChart(Session* session, QWidget* parent)
-    : QWidget(parent), session_(session), timer_(new QTimer(this)), runner_(new JobRunner(this)) {
+StepChart::StepChart(Session* session, QWidget* parent) : QWidget(parent), session_(session), timer_(new QTimer(this)) {
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(2, 2, 2, 2);
   auto* bar = new QHBoxLayout;
@@ -84,11 +81,13 @@ StepChart::StepChart(Session* session, QWidget* parent)
   layout->addWidget(view_, 1);
   setCompared({"scissorhands", "h2o", "streaming", "tova", "recent", "oracle"});
   timer_->setSingleShot(true);
-  connect(timer_, &QTimer::timeout, this, &StepChart::compute);
+  connect(timer_, &QTimer::timeout, this, &StepChart::request);
   connect(session_, &Session::replayed, this, &StepChart::schedule);
   connect(session_, &Session::locationChanged, this, &StepChart::schedule);
   connect(session_, &Session::stepChanged, this, &StepChart::moveCursor);
-  connect(session_, &Session::traceChanged, this, [this]() { errors_.clear(); });
+  connect(session_, &Session::comparedReplayed, this, [this]() {
+    if (!drawFromCache()) timer_->start(session_->adjusting() ? kPause : 0);  // the settings moved on meanwhile
+  });
   connect(view_->chart(), &QChart::plotAreaChanged, this, [this]() {
     if (!drawn_.isEmpty() && plotColumns() != columns_) QTimer::singleShot(0, this, [this]() { drawFromCache(); });
   });
@@ -109,14 +108,14 @@ void StepChart::setCompared(const QStringList& policies) {
   schedule();
 }
 
-bool StepChart::busy() const { return timer_->isActive() || runner_->busy(); }
+bool StepChart::busy() const { return timer_->isActive() || session_->replayingCompared(); }
 
 void StepChart::waitIdle() {
   if (timer_->isActive()) {
     timer_->stop();
-    compute();
+    request();
   }
-  runner_->wait();
+  session_->waitIdle();
 }
 
 // At once when every compared policy has been replayed at this budget (the session's cache,
@@ -171,8 +170,8 @@ bool StepChart::drawFromCache() {
     line.name = QString::fromStdString(policy.label);
     line.selected = p == 0;
     line.bound = policy.info->engine == kvsim::Engine::bound;
-    if (const auto error = errors_.find(key); error != errors_.end()) {
-      line.error = error->second;
+    if (const QString* refusal = session_->refusal(key)) {
+      line.error = *refusal;
     } else if (const ReplayCache::Records records = session_->replays().find(key)) {
       for (const auto& record : *records) {
         const auto it = std::find(record.heads.begin(), record.heads.end(), head);
@@ -195,51 +194,11 @@ bool StepChart::drawFromCache() {
   return true;
 }
 
-// Replays the compared policies not yet replayed at this budget (the shown one is), then
-// draws from the cache.
-void StepChart::compute() {
-  const auto rows = session_->rows();
-  const LayerReplay& shown = session_->replay();
-  if (!rows || !shown.valid()) return;
-  if (drawFromCache()) return;
-  const auto reader = session_->reader();
-  const int head = session_->head();
-  const int64_t budget = shown.budget;
-  const kvsim::EngineOptions options = session_->engineOptions();
-  std::vector<std::pair<ReplayKey, kvsim::PolicyChoice>> missing;
-  for (const kvsim::PolicyChoice& policy : choices()) {
-    const ReplayKey key = session_->replayKey(policy, budget);
-    if (!errors_.count(key) && !session_->replays().contains(key)) missing.emplace_back(key, policy);
-  }
-  // On every core, the widest first (a layer-wide policy replays every head, a bound one head).
-  std::stable_sort(missing.begin(), missing.end(),
-                   [](const auto& a, const auto& b) { return a.first.n_heads > b.first.n_heads; });
-  status_->setText(tr("replaying %1 policies\u2026").arg(missing.size()));
-  const int threads = QThread::idealThreadCount();
-  runner_->submit([this, rows, reader, head, budget, options, missing, threads]() -> JobRunner::Finish {
-    std::vector<ReplayCache::Records> records(missing.size());
-    std::vector<QString> refusals(missing.size());
-    forEachOnThreads(missing.size(), threads, [&](size_t i) {
-      try {
-        records[i] = std::make_shared<const std::vector<kvsim::GroupRecord>>(
-            replayLayer(rows, reader->meta(), missing[i].second, budget, options, head));
-      } catch (const kvtrace::InputError& e) {
-        refusals[i] = QString::fromStdString(e.problem());
-      }
-    });
-    std::vector<std::pair<ReplayKey, ReplayCache::Records>> made;
-    std::map<ReplayKey, QString> errors;
-    for (size_t i = 0; i < missing.size(); ++i)
-      if (records[i])
-        made.emplace_back(missing[i].first, records[i]);
-      else
-        errors[missing[i].first] = refusals[i];
-    return [this, made, errors]() {
-      for (const auto& [key, records] : made) session_->replays().insert(key, records);
-      errors_.insert(errors.begin(), errors.end());
-      if (!drawFromCache()) timer_->start(session_->adjusting() ? kPause : 0);  // the settings moved on meanwhile
-    };
-  });
+// Asks the session to replay the compared policies not yet replayed at this budget (the
+// shown one is); draws once it has.
+void StepChart::request() {
+  if (!session_->rows() || !session_->replay().valid() || drawFromCache()) return;
+  status_->setText(tr("replaying %1 policies\u2026").arg(session_->requestComparedReplays(choices())));
 }
 
 void StepChart::draw(const std::vector<Line>& lines, const QString& title) {

@@ -1,11 +1,10 @@
 #pragma once
 // Retention over steps for several policies side by side: the shown head at the current
-// budget, one line per policy (the selected one thickest; upper bounds dashed), each
-// replayed with kvsim::replay_rows over the shown layer's rows off the UI thread, or taken
-// from the session's replay cache (then drawn at once).
+// budget, one line per policy (the selected one thickest; upper bounds dashed), from the
+// session's replays (drawn at once when it has made them all, else once it has replayed the
+// others: Session::requestComparedReplays).
 #include <QStringList>
 #include <QWidget>
-#include <map>
 #include <vector>
 
 #include "kvsim/replay/replay.hpp"
@@ -20,7 +19,6 @@ class QValueAxis;
 
 namespace kvgui {
 
-class JobRunner;
 class Session;
 
 class StepChart : public QWidget {
@@ -31,8 +29,7 @@ class StepChart : public QWidget {
   void setCompared(const QStringList& policies);
   QChartView* view() const { return view_; }
   bool busy() const;
-  bool isCurrent() const;                    // the lines drawn are those of the current settings
-  void forgetResults() { errors_.clear(); }  // its replays are in the session's cache
+  bool isCurrent() const;  // the lines drawn are those of the current settings
   void waitIdle();
 
  private:
@@ -41,7 +38,7 @@ class StepChart : public QWidget {
   std::vector<kvsim::PolicyChoice> choices() const;  // the shown policy first
   int64_t plotColumns() const;
   bool drawFromCache();
-  void compute();
+  void request();
   void draw(const std::vector<Line>& lines, const QString& title);
   void moveCursor();
 
@@ -51,11 +48,9 @@ class StepChart : public QWidget {
   QChartView* view_;
   QValueAxis *x_ = nullptr, *y_ = nullptr;
   QLineSeries* cursor_ = nullptr;
-  QTimer* timer_;
-  JobRunner* runner_;
-  std::map<ReplayKey, QString> errors_;  // policies that refused a budget, and why
-  QString drawn_;                        // what the lines drawn show (settingsKey)
-  int64_t columns_ = 0;                  // the pixel columns they were drawn for
+  QTimer* timer_;        // a pause in a drag of the budget slider before asking
+  QString drawn_;        // what the lines drawn show (settingsKey)
+  int64_t columns_ = 0;  // the pixel columns they were drawn for
   QString settingsKey() const;
 };
 

@@ -25,7 +25,6 @@ class HeatmapView : public QWidget {
   // The rule the drawing uses: the shown head's cache no longer held `position` at `step`.
   bool isDimmed(int64_t step, int64_t position) const;
   // Key positions (x) by query steps (y) in view.
-  QRectF viewRect() const { return view_; }
   void setViewRect(const QRectF& rect);
   void resetView();
   // Zooms by `factor` (> 1: in) keeping the data point `anchor` in place.

@@ -23,6 +23,7 @@
 #include "main_window.hpp"
 #include "policy_editor.hpp"
 #include "replay_cache.hpp"
+#include "scheduler.hpp"
 #include "session.hpp"
 #include "views/overview_grid.hpp"
 #include "../support/temp_dir.hpp"
@@ -261,6 +262,51 @@ class GuiCacheTest : public QObject {
         }
       }
     }
+  }
+
+  void theSchedulerRunsAKeyOnceWhileItWaitsOrRuns() {
+    kvgui::Scheduler scheduler;
+    const kvgui::Scheduler::Lane shown{"test"}, ahead{"test", kvgui::Scheduler::Priority::neighbours};
+    std::atomic<int> runs{0};
+    int finished = 0;
+    std::promise<void> gate;
+    std::shared_future<void> open = gate.get_future().share();
+    const auto job = [&]() -> kvgui::JobRunner::Job {
+      return [&, open]() -> kvgui::JobRunner::Finish {
+        ++runs;
+        open.wait();
+        return [&]() { ++finished; };
+      };
+    };
+    QVERIFY(scheduler.submit(shown, job(), "a"));
+    QVERIFY(!scheduler.submit(shown, job(), "a"));  // running on its lane
+    QVERIFY(!scheduler.submit(ahead, job(), "a"));  // running on another lane
+    QVERIFY(scheduler.submit(ahead, job(), "b"));
+    QVERIFY(scheduler.submit(shown, job(), "c"));   // waits behind a
+    QVERIFY(!scheduler.submit(ahead, job(), "c"));  // waiting on another lane
+    QVERIFY(scheduler.submit(shown, job(), "d"));   // replaces c
+    QVERIFY(!scheduler.submit(shown, job(), "a"));  // the newest request is the running one: d is dropped
+    gate.set_value();
+    scheduler.waitUpTo(kvgui::Scheduler::Priority::neighbours);
+    QCOMPARE(runs.load(), 2);  // a and b
+    QCOMPARE(finished, 2);
+    QVERIFY(!scheduler.busy(shown) && !scheduler.busy(ahead));
+  }
+
+  void theOverviewInAWindowShowsTheCellsMadeForTheOneBeside() {
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openFile(kTrace));
+    window.waitIdle();
+    QVERIFY(window.overview()->isCurrent());
+    window.showOverviewWindow();
+    auto* grid = window.overviewWindow()->findChild<kvgui::OverviewGrid*>("overviewWindowGrid");
+    QVERIFY(grid);
+    QVERIFY2(grid->isCurrent() && !grid->busy(), "the session's cells should show at once");
+    const kvtrace::TraceMeta& meta = window.session()->meta();
+    for (int layer = 0; layer < meta.n_layers; ++layer)
+      for (int head = 0; head < meta.n_heads; ++head)
+        QCOMPARE(grid->value(layer, head), window.overview()->value(layer, head));
   }
 
   void forEachOnThreadsCallsEveryIndexOnceAndRethrows() {

@@ -24,6 +24,9 @@ namespace kvgui {
 
 using OverviewCells = std::vector<double>;
 enum class RetentionStat { mean, min };
+// What the overview colours its cells by: a policy's mean or worst-step retention at B, or the
+// persistence ratio of the trace.
+enum class CellMetric { mean_retention, min_retention, persistence };
 
 // The rows' layer only, per budget: replayWholeLayerAtBudgets with `threads` and `made`.
 std::map<int64_t, OverviewCells> retentionOfShownLayer(const std::shared_ptr<const LayerRows>& rows,

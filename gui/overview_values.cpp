@@ -1,4 +1,4 @@
-#include "views/overview_values.hpp"
+#include "overview_values.hpp"
 
 #include <cmath>
 #include <string>
