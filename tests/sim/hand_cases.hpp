@@ -20,6 +20,26 @@ namespace hand {
 
 // One head's full causal rows: rows[t] = a_t[0..t] (each sums to 1).
 using Rows = std::vector<std::vector<double>>;
+
+// A linear congruential generator: the same pseudo-random numbers on every build.
+inline uint32_t next_random(uint32_t& state) { return state = state * 1664525u + 1013904223u; }
+
+// Softmax rows of pseudo-random logits (in [0, 4)) for n_heads heads, n tokens.
+inline std::vector<Rows> random_rows(int n_heads, int n, uint32_t state) {
+  std::vector<Rows> heads(static_cast<size_t>(n_heads));
+  for (auto& rows : heads)
+    for (int t = 0; t < n; ++t) {
+      std::vector<double> row;
+      double sum = 0;
+      for (int i = 0; i <= t; ++i) {
+        row.push_back(std::exp(4.0 * static_cast<double>(next_random(state) >> 8) / static_cast<double>(1u << 24)));
+        sum += row.back();
+      }
+      for (double& a : row) a /= sum;
+      rows.push_back(std::move(row));
+    }
+  return heads;
+}
 using Caches = std::vector<std::vector<int>>;
 
 // Trace A, 6 tokens (recent, streaming, full, output error).

@@ -18,24 +18,8 @@
 
 namespace {
 
-uint32_t next(uint32_t& state) { return state = state * 1664525u + 1013904223u; }
-
-// Softmax rows of pseudo-random logits for n_heads heads, n tokens.
-std::vector<hand::Rows> random_rows(int n_heads, int n, uint32_t state) {
-  std::vector<hand::Rows> heads(static_cast<size_t>(n_heads));
-  for (auto& rows : heads)
-    for (int t = 0; t < n; ++t) {
-      std::vector<double> row;
-      double sum = 0;
-      for (int i = 0; i <= t; ++i) {
-        row.push_back(std::exp(4.0 * static_cast<double>(next(state) >> 8) / static_cast<double>(1u << 24)));
-        sum += row.back();
-      }
-      for (double& a : row) a /= sum;
-      rows.push_back(std::move(row));
-    }
-  return heads;
-}
+using hand::random_rows;
+uint32_t next(uint32_t& state) { return hand::next_random(state); }
 
 std::vector<float> random_values(size_t count, uint32_t state) {
   std::vector<float> values(count);

@@ -26,23 +26,9 @@ namespace {
 
 constexpr int kHeads = 8, kKvHeads = 2, kHeadDim = 16;
 
-uint32_t next(uint32_t& state) { return state = state * 1664525u + 1013904223u; }
+uint32_t next(uint32_t& state) { return hand::next_random(state); }
 
-std::vector<hand::Rows> random_rows(int n, uint32_t state) {
-  std::vector<hand::Rows> heads(kHeads);
-  for (auto& rows : heads)
-    for (int t = 0; t < n; ++t) {
-      std::vector<double> row;
-      double sum = 0;
-      for (int i = 0; i <= t; ++i) {
-        row.push_back(std::exp(4.0 * static_cast<double>(next(state) >> 8) / static_cast<double>(1u << 24)));
-        sum += row.back();
-      }
-      for (double& a : row) a /= sum;
-      rows.push_back(std::move(row));
-    }
-  return heads;
-}
+std::vector<hand::Rows> random_rows(int n, uint32_t state) { return hand::random_rows(kHeads, n, state); }
 
 // A quantized cache's values: each rounded to a multiple of 1/16.
 class RoundedValues final : public kvsim::StoredValues {
