@@ -125,6 +125,27 @@ TEST(CliPlan, ListsCards) {
     EXPECT_NE(result.output.find(name), std::string::npos) << name;
 }
 
+// KV bytes per token by hand, 2 (k, v) x layers x kv heads x head_dim x 2 bytes (fp16), and
+// the bf16 weights (2 bytes per parameter, counted from each model's config in its card).
+TEST(CliPlan, SmallAndQwen3CardsByHand) {
+  struct Expected {
+    const char* model;
+    const char* kv;
+    const char* weights;
+  };
+  const Expected cards[] = {
+      {"llama-3.2-1b", "16 layers x 8 kv heads x head_dim 64 x (k, v), fp16 = 32768 bytes", "bf16 weights 2.47 GB"},
+      {"llama-3.2-3b", "28 layers x 8 kv heads x head_dim 128 x (k, v), fp16 = 114688 bytes", "bf16 weights 6.43 GB"},
+      {"qwen3-8b", "36 layers x 8 kv heads x head_dim 128 x (k, v), fp16 = 147456 bytes", "bf16 weights 16.38 GB"},
+      {"qwen3-32b", "64 layers x 8 kv heads x head_dim 128 x (k, v), fp16 = 262144 bytes", "bf16 weights 65.52 GB"}};
+  for (const Expected& e : cards) {
+    const auto result = kvtest::run_kvsim(std::string("plan --model ") + e.model + " --gpu h100-80gb --context 4096");
+    ASSERT_EQ(result.code, 0) << result.output;
+    EXPECT_NE(result.output.find(e.kv), std::string::npos) << result.output;
+    EXPECT_NE(result.output.find(e.weights), std::string::npos) << result.output;
+  }
+}
+
 TEST(CliPlan, EndToEndFromTheBundledTraces) {
   kvtest::TempDir dir;
   auto result = kvtest::run_kvsim(
