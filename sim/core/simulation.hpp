@@ -207,7 +207,7 @@ class Simulation {
   }
 
   // The results' shape. With a sink the per-step values are kept for one block of steps
-  // (Record::slot), else for all.
+  // (Record::slot), else for all; the eviction steps always (the layouts' occupancy).
   void start_record(int64_t n_tokens, int n_heads) {
     record_.first_step = schedule_.first_recorded();
     record_.sink = options_.sink != nullptr;
@@ -222,7 +222,7 @@ class Simulation {
     result.retention.assign(cells, 0.0f);
     if (options_.output_error) result.output_error.assign(cells, 0.0f);
     result.occupancy.assign(record_.window, 0);
-    if (!options_.sink) result.eviction_step.assign(static_cast<size_t>(n_tokens), -1);
+    result.eviction_step.assign(static_cast<size_t>(n_tokens), -1);
   }
 
   // Step t's values, by every meter.
@@ -266,8 +266,7 @@ class Simulation {
   void evict(int64_t t) { record_evictions(t, cache_.evict(t, schedule_.at(t) == Schedule::Action::compress)); }
   void record_evictions(int64_t t, std::span<const int32_t> victims) {
     record_.result.evictions += static_cast<int64_t>(victims.size());
-    if (!options_.sink)
-      for (int32_t victim : victims)
+    for (int32_t victim : victims)
         record_.result.eviction_step[static_cast<size_t>(victim)] = static_cast<int32_t>(t);
   }
 

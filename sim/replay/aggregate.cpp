@@ -6,6 +6,12 @@
 #include <stdexcept>
 
 namespace kvsim {
+namespace {
+double held_mean(const HeldSums& held) {
+  return held.steps ? static_cast<double>(held.sum) / static_cast<double>(held.steps) : NAN;
+}
+double held_peak(const HeldSums& held) { return held.steps ? static_cast<double>(held.peak) : NAN; }
+}  // namespace
 
 SweepAggregator::SweepAggregator(const std::vector<Expected>& cells, bool output_error) : output_error_(output_error) {
   for (const Expected& expected : cells) {
@@ -18,6 +24,9 @@ SweepAggregator::SweepAggregator(const std::vector<Expected>& cells, bool output
     cell->all = make_tails(total);
     cell->items_left = expected.layer_items;
     cell->all_items_left = expected.items;
+    cell->layer_layouts.resize(expected.values.size());
+    cell->sequences.resize(static_cast<size_t>(expected.sequences));
+    for (SequenceHeld& sequence : cell->sequences) sequence.left = expected.layers;
     cells_.push_back(std::move(cell));
   }
 }
@@ -85,6 +94,24 @@ void SweepAggregator::add(size_t cell, int layer, RecordSums& sums, const Simula
   }
 }
 
+void SweepAggregator::add_layout(size_t c, int layer, size_t sequence, LayerHeld&& held) {
+  const LayoutSums sums = layout_sums(held);
+  Cell& cell = *cells_[c];
+  const std::lock_guard<std::mutex> hold(cell.lock);
+  for (LayoutSums* to : {&cell.layout, &cell.layer_layouts[static_cast<size_t>(layer)]}) {
+    to->dense.add(sums.dense);
+    to->layer_union.add(sums.layer_union);
+  }
+  SequenceHeld& model = cell.sequences.at(sequence);
+  if (model.layers)
+    model.layers->merge(held);
+  else
+    model.layers = std::make_unique<LayerHeld>(std::move(held));
+  if (--model.left > 0) return;
+  cell.model_union.add(model.layers->held_by_union(), model.layers->first_step());
+  model.layers.reset();
+}
+
 void SweepAggregator::item_done(const std::vector<size_t>& cells, const std::vector<int>& layers) {
   for (size_t c : cells) {
     Cell& cell = *cells_[c];
@@ -129,6 +156,7 @@ void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& re
   out.answer_retention = summary_of(answer_retention, NAN, NAN);
   out.occupancy_mean =
       occupancy_steps ? static_cast<double>(occupancy_sum) / static_cast<double>(occupancy_steps) : NAN;
+  finish_layouts(cell, out);
   for (size_t l = 0; l < n_layers; ++l) {
     if (layer_steps[l] == 0) continue;
     LayerSummary summary;
@@ -138,8 +166,24 @@ void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& re
     summary.question_retention = summary_of(layer_question[l], NAN, NAN);
     summary.answer_retention = summary_of(layer_answer[l], NAN, NAN);
     summary.occupancy_mean = static_cast<double>(layer_occupancy[l]) / static_cast<double>(layer_steps[l]);
+    const LayoutSums& layout = cell.layer_layouts[l];
+    summary.occupancy_dense_mean = held_mean(layout.dense);
+    summary.occupancy_dense_peak = held_peak(layout.dense);
+    summary.occupancy_layer_union_mean = held_mean(layout.layer_union);
+    summary.occupancy_layer_union_peak = held_peak(layout.layer_union);
     out.layers.push_back(summary);
   }
+}
+
+void SweepAggregator::finish_layouts(const Cell& cell, CellResult& out) {
+  for (const SequenceHeld& sequence : cell.sequences)
+    if (sequence.layers) throw std::logic_error("a cell is finished before its sequences' layers");
+  out.occupancy_dense_mean = held_mean(cell.layout.dense);
+  out.occupancy_dense_peak = held_peak(cell.layout.dense);
+  out.occupancy_layer_union_mean = held_mean(cell.layout.layer_union);
+  out.occupancy_layer_union_peak = held_peak(cell.layout.layer_union);
+  out.occupancy_model_union_mean = held_mean(cell.model_union);
+  out.occupancy_model_union_peak = held_peak(cell.model_union);
 }
 
 }  // namespace kvsim

@@ -74,6 +74,8 @@ std::vector<SweepAggregator::Expected> expected_values(const ReplayConfig& confi
       every_cell.values[static_cast<size_t>(layer)] += static_cast<int64_t>(n_heads) * (sequence.n_tokens - prefilled);
       ++every_cell.layer_items[static_cast<size_t>(layer)];
     }
+  every_cell.sequences = static_cast<int64_t>(plan.sequences.size());
+  every_cell.layers = static_cast<int64_t>(plan.layers.size());
   std::vector<SweepAggregator::Expected> expected(plan.cells.size(), every_cell);
   for (const WorkItem& item : items)
     for (size_t c : item.cells) ++expected[c].items;
@@ -234,6 +236,7 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
           WorkItem& item = items[i];
           for (size_t r = 0; r < item.records.size(); ++r)
             aggregator.add(item.cell_of_record[r], item.records[r].layer, item.sums[r], item.records[r].result);
+          add_layouts(plan, item, aggregator);
           aggregator.item_done(item.cells, item.layers);
         },
         [] {});

@@ -189,6 +189,11 @@ std::string replay_table(const CellResult& cell, bool output_error) {
     line(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean);
   line("all", cell.retention, cell.output_error, cell.occupancy_mean);
   out << "\npeak occupancy " << cell.occupancy_peak << ", evictions " << cell.evictions << "\n";
+  out << "positions held by layout, mean / peak: dense " << number(cell.occupancy_dense_mean, "%.1f") << " / "
+      << number(cell.occupancy_dense_peak, "%.0f") << ", paged per layer "
+      << number(cell.occupancy_layer_union_mean, "%.1f") << " / " << number(cell.occupancy_layer_union_peak, "%.0f")
+      << ", paged per sequence " << number(cell.occupancy_model_union_mean, "%.1f") << " / "
+      << number(cell.occupancy_model_union_peak, "%.0f") << "\n";
   if (cell.question_retention.count > 0)
     out << "question rows: retention mean " << number(cell.question_retention.mean, "%.4f") << ", min "
         << number(cell.question_retention.min, "%.4f") << "; answer rows: mean "
@@ -203,22 +208,28 @@ std::string layers_csv(const ReplayResults& results) {
          "occupancy_mean";
   if (results.question)
     out << ",question_retention_mean,question_retention_min,answer_retention_mean,answer_retention_min";
-  out << "\n";
+  out << ",occupancy_dense_mean,occupancy_dense_peak,occupancy_layer_union_mean,occupancy_layer_union_peak,"
+         "occupancy_model_union_mean,occupancy_model_union_peak\n";
   for (const auto& cell : results.cells) {
     auto row = [&](const std::string& layer, const Summary& retention, const Summary& error, double occupancy,
-                   const Summary& question, const Summary& answer) {
+                   const Summary& question, const Summary& answer, const std::vector<double>& held) {
       out << base_name(cell) << "," << csv_field(params_text(cell)) << "," << cell.budget.text << "," << cell.quant.name
           << "," << layer << "," << number(retention.mean) << "," << number(retention.p5) << ","
           << number(retention.min) << "," << number(error.mean) << "," << number(error.p95) << "," << number(occupancy);
       if (results.question)
         out << "," << number(question.mean) << "," << number(question.min) << "," << number(answer.mean) << ","
             << number(answer.min);
+      for (double value : held) out << "," << number(value);
       out << "\n";
     };
-    for (const auto& layer : cell.layers)
+    for (const auto& layer : cell.layers)  // the model's union is the sequence's, not a layer's
       row(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean,
-          layer.question_retention, layer.answer_retention);
-    row("all", cell.retention, cell.output_error, cell.occupancy_mean, cell.question_retention, cell.answer_retention);
+          layer.question_retention, layer.answer_retention,
+          {layer.occupancy_dense_mean, layer.occupancy_dense_peak, layer.occupancy_layer_union_mean,
+           layer.occupancy_layer_union_peak, NAN, NAN});
+    row("all", cell.retention, cell.output_error, cell.occupancy_mean, cell.question_retention, cell.answer_retention,
+        {cell.occupancy_dense_mean, cell.occupancy_dense_peak, cell.occupancy_layer_union_mean,
+         cell.occupancy_layer_union_peak, cell.occupancy_model_union_mean, cell.occupancy_model_union_peak});
   }
   return out.str();
 }
@@ -240,7 +251,11 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
       layers.push_back({{"layer", layer.layer},
                         {"retention", summary(layer.retention, true)},
                         {"output_error", summary(layer.output_error, false)},
-                        {"occupancy_mean", layer.occupancy_mean}});
+                        {"occupancy_mean", layer.occupancy_mean},
+                        {"occupancy_dense_mean", layer.occupancy_dense_mean},
+                        {"occupancy_dense_peak", layer.occupancy_dense_peak},
+                        {"occupancy_layer_union_mean", layer.occupancy_layer_union_mean},
+                        {"occupancy_layer_union_peak", layer.occupancy_layer_union_peak}});
       if (results.question) {
         layers.back()["question_retention"] = summary(layer.question_retention, true);
         layers.back()["answer_retention"] = summary(layer.answer_retention, true);
@@ -258,6 +273,12 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
                      {"output_error", summary(cell.output_error, false)},
                      {"occupancy_mean", cell.occupancy_mean},
                      {"occupancy_peak", cell.occupancy_peak},
+                     {"occupancy_dense_mean", cell.occupancy_dense_mean},
+                     {"occupancy_dense_peak", cell.occupancy_dense_peak},
+                     {"occupancy_layer_union_mean", cell.occupancy_layer_union_mean},
+                     {"occupancy_layer_union_peak", cell.occupancy_layer_union_peak},
+                     {"occupancy_model_union_mean", cell.occupancy_model_union_mean},
+                     {"occupancy_model_union_peak", cell.occupancy_model_union_peak},
                      {"evictions", cell.evictions},
                      {"layers", layers}});
     if (results.question) {

@@ -115,6 +115,12 @@ const std::vector<SweepColumn>& sweep_columns() {
       {"answer_retention_mean", nullptr, &R::answer_retention_mean, nullptr, SweepColumn::Only::question},
       {"answer_retention_min", nullptr, &R::answer_retention_min, nullptr, SweepColumn::Only::question},
       {"page", nullptr, nullptr, &R::page, SweepColumn::Only::page},
+      {"occupancy_dense_mean", nullptr, &R::occupancy_dense_mean},
+      {"occupancy_dense_peak", nullptr, &R::occupancy_dense_peak},
+      {"occupancy_layer_union_mean", nullptr, &R::occupancy_layer_union_mean},
+      {"occupancy_layer_union_peak", nullptr, &R::occupancy_layer_union_peak},
+      {"occupancy_model_union_mean", nullptr, &R::occupancy_model_union_mean},
+      {"occupancy_model_union_peak", nullptr, &R::occupancy_model_union_peak},
   };
   return columns;
 }
@@ -150,6 +156,12 @@ SweepRow sweep_row(const CellResult& cell, Mode mode, int64_t page) {
   row.question_retention_min = cell.question_retention.min;
   row.answer_retention_mean = cell.answer_retention.mean;
   row.answer_retention_min = cell.answer_retention.min;
+  row.occupancy_dense_mean = cell.occupancy_dense_mean;
+  row.occupancy_dense_peak = cell.occupancy_dense_peak;
+  row.occupancy_layer_union_mean = cell.occupancy_layer_union_mean;
+  row.occupancy_layer_union_peak = cell.occupancy_layer_union_peak;
+  row.occupancy_model_union_mean = cell.occupancy_model_union_mean;
+  row.occupancy_model_union_peak = cell.occupancy_model_union_peak;
   return row;
 }
 
@@ -175,6 +187,12 @@ CellResult cell_of_sweep_row(const SweepRow& row) {
   cell.evictions = row.evictions;
   cell.question_retention.mean = row.question_retention_mean, cell.question_retention.min = row.question_retention_min;
   cell.answer_retention.mean = row.answer_retention_mean, cell.answer_retention.min = row.answer_retention_min;
+  cell.occupancy_dense_mean = row.occupancy_dense_mean;
+  cell.occupancy_dense_peak = row.occupancy_dense_peak;
+  cell.occupancy_layer_union_mean = row.occupancy_layer_union_mean;
+  cell.occupancy_layer_union_peak = row.occupancy_layer_union_peak;
+  cell.occupancy_model_union_mean = row.occupancy_model_union_mean;
+  cell.occupancy_model_union_peak = row.occupancy_model_union_peak;
   return cell;
 }
 

@@ -2,6 +2,7 @@
 // once and run through the engine, every cell's simulations stepped together.
 #include "work_item.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <utility>
 
@@ -140,7 +141,39 @@ EngineOptions engine_options(const ReplayConfig& config, const ReplayPlan& plan,
   return options;
 }
 
+// The index of a record's LayerHeld in item_layouts'.
+size_t held_of(const WorkItem& item, size_t record) {
+  const size_t cell = static_cast<size_t>(
+      std::find(item.cells.begin(), item.cells.end(), item.cell_of_record[record]) - item.cells.begin());
+  const size_t layer = static_cast<size_t>(
+      std::find(item.layers.begin(), item.layers.end(), item.records[record].layer) - item.layers.begin());
+  return cell * item.layers.size() + layer;
+}
+
 }  // namespace
+
+std::vector<LayerHeld> item_layouts(const ReplayPlan& plan, const WorkItem& item) {
+  std::vector<LayerHeld> held;
+  for (size_t c : item.cells)
+    for (size_t l = 0; l < item.layers.size(); ++l) held.emplace_back(plan.cells[c].choice->info->engine != Engine::bound);
+  return held;
+}
+
+void add_layouts(const ReplayPlan& plan, const WorkItem& item, SweepAggregator& aggregator,
+                 std::vector<LayerHeld> held) {
+  const bool streamed = !held.empty();
+  if (!streamed) held = item_layouts(plan, item);
+  for (size_t r = 0; r < item.records.size(); ++r) {
+    LayerHeld& layer = held[held_of(item, r)];
+    const SimulationResult& result = item.records[r].result;
+    if (!streamed) layer.add_occupancy(0, result.occupancy);
+    layer.add_record(result);
+  }
+  const auto sequence = static_cast<size_t>(item.sequence - plan.sequences.data());
+  for (size_t i = 0; i < held.size(); ++i)
+    aggregator.add_layout(item.cells[i / item.layers.size()], item.layers[i % item.layers.size()], sequence,
+                          std::move(held[i]));
+}
 
 std::vector<WorkItem> plan_items(const ReplayPlan& plan) {
   std::vector<size_t> layer_cells, cross_layer_cells;
@@ -177,9 +210,13 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, co
     if (of_lane.size() <= where[r].second) of_lane.resize(where[r].second + 1);
     of_lane[where[r].second] = r;
   }
+  std::vector<LayerHeld> held = item_layouts(plan, item);
+  std::vector<size_t> held_of_record(item.records.size());
+  for (size_t r = 0; r < held_of_record.size(); ++r) held_of_record[r] = held_of(item, r);
   const StepSink sink = [&](const StepBlock& block) {
     const size_t r = record_of[block.lane][block.simulation];
     streaming->add(item.cell_of_record[r], item.records[r].layer, item.sums[r], block);
+    held[held_of_record[r]].add_occupancy(block.first, {block.occupancy, static_cast<size_t>(block.count)});
   };
   if (streaming) options.sink = &sink;
   std::vector<std::vector<SimulationResult>> results = run_lockstep(engine_lanes, options);
@@ -192,6 +229,9 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, co
       result.occupancy = {};
     }
   }
+  if (!streaming) return;
+  add_layouts(plan, item, *streaming, std::move(held));
+  for (GroupRecord& record : item.records) record.result.eviction_step = {};
 }
 
 }  // namespace kvsim

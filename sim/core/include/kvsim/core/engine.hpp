@@ -112,8 +112,8 @@ struct EngineOptions {
   // the policies observe, are the same either way.
   bool reference = false;
   // With a sink, every block of recorded steps goes to it and SimulationResult keeps no
-  // per-step values (retention, output_error, occupancy and eviction_step stay empty), so
-  // memory does not grow with the steps. The sink is called from the engine's thread.
+  // per-step values (retention, output_error and occupancy stay empty), so memory does not
+  // grow with the steps; eviction_step is kept (one int per position). The sink is called from the engine's thread.
   const StepSink* sink = nullptr;
   // Page mode (kvsim/core/pages.hpp): every simulation evicts whole pages by its policy's
   // scores; a policy that does not score is refused (InputError).

@@ -4,6 +4,7 @@
 // the results aggregated in a fixed order so they are identical bit for bit whatever the
 // thread count. This is the one place of kvsim/ that reads trace files.
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <stdexcept>
@@ -95,6 +96,9 @@ struct LayerSummary {
   Summary retention, output_error;
   Summary question_retention, answer_retention;  // as CellResult's
   double occupancy_mean = 0;
+  // Positions held by a dense and a paged cache of the layer (CellResult's).
+  double occupancy_dense_mean = NAN, occupancy_dense_peak = NAN;
+  double occupancy_layer_union_mean = NAN, occupancy_layer_union_peak = NAN;
 };
 
 struct CellResult {
@@ -114,6 +118,14 @@ struct CellResult {
   Summary question_retention, answer_retention;
   double occupancy_mean = 0;  // positions attended per step, over every group and step
   int64_t occupancy_peak = 0;
+  // Positions held per step by each cache layout (docs/semantics.md, section 3), over every
+  // (sequence, layer) or sequence and step; the peaks count a prefill's whole prompt. Dense:
+  // the layer's fullest kv head; layer union: held by any kv head of the layer (paged per
+  // layer); model union: by any kv head of any layer (one block table per sequence). Peaks are
+  // whole numbers; NaN: not known (a sweep CSV without them).
+  double occupancy_dense_mean = NAN, occupancy_dense_peak = NAN;
+  double occupancy_layer_union_mean = NAN, occupancy_layer_union_peak = NAN;
+  double occupancy_model_union_mean = NAN, occupancy_model_union_peak = NAN;
   int64_t evictions = 0;
   std::vector<LayerSummary> layers;
   std::vector<GroupRecord> records;  // with keep_records, in (sequence, layer, group) order

@@ -28,6 +28,10 @@ struct SweepRow {
   double question_retention_mean = NAN, question_retention_min = NAN;
   double answer_retention_mean = NAN, answer_retention_min = NAN;
   int64_t page = 0;  // P of page mode (--page), 0 for single positions
+  // Positions held by each cache layout (CellResult's; written last). NaN when a file lacks them.
+  double occupancy_dense_mean = NAN, occupancy_dense_peak = NAN;
+  double occupancy_layer_union_mean = NAN, occupancy_layer_union_peak = NAN;
+  double occupancy_model_union_mean = NAN, occupancy_model_union_peak = NAN;
 };
 
 // One column: its name and the member holding it (one of the three is set).
@@ -41,9 +45,9 @@ struct SweepColumn {
 const std::vector<SweepColumn>& sweep_columns();
 const SweepColumn* find_sweep_column(const std::string& name);  // null when there is none
 
-// Which of the columns only some sweeps have a table writes, after all the others: a
+// Which of the columns only some sweeps have a table writes, after the ones all have: a
 // question's (ReplayResults::question), then page mode's page (so token-mode files keep the
-// columns they always had).
+// columns they always had). The layouts' occupancy comes last, in every table.
 struct SweepExtras {
   bool question = false, paged = false;
 };
