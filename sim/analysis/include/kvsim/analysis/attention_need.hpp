@@ -29,7 +29,7 @@ int64_t attention_need(std::span<const float> row, double mass);
 // The needs at several masses, in their order, from one sort of the row.
 std::vector<int64_t> attention_needs(std::span<const float> row, std::span<const double> masses);
 
-// "0.9,0.95,0.99" (--need): masses in (0, 1], ascending and distinct after sorting. Throws
+// "0.9,0.95,0.99" (--need): masses in (0, 1], each given once, returned ascending. Throws
 // InputError naming `option`.
 std::vector<double> parse_need_masses(const std::string& text, const std::string& option = "need");
 // A mass as rows and tables name it: %.10g ("0.95").
