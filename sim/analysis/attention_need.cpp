@@ -47,8 +47,8 @@ std::vector<double> parse_need_masses(const std::string& text, const std::string
     char* end = nullptr;
     const double mass = std::strtod(item.c_str(), &end);
     if (item.empty() || *end != '\0' || !(mass > 0 && mass <= 1))
-      throw kvtrace::InputError("", "",
-                                "--" + option + ": '" + item + "' is not an attention mass in (0, 1] (write e.g. 0.95)");
+      throw kvtrace::InputError(
+          "", "", "--" + option + ": '" + item + "' is not an attention mass in (0, 1] (write e.g. 0.95)");
     masses.push_back(mass);
   }
   std::sort(masses.begin(), masses.end());

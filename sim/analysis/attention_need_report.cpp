@@ -52,9 +52,9 @@ std::string need_json(const TraceNeed& need) {
   nlohmann::json budgets = nlohmann::json::array();
   for (size_t m = 0; m < need.masses.size(); ++m)
     budgets.push_back({{"p", need.masses[m]}, {"budget", need_budget(need, m).text}, {"peak", need.peak[m]}});
-  return json_text(nlohmann::json{{"sequences", need.sequences}, {"tokens", need.tokens}, {"layers", layers},
-                                  {"budgets", budgets}},
-                   -1);
+  return json_text(
+      nlohmann::json{{"sequences", need.sequences}, {"tokens", need.tokens}, {"layers", layers}, {"budgets", budgets}},
+      -1);
 }
 
 }  // namespace kvsim

@@ -16,8 +16,8 @@ std::optional<double> need_target_mass(const std::string& target) {
   char* end = nullptr;
   const double mass = std::strtod(number.c_str(), &end);
   if (number.empty() || *end != '\0' || !(mass > 0 && mass <= 1))
-    throw kvtrace::InputError("", "",
-                              "--target '" + target + "': write need@P with P an attention mass in (0, 1], e.g. need@0.95");
+    throw kvtrace::InputError(
+        "", "", "--target '" + target + "': write need@P with P an attention mass in (0, 1], e.g. need@0.95");
   return mass;
 }
 
@@ -48,9 +48,9 @@ void plan_need(Plan& plan, double mass, const std::vector<QuantSpec>& quants, co
     }
   }
   if (!found)
-    throw kvtrace::InputError(sweep, "",
-                              std::string("no need row at ") + params + " (kvsim sweep --need " + (params + 2) +
-                                  " --csv writes it)");
+    throw kvtrace::InputError(
+        sweep, "",
+        std::string("no need row at ") + params + " (kvsim sweep --need " + (params + 2) + " --csv writes it)");
 }
 
 }  // namespace kvsim
