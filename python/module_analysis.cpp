@@ -7,6 +7,7 @@
 
 #include "array_source.hpp"
 #include "kvsim/analysis/analysis.hpp"
+#include "kvsim/analysis/attention_need.hpp"
 #include "kvsim/replay/replay.hpp"
 #include "module.hpp"
 
@@ -204,6 +205,69 @@ py::dict analyze_rows(const py::object& attention, const AnalyzeOptions& o) {
   return out;
 }
 
+// The attention need over every step (kvsim analyze --need): per layer and mass the columns
+// layer, p, count, mean, p95, max; per mass the budget holding the peak and each sequence's
+// peak; per layer and mass the mean need at each step.
+py::dict need(const Trace& trace, const std::vector<double>& masses, const std::string& rows,
+              const std::vector<int>& sequences, const std::vector<int>& layers, int threads) {
+  const auto held = trace.hold();
+  NeedConfig config;
+  for (double mass : masses)
+    if (!(mass > 0 && mass <= 1)) bad_option("p", "'" + need_mass_text(mass) + "' is not an attention mass in (0, 1]");
+  if (masses.empty()) bad_option("p", "no mass given");
+  config.masses = masses;
+  std::sort(config.masses.begin(), config.masses.end());
+  config.masses.erase(std::unique(config.masses.begin(), config.masses.end()), config.masses.end());
+  config.rows = parse_rows(rows);
+  for (int i : sequences)
+    if (i < 0) bad_option("seqs", "'" + std::to_string(i) + "' is not an integer >= 0");
+  for (int i : layers)
+    if (i < 0) bad_option("layers", "'" + std::to_string(i) + "' is not an integer >= 0");
+  config.sequences = sequences;
+  config.layers = layers;
+  if (threads < 0) bad_option("threads", "must be >= 0");
+  config.threads = threads;
+  TraceNeed n;
+  {
+    py::gil_scoped_release release;
+    n = trace_need(*held, config);
+  }
+  std::vector<int64_t> layer, count;
+  std::vector<double> p, mean, p95, max;
+  py::list step_mean;
+  for (const LayerNeed& l : n.per_layer)
+    for (size_t m = 0; m < n.masses.size(); ++m) {
+      layer.push_back(l.layer);
+      p.push_back(n.masses[m]);
+      count.push_back(l.needs[m].count);
+      mean.push_back(l.needs[m].mean);
+      p95.push_back(l.needs[m].p95);
+      max.push_back(l.needs[m].max);
+      step_mean.append(to_numpy(std::vector<double>(l.step_mean[m])));
+    }
+  py::dict table;
+  table["layer"] = to_numpy(std::move(layer));
+  table["p"] = to_numpy(std::move(p));
+  table["count"] = to_numpy(std::move(count));
+  table["mean"] = to_numpy(std::move(mean));
+  table["p95"] = to_numpy(std::move(p95));
+  table["max"] = to_numpy(std::move(max));
+  py::list budgets, peaks;
+  for (size_t m = 0; m < n.masses.size(); ++m) {
+    budgets.append(need_budget(n, m).text);
+    peaks.append(to_numpy(std::vector<int64_t>(n.peak[m])));
+  }
+  py::dict out;
+  out["layers"] = table;
+  out["step_mean"] = step_mean;
+  out["p"] = n.masses;
+  out["budget"] = budgets;
+  out["peak"] = peaks;
+  out["sequences"] = n.sequences;
+  out["tokens"] = n.tokens;
+  return out;
+}
+
 }  // namespace
 
 void bind_analysis(py::module_& m) {
@@ -217,6 +281,7 @@ void bind_analysis(py::module_& m) {
       .def_readwrite("correlations", &AnalyzeOptions::correlations);
   m.def("_analyze", &analyze);
   m.def("_analyze_rows", &analyze_rows);
+  m.def("_need", &need);
 }
 
 }  // namespace kvsim::python

@@ -12,6 +12,7 @@ as_frame=False (or after kvsim.set_dataframes(False)) or without pandas:
   kvsim.eval(trace, model, policies, budgets)      the closed loop, as `kvsim eval --json`
   kvsim.SWEEP_COLUMNS, kvsim.REPLAY_COLUMNS        `kvsim sweep --csv`'s, `kvsim replay --csv`'s columns
   kvsim.analyze(trace) / kvsim.analyze_rows(rows)  persistence of importance
+  kvsim.need(trace, p=(0.9, 0.95, 0.99))           the attention need per layer (analyze --need)
   kvsim.plan(model, gpu, ...)                      capacity planning, as `kvsim plan --json`
   kvsim.plan_text(model, gpu, ...)                 the same plan as the table `kvsim plan` prints
   kvsim.policies(), kvsim.data_dir(), kvsim.bundled_trace(), kvsim.InputError (a ValueError)
@@ -29,7 +30,7 @@ Submodules (import them explicitly):
 __version__ = "0.1.0"
 
 _NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "eval", "analyze",
-                 "analyze_rows", "plan", "plan_text", "policies", "register_policy", "PolicyError", "data_dir",
+                 "analyze_rows", "need", "plan", "plan_text", "policies", "register_policy", "PolicyError", "data_dir",
                  "bundled_trace", "SWEEP_COLUMNS", "REPLAY_COLUMNS", "set_dataframes", "gui")
 
 

@@ -563,6 +563,27 @@ def analyze_rows(attention, *, lags=tuple(_ANALYZE_DEFAULTS.lags), topk=_ANALYZE
     return _native._analyze_rows(attention, options)
 
 
+def need(trace, *, p=(0.9, 0.95, 0.99), seqs=None, layers=None, rows="auto", threads=0, as_frame=None):
+    """The attention need (kvsim analyze --need) over every step of a trace or path: the fewest
+    positions whose attention sums to at least p, per query head and step.
+
+    With pandas: a DataFrame of the table kvsim analyze --need prints (layer, p, count, mean,
+    p95, max over every sequence, head and step). With as_frame=False a dict: 'layers' (those
+    columns), 'step_mean' (per row of 'layers' the mean over sequences and heads at each step),
+    'p', 'budget' (per mass the share holding the peak on every sequence, as the sweep's need
+    rows write it), 'peak' (per mass each sequence's largest need), 'sequences', 'tokens'.
+    """
+    pandas = _pandas(as_frame)
+    masses = [float(v) for v in _comma_list(p, "p")]
+    out = _native._need(_trace(trace), masses, str(rows), _indices(seqs, "seqs"), _indices(layers, "layers"),
+                        _int(threads, "--threads"))
+    if pandas is None:
+        return out
+    frame = pandas.DataFrame(out["layers"])
+    frame.attrs["budget"] = dict(zip(out["p"], out["budget"]))
+    return frame
+
+
 def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
          reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None,
          layer_budget="uniform", head_budget="uniform", as_frame=None):

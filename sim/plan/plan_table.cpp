@@ -12,6 +12,7 @@
 #include "kvsim/core/policy.hpp"
 #include "kvsim/policies/registry.hpp"
 #include "kvtrace/error.hpp"
+#include "plan_need.hpp"
 
 namespace kvsim {
 namespace {
@@ -101,6 +102,7 @@ class RowBuilder {
     if (table.has_peak) sweep_length_ = sweep_length(table);
     std::vector<std::string> unbudgeted;
     for (const auto& choice : choose_budgets(table, target)) {
+      if (choice.policy == "need") continue;  // the attention need, planned by --target need@p only
       const PolicyInfo* info = nullptr;
       try {
         info = &find_policy(choice.policy);
@@ -318,17 +320,21 @@ Plan make_plan(const PlanRequest& r) {
     if (!r.budget.empty()) plan.budgets = parse_budgets(r.budget);
     rows.budgets(quants);
   } else {
-    plan.target = parse_target(r.target.empty() ? "retention>=0.95" : r.target);
+    const std::optional<double> need_mass = need_target_mass(r.target);
+    if (!need_mass) plan.target = parse_target(r.target.empty() ? "retention>=0.95" : r.target);
+    const std::string column = need_mass ? "budget_share_mean" : plan.target->column;
     plan.sweep_name = r.sweep;
     if (r.sweep_rows) {
-      plan.sweep =
-          sweep_table(r.sweep_rows->rows, r.sweep_rows->columns, r.sweep, plan.target->column, SweepRowNames::rows);
+      plan.sweep = sweep_table(r.sweep_rows->rows, r.sweep_rows->columns, r.sweep, column, SweepRowNames::rows);
     } else {
       const std::string text = r.sweep_text.empty() ? read_text_file(r.sweep, "the sweep") : r.sweep_text;
-      plan.sweep = parse_sweep_csv(text, r.sweep, plan.target->column);
+      plan.sweep = parse_sweep_csv(text, r.sweep, column);
     }
     check_pages(plan, r.sweep);
-    rows.sweep(quants);
+    if (need_mass)
+      plan_need(plan, *need_mass, quants, r.sweep);
+    else
+      rows.sweep(quants);
   }
   return plan;
 }
@@ -405,7 +411,8 @@ std::vector<PlanSeries> plan_series(const Plan& plan) {
   std::set<std::string> seen;
   if (plan.target) {
     for (const auto& row : plan.sweep.rows)
-      if (row.policy != "full" && seen.insert(row.budget).second) budgets.push_back(Budget::parse(row.budget));
+      if (row.policy != "full" && !is_need_row(row) && seen.insert(row.budget).second)
+        budgets.push_back(Budget::parse(row.budget));
   } else {
     budgets = plan.budgets;
   }

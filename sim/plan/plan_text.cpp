@@ -47,6 +47,7 @@ std::string budget_cell(const PlanRow& row, const PlanSetup& setup) {
 std::string metric_header(const Target& target) {
   if (target.column == "retention_mean") return "retention";
   if (target.column == "output_error_mean") return "out.error";
+  if (target.column == "need") return "mass";
   return target.column;
 }
 
@@ -146,7 +147,10 @@ std::string plan_text(const Plan& plan) {
       << bytes_text(reference.layout.bytes_per_token()) << " bytes per token; blocks of " << setup.block_size
       << " tokens (" << reference.layout.block_bytes << " bytes), " << memory.kv_bytes / reference.layout.block_bytes
       << " blocks\n";
-  if (target)
+  if (target && target->column == "need")
+    out << "target: need@" << target->value << ": a budget that holds, at every step of " << plan.sweep_name
+        << ", the fewest positions carrying " << target->value << " of each head's attention (the sweep's peak need)\n";
+  else if (target)
     out << "target: " << target->column << (target->at_least ? " >= " : " <= ") << target->value
         << "; per policy the smallest budget of " << plan.sweep_name << " that meets it\n";
   const std::string metric_name = target ? metric_header(*target) : "";

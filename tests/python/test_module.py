@@ -395,6 +395,20 @@ class ModuleTest(unittest.TestCase):
             np.testing.assert_allclose(mine["heads"][column], a["per_sequence"][column], atol=1e-9, err_msg=column)
         self.assertEqual(mine["importance"].shape, (rows.shape[1],))
 
+    def test_need_equals_cli(self):
+        cli("analyze", TRACE, "--seqs", "0,3", "--layers", "1,2", "--need", "0.9,0.99", "--json", self.out("need.json"))
+        with open(self.out("need.json"), encoding="utf-8") as f:
+            want = json.load(f)["need"]
+        got = kvsim.need(TRACE, p="0.99,0.9", seqs=[0, 3], layers=[1, 2], as_frame=False)
+        self.assertEqual(list(got["p"]), [0.9, 0.99])
+        rows = [(layer["layer"], m) for layer in want["layers"] for m in layer["need"]]
+        self.assertEqual(list(got["layers"]["layer"]), [layer for layer, _ in rows])
+        for column in ("count", "mean", "p95", "max"):
+            self.assertEqual(list(got["layers"][column]), [m[column] for _, m in rows], column)
+        self.assertEqual(got["budget"], [b["budget"] for b in want["budgets"]])
+        self.assertEqual([list(p) for p in got["peak"]], [b["peak"] for b in want["budgets"]])
+        self.assertEqual(len(got["step_mean"][0]), 256)
+
     # ---- planning ----
 
     def test_plan_equals_cli(self):

@@ -5,9 +5,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <optional>
+#include <nlohmann/json.hpp>
 
 #include "../cli_common.hpp"
 #include "kvsim/analysis/analysis.hpp"
+#include "kvsim/analysis/attention_need.hpp"
+#include "kvsim/core/json_text.hpp"
 #include "kvsim/replay/replay.hpp"
 #include "kvsim/core/lists.hpp"
 #include "kvsim/replay/report.hpp"
@@ -35,16 +39,51 @@ std::string join(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
 
-std::vector<std::string> plot_paths(const std::string& dir) {
+std::string need_plot_name(double mass);
+
+std::vector<std::string> plot_paths(const std::string& dir, const std::vector<double>& masses) {
   std::vector<std::string> paths;
   for (const char* name : kPlots) paths.push_back(join(dir, name));
+  for (double mass : masses) paths.push_back(join(dir, need_plot_name(mass)));
   return paths;
 }
 
 double floor_to(double value, double step) { return std::floor(value / step) * step; }
 
 // Draws every plot in memory, then writes them together: a failure leaves none of this run's.
-void write_plots(const TraceAnalysis& a, const std::string& dir, const std::string& model) {
+std::string need_plot_name(double mass) { return "need-" + need_mass_text(mass) + ".png"; }
+
+// Per mass: each layer's need at step t (mean over sequences and heads), the peak over layers,
+// sequences and heads, and all t + 1 positions.
+void need_plots(const TraceNeed& need, const std::string& dir, const std::string& who,
+                std::vector<kvtrace::FileContents>& plots) {
+  for (size_t m = 0; m < need.masses.size(); ++m) {
+    LinePlot plot;
+    plot.title = "Attention need at p = " + need_mass_text(need.masses[m]) +
+                 ": the fewest positions holding p of a head's attention";
+    plot.subtitle = who + "; per layer the mean over sequences and heads; the peak over all of them dashed";
+    plot.x_label = "step t";
+    plot.y_label = "positions";
+    double highest = 1;
+    auto series = [&](const std::string& name, const std::vector<double>& values, bool dashed) {
+      PlotSeries s{name, {}, dashed};
+      for (size_t t = 0; t < values.size(); ++t)
+        if (!std::isnan(values[t])) {
+          s.points.emplace_back(static_cast<double>(t), values[t]);
+          highest = std::max(highest, values[t]);
+        }
+      plot.series.push_back(std::move(s));
+    };
+    for (const LayerNeed& layer : need.per_layer)
+      series("layer " + std::to_string(layer.layer), layer.step_mean[m], false);
+    series("peak", need.step_max[m], true);
+    plot.y_min = 0;
+    plot.y_max = std::ceil(highest / 40) * 40;  // four grid steps of whole tens
+    plots.push_back({join(dir, need_plot_name(need.masses[m])), draw_line_plot(plot, PlotFormat::png)});
+  }
+}
+
+void write_plots(const TraceAnalysis& a, const std::string& dir, const std::string& model, const TraceNeed* need) {
   std::vector<kvtrace::FileContents> plots;
   const std::string who = model + ", " + std::to_string(a.sequences.size()) + " sequences";
   double lowest = 1;
@@ -131,6 +170,7 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
   cross.y_min = std::max(-1.0, floor_to(cross_lowest, 0.1));
   cross.y_max = 1;
   plots.push_back({join(dir, "cross-layer.png"), draw_line_plot(cross, PlotFormat::png)});
+  if (need) need_plots(*need, dir, who, plots);
   write_plot_files(plots);
 }
 #endif
@@ -147,7 +187,7 @@ std::string lags_text(const std::vector<int64_t>& lags) {
 int cmd_analyze(const std::vector<std::string>& args) {
   const AnalysisOptions defaults;
   std::string trace, rows = "auto", sequences, layers, lags = lags_text(defaults.lags), top_k = defaults.top_k.text;
-  std::string csv, json, plot;
+  std::string csv, json, plot, need;
   int threads = 0, samples = defaults.repeat_samples;
   int64_t min_positions = defaults.min_positions, max_steps = defaults.max_start_steps;
   po::options_description options("analyze options");
@@ -171,7 +211,10 @@ int cmd_analyze(const std::vector<std::string>& args) {
       "json", po::value(&json), "write everything, per sequence too, as JSON")(
       "plot", po::value(&plot),
       "write PNG plots into this directory (made if missing): persistence and ever-pivotal heatmaps, Spearman and "
-      "top-k recall vs lag, cross-layer");
+      "top-k recall vs lag, cross-layer; with --need the need over steps")(
+      "need", po::value(&need),
+      "also the attention need at these masses (0.9,0.95,0.99): the fewest positions holding p of a head's "
+      "attention, per layer over every step (--json: key need)");
   po::positional_options_description positional;
   positional.add("trace", 1);
   po::variables_map vm;
@@ -198,6 +241,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
   if (threads < 0) bad_option("threads", "must be >= 0");
   config.threads = threads;
   check_options(config.options);
+  const std::vector<double> masses = need.empty() ? std::vector<double>{} : parse_need_masses(need);
   prepare_outputs({trace}, {csv, json});
   if (!plot.empty()) {
 #ifdef KVSIM_HAVE_PLOT
@@ -206,7 +250,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
     if (error || !std::filesystem::is_directory(plot))
       throw kvtrace::InputError(plot, "", "cannot create the plot directory");
     // Each plot is an output like --csv: writable, and neither an input nor another output.
-    const std::vector<std::string> plots = plot_paths(plot);
+    const std::vector<std::string> plots = plot_paths(plot, masses);
     for (const std::string& path : plots) kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
     std::vector<std::string> outputs = {csv, json};
     outputs.insert(outputs.end(), plots.begin(), plots.end());
@@ -222,6 +266,16 @@ int cmd_analyze(const std::vector<std::string>& args) {
     Progress progress("analyze");
     analysis = analyze_trace(reader, config, progress.callback());
   }
+  std::optional<TraceNeed> measured;
+  if (!masses.empty()) {
+    NeedConfig need_config;
+    need_config.masses = masses;
+    need_config.rows = config.rows;
+    need_config.sequences = config.sequences;
+    need_config.layers = config.layers;
+    need_config.threads = config.threads;
+    measured = trace_need(reader, need_config);
+  }
   std::vector<std::vector<std::string>> text;
   for (int s : analysis.sequences) {
     text.resize(static_cast<size_t>(s) + 1);
@@ -230,15 +284,24 @@ int cmd_analyze(const std::vector<std::string>& args) {
   }
   // Outputs first: a failed write is then the only line printed.
   if (!csv.empty()) kvtrace::write_file_atomically(csv, analysis_csv(analysis));
-  if (!json.empty()) kvtrace::write_file_atomically(json, analysis_json(analysis, reader.path(), reader.meta().model));
+  if (!json.empty()) {
+    std::string doc = analysis_json(analysis, reader.path(), reader.meta().model);
+    if (measured) {  // the same document with the need added
+      nlohmann::json parsed = nlohmann::json::parse(doc);
+      parsed["need"] = nlohmann::json::parse(need_json(*measured));
+      doc = json_text(std::move(parsed), 1);
+    }
+    kvtrace::write_file_atomically(json, doc);
+  }
 #ifdef KVSIM_HAVE_PLOT
-  if (!plot.empty()) write_plots(analysis, plot, reader.meta().model);
+  if (!plot.empty()) write_plots(analysis, plot, reader.meta().model, measured ? &*measured : nullptr);
 #endif
   std::cout << wrap_text(reader.meta().model + " (" + reader.path() +
                          "): " + std::to_string(analysis.sequences.size()) + " sequences x " +
                          std::to_string(analysis.layers.size()) + " layers x " + std::to_string(analysis.n_heads) +
                          " heads; full (unevicted) attention rows\n\n")
             << analysis_table(analysis, text);
+  if (measured) std::cout << "\n" << need_table(*measured, "every step");
   return 0;
 }
 

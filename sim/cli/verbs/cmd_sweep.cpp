@@ -3,6 +3,7 @@
 
 #include <iostream>
 
+#include "kvsim/analysis/attention_need.hpp"
 #include "kvsim/replay/report.hpp"
 #include "kvsim/replay/sweep_table.hpp"
 #include "kvtrace/atomic_file.hpp"
@@ -20,6 +21,13 @@ bool names_a_stream(const std::string& path) {
   return path == "-" || (::stat(path.c_str(), &info) == 0 && !S_ISREG(info.st_mode) && !S_ISDIR(info.st_mode));
 }
 
+// What --need measures over: the recorded steps of the mode (docs/semantics.md, section 5).
+std::string need_steps(const ReplayConfig& config) {
+  if (config.mode != Mode::prefill) return "every step";
+  if (config.protocol.question > 0 || config.question_auto) return "the question's and the answer's steps";
+  return "the decoding steps";
+}
+
 }  // namespace
 
 int cmd_sweep(const std::vector<std::string>& args) {
@@ -33,6 +41,10 @@ int cmd_sweep(const std::vector<std::string>& args) {
       "write --csv row by row as each policy finishes, and continue an interrupted sweep from the rows already in it; "
       "the settings and the trace's identity go to CSV.settings, and a resume with other settings or another trace is "
       "refused");
+  std::string need;
+  options.add_options()("need", po::value(&need),
+                        "also the attention need at these masses (0.9,0.95,0.99) over the recorded steps: printed per "
+                        "layer, and a CSV row per mass (policy need) that kvsim plan --target need@P plans from");
   add_replay_options(options, values);
   po::positional_options_description positional;
   positional.add("trace", 1);
@@ -47,6 +59,9 @@ int cmd_sweep(const std::vector<std::string>& args) {
   apply_replay_options(values, reader, config);
   config.split = work_split();
   if (!config.quant.empty()) config.quant = parse_quant_list("none," + values.quant);  // added to the plain grid
+  const std::vector<double> masses = need.empty() ? std::vector<double>{} : parse_need_masses(need);
+  if (!masses.empty() && vm.count("resume"))
+    bad_option("need", "writes its rows with the whole sweep; run it without --resume");
   ReplayResults results;
   if (vm.count("resume")) {
     if (values.csv.empty()) bad_option("resume", "needs --csv FILE (the rows it continues from)");
@@ -67,9 +82,34 @@ int cmd_sweep(const std::vector<std::string>& args) {
     Progress progress("sweep");
     results = replay_trace(reader, config, progress.callback());
   }
-  if (!results.gathered) return 0;               // another MPI rank: rank 0 prints and writes
-  write_outputs(values, reader, results, true);  // first: a failed write is then the only line
-  std::cout << reader.meta().model << " (" << reader.path() << ")\n\n" << sweep_table(results);
+  if (!results.gathered) return 0;  // another MPI rank: rank 0 prints and writes
+  if (masses.empty()) {
+    write_outputs(values, reader, results, true);  // first: a failed write is then the only line
+    std::cout << reader.meta().model << " (" << reader.path() << ")\n\n" << sweep_table(results);
+    return 0;
+  }
+  NeedConfig need_config;
+  need_config.masses = masses;
+  need_config.rows = config.rows;
+  need_config.sequences = config.sequences;
+  need_config.layers = config.layers;
+  need_config.threads = config.threads;
+  need_config.first_step = recorded_steps_from(reader, config);
+  const TraceNeed measured = trace_need(reader, need_config);
+  ReplayCliOptions rest = values;
+  rest.csv.clear();
+  if (!values.csv.empty()) {  // the sweep's rows, then the need's
+    std::string csv = sweep_csv(results);
+    for (SweepRow& row : need_sweep_rows(measured, config.mode)) {
+      row.page = results.paging.page;
+      csv += sweep_csv_line(row, sweep_extras(results));
+    }
+    kvtrace::write_file_atomically(values.csv, csv);
+  }
+  write_outputs(rest, reader, results, true);
+  std::cout << reader.meta().model << " (" << reader.path() << ")\n\n"
+            << sweep_table(results) << "\n"
+            << need_table(measured, need_steps(config));
   return 0;
 }
 
