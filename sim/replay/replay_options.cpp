@@ -153,6 +153,10 @@ void apply_replay_request(const ReplayRequest& request, ReplayConfig& config) {
   apply_share(request, config);
 }
 
+const char* share_name(Share share) {
+  return share == Share::none ? "none" : share == Share::layer ? "layer" : "model";
+}
+
 Share parse_share(const std::string& text) {
   if (text == "none") return Share::none;
   if (text == "layer") return Share::layer;

@@ -15,6 +15,7 @@
 #include "kvsim/core/shared_keep.hpp"
 #include "kvsim/policies/scoring.hpp"
 #include "kvsim/replay/replay.hpp"
+#include "kvsim/replay/report.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 
@@ -253,6 +254,15 @@ TEST(SharedKeep, ReplayTraceSharesOneSetPerSequence) {
     EXPECT_EQ(layers.size(), 6u);
     EXPECT_EQ(cell.budget_tokens_mean, 32);
   }
+  // The reports say which sets were kept; without --share they stay as they were.
+  EXPECT_NE(kvsim::sweep_table(results).find("mode stream, one keep-set for the model (mean score);"),
+            std::string::npos);
+  const std::string json = kvsim::results_json(results, "t.h5", "m");
+  EXPECT_NE(json.find("\"share\": \"model\""), std::string::npos);
+  EXPECT_NE(json.find("\"share_score\": \"mean\""), std::string::npos);
+  kvsim::ReplayResults plain = results;
+  plain.share = kvsim::Share::none;
+  EXPECT_EQ(kvsim::results_json(plain, "t.h5", "m").find("\"share"), std::string::npos);
 }
 
 }  // namespace

@@ -132,6 +132,8 @@ struct ReplayResults {
   bool question = false;  // the cells report question_retention and answer_retention
   bool question_auto = false;
   Paging paging;
+  Share share = Share::none;
+  Aggregate share_score = Aggregate::mean;
   int64_t sequences = 0, layers = 0, heads = 0;
 };
 
@@ -172,8 +174,10 @@ Protocol sequence_protocol(const kvtrace::TraceReader& reader, const ReplayConfi
 const char* mode_name(Mode mode);
 Mode parse_mode(const std::string& text);
 Aggregate parse_aggregate(const std::string& text);
+const char* aggregate_name(Aggregate aggregate);  // mean, max or sum
 // --share none|layer|model; throws InputError naming the option. (replay_options.cpp)
 Share parse_share(const std::string& text);
+const char* share_name(Share share);  // none, layer or model
 kvtrace::RowsFrom parse_rows(const std::string& text);
 // auto, on or off; throws InputError naming --output-error. (replay_options.cpp)
 OutputErrorMode parse_output_error(const std::string& text);
