@@ -98,8 +98,9 @@ kvsim::EngineOptions prefill(kvsim::Share share, Aggregate combine) {
 }
 
 // One layer, two kv heads of one head each.
-std::vector<kvsim::SimulationResult> run_one_layer(const kvsim::PolicyInfo& info, const kvsim::EngineOptions& options) {
-  kvtrace::PackedAttentionSource source(7, kvtest::pack(shared_rows()));
+std::vector<kvsim::SimulationResult> run_one_layer(const kvsim::PolicyInfo& info, const kvsim::EngineOptions& options,
+                                                   const std::vector<hand::Rows>& rows = shared_rows()) {
+  kvtrace::PackedAttentionSource source(7, kvtest::pack(rows));
   const auto groups = kvsim::layer_cache_groups(2, 2, 0, 0);
   std::vector<kvsim::SimulationSpec> specs(2);
   for (int g = 0; g < 2; ++g) {
@@ -128,6 +129,21 @@ TEST(SharedKeep, LayerEvictsFromEveryKvHeadAtOnce) {
   const auto own = run_one_layer(info, prefill(kvsim::Share::none, Aggregate::mean));
   EXPECT_EQ(kvtest::cache_after(own[0], 5), (std::vector<int>{0, 2, 5}));
   EXPECT_EQ(kvtest::cache_after(own[1], 5), (std::vector<int>{1, 2, 5}));
+}
+
+TEST(SharedKeep, NanScoresAreRefused) {
+  // As LayerEvictsFromEveryKvHeadAtOnce (mean), but a_6 of head 0 falls wholly on position 5,
+  // which the set evicted at step 5: head 0's cache holds no mass, its observed row is 0/0.
+  std::vector<hand::Rows> rows = shared_rows();
+  rows[0][6] = {0, 0, 0, 0, 0, 1, 0};
+  const kvsim::PolicyInfo info = last_row_policy();
+  try {
+    run_one_layer(info, prefill(kvsim::Share::layer, Aggregate::mean), rows);
+    ADD_FAILURE() << "ranked NaN";
+  } catch (const kvtrace::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("policy last-row scored NaN at layer 0, kv head 0, step 6"), std::string::npos)
+        << e.what();
+  }
 }
 
 // Two layers of one kv head each (layer l: head l of shared_rows), in lockstep: per layer
