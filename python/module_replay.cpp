@@ -323,6 +323,8 @@ void bind_replay(py::module_& m) {
       .def_readwrite("layer_budget", &ReplayOptions::layer_budget)
       .def_readwrite("head_budget", &ReplayOptions::head_budget)
       .def_readwrite("head_floor", &ReplayOptions::head_floor)
+      .def_readwrite("share", &ReplayOptions::share)
+      .def_readwrite("share_score", &ReplayOptions::share_score)
       .def_readwrite("sequences", &ReplayOptions::sequences)
       .def_readwrite("layers", &ReplayOptions::layers)
       .def_readwrite("threads", &ReplayOptions::threads);

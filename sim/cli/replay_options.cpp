@@ -49,7 +49,12 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "across a layer's kv heads: uniform (each keeps B) or adaptive (Ada-KV: the heads share n_kv_heads x B by "
       "the policy's scores; scoring policies only)")(
       "head-floor", po::value(&v.head_floor)->default_value(v.head_floor, "0.2"),
-      "adaptive: the share of B each kv head keeps of its own top scores");
+      "adaptive: the share of B each kv head keeps of its own top scores")(
+      "share", po::value(&v.share)->default_value(v.share),
+      "one keep-set for several caches, so an evicted position is freed from all: none (each cache its own), "
+      "layer (every kv head of a layer) or model (every layer of a sequence); scoring policies only")(
+      "share-score", po::value(&v.share_score)->default_value(v.share_score),
+      "how the scores of a shared set's caches combine per position: mean, max or sum (with --share)");
   add_threads_option(options, v.threads);
   options.add_options()("csv", po::value(&v.csv), "write results as CSV")("json", po::value(&v.json),
                                                                           "write results as JSON")(
@@ -69,6 +74,8 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   request.page_score = v.page_score;
   request.head_budget = v.head_budget;
   request.head_floor = v.head_floor;
+  request.share = v.share;
+  request.share_score = v.share_score;
   request.sequences = parse_indices("seqs", v.sequences);
   request.layers = parse_indices("layers", v.layers);
   request.threads = v.threads;

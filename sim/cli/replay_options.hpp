@@ -23,6 +23,7 @@ struct ReplayCliOptions {
   std::string page_score = "mean";
   std::string head_budget = "uniform";
   double head_floor = 0.2;
+  std::string share = "none", share_score = "mean";
   int threads = 0;
   std::string csv, json, survival, plot;
 };

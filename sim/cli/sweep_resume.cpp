@@ -123,6 +123,7 @@ std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& 
   if (!values.question.empty()) out += "question: " + values.question + "\n";
   if (!values.compress_every.empty()) out += "compress-every: " + values.compress_every + "\n";
   if (config.head_floor >= 0) out += "head-budget: adaptive, floor " + std::to_string(config.head_floor) + "\n";
+  if (config.share != Share::none) out += "share: " + values.share + ", " + values.share_score + "\n";
   return out;
 }
 

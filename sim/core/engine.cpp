@@ -9,6 +9,7 @@
 
 #include "future.hpp"
 #include "kvsim/core/head_budget.hpp"
+#include "shared_sets.hpp"
 #include "simulation.hpp"
 #include "step_rows.hpp"
 #include "kvtrace/schema.hpp"
@@ -159,7 +160,7 @@ struct LaneState {
   std::vector<Coupling> couplings;            // head-adaptive budgets
 };
 
-// The lane's simulations, with budget sharing and head-adaptive couplings.
+// The lane's simulations.
 void start_lane(const Lane& lane, int64_t n, const EngineOptions& options, LaneState& state) {
   if (lane.source->n_tokens() != n) throw std::logic_error("lockstep lanes must have the same length");
   if (options.output_error)
@@ -190,9 +191,24 @@ void start_lane(const Lane& lane, int64_t n, const EngineOptions& options, LaneS
   state.by_group.resize(lane.groups.size());
   for (size_t s = 0; s < lane.simulations.size(); ++s)
     state.by_group[static_cast<size_t>(lane.simulations[s].group)].push_back(s);
-  std::vector<char> coupled(lane.simulations.size(), 0);
-  state.couplings = head_couplings(lane, state.running, coupled, options);
-  share_budgets(lane, state.running, coupled);
+}
+
+// The shared keep-sets over the lanes, then each lane's head-adaptive couplings and budget
+// sharing among the simulations in neither.
+std::vector<SharedSet> couple_lanes(std::span<const Lane> lanes, std::vector<LaneState>& states,
+                                    const EngineOptions& options) {
+  std::vector<std::vector<Simulation>*> running;
+  std::vector<std::vector<char>> coupled;
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    running.push_back(&states[l].running);
+    coupled.emplace_back(lanes[l].simulations.size(), 0);
+  }
+  std::vector<SharedSet> shared = shared_sets(lanes, running, coupled, options);
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    states[l].couplings = head_couplings(lanes[l], states[l].running, coupled[l], options);
+    share_budgets(lanes[l], states[l].running, coupled[l]);
+  }
+  return shared;
 }
 
 // All simulations of `group` (or of every group: -1) take step t.
@@ -217,12 +233,15 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
   const int64_t n = lanes.front().source->n_tokens();
   std::vector<LaneState> states(lanes.size());
   for (size_t l = 0; l < lanes.size(); ++l) start_lane(lanes[l], n, options, states[l]);
+  std::vector<SharedSet> shared = couple_lanes(lanes, states, options);
+  std::vector<std::vector<Simulation>*> running;
+  for (auto& state : states) running.push_back(&state.running);
   // Lanes in lockstep (a cross-layer chain) step every lane at each t. A single lane with
   // independent simulations runs one cache group's simulations over a whole block of rows
   // before the next group's: bit for bit the same results, but each group's state (tens of
   // simulations' caches and policy state) stays in the CPU caches for the block. Head-adaptive
-  // budgets evict the heads together at each step.
-  bool group_major = lanes.size() == 1 && states.front().couplings.empty();
+  // budgets and shared keep-sets evict the heads together at each step.
+  bool group_major = lanes.size() == 1 && states.front().couplings.empty() && shared.empty();
   for (const auto& spec : lanes.front().simulations) group_major = group_major && !spec.sequence_state;
   auto check_cancel = [&] {
     if (options.cancel && options.cancel->load()) throw Cancelled();
@@ -246,6 +265,7 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
       for (int64_t t = first; t < first + count; ++t) {
         check_cancel();
         for (size_t l = 0; l < lanes.size(); ++l) step_lane(lanes[l], states[l], t, -1);
+        for (SharedSet& set : shared) evict_shared(running, set, t, options.share_score);
       }
     }
     if (options.sink)
@@ -288,6 +308,7 @@ SteppedEngine::SteppedEngine(int n_heads, std::vector<CacheGroup> groups, std::v
                              int64_t n_tokens, const EngineOptions& options, kvtrace::AttentionSource* future) {
   if (options.output_error) throw std::logic_error("the stepped engine records no output error");
   if (options.sink) throw std::logic_error("the stepped engine keeps its results");
+  if (options.share != Share::none) throw std::logic_error("the stepped engine keeps no shared sets");
   state_ = std::make_unique<State>(n_heads, std::move(groups), std::move(simulations), options);
   State& state = *state_;
   state.futures.resize(state.groups.size());

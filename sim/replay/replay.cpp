@@ -51,6 +51,10 @@ Aggregate parse_aggregate(const std::string& text) {
   throw kvtrace::InputError("", "", "--aggregate: '" + text + "' is not mean, max or sum");
 }
 
+const char* aggregate_name(Aggregate aggregate) {
+  return aggregate == Aggregate::mean ? "mean" : aggregate == Aggregate::max ? "max" : "sum";
+}
+
 kvtrace::RowsFrom parse_rows(const std::string& text) {
   if (text == "auto") return kvtrace::RowsFrom::automatic;
   if (text == "attn") return kvtrace::RowsFrom::attn;
@@ -133,6 +137,8 @@ ReplayResults results_header(const ReplayConfig& config, const ReplayPlan& plan,
   results.question = config.protocol.question > 0 || config.question_auto;
   results.question_auto = config.question_auto;
   results.paging = config.paging;
+  results.share = config.share;
+  results.share_score = config.share_score;
   results.sequences = static_cast<int64_t>(plan.sequences.size());
   results.layers = static_cast<int64_t>(plan.layers.size());
   results.heads = n_heads;

@@ -69,6 +69,23 @@ void apply_protocol(const ReplayRequest& request, ReplayConfig& config) {
     config.protocol.compress_every = positive("compress-every", request.compress_every, "a step count");
 }
 
+// --share with --share-score: one set per layer or per model evicts single positions from
+// caches that each keep B, so neither pages nor head-adaptive budgets go with it.
+void apply_share(const ReplayRequest& request, ReplayConfig& config) {
+  config.share = parse_share(request.share);
+  const std::map<std::string, Aggregate> scores = {
+      {"mean", Aggregate::mean}, {"max", Aggregate::max}, {"sum", Aggregate::sum}};
+  const auto score = scores.find(request.share_score);
+  if (score == scores.end()) bad_option("share-score", "'" + request.share_score + "' is not mean, max or sum");
+  config.share_score = score->second;
+  if (config.share == Share::none) return;
+  const std::string option = "--share " + request.share;
+  if (config.paging.on())
+    throw kvtrace::InputError("", "", option + " evicts single positions from every cache: it cannot run with --page");
+  if (config.head_floor >= 0)
+    throw kvtrace::InputError("", "", option + " keeps B per cache: it cannot run with --head-budget adaptive");
+}
+
 }  // namespace
 
 QuestionOption question_of(const std::string& question) {
@@ -133,6 +150,18 @@ void apply_replay_request(const ReplayRequest& request, ReplayConfig& config) {
   if (request.page < 0) bad_option("page", "must be >= 0 (0: token mode)");
   config.paging = {request.page, parse_page_score(request.page_score)};
   config.head_floor = head_floor_of(request.head_budget, request.head_floor, config.paging);
+  apply_share(request, config);
+}
+
+const char* share_name(Share share) {
+  return share == Share::none ? "none" : share == Share::layer ? "layer" : "model";
+}
+
+Share parse_share(const std::string& text) {
+  if (text == "none") return Share::none;
+  if (text == "layer") return Share::layer;
+  if (text == "model") return Share::model;
+  bad_option("share", "'" + text + "' is not none, layer or model");
 }
 
 double head_floor_of(const std::string& head_budget, double head_floor, const Paging& paging) {

@@ -113,6 +113,19 @@ std::vector<CellPlan> plan_cells(const ReplayConfig& config, const ReplayPlan& p
   return cells;
 }
 
+// One set for the model keeps B positions for every layer: a cell whose layers hold
+// different B_l (a layer schedule) has no such B.
+void refuse_uneven_layers(const ReplayPlan& plan) {
+  for (size_t c = 0; c < plan.cells.size(); ++c)
+    for (size_t s = 0; s < plan.sequences.size(); ++s)
+      for (size_t l = 1; l < plan.layers.size(); ++l)
+        if (plan.held(c, s, l) != plan.held(c, s, 0))
+          throw kvtrace::InputError("", "",
+                                    "--share model: policy " + plan.cells[c].choice->label +
+                                        " holds different budgets on different layers (a layer schedule); one set "
+                                        "for the model needs the same B on every layer");
+}
+
 }  // namespace
 
 std::vector<int64_t> held_budgets(const LayerSchedule& schedule, int64_t budget, int seq, int64_t tokens,
@@ -141,6 +154,8 @@ ReplayPlan plan_replay(const kvtrace::TraceReader& reader, const ReplayConfig& c
         {seq, info.n_tokens, info.prompt_len, schedule_tokens(config, info), protocol_of(reader, config, seq, info)});
   }
   plan.cells = plan_cells(config, plan, schedules, meta.n_layers);
+  plan.layers_in_lockstep = config.share == Share::model;
+  if (plan.layers_in_lockstep) refuse_uneven_layers(plan);
   return plan;
 }
 

@@ -158,9 +158,9 @@ std::string sweep_table(const ReplayResults& results) {
     table(
         "peak occupancy", [](const CellResult& c) { return static_cast<double>(c.occupancy_peak); }, 0);
   out << "budget B per sequence and layer, mean:" << budget_means(results, labels, budgets);
-  out << "\nmode " << mode_name(results.mode) << protocol_text(results) << paging_text(results.paging) << "; "
-      << results.sequences << " sequences x " << results.layers << " layers x " << results.heads << " heads; "
-      << kTeacherForcedNote << "\n";
+  out << "\nmode " << mode_name(results.mode) << protocol_text(results) << paging_text(results.paging)
+      << share_text(results) << "; " << results.sequences << " sequences x " << results.layers << " layers x "
+      << results.heads << " heads; " << kTeacherForcedNote << "\n";
   return wrap_text(out.str());
 }
 
@@ -170,6 +170,14 @@ std::string paging_text(const Paging& paging) {
       .append(std::to_string(paging.page))
       .append(" (")
       .append(page_score_name(paging.score))
+      .append(" score)");
+}
+
+std::string share_text(const ReplayResults& results) {
+  if (results.share == Share::none) return "";
+  return std::string(results.share == Share::layer ? ", one keep-set per layer" : ", one keep-set for the model")
+      .append(" (")
+      .append(aggregate_name(results.share_score))
       .append(" score)");
 }
 
@@ -302,6 +310,10 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
   if (results.paging.on()) {  // only then: token-mode files stay as they were
     out["page"] = results.paging.page;
     out["page_score"] = page_score_name(results.paging.score);
+  }
+  if (results.share != Share::none) {  // likewise
+    out["share"] = share_name(results.share);
+    out["share_score"] = aggregate_name(results.share_score);
   }
   return json_text(std::move(out), 1);
 }

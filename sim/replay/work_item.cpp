@@ -137,6 +137,8 @@ EngineOptions engine_options(const ReplayConfig& config, const ReplayPlan& plan,
   options.paging = config.paging;
   options.output_error = plan.output_error;
   options.head_floor = config.head_floor;
+  options.share = config.share;
+  options.share_score = config.share_score;
   options.cancel = config.cancel;
   return options;
 }
@@ -178,7 +180,9 @@ void add_layouts(const ReplayPlan& plan, const WorkItem& item, SweepAggregator& 
 std::vector<WorkItem> plan_items(const ReplayPlan& plan) {
   std::vector<size_t> layer_cells, cross_layer_cells;
   for (size_t c = 0; c < plan.cells.size(); ++c)
-    (plan.cells[c].choice->info->engine == Engine::cross_layer ? cross_layer_cells : layer_cells).push_back(c);
+    (plan.layers_in_lockstep || plan.cells[c].choice->info->engine == Engine::cross_layer ? cross_layer_cells
+                                                                                          : layer_cells)
+        .push_back(c);
   std::vector<WorkItem> items;
   if (!layer_cells.empty())
     for (size_t layer = 0; layer < plan.layers.size(); ++layer)

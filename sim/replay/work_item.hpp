@@ -10,7 +10,8 @@
 
 namespace kvsim {
 
-// One layer for ordinary cells; every replayed layer (stepped together) for cross-layer cells.
+// One layer for ordinary cells; every replayed layer (stepped together) for cross-layer cells
+// and for every cell under --share model (ReplayPlan::layers_in_lockstep).
 struct WorkItem {
   const SequencePlan* sequence = nullptr;
   std::vector<int> layers;                    // the trace's layers, one engine lane each
@@ -22,7 +23,8 @@ struct WorkItem {
 };
 
 // The plan's work items, layer by layer (so a layer's tails are freed once its sequences are
-// done, SweepAggregator), then one per sequence for the cross-layer cells.
+// done, SweepAggregator), then one per sequence for the cross-layer cells (for every cell, with
+// layers_in_lockstep).
 std::vector<WorkItem> plan_items(const ReplayPlan& plan);
 
 // Replays `item`, filling its records. streaming: the engine hands each block of steps to it,

@@ -216,7 +216,7 @@ class ModuleTest(unittest.TestCase):
         self.assert_cli_message("sweep", [TRACE, "--policies", "h2o", "--budgets", "8", "--question", "8"],
                                 lambda: kvsim.sweep(self.trace, "h2o", "8", question=8))
     def test_budgets_that_move_equal_cli(self):
-        # --layer-budget pyramid / cake and --head-budget adaptive reach the engine the same way.
+        # --layer-budget pyramid / cake, --head-budget adaptive and --share reach the engine the same way.
         gqa = self.out("gqa.h5")
         cli("synth", gqa, "--layers", "2", "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--tokens", "96",
             "--seqs", "1")
@@ -224,7 +224,9 @@ class ModuleTest(unittest.TestCase):
                 (TRACE, ["--layer-budget", "pyramid"], {"layer_budget": "pyramid"}),
                 (TRACE, ["--layer-budget", "cake:tau1=1.6:tau2=0.4"], {"layer_budget": "cake:tau1=1.6:tau2=0.4"}),
                 (gqa, ["--head-budget", "adaptive", "--head-floor", "0.3", "--mode", "prefill"],
-                 {"head_budget": "adaptive", "head_floor": 0.3, "mode": "prefill"})]:
+                 {"head_budget": "adaptive", "head_floor": 0.3, "mode": "prefill"}),
+                (gqa, ["--share", "layer", "--share-score", "max"], {"share": "layer", "share_score": "max"}),
+                (TRACE, ["--share", "model"], {"share": "model"})]:
             s = kvsim.sweep(trace, ["h2o", "snapkv"], "40", seqs=[0], **options)
             cli("sweep", trace, "--policies", "h2o,snapkv", "--budgets", "40", "--seqs", "0", "--csv",
                 self.out("moving.csv"), *extra)
@@ -232,6 +234,12 @@ class ModuleTest(unittest.TestCase):
             for i, row in enumerate(rows):
                 for column in ("retention_mean", "occupancy_peak", "evictions"):
                     self.assertTrue(same_number(row[column], s[column][i]), (extra, i, column))
+
+    def test_share_refusals_equal_cli(self):
+        self.assert_cli_message("sweep", [TRACE, "--policies", "recent", "--budgets", "8", "--share", "layer"],
+                                lambda: kvsim.sweep(TRACE, "recent", "8", share="layer"))
+        self.assert_cli_message("replay", [TRACE, "--policy", "h2o", "--budget", "8", "--share-score", "median"],
+                                lambda: kvsim.replay(TRACE, "h2o", 8, share_score="median"))
 
     def test_sweep_quant_adds_rows(self):
         s = kvsim.sweep(TRACE, "h2o", ["20%"], seqs=[0], layers=[0], quant="flexgen4")

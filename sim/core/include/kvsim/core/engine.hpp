@@ -19,6 +19,9 @@ namespace kvsim {
 
 enum class Mode { stream, prefill };
 enum class Aggregate { mean, max, sum };  // how a group's heads combine into the observed row
+// Which caches keep one set of positions (kvsim/core/shared_keep.hpp): each its own, every
+// kv head of a layer one, every layer of a sequence one.
+enum class Share { none, layer, model };
 
 // A cache group: the query heads that share one retained set.
 struct CacheGroup {
@@ -124,6 +127,13 @@ struct EngineOptions {
   // head keeping at least its top floor(head_floor x B). Negative: every kv head keeps B.
   // A policy without scores, or with one cache per layer, is refused (InputError).
   double head_floor = -1;
+  // Shared keep-sets (kvsim/core/shared_keep.hpp), in run_engine and run_lockstep: the
+  // simulations of one scoring policy with the same parameters, budget B and view on a
+  // layer's kv heads (Share::layer), or on every lane's kv heads and layer-wide caches
+  // (Share::model), keep one set of B positions, the best by their scores combined per
+  // position by share_score. A policy without scores is refused (InputError).
+  Share share = Share::none;
+  Aggregate share_score = Aggregate::mean;
   // When set, the run throws Cancelled once it reads true: before a cache group's next block
   // of steps (lanes in lockstep: before the next step). Ctrl-C from Python stops a run within
   // one group's block, whatever its policies cost.

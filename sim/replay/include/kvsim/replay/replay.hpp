@@ -67,6 +67,10 @@ struct ReplayConfig {
   // them through policy_schedule.
   std::map<std::string, LayerSchedule> policy_schedules;
   double head_floor = -1;  // >= 0: head-adaptive budgets with this floor (EngineOptions::head_floor)
+  // Shared keep-sets (EngineOptions::share, share_score). Share::model replays every layer of a
+  // sequence in one work item and needs the same B_l on every layer.
+  Share share = Share::none;
+  Aggregate share_score = Aggregate::mean;
   Mode mode = Mode::stream;
   Protocol protocol;           // --question, --compress-every
   bool question_auto = false;  // --question auto: each sequence's question_len attribute
@@ -140,6 +144,8 @@ struct ReplayResults {
   bool question = false;  // the cells report question_retention and answer_retention
   bool question_auto = false;
   Paging paging;
+  Share share = Share::none;
+  Aggregate share_score = Aggregate::mean;
   int64_t sequences = 0, layers = 0, heads = 0;
 };
 
@@ -180,6 +186,10 @@ Protocol sequence_protocol(const kvtrace::TraceReader& reader, const ReplayConfi
 const char* mode_name(Mode mode);
 Mode parse_mode(const std::string& text);
 Aggregate parse_aggregate(const std::string& text);
+const char* aggregate_name(Aggregate aggregate);  // mean, max or sum
+// --share none|layer|model; throws InputError naming the option. (replay_options.cpp)
+Share parse_share(const std::string& text);
+const char* share_name(Share share);  // none, layer or model
 kvtrace::RowsFrom parse_rows(const std::string& text);
 // auto, on or off; throws InputError naming --output-error. (replay_options.cpp)
 OutputErrorMode parse_output_error(const std::string& text);
@@ -195,6 +205,8 @@ struct ReplayRequest {
   std::string page_score = "mean";      // how a page's scores combine: mean or max
   std::string head_budget = "uniform";  // or "adaptive" (Ada-KV, with head_floor)
   double head_floor = 0.2;
+  std::string share = "none";          // or "layer", "model": shared keep-sets
+  std::string share_score = "mean";    // how the scores of a shared set's caches combine: mean, max or sum
   std::vector<int> sequences, layers;  // empty: all
   int threads = 0;                     // 0: one per core
 };

@@ -24,6 +24,9 @@ std::string wrap_text(const std::string& text, size_t width = 100, size_t hang =
 std::string sweep_table(const ReplayResults& results);
 // ", pages of P (mean score)" in page mode, else "": what the summaries add after the mode.
 std::string paging_text(const Paging& paging);
+// ", one keep-set per layer (mean score)" or ", one keep-set for the model (max score)" with
+// shared keep-sets, else "".
+std::string share_text(const ReplayResults& results);
 // One cell in detail: per layer and overall mean/p5/min retention, output error, occupancy.
 std::string replay_table(const CellResult& cell, bool output_error);
 // ", question 32, compress every 16": the protocol beyond the mode ("" when none).
