@@ -1,6 +1,7 @@
 // The card fields beyond the basic ones (card_fields.hpp).
 #include "card_fields.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <sstream>
 
@@ -65,7 +66,8 @@ void read_sliding_layers(const Fields& f, ModelCard& model) {
                                   ", not \"sliding_attention\" or \"full_attention\"");
       model.sliding_layers[l] = sliding;
     }
-    if (model.any_sliding() && model.sliding_window == 0)
+    const bool any = std::find(model.sliding_layers.begin(), model.sliding_layers.end(), true) != model.sliding_layers.end();
+    if (any && model.sliding_window == 0)
       f.fail("sliding_window", "missing (layer_types names sliding_attention layers)");
     return;
   }

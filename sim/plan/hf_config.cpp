@@ -77,8 +77,10 @@ double count_parameters(const Fields& f, ModelCard& m, int64_t hidden, const std
 
 bool is_hf_config(const std::string& json_text) {
   const json document = json::parse(json_text, nullptr, false);
-  return document.is_object() && !document.contains("n_layers") &&
-         (document.contains("num_hidden_layers") || document.contains("text_config"));
+  if (!document.is_object() || document.contains("n_layers")) return false;
+  for (const char* key : {"num_hidden_layers", "text_config", "num_attention_heads", "hidden_size", "model_type"})
+    if (document.contains(key)) return true;
+  return false;
 }
 
 ModelCard model_card_from_hf_config(const std::string& json_text, const std::string& file) {
