@@ -269,24 +269,21 @@ void check_pages(Plan& plan, const std::string& sweep) {
                            .append(" positions (--page): a page is a block, held whole"));
 }
 
-// A row's decode step (kvsim/plan/roofline.hpp); null where the target is not met.
+// A row's decode step (kvsim/plan/roofline.hpp), flat so that a row stays one record (a
+// DataFrame row in Python); null where the target is not met.
 void add_step_json(const PlanRow& row, nlohmann::json& out) {
   using nlohmann::json;
   const bool shown = row.met && row.step && row.step->batch > 0;
-  if (!shown) {
-    out["decode_step"] = nullptr;
-    return;
-  }
-  const DecodeStep& step = *row.step;
-  out["decode_step"] = {{"batch", step.batch},
-                        {"weight_bytes_read", step.weight_bytes},
-                        {"kv_bytes_read", step.kv_bytes},
-                        {"flops", step.flops},
-                        {"memory_seconds", step.memory_seconds},
-                        {"compute_seconds", step.compute_seconds},
-                        {"seconds", step.seconds},
-                        {"bound", step.compute_bound() ? "compute" : "memory"},
-                        {"tokens_per_second_per_gpu", step.tokens_per_second_per_gpu}};
+  const DecodeStep step = shown ? *row.step : DecodeStep{};
+  auto value = [&](double number) { return shown ? json(number) : json(nullptr); };
+  out["step_weight_bytes"] = value(step.weight_bytes);
+  out["step_kv_bytes"] = value(step.kv_bytes);
+  out["step_flops"] = value(step.flops);
+  out["step_memory_seconds"] = value(step.memory_seconds);
+  out["step_compute_seconds"] = value(step.compute_seconds);
+  out["step_seconds"] = value(step.seconds);
+  out["step_bound"] = shown ? json(step.compute_bound() ? "compute" : "memory") : json(nullptr);
+  out["tokens_per_second_per_gpu"] = value(step.tokens_per_second_per_gpu);
 }
 
 // The attention layout and experts, for the cards that have them (absent otherwise).
