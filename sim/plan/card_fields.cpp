@@ -66,7 +66,8 @@ void read_sliding_layers(const Fields& f, ModelCard& model) {
                                   ", not \"sliding_attention\" or \"full_attention\"");
       model.sliding_layers[l] = sliding;
     }
-    const bool any = std::find(model.sliding_layers.begin(), model.sliding_layers.end(), true) != model.sliding_layers.end();
+    const bool any =
+        std::find(model.sliding_layers.begin(), model.sliding_layers.end(), true) != model.sliding_layers.end();
     if (any && model.sliding_window == 0)
       f.fail("sliding_window", "missing (layer_types names sliding_attention layers)");
     return;
@@ -74,7 +75,8 @@ void read_sliding_layers(const Fields& f, ModelCard& model) {
   if (model.sliding_window == 0) return;
   // Gemma's pattern: every pattern-th layer attends the whole context, the others the window.
   const int64_t pattern = f.optional_integer("sliding_window_pattern", 1, card_limits::kLayers).value_or(0);
-  for (int l = 0; l < model.n_layers; ++l) model.sliding_layers[static_cast<size_t>(l)] = pattern == 0 || (l + 1) % pattern != 0;
+  for (int l = 0; l < model.n_layers; ++l)
+    model.sliding_layers[static_cast<size_t>(l)] = pattern == 0 || (l + 1) % pattern != 0;
 }
 
 void read_card_extensions(const Fields& f, ModelCard& model) {

@@ -14,8 +14,8 @@
 namespace kvsim {
 namespace {
 
-using nlohmann::json;
 using card_fields::Fields;
+using nlohmann::json;
 
 // The first of `keys` present, as an optional count.
 std::optional<int64_t> first_of(const Fields& f, std::initializer_list<const char*> keys, int64_t lowest,
@@ -64,7 +64,8 @@ double count_parameters(const Fields& f, ModelCard& m, int64_t hidden, const std
   const double expert = 3 * h *
                         static_cast<double>(f.optional_integer("moe_intermediate_size", 1, card_limits::kIntermediate)
                                                 .value_or(static_cast<int64_t>(intermediate)));
-  const double shared = static_cast<double>(f.optional_integer("n_shared_experts", 0, card_limits::kExperts).value_or(0));
+  const double shared =
+      static_cast<double>(f.optional_integer("n_shared_experts", 0, card_limits::kExperts).value_or(0));
   const int64_t dense_layers = f.optional_integer("first_k_dense_replace", 0, m.n_layers).value_or(0);
   const double moe_layers = static_cast<double>(m.n_layers - dense_layers);
   const double routed = moe_layers * m.n_experts * expert;
@@ -102,10 +103,11 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   m.source = "Hugging Face config " + file + ": parameters counted from its sizes";
   m.n_layers = static_cast<int>(f.integer("num_hidden_layers", 1, card_limits::kLayers));
   m.n_heads = static_cast<int>(f.integer("num_attention_heads", 1, card_limits::kHeads));
-  m.n_kv_heads = static_cast<int>(f.optional_integer("num_key_value_heads", 1, card_limits::kHeads).value_or(m.n_heads));
+  m.n_kv_heads =
+      static_cast<int>(f.optional_integer("num_key_value_heads", 1, card_limits::kHeads).value_or(m.n_heads));
   if (m.n_heads % m.n_kv_heads != 0)
-    f.fail("num_key_value_heads", std::to_string(m.n_kv_heads) + " does not divide num_attention_heads (" +
-                                      std::to_string(m.n_heads) + ")");
+    f.fail("num_key_value_heads",
+           std::to_string(m.n_kv_heads) + " does not divide num_attention_heads (" + std::to_string(m.n_heads) + ")");
   const int64_t hidden = f.integer("hidden_size", 1, card_limits::kHidden);
   if (f.has("kv_lora_rank")) {  // MLA: the head_dim is the query's and key's (nope + rope)
     m.kv_lora_rank = static_cast<int>(f.integer("kv_lora_rank", 1, card_limits::kHidden));
@@ -130,8 +132,8 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   if (!(parameters >= 1 && parameters <= static_cast<double>(card_limits::kParameters))) {
     char count[32];
     std::snprintf(count, sizeof count, "%.3g", parameters);
-    throw kvtrace::InputError(file, "", std::string("the parameters its sizes give (") + count +
-                                            ") are outside 1..10^15");
+    throw kvtrace::InputError(file, "",
+                              std::string("the parameters its sizes give (") + count + ") are outside 1..10^15");
   }
   m.parameters = static_cast<int64_t>(parameters);
   return m;

@@ -156,7 +156,8 @@ std::string roofline_note(const Plan& plan) {
   std::ostringstream out;
   out << "step ms: a decode step of the max-seqs batch on the roofline, per GPU: max((" << setup.weight_dtype
       << " weights read + the batch's KV) / " << fixed(setup.gpu.bandwidth_bytes_per_s / 1e9, 0) << " GB/s, FLOPs / "
-      << bytes_text(std::round(setup.gpu.peak_flops / 1e11) / 10) << " TFLOP/s); ^ where FLOPs bound it; tok/s/GPU = max seqs / step";
+      << bytes_text(std::round(setup.gpu.peak_flops / 1e11) / 10)
+      << " TFLOP/s); ^ where FLOPs bound it; tok/s/GPU = max seqs / step";
   if (setup.gpus > 1) out << " / " << setup.gpus << " GPUs";
   if (setup.model.n_experts > 0)
     out << "; a MoE reads the experts its batch routes to (1 - (1 - " << setup.model.experts_per_token << "/"
@@ -190,8 +191,8 @@ std::string plan_text(const Plan& plan) {
       << " = " << gb(static_cast<double>(memory.usable_bytes)) << " - " << setup.weight_dtype << " weights "
       << gb(static_cast<double>(memory.weight_bytes)) << " - reserve " << gb(static_cast<double>(memory.reserve_bytes))
       << " = " << gb(static_cast<double>(memory.kv_bytes)) << " for the KV cache\n";
-  out << "KV cache per GPU: " << model.n_layers << (model.n_layers == 1 ? " layer" : " layers")
-      << sliding_text(model) << " x " << kv_vector_text(model, memory, setup) << ", " << setup.kv_dtype << " = "
+  out << "KV cache per GPU: " << model.n_layers << (model.n_layers == 1 ? " layer" : " layers") << sliding_text(model)
+      << " x " << kv_vector_text(model, memory, setup) << ", " << setup.kv_dtype << " = "
       << bytes_text(reference.layout.bytes_per_token()) << " bytes per token; blocks of " << setup.block_size
       << " tokens (" << reference.layout.block_bytes << " bytes), " << memory.kv_bytes / reference.layout.block_bytes
       << " blocks\n";

@@ -32,9 +32,10 @@ DecodeStep decode_step(const PlanSetup& setup, const PlanRow& row) {
   DecodeStep step;
   step.batch = row.max_sequences;
   const double batch = static_cast<double>(step.batch);
-  const double unread_experts = static_cast<double>(model.expert_parameters) * (1.0 - experts_read_share(model, step.batch));
-  step.weight_bytes = (static_cast<double>(model.parameters) - unread_experts) *
-                      weight_bytes_per_param(setup.weight_dtype) / gpus;
+  const double unread_experts =
+      static_cast<double>(model.expert_parameters) * (1.0 - experts_read_share(model, step.batch));
+  step.weight_bytes =
+      (static_cast<double>(model.parameters) - unread_experts) * weight_bytes_per_param(setup.weight_dtype) / gpus;
   step.kv_bytes = batch * row.footprint.read_bytes;
   const double attention = attention_flops_per_position(model) * model.n_layers * row.footprint.tokens;
   step.flops = batch * (2.0 * model.active_parameters() + attention) / gpus;

@@ -61,17 +61,17 @@ TEST(CliPlanHfConfig, AnMlaConfigRefusesBudgetsPerHead) {
   std::ofstream(file) << config("2",
                                 ", \"kv_lora_rank\": 16, \"qk_rope_head_dim\": 4, \"qk_nope_head_dim\": 8, "
                                 "\"v_head_dim\": 8");
-  const auto result = kvtest::expect_one_line_error("plan --model " + file +
-                                                    " --gpu h100-80gb --context 1024 --budget 10 --head-budget adaptive");
+  const auto result = kvtest::expect_one_line_error(
+      "plan --model " + file + " --gpu h100-80gb --context 1024 --budget 10 --head-budget adaptive");
   EXPECT_NE(result.output.find("--head-budget: adaptive needs kv heads of their own"), std::string::npos)
       << result.output;
 }
 
 TEST(CliPlanHfConfig, TheJsonCarriesEachRowsDecodeStep) {
   kvtest::TempDir dir;
-  const auto result =
-      kvtest::run_kvsim("plan --model " + std::string(KVSIM_SOURCE_DIR) + "/tests/data/gpt-oss-20b-config.json --gpu h100-80gb " +
-                        "--context 8192 --budget 512 --json " + dir.file("plan.json"));
+  const auto result = kvtest::run_kvsim("plan --model " + std::string(KVSIM_SOURCE_DIR) +
+                                        "/tests/data/gpt-oss-20b-config.json --gpu h100-80gb " +
+                                        "--context 8192 --budget 512 --json " + dir.file("plan.json"));
   ASSERT_EQ(result.code, 0) << result.output;
   std::ifstream in(dir.file("plan.json"));
   const auto plan = nlohmann::json::parse(in);

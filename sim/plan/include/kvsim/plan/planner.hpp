@@ -53,7 +53,7 @@ struct ModelCard {
   int64_t max_context = 0;
   std::string source;  // where the numbers come from
   // Sliding-window layers attend (and so hold) only the last `sliding_window` positions.
-  int64_t sliding_window = 0;       // 0: none
+  int64_t sliding_window = 0;        // 0: none
   std::vector<bool> sliding_layers;  // per layer, true where it attends the window; empty: none
   // Multi-head latent attention (MLA): one latent of kv_lora_rank + qk_rope_head_dim elements
   // per token and layer, shared by every head, in place of k and v per kv head.
@@ -180,13 +180,13 @@ double compression_factor(const Footprint& full, const Footprint& compressed);
 // A decode step of a row's planned batch on the roofline (roofline.cpp, docs/semantics.md,
 // section 7), per GPU.
 struct DecodeStep {
-  int64_t batch = 0;          // the sequences that fit (the row's max_sequences)
-  double weight_bytes = 0;    // weights read (the experts the batch routes to, for a MoE)
-  double kv_bytes = 0;        // the batch's held KV positions, read once
-  double flops = 0;           // matrix products of the weights and attention
-  double memory_seconds = 0;  // (weight_bytes + kv_bytes) / bandwidth
-  double compute_seconds = 0; // flops / peak FLOPs
-  double seconds = 0;         // the larger of the two
+  int64_t batch = 0;           // the sequences that fit (the row's max_sequences)
+  double weight_bytes = 0;     // weights read (the experts the batch routes to, for a MoE)
+  double kv_bytes = 0;         // the batch's held KV positions, read once
+  double flops = 0;            // matrix products of the weights and attention
+  double memory_seconds = 0;   // (weight_bytes + kv_bytes) / bandwidth
+  double compute_seconds = 0;  // flops / peak FLOPs
+  double seconds = 0;          // the larger of the two
   double tokens_per_second_per_gpu = 0;
   bool compute_bound() const { return compute_seconds > memory_seconds; }
 };
