@@ -220,7 +220,10 @@ class RowBuilder {
   // planned with the setup's layers and a note says so.
   // Returns false when the row is planned with budgets other than the policy's own (cake).
   bool own_budgets(const SweepChoice& choice, const PolicyInfo& info, PlanRow& row) {
-    row.adaptive_heads = info.head_floor >= 0;
+    row.adaptive_heads = info.head_floor >= 0 && !plan_.setup.model.mla();
+    if (info.head_floor >= 0 && plan_.setup.model.mla())
+      add_once(plan_.notes, info.name + ": " + plan_.setup.model.display_name +
+                                "'s MLA latent serves every head, so its budget is the layer's (no budget per head)");
     if (!info.layer_budget) return true;
     std::map<std::string, std::string> overrides;
     size_t at = 0;
@@ -268,6 +271,40 @@ void check_pages(Plan& plan, const std::string& sweep) {
                            .append(" positions (--page): a page is a block, held whole"));
 }
 
+// A row's decode step (kvsim/plan/roofline.hpp), flat so that a row stays one record (a
+// DataFrame row in Python); null where the target is not met.
+void add_step_json(const PlanRow& row, nlohmann::json& out) {
+  using nlohmann::json;
+  const bool shown = row.met && row.step && row.step->batch > 0;
+  const DecodeStep step = shown ? *row.step : DecodeStep{};
+  auto value = [&](double number) { return shown ? json(number) : json(nullptr); };
+  out["step_weight_bytes"] = value(step.weight_bytes);
+  out["step_kv_bytes"] = value(step.kv_bytes);
+  out["step_flops"] = value(step.flops);
+  out["step_memory_seconds"] = value(step.memory_seconds);
+  out["step_compute_seconds"] = value(step.compute_seconds);
+  out["step_seconds"] = value(step.seconds);
+  out["step_bound"] = shown ? json(step.compute_bound() ? "compute" : "memory") : json(nullptr);
+  out["tokens_per_second_per_gpu"] = value(step.tokens_per_second_per_gpu);
+}
+
+// The attention layout and experts, for the cards that have them (absent otherwise).
+void add_model_layout_json(const ModelCard& model, nlohmann::json& out) {
+  if (model.any_sliding()) {
+    out["sliding_window"] = model.sliding_window;
+    out["sliding_layers"] = std::count(model.sliding_layers.begin(), model.sliding_layers.end(), true);
+  }
+  if (model.mla()) {
+    out["kv_lora_rank"] = model.kv_lora_rank;
+    out["qk_rope_head_dim"] = model.qk_rope_head_dim;
+  }
+  if (model.n_experts > 0) {
+    out["n_experts"] = model.n_experts;
+    out["experts_per_token"] = model.experts_per_token;
+    out["expert_parameters"] = model.expert_parameters;
+  }
+}
+
 }  // namespace
 
 void check_plan_request(const PlanRequest& r) {
@@ -299,6 +336,9 @@ Plan make_plan(const PlanRequest& r) {
   if (r.head_budget != "uniform" && r.head_budget != "adaptive")
     bad_option("head-budget", "'" + r.head_budget + "' is not uniform or adaptive");
   setup.adaptive_heads = r.head_budget == "adaptive";
+  if (setup.adaptive_heads && setup.model.mla())
+    bad_option("head-budget", "adaptive needs kv heads of their own; " + setup.model.display_name +
+                                  " caches one MLA latent per token and layer for every head");
   if (setup.schedule.kind != LayerSchedule::Kind::weights || !setup.schedule.weights.empty())
     plan.notes.push_back("layer budgets: " + r.layer_budget +
                          " (layer l holds min(context, B_l + 1); B_l with T = the context)");
@@ -367,6 +407,7 @@ std::string plan_json(const Plan& plan) {
               {"gain", row.met ? json(row.gain) : json(nullptr)},
               {"compression", row.compression}};
     if (!row.mode.empty()) r["mode"] = row.mode;
+    if (setup.gpu.has_roofline()) add_step_json(row, r);
     if (plan.target) r[plan.target->column] = row.metric ? json(*row.metric) : json(nullptr);
     j_rows.push_back(r);
   }
@@ -396,6 +437,11 @@ std::string plan_json(const Plan& plan) {
         {"kv_bytes", memory.kv_bytes},
         {"kv_heads", memory.kv_heads_per_gpu}}},
       {"rows", j_rows}};
+  add_model_layout_json(model, doc["model"]);
+  if (setup.gpu.has_roofline()) {
+    doc["gpu"]["bandwidth_bytes_per_s"] = setup.gpu.bandwidth_bytes_per_s;
+    doc["gpu"]["peak_flops"] = setup.gpu.peak_flops;
+  }
   if (plan.target) {
     const Target& target = *plan.target;
     doc["sweep"] = plan.sweep_name;

@@ -66,6 +66,19 @@ std::string size_text(double bytes) {
 // A gain with two decimals, or whole when it is in the thousands or more.
 std::string gain_text(double gain) { return fixed(gain, gain < 1000 ? 2 : 0) + "x"; }
 
+// The roofline's columns (when the GPU card has bandwidth and peak FLOPs): the decode step of
+// the row's batch in milliseconds (^ where compute bounds it) and the tokens per second per GPU.
+std::vector<std::pair<const char*, size_t>> roofline_headers(const Plan& plan) {
+  if (!plan.setup.gpu.has_roofline()) return {};
+  return {{"step ms", 9}, {"tok/s/GPU", 10}};
+}
+void add_roofline_cells(const Plan& plan, const PlanRow& row, std::vector<std::string>& cells) {
+  if (!plan.setup.gpu.has_roofline()) return;
+  const bool shown = row.met && row.step && row.step->batch > 0;
+  cells.push_back(shown ? fixed(row.step->seconds * 1e3, 2) + (row.step->compute_bound() ? "^" : "") : "-");
+  cells.push_back(shown ? fixed(row.step->tokens_per_second_per_gpu, 0) : "-");
+}
+
 // The table: the policy, budget and quant columns on the left, the numbers on the right, each
 // column as wide as its widest cell (at least its header's default width). Not wrapped: a row
 // stays one line.
@@ -84,6 +97,10 @@ std::string plan_rows(const Plan& plan, const std::string& metric_name) {
     headers.push_back(header);
     widths.push_back(width);
   }
+  for (const auto& [header, width] : roofline_headers(plan)) {
+    headers.push_back(header);
+    widths.push_back(width);
+  }
   std::vector<std::vector<std::string>> rows;
   for (const auto& row : plan.rows) {
     std::vector<std::string> cells = {
@@ -97,6 +114,7 @@ std::string plan_rows(const Plan& plan, const std::string& metric_name) {
     cells.push_back(mix ? fixed(row.footprint.blocks, 1) : fixed(row.footprint.blocks, 0));
     cells.push_back(row.met ? std::to_string(row.max_sequences) : "not met");
     cells.push_back(row.met ? gain_text(row.gain) : "-");
+    add_roofline_cells(plan, row, cells);
     rows.push_back(std::move(cells));
   }
   const size_t left_columns = 3;
@@ -111,6 +129,42 @@ std::string plan_rows(const Plan& plan, const std::string& metric_name) {
   line(headers);
   for (const auto& cells : rows) line(cells);
   return out;
+}
+
+// What a layer caches per token: k and v per kv head, or one MLA latent.
+std::string kv_vector_text(const ModelCard& model, const MemoryPlan& memory, const PlanSetup& setup) {
+  if (model.mla())
+    return "one MLA latent (kv_lora_rank " + std::to_string(model.kv_lora_rank) + " + qk_rope_head_dim " +
+           std::to_string(model.qk_rope_head_dim) + (setup.gpus > 1 ? ", on every GPU)" : ")");
+  return std::to_string(memory.kv_heads_per_gpu) + " kv head" + (memory.kv_heads_per_gpu == 1 ? "" : "s") +
+         (model.n_kv_heads < setup.gpus
+              ? " (each replicated on " + std::to_string(setup.gpus / model.n_kv_heads) + " GPUs)"
+              : "") +
+         " x head_dim " + std::to_string(model.head_dim) + " x (k, v)";
+}
+
+std::string sliding_text(const ModelCard& model) {
+  if (!model.any_sliding()) return "";
+  const auto sliding = std::count(model.sliding_layers.begin(), model.sliding_layers.end(), true);
+  return " (" + std::to_string(sliding) + " of them hold at most a sliding window of " +
+         std::to_string(model.sliding_window) + " tokens)";
+}
+
+// How the table's step and tok/s/GPU come about.
+std::string roofline_note(const Plan& plan) {
+  const PlanSetup& setup = plan.setup;
+  if (!setup.gpu.has_roofline()) return "";
+  std::ostringstream out;
+  out << "step ms: a decode step of the max-seqs batch on the roofline, per GPU: max((" << setup.weight_dtype
+      << " weights read + the batch's KV) / " << fixed(setup.gpu.bandwidth_bytes_per_s / 1e9, 0) << " GB/s, FLOPs / "
+      << bytes_text(std::round(setup.gpu.peak_flops / 1e11) / 10)
+      << " TFLOP/s); ^ where FLOPs bound it; tok/s/GPU = max seqs / step";
+  if (setup.gpus > 1) out << " / " << setup.gpus << " GPUs";
+  if (setup.model.n_experts > 0)
+    out << "; a MoE reads the experts its batch routes to (1 - (1 - " << setup.model.experts_per_token << "/"
+        << setup.model.n_experts << ")^batch of them)";
+  out << "\n";
+  return out.str();
 }
 
 }  // namespace
@@ -138,12 +192,8 @@ std::string plan_text(const Plan& plan) {
       << " = " << gb(static_cast<double>(memory.usable_bytes)) << " - " << setup.weight_dtype << " weights "
       << gb(static_cast<double>(memory.weight_bytes)) << " - reserve " << gb(static_cast<double>(memory.reserve_bytes))
       << " = " << gb(static_cast<double>(memory.kv_bytes)) << " for the KV cache\n";
-  out << "KV cache per GPU: " << model.n_layers << (model.n_layers == 1 ? " layer x " : " layers x ")
-      << memory.kv_heads_per_gpu << " kv head" << (memory.kv_heads_per_gpu == 1 ? "" : "s")
-      << (model.n_kv_heads < setup.gpus
-              ? " (each replicated on " + std::to_string(setup.gpus / model.n_kv_heads) + " GPUs)"
-              : "")
-      << " x head_dim " << model.head_dim << " x (k, v), " << setup.kv_dtype << " = "
+  out << "KV cache per GPU: " << model.n_layers << (model.n_layers == 1 ? " layer" : " layers") << sliding_text(model)
+      << " x " << kv_vector_text(model, memory, setup) << ", " << setup.kv_dtype << " = "
       << bytes_text(reference.layout.bytes_per_token()) << " bytes per token; blocks of " << setup.block_size
       << " tokens (" << reference.layout.block_bytes << " bytes), " << memory.kv_bytes / reference.layout.block_bytes
       << " blocks\n";
@@ -182,11 +232,13 @@ std::string plan_text(const Plan& plan) {
   const std::string held = beyond ? "min(L, B + 1 + X)" : "min(L, B + 1)";
   out << "a sequence under budget B holds " << held << " tokens in ceil(" << held << " / " << setup.block_size
       << ") blocks" << (beyond ? " (X: what the sweep held beyond B + 1, above)" : "")
+      << (setup.model.any_sliding() ? ", a sliding-window layer at most " + std::to_string(setup.model.sliding_window)
+                                    : "")
       << "; max seqs = KV memory / bytes of its blocks; gain is against the full " << setup.kv_dtype << " cache";
   bool residual = false;
   for (const auto& row : plan.rows) residual |= row.layout.residual > 0;
   if (residual) out << "; a residual window of R tokens is stored at " << setup.kv_dtype;
-  out << "\n";
+  out << "\n" << roofline_note(plan);
   return text + wrap_text(out.str());
 }
 

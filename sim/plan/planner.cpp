@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "kvsim/plan/planner.hpp"
+#include "kvsim/plan/roofline.hpp"
 #include "kvtrace/error.hpp"
 #include "kvsim/core/text_util.hpp"
 
@@ -88,6 +89,10 @@ int kv_dtype_bits(const std::string& dtype) {
 
 // ---- memory ----
 
+bool ModelCard::any_sliding() const {
+  return sliding_window > 0 && std::find(sliding_layers.begin(), sliding_layers.end(), true) != sliding_layers.end();
+}
+
 int kv_heads_per_gpu(const ModelCard& model, int gpus) {
   auto fail = [&](const std::string& problem) -> int {
     throw kvtrace::InputError("", "", "--gpus " + std::to_string(gpus) + ": " + problem);
@@ -96,6 +101,7 @@ int kv_heads_per_gpu(const ModelCard& model, int gpus) {
   if (model.n_heads % gpus != 0)
     return fail(model.display_name + "'s " + std::to_string(model.n_heads) +
                 " attention heads do not split evenly (tensor parallelism needs gpus to divide them)");
+  if (model.mla()) return 1;  // the latent serves every head: each GPU holds all of it
   if (model.n_kv_heads >= gpus) {
     if (model.n_kv_heads % gpus != 0)
       return fail(model.display_name + "'s " + std::to_string(model.n_kv_heads) + " kv heads do not split evenly");
@@ -150,11 +156,14 @@ KvLayout kv_layout(const PlanSetup& setup, const QuantSpec& quant) {
   const ModelCard& model = setup.model;
   const int heads = kv_heads_per_gpu(model, setup.gpus);
   const int full_bits = kv_dtype_bits(setup.kv_dtype);
-  const double elements = static_cast<double>(model.n_layers) * heads * model.head_dim;  // per token, k or v
+  // Elements per token, all layers: k and v per kv head, or one MLA latent (quantized in
+  // groups along it, as a head's k or v along head_dim).
+  const int vector = model.mla() ? model.kv_lora_rank + model.qk_rope_head_dim : model.head_dim;
+  const double elements = static_cast<double>(model.n_layers) * (model.mla() ? 1 : 2 * heads) * vector;
   KvLayout layout;
-  layout.full_bits_per_token = 2 * elements * full_bits;
+  layout.full_bits_per_token = elements * full_bits;
   layout.bits_per_token =
-      quant.enabled() ? 2 * elements * bits_per_element(quant, model.head_dim, full_bits) : layout.full_bits_per_token;
+      quant.enabled() ? elements * bits_per_element(quant, vector, full_bits) : layout.full_bits_per_token;
   layout.block_bytes =
       whole_count(std::ceil(setup.block_size * layout.bits_per_token / 8 - 1e-9), "the bytes of a KV block");
   layout.full_block_bytes =
@@ -172,13 +181,22 @@ int64_t blocks_for(int64_t tokens, int block_size) { return tokens <= 0 ? 0 : ce
 
 namespace {
 
+// The bytes of `held` positions, `residual` of them at full precision (a block's bytes cover
+// every layer, so this is per layer x layers).
+double read_bytes(const KvLayout& layout, int64_t held, int64_t residual) {
+  return (static_cast<double>(residual) * layout.full_bits_per_token +
+          static_cast<double>(held - residual) * layout.bits_per_token) /
+         8;
+}
+
 // One context under a schedule or head-adaptive budgets: per layer its held positions and
 // blocks, the bytes a layer's share of a block (block_bytes covers every layer) times them.
 // Adaptive heads each round up to whole blocks of their own: the H heads holding H x held
 // positions in all take at most ceil(H held / block) + H - 1 head blocks (each head's last
 // block partly filled), and never more than H blocks_for(context).
-void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context, int64_t budget, int64_t beyond,
-                Footprint& out) {
+// A sliding-window layer holds at most its window of them (ModelCard::sliding).
+void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context, std::optional<int64_t> budget,
+                int64_t beyond, Footprint& out) {
   const int layers = setup.model.n_layers;
   const int heads = setup.adaptive_heads ? kv_heads_per_gpu(setup.model, setup.gpus) : 1;
   auto head_blocks = [&](int64_t tokens, int64_t limit) -> double {
@@ -186,19 +204,23 @@ void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context,
     const int64_t bound = blocks_for(heads * tokens, setup.block_size) + (tokens > 0 ? heads - 1 : 0);
     return static_cast<double>(std::min(bound, heads * blocks_for(limit, setup.block_size))) / heads;
   };
-  const std::vector<int64_t> layer_budgets = setup.schedule.layer_budgets(budget, 0, context);
+  const std::vector<int64_t> layer_budgets =
+      budget ? setup.schedule.layer_budgets(*budget, 0, context) : std::vector<int64_t>{};
   for (int l = 0; l < layers; ++l) {
-    const int64_t b = l < static_cast<int>(layer_budgets.size()) ? layer_budgets[static_cast<size_t>(l)] : budget;
-    const int64_t held = tokens_held(context, b, beyond);
+    const std::optional<int64_t> b =
+        l < static_cast<int>(layer_budgets.size()) ? layer_budgets[static_cast<size_t>(l)] : budget;
+    const int64_t limit = setup.model.sliding(l) ? std::min(context, setup.model.sliding_window) : context;
+    const int64_t held = std::min(tokens_held(context, b, beyond), limit);
     const int64_t residual = std::min<int64_t>(held, layout.residual);
-    const double full_blocks = head_blocks(residual, std::min<int64_t>(context, layout.residual));
-    const double quant_blocks = head_blocks(held - residual, context - residual);
+    const double full_blocks = head_blocks(residual, std::min<int64_t>(limit, layout.residual));
+    const double quant_blocks = head_blocks(held - residual, limit - residual);
     out.tokens += static_cast<double>(held) / layers;
     out.blocks += (full_blocks + quant_blocks) / layers;
     out.bytes += (full_blocks * static_cast<double>(layout.full_block_bytes) +
                   quant_blocks * static_cast<double>(layout.block_bytes)) /
                  layers;
-    out.budget_tokens += static_cast<double>(b) / layers;
+    out.read_bytes += read_bytes(layout, held, residual) / layers;
+    out.budget_tokens += static_cast<double>(b ? *b : context) / layers;
   }
 }
 
@@ -211,8 +233,8 @@ Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::o
       !setup.schedule.weights.empty() || setup.schedule.kind != LayerSchedule::Kind::weights || setup.adaptive_heads;
   for (int64_t context : setup.contexts) {
     const std::optional<int64_t> b = budget ? std::optional<int64_t>(budget->resolve(context)) : std::nullopt;
-    if (b && moving) {
-      add_moving(setup, layout, context, *b, beyond, out);
+    if ((b && moving) || setup.model.any_sliding()) {
+      add_moving(setup, layout, context, b, beyond, out);
       continue;
     }
     const int64_t held = tokens_held(context, b, beyond);
@@ -223,12 +245,14 @@ Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::o
     out.blocks += static_cast<double>(full_blocks + quant_blocks);
     out.bytes += static_cast<double>(full_blocks) * static_cast<double>(layout.full_block_bytes) +
                  static_cast<double>(quant_blocks) * static_cast<double>(layout.block_bytes);
+    out.read_bytes += read_bytes(layout, held, residual);
     out.budget_tokens += static_cast<double>(b ? *b : context);
   }
   const double n = static_cast<double>(setup.contexts.size());
   out.tokens /= n;
   out.blocks /= n;
   out.bytes /= n;
+  out.read_bytes /= n;
   out.budget_tokens /= n;
   return out;
 }
@@ -257,6 +281,7 @@ void fill_row(const PlanSetup& setup, const MemoryPlan& memory, PlanRow& row, co
     row.footprint = footprint(setup, row.layout, row.budget, row.held_beyond);
   }
   row.max_sequences = max_sequences(memory, row.footprint);
+  row.step = setup.gpu.has_roofline() ? std::optional<DecodeStep>(decode_step(setup, row)) : std::nullopt;
   if (reference) {
     row.gain = reference->max_sequences > 0 ? static_cast<double>(row.max_sequences) / reference->max_sequences : 0.0;
     row.compression = compression_factor(reference->footprint, row.footprint);

@@ -12,6 +12,7 @@
 #include <numeric>
 #include <sstream>
 
+#include "card_fields.hpp"
 #include "kvsim/plan/planner.hpp"
 #include "kvtrace/error.hpp"
 #include "kvsim/core/text_util.hpp"
@@ -161,6 +162,7 @@ std::string cell_key(const SweepRow& row) {
 
 ModelCard parse_model_card(const std::string& json_text, const std::string& file) {
   const json card = parse_json(json_text, file);
+  if (is_hf_config(json_text)) return model_card_from_hf_config(json_text, file);
   ModelCard model;
   model.name = text_field(card, "name", file);
   model.display_name = text_field(card, "display_name", file, false);
@@ -176,6 +178,7 @@ ModelCard parse_model_card(const std::string& json_text, const std::string& file
   if (model.n_heads % model.n_kv_heads != 0)
     bad_card(file, "n_heads (" + std::to_string(model.n_heads) + ") is not a multiple of n_kv_heads (" +
                        std::to_string(model.n_kv_heads) + ")");
+  card_fields::read_card_extensions({card, file, ""}, model);
   return model;
 }
 
@@ -193,6 +196,7 @@ GpuCard parse_gpu_card(const std::string& json_text, const std::string& file) {
     gpu.memory_bytes = static_cast<uint64_t>(int_field(card, "memory_bytes", file, 1, card_limits::kGpuBytes));
   else
     bad_card(file, "missing \"memory_mib\" (or \"memory_bytes\")");
+  card_fields::read_gpu_roofline({card, file, ""}, gpu);
   return gpu;
 }
 

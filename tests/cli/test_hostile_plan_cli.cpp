@@ -158,7 +158,7 @@ TEST(CliHostilePlan, TheTableKeepsItsColumnsApartForTheWidestNumbers) {
   auto lines = table_lines(result.output);
   ASSERT_EQ(lines.size(), 3u) << result.output;
   EXPECT_EQ(words(lines[2]), (std::vector<std::string>{"any", "policy", "512", "(0.4%)", "fp16", "131072", "69.2", "MB",
-                                                       "33", "849", "283.00x"}))
+                                                       "33", "849", "283.00x", "21.83", "38883"}))
       << result.output;
 
   // The smallest cache a card allows on the largest GPU at the longest context: one layer, head
@@ -200,7 +200,7 @@ TEST(CliHostilePlan, ASweepsPeakBeyondBPlusOneIsCounted) {
   const auto lines = table_lines(result.output);
   ASSERT_EQ(lines.size(), 3u) << result.output;
   EXPECT_EQ(words(lines[2]), (std::vector<std::string>{"h2o", "819", "(20%)", "fp16", "0.9549", "131072", "117.4", "MB",
-                                                       "56", "500", "4.59x"}))
+                                                       "56", "500", "4.59x", "22.07", "22657"}))
       << result.output;
   EXPECT_NE(unwrapped(result.output)
                 .find("h2o at 20%: the sweep's cache held up to 115 positions, 63 beyond what the budget explains on "

@@ -38,6 +38,10 @@ constexpr int64_t kParameters = 1'000'000'000'000'000;  // parameters 1..10^15
 constexpr int64_t kContext = int64_t{1} << 31;          // max_context (and any context) 1..2^31 tokens
 constexpr int64_t kGpuBytes = int64_t{1} << 44;         // memory 1 byte..16 TiB (memory_mib 1..2^24)
 constexpr int64_t kBlockSize = int64_t{1} << 20;        // --block-size 1..2^20 tokens
+constexpr int64_t kExperts = 65536;                     // n_experts 1..65536
+constexpr int64_t kVocab = int64_t{1} << 31;            // a config's vocab_size 1..2^31
+constexpr int64_t kHidden = int64_t{1} << 20;           // hidden_size, a config's ranks 1..2^20
+constexpr int64_t kIntermediate = int64_t{1} << 24;     // intermediate sizes 1..2^24
 }  // namespace card_limits
 
 struct ModelCard {
@@ -48,6 +52,25 @@ struct ModelCard {
   int64_t parameters = 0;
   int64_t max_context = 0;
   std::string source;  // where the numbers come from
+  // Sliding-window layers attend (and so hold) only the last `sliding_window` positions.
+  int64_t sliding_window = 0;        // 0: none
+  std::vector<bool> sliding_layers;  // per layer, true where it attends the window; empty: none
+  // Multi-head latent attention (MLA): one latent of kv_lora_rank + qk_rope_head_dim elements
+  // per token and layer, shared by every head, in place of k and v per kv head.
+  int kv_lora_rank = 0, qk_rope_head_dim = 0;
+  // A mixture of experts: `expert_parameters` are the routed experts' (all of them, every
+  // layer, within `parameters`), of which a token uses experts_per_token of n_experts.
+  int n_experts = 0, experts_per_token = 0;
+  int64_t expert_parameters = 0;
+
+  bool mla() const { return kv_lora_rank > 0; }
+  bool sliding(int layer) const {
+    return sliding_window > 0 && layer < static_cast<int>(sliding_layers.size()) &&
+           sliding_layers[static_cast<size_t>(layer)];
+  }
+  bool any_sliding() const;
+  // The parameters one token's forward pass multiplies: all but the experts it is not routed to.
+  double active_parameters() const;
 };
 
 struct GpuCard {
@@ -55,10 +78,20 @@ struct GpuCard {
   std::string display_name;   // e.g. "H100-80GB"
   uint64_t memory_bytes = 0;  // total device memory as the driver reports it (nvidia-smi)
   std::string source;
+  // The roofline's two ceilings (vendor datasheets); 0 when the card has none.
+  double bandwidth_bytes_per_s = 0;  // memory bandwidth
+  double peak_flops = 0;             // dense bf16/fp16 tensor FLOP/s
+  bool has_roofline() const { return bandwidth_bytes_per_s > 0 && peak_flops > 0; }
 };
 
-// Parse card JSON; `file` names the file in errors (InputError).
+// Parse card JSON; `file` names the file in errors (InputError). A model card may also be a
+// Hugging Face config.json (hf_config.cpp reads it).
 ModelCard parse_model_card(const std::string& json_text, const std::string& file);
+// A Hugging Face config.json as a model card: the attention layout from its fields and the
+// parameters counted from its sizes (docs/semantics.md, section 7). Throws InputError naming
+// the file and the field. (hf_config.cpp)
+ModelCard model_card_from_hf_config(const std::string& json_text, const std::string& file);
+bool is_hf_config(const std::string& json_text);
 GpuCard parse_gpu_card(const std::string& json_text, const std::string& file);
 
 // The card files of a folder (*.json), in name order; none when it cannot be read.
@@ -131,6 +164,7 @@ struct Footprint {
   double blocks = 0;         // blocks per sequence (per layer), mean
   double bytes = 0;          // bytes of those blocks per GPU, mean
   double budget_tokens = 0;  // B resolved per context, mean (the context for the full cache)
+  double read_bytes = 0;     // bytes of the positions held per GPU (what a decode step reads), mean
 };
 // The budget (nullopt: full cache) resolved against each context as Budget::resolve does;
 // every layer holds `beyond` positions more than B_l + 1 (up to the context).
@@ -142,6 +176,20 @@ int64_t max_sequences(const MemoryPlan& memory, const Footprint& footprint);
 // How many times smaller a sequence's cache is than the full cache at full precision
 // (bytes of blocks per sequence): eviction x quantization.
 double compression_factor(const Footprint& full, const Footprint& compressed);
+
+// A decode step of a row's planned batch on the roofline (roofline.cpp, docs/semantics.md,
+// section 7), per GPU.
+struct DecodeStep {
+  int64_t batch = 0;           // the sequences that fit (the row's max_sequences)
+  double weight_bytes = 0;     // weights read (the experts the batch routes to, for a MoE)
+  double kv_bytes = 0;         // the batch's held KV positions, read once
+  double flops = 0;            // matrix products of the weights and attention
+  double memory_seconds = 0;   // (weight_bytes + kv_bytes) / bandwidth
+  double compute_seconds = 0;  // flops / peak FLOPs
+  double seconds = 0;          // the larger of the two
+  double tokens_per_second_per_gpu = 0;
+  bool compute_bound() const { return compute_seconds > memory_seconds; }
+};
 
 // One line of the plan: a policy at a budget with a cache format.
 struct PlanRow {
@@ -165,6 +213,9 @@ struct PlanRow {
   // Positions the sweep's cache held at its peak beyond what the budget explains
   // (held_beyond_budget): each layer holds min(L, B_l + 1 + held_beyond).
   int64_t held_beyond = 0;
+  // The decode step of the planned batch (kvsim/plan/roofline.hpp); set when the GPU card
+  // carries bandwidth and peak FLOPs.
+  std::optional<DecodeStep> step;
 };
 // Fills layout, footprint, max_sequences, gain and compression of `row` (policy, budget,
 // quant set); `reference` is the full cache at full precision (its own gain is 1).
