@@ -13,6 +13,7 @@
 
 #include "kvsim/core/pages.hpp"
 #include "kvsim/core/policy.hpp"
+#include "kvsim/core/threshold.hpp"
 #include "kvtrace/attention_source.hpp"
 
 namespace kvsim {
@@ -95,6 +96,10 @@ struct Protocol {
   // grown to B + N, is compressed back to B; no eviction in between. 0: every step without a
   // question (the mode's rule), never with one.
   int64_t compress_every = 0;
+  // The threshold protocol (kvpress's DMSPress; kvsim/core/threshold.hpp): at the steps the
+  // rules above evict at, the positions outside the last W whose score is below T go, and no
+  // budget caps the cache. Off: the budget's rules.
+  Threshold threshold;
 };
 
 struct EngineOptions {
