@@ -122,6 +122,8 @@ std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& 
   // Only when given, so the settings of sweeps without them read as before.
   if (!values.question.empty()) out += "question: " + values.question + "\n";
   if (!values.compress_every.empty()) out += "compress-every: " + values.compress_every + "\n";
+  if (config.threshold.on())
+    out += "threshold: " + values.threshold + " window " + std::to_string(config.threshold.window) + "\n";
   if (config.head_floor >= 0) out += "head-budget: adaptive, floor " + std::to_string(config.head_floor) + "\n";
   return out;
 }
@@ -256,6 +258,7 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   all.question = question;
   all.question_auto = config.question_auto;
   all.paging = config.paging;
+  all.threshold = config.threshold;
   all.sequences = config.sequences.empty() ? reader.n_sequences() : static_cast<int64_t>(config.sequences.size());
   all.layers = config.layers.empty() ? reader.meta().n_layers : static_cast<int64_t>(config.layers.size());
   all.heads = reader.meta().n_heads;

@@ -85,7 +85,7 @@ class Simulation {
     context.layer = spec.layer;
     context.sequence_state = spec.sequence_state;
     policy_->reset(context);
-    if (options.protocol.threshold.on()) ThresholdEviction::check(*spec.policy, options);
+    if (options.threshold.on()) ThresholdEviction::check(*spec.policy, options);
     if (options.paging.on()) require_scores("--page");
     if (options.head_floor >= 0 || spec.policy->head_floor >= 0) require_kv_head_scores();
     start_record(n_tokens, context.n_heads);
@@ -130,7 +130,7 @@ class Simulation {
   // A policy that ignores the budget (full, scissorhands-official) follows to the end.
   // Under a threshold the budget caps nothing but may set the policy's parameters: none follows.
   bool follow(Simulation& leader) {
-    if (options_.protocol.threshold.on()) return false;
+    if (options_.threshold.on()) return false;
     if (spec_.policy->budgeted && !policy_->adopt(*leader.policy_)) return false;
     leader_ = &leader;
     leader.followers_.push_back(this);
@@ -268,8 +268,7 @@ class Simulation {
   }
 
   void evict(int64_t t) {
-    if (options_.protocol.threshold.on())
-      return evict_chosen(t, threshold_.keep(t, *policy_, cache_, options_.protocol.threshold));
+    if (options_.threshold.on()) return evict_chosen(t, threshold_.keep(t, *policy_, cache_, options_.threshold));
     record_evictions(t, cache_.evict(t, schedule_.at(t) == Schedule::Action::compress));
   }
   void record_evictions(int64_t t, std::span<const int32_t> victims) {

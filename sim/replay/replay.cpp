@@ -131,6 +131,7 @@ ReplayResults results_header(const ReplayConfig& config, const ReplayPlan& plan,
   results.question = config.protocol.question > 0 || config.question_auto;
   results.question_auto = config.question_auto;
   results.paging = config.paging;
+  results.threshold = config.threshold;
   results.sequences = static_cast<int64_t>(plan.sequences.size());
   results.layers = static_cast<int64_t>(plan.layers.size());
   results.heads = n_heads;

@@ -96,16 +96,16 @@ struct Protocol {
   // grown to B + N, is compressed back to B; no eviction in between. 0: every step without a
   // question (the mode's rule), never with one.
   int64_t compress_every = 0;
-  // The threshold protocol (kvpress's DMSPress; kvsim/core/threshold.hpp): at the steps the
-  // rules above evict at, the positions outside the last W whose score is below T go, and no
-  // budget caps the cache. Off: the budget's rules.
-  Threshold threshold;
 };
 
 struct EngineOptions {
   Mode mode = Mode::stream;
   int64_t prompt_len = 0;  // prefill mode: steps [0, prompt_len) are the prompt
   Protocol protocol;
+  // The threshold protocol (kvpress's DMSPress; kvsim/core/threshold.hpp): at the steps the
+  // protocol evicts at, the positions outside the last W whose score is below T go, and no
+  // budget caps the cache. Off: the budget's rules.
+  Threshold threshold;
   Aggregate aggregate = Aggregate::mean;
   bool output_error = false;  // needs values in every group
   // Groups of 4k heads read four heads per load from interleaved rows (sim/core/step_rows.hpp).
