@@ -172,6 +172,11 @@ void check_settings(const std::string& path, const std::string& settings, bool h
                                     (was.empty() ? "other settings" : "'" + was + "'") + ", this sweep has '" + now +
                                     "'; start it again without --resume");
   }
+  for (std::string was; std::getline(a, was);)  // a setting the rows had that this sweep lacks
+    if (!was.empty())
+      throw kvtrace::InputError(path, "",
+                                "--resume: the rows were made with '" + was +
+                                    "', this sweep has no such setting; start it again without --resume");
 }
 
 }  // namespace
