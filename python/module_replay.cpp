@@ -318,6 +318,8 @@ void bind_replay(py::module_& m) {
       .def_readwrite("quant", &ReplayOptions::quant)
       .def_readwrite("question", &ReplayOptions::question)
       .def_readwrite("compress_every", &ReplayOptions::compress_every)
+      .def_readwrite("threshold", &ReplayOptions::threshold)
+      .def_readwrite("window", &ReplayOptions::window)
       .def_readwrite("page", &ReplayOptions::page)
       .def_readwrite("page_score", &ReplayOptions::page_score)
       .def_readwrite("layer_budget", &ReplayOptions::layer_budget)

@@ -148,13 +148,15 @@ def _budget(value) -> str:
 
 def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                     question=None, compress_every=None, page=0, page_score="mean", head_budget="uniform",
-                    head_floor=0.2, share="none", share_score="mean"):
+                    head_floor=0.2, share="none", share_score="mean", threshold=None, threshold_window=None):
     o = _native._ReplayOptions()
     o.page = _int(page, "--page", 0, _INT64_MAX)
     o.page_score = str(page_score)
     o.mode = str(mode)
     o.question = "" if question is None else str(question)
     o.compress_every = "" if compress_every is None else str(compress_every)
+    o.threshold = "" if threshold is None else repr(float(threshold))
+    o.window = "" if threshold_window is None else str(threshold_window)
     o.aggregate = str(aggregate)
     o.rows = str(rows)
     if output_error is True:
@@ -384,7 +386,8 @@ def bundled_trace() -> str:
 def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto", seqs=None, layers=None,
            output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform", head_floor=0.2,
            threads=0, records=None, params=None, as_frame=None, question=None, compress_every=None, page=0,
-           page_score="mean", share="none", share_score="mean", **policy_params):
+           page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None,
+           **policy_params):
     """Replay one policy at one budget over a trace (kvsim replay).
 
     trace: a kvsim.Trace or a path. budget: tokens (64) or a share of each sequence ('20%').
@@ -403,6 +406,11 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     position is freed from all of them; 'model': every layer of a sequence keeps one set of B;
     scoring policies only) and share_score ('mean'|'max'|'sum', how the scores of the caches
     that share a set combine per position).
+    threshold (T) and threshold_window (W, default 128; --window, not a
+    policy's window parameter): the threshold protocol
+    (kvpress's DMSPress; scoring policies): at each eviction step every cached position outside
+    the last W whose score is below T goes, and the budget caps nothing (it only sets the
+    policy's own parameters); the occupancy columns report what stays.
 
     With pandas (and as_frame not False): a DataFrame, the table `kvsim replay --csv` writes
     (REPLAY_COLUMNS: one row per layer, then the row whose layer is "all").
@@ -419,7 +427,7 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
         raise InputError("records=True: the per-step records come in the dict that as_frame=False returns")
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                               question, compress_every, page, page_score, head_budget, head_floor, share,
-                              share_score)
+                              share_score, threshold, threshold_window)
     out = _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
                           pandas is None and records is not False)
     if pandas is None:
@@ -440,7 +448,8 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
 def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean", rows="auto", seqs=None,
           layers=None, output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform",
           head_floor=0.2, threads=0, params=None, as_frame=None, question=None, compress_every=None, page=0,
-          page_score="mean", share="none", share_score="mean", **policy_params):
+          page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None,
+          **policy_params):
     """The policies x budgets grid (kvsim sweep): with pandas a DataFrame with the columns of
     `kvsim sweep --csv` (SWEEP_COLUMNS) in its order, one row per line, NaN where the CSV is
     empty. With as_frame=False a dict of those columns (strings as lists, numbers as numpy
@@ -451,14 +460,15 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     quant: specs added to the unquantized grid (a 'quant' column tells them apart).
     question, compress_every: as replay()'s; with a question the question_retention_* and
     answer_retention_* columns follow the others. page, page_score: as replay()'s; with page > 0
-    the table ends with a 'page' column, as the CSV. share, share_score: as replay()'s.
+    the table ends with a 'page' column, as the CSV. share, share_score, threshold,
+    threshold_window: as replay()'s.
     """
     names = _comma_list(policies if policies is not None else DEFAULT_SWEEP_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
     pandas = _pandas(as_frame)
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                               question, compress_every, page, page_score, head_budget, head_floor, share,
-                              share_score)
+                              share_score, threshold, threshold_window)
     out = _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
     if pandas is None:
         return out

@@ -25,6 +25,10 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "before it is compressed to B, the question and answer tokens are kept")(
       "compress-every", po::value(&v.compress_every),
       "decode-time compression: the cache grows to B + N and is compressed back to B every N steps")(
+      "threshold", po::value(&v.threshold),
+      "evict by score, no budget (kvpress's DMSPress): at each eviction step every cached position outside the "
+      "last --window whose score is below T goes; B only sets the policy's own parameters (scoring policies)")(
+      "window", po::value(&v.window), "with --threshold: the last W positions are kept (default 128)")(
       "aggregate", po::value(&v.aggregate)->default_value(v.aggregate),
       "how a GQA group's heads combine into the observed row: mean, max or sum")(
       "rows", po::value(&v.rows)->default_value(v.rows),
@@ -70,6 +74,8 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   request.quant = v.quant;
   request.question = v.question;
   request.compress_every = v.compress_every;
+  request.threshold = v.threshold;
+  request.window = v.window;
   request.page = v.page;
   request.page_score = v.page_score;
   request.head_budget = v.head_budget;

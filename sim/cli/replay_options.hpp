@@ -19,6 +19,7 @@ struct ReplayCliOptions {
   std::string sequences, layers, layer_budget = "uniform";
   std::string quant;                     // KV quantization specs, comma-separated
   std::string question, compress_every;  // "": not given
+  std::string threshold, window;         // "": not given
   int64_t page = 0;
   std::string page_score = "mean";
   std::string head_budget = "uniform";

@@ -122,6 +122,8 @@ std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& 
   // Only when given, so the settings of sweeps without them read as before.
   if (!values.question.empty()) out += "question: " + values.question + "\n";
   if (!values.compress_every.empty()) out += "compress-every: " + values.compress_every + "\n";
+  if (config.threshold.on())
+    out += "threshold: " + values.threshold + " window " + std::to_string(config.threshold.window) + "\n";
   if (config.head_floor >= 0) out += "head-budget: adaptive, floor " + std::to_string(config.head_floor) + "\n";
   if (config.share != Share::none) out += "share: " + values.share + ", " + values.share_score + "\n";
   return out;
@@ -171,6 +173,11 @@ void check_settings(const std::string& path, const std::string& settings, bool h
                                     (was.empty() ? "other settings" : "'" + was + "'") + ", this sweep has '" + now +
                                     "'; start it again without --resume");
   }
+  for (std::string was; std::getline(a, was);)  // a setting the rows had that this sweep lacks
+    if (!was.empty())
+      throw kvtrace::InputError(path, "",
+                                "--resume: the rows were made with '" + was +
+                                    "', this sweep has no such setting; start it again without --resume");
 }
 
 }  // namespace
@@ -257,6 +264,7 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   all.question = question;
   all.question_auto = config.question_auto;
   all.paging = config.paging;
+  all.threshold = config.threshold;
   all.sequences = config.sequences.empty() ? reader.n_sequences() : static_cast<int64_t>(config.sequences.size());
   all.layers = config.layers.empty() ? reader.meta().n_layers : static_cast<int64_t>(config.layers.size());
   all.heads = reader.meta().n_heads;

@@ -20,6 +20,7 @@
 #include "reference_meters.hpp"
 #include "schedule.hpp"
 #include "step_rows.hpp"
+#include "threshold_eviction.hpp"
 #include "kvsim/core/engine.hpp"
 #include "kvsim/core/row_ranking.hpp"
 #include "kvtrace/error.hpp"
@@ -84,6 +85,7 @@ class Simulation {
     context.layer = spec.layer;
     context.sequence_state = spec.sequence_state;
     policy_->reset(context);
+    if (options.threshold.on()) ThresholdEviction::check(*spec.policy, options);
     if (options.paging.on()) require_scores("--page");
     if (options.head_floor >= 0 || spec.policy->head_floor >= 0) require_kv_head_scores();
     start_record(n_tokens, context.n_heads);
@@ -126,7 +128,9 @@ class Simulation {
   // but smaller budgets keep exactly the same cache as this one until the first step at which
   // they must evict: until then they follow it, dormant, and then take over its state.
   // A policy that ignores the budget (full, scissorhands-official) follows to the end.
+  // Under a threshold the budget caps nothing but may set the policy's parameters: none follows.
   bool follow(Simulation& leader) {
+    if (options_.threshold.on()) return false;
     if (spec_.policy->budgeted && !policy_->adopt(*leader.policy_)) return false;
     leader_ = &leader;
     leader.followers_.push_back(this);
@@ -263,7 +267,10 @@ class Simulation {
       }
   }
 
-  void evict(int64_t t) { record_evictions(t, cache_.evict(t, schedule_.at(t) == Schedule::Action::compress)); }
+  void evict(int64_t t) {
+    if (options_.threshold.on()) return evict_chosen(t, threshold_.keep(t, *policy_, cache_, options_.threshold));
+    record_evictions(t, cache_.evict(t, schedule_.at(t) == Schedule::Action::compress));
+  }
   void record_evictions(int64_t t, std::span<const int32_t> victims) {
     record_.result.evictions += static_cast<int64_t>(victims.size());
     for (int32_t victim : victims)
@@ -328,6 +335,7 @@ class Simulation {
   std::vector<std::vector<int32_t>> bound_caches_;  // a bound's: per head, the positions it chose
   std::vector<double> bound_mass_;                  // a bound's: per head, the model's mass over them
   std::vector<double> scores_;                      // require_scores'
+  ThresholdEviction threshold_;                     // the threshold protocol's scratch
   int64_t last_step_ = -1;
   bool deferred_ = false;         // head-adaptive budgets: the engine evicts
   Simulation* leader_ = nullptr;  // while dormant (budget sharing)

@@ -139,6 +139,7 @@ ReplayResults results_header(const ReplayConfig& config, const ReplayPlan& plan,
   results.paging = config.paging;
   results.share = config.share;
   results.share_score = config.share_score;
+  results.threshold = config.threshold;
   results.sequences = static_cast<int64_t>(plan.sequences.size());
   results.layers = static_cast<int64_t>(plan.layers.size());
   results.heads = n_heads;

@@ -67,6 +67,7 @@ void apply_protocol(const ReplayRequest& request, ReplayConfig& config) {
     bad_option("question", "needs --mode prefill (the context is compressed at its end, before the question)");
   if (!request.compress_every.empty())
     config.protocol.compress_every = positive("compress-every", request.compress_every, "a step count");
+  config.threshold = parse_threshold(request.threshold, request.window);
 }
 
 // --share with --share-score: one set per layer or per model evicts single positions from

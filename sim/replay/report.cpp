@@ -74,6 +74,12 @@ std::string protocol_text(const ReplayResults& results) {
     out.append(", question ").append(std::to_string(results.protocol.question));
   if (results.protocol.compress_every > 0)
     out.append(", compress every ").append(std::to_string(results.protocol.compress_every));
+  if (results.threshold.on())
+    out.append(", threshold ")
+        .append(number(results.threshold.below, "%g"))
+        .append(" outside the last ")
+        .append(std::to_string(results.threshold.window))
+        .append(" positions, no budget cap");
   return out;
 }
 
@@ -307,6 +313,10 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
   else if (results.protocol.question > 0)
     out["question"] = results.protocol.question;
   if (results.protocol.compress_every > 0) out["compress_every"] = results.protocol.compress_every;
+  if (results.threshold.on()) {
+    out["threshold"] = results.threshold.below;
+    out["window"] = results.threshold.window;
+  }
   if (results.paging.on()) {  // only then: token-mode files stay as they were
     out["page"] = results.paging.page;
     out["page_score"] = page_score_name(results.paging.score);

@@ -135,6 +135,7 @@ EngineOptions engine_options(const ReplayConfig& config, const ReplayPlan& plan,
   options.protocol = sequence.protocol;
   options.aggregate = config.aggregate;
   options.paging = config.paging;
+  options.threshold = config.threshold;
   options.output_error = plan.output_error;
   options.head_floor = config.head_floor;
   options.share = config.share;

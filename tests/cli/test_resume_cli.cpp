@@ -1,6 +1,7 @@
 // kvsim sweep --resume: an interrupted sweep (Ctrl-C or a kill) keeps only complete rows, and
 // resuming it gives the CSV an uninterrupted sweep writes, byte for byte.
 #include <gtest/gtest.h>
+
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -9,6 +10,7 @@
 #include <fcntl.h>
 
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <thread>
 #include <utility>
@@ -152,6 +154,23 @@ TEST_F(Resume, OtherSettingsOrAnotherTraceAreRefused) {
   const auto result = kvtest::expect_one_line_error("sweep " + other + grid);
   EXPECT_NE(result.output.find("'trace: "), std::string::npos) << result.output;
   EXPECT_EQ(kvtest::run_kvsim("sweep " + trace_ + grid).code, 0);  // the same sweep still resumes
+}
+
+// A setting the rows were made with that this sweep leaves out is another setting too.
+TEST_F(Resume, SettingsLeftOutAreRefused) {
+  for (const auto& [extra, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {" --compress-every 4", "'compress-every: 4'"},
+           {" --threshold 0.5 --window 32", "'threshold: 0.5 window 32'"}}) {
+    const std::string csv = dir_.file("left-out.csv");
+    std::remove(csv.c_str());
+    std::remove((csv + ".settings").c_str());
+    const std::string grid = " --policies h2o --budgets 10% --seqs 0 --csv " + csv + " --resume";
+    ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + grid + extra).code, 0) << extra;
+    const auto result = kvtest::expect_one_line_error("sweep " + trace_ + grid);
+    EXPECT_NE(result.output.find("the rows were made with " + fragment), std::string::npos)
+        << extra << ": " << result.output;
+    EXPECT_EQ(kvtest::run_kvsim("sweep " + trace_ + grid + extra).code, 0) << extra;  // still resumes
+  }
 }
 
 // The settings file a resume writes beside the CSV is an output like the CSV: never the trace.

@@ -215,6 +215,30 @@ class ModuleTest(unittest.TestCase):
         self.assertIn("answer_retention_mean", r)
         self.assert_cli_message("sweep", [TRACE, "--policies", "h2o", "--budgets", "8", "--question", "8"],
                                 lambda: kvsim.sweep(self.trace, "h2o", "8", question=8))
+    def test_threshold_equals_cli(self):
+        # threshold= and threshold_window= reach the engine as --threshold and --window do; a
+        # policy's own window parameter stays a policy parameter.
+        s = kvsim.sweep(self.trace, "h2o,observed-attention", "8,20%", seqs=[0, 1], threshold=0.5,
+                        threshold_window=32)
+        cli("sweep", TRACE, "--policies", "h2o,observed-attention", "--budgets", "8,20%", "--seqs", "0,1",
+            "--threshold", "0.5", "--window", "32", "--csv", self.out("threshold.csv"))
+        rows = read_csv(self.out("threshold.csv"))
+        for i, row in enumerate(rows):
+            for column, text in row.items():
+                value = s[column][i]
+                if not isinstance(value, str):
+                    self.assertTrue(same_number(text, value), (i, column, text, value))
+        full = kvsim.replay(self.trace, "h2o", "8", seqs=[0], threshold=0, as_frame=False, records=False)
+        self.assertEqual(full["evictions"], 0)
+        snapkv = kvsim.replay(self.trace, "snapkv", "8", seqs=[0], threshold=1, threshold_window=16, window=4,
+                              as_frame=False, records=False)
+        cli("replay", TRACE, "--policy", "snapkv", "--budget", "8", "--seqs", "0", "--threshold", "1", "--window", "16",
+            "--param", "window=4", "--json", self.out("snapkv.json"))
+        with open(self.out("snapkv.json"), encoding="utf-8") as f:
+            self.assertEqual(json.load(f)["cells"][0]["evictions"], snapkv["evictions"])
+        self.assert_cli_message("replay", [TRACE, "--policy", "recent", "--threshold", "1"],
+                                lambda: kvsim.replay(self.trace, "recent", "8", threshold=1))
+
     def test_budgets_that_move_equal_cli(self):
         # --layer-budget pyramid / cake, --head-budget adaptive and --share reach the engine the same way.
         gqa = self.out("gqa.h5")

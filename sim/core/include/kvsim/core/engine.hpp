@@ -13,6 +13,7 @@
 
 #include "kvsim/core/pages.hpp"
 #include "kvsim/core/policy.hpp"
+#include "kvsim/core/threshold.hpp"
 #include "kvtrace/attention_source.hpp"
 
 namespace kvsim {
@@ -104,6 +105,10 @@ struct EngineOptions {
   Mode mode = Mode::stream;
   int64_t prompt_len = 0;  // prefill mode: steps [0, prompt_len) are the prompt
   Protocol protocol;
+  // The threshold protocol (kvpress's DMSPress; kvsim/core/threshold.hpp): at the steps the
+  // protocol evicts at, the positions outside the last W whose score is below T go, and no
+  // budget caps the cache. Off: the budget's rules.
+  Threshold threshold;
   Aggregate aggregate = Aggregate::mean;
   bool output_error = false;  // needs values in every group
   // Groups of 4k heads read four heads per load from interleaved rows (sim/core/step_rows.hpp).

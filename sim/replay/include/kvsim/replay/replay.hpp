@@ -74,6 +74,7 @@ struct ReplayConfig {
   Mode mode = Mode::stream;
   Protocol protocol;           // --question, --compress-every
   bool question_auto = false;  // --question auto: each sequence's question_len attribute
+  Threshold threshold;         // --threshold, --window (EngineOptions::threshold)
   Aggregate aggregate = Aggregate::mean;
   Paging paging;  // page mode (--page): whole pages by the policies' scores
   kvtrace::RowsFrom rows = kvtrace::RowsFrom::automatic;
@@ -143,6 +144,7 @@ struct ReplayResults {
   Protocol protocol;      // as configured (question 0 with question_auto)
   bool question = false;  // the cells report question_retention and answer_retention
   bool question_auto = false;
+  Threshold threshold;
   Paging paging;
   Share share = Share::none;
   Aggregate share_score = Aggregate::mean;
@@ -200,6 +202,7 @@ struct ReplayRequest {
   std::string mode = "stream", aggregate = "mean", rows = "auto", output_error = "auto";
   std::string question;                 // "", a token count, or "auto" (the trace's question_len)
   std::string compress_every;           // "", or a step count
+  std::string threshold, window;        // the threshold protocol's T and W ("": not given)
   std::string quant;                    // KV quantization specs, comma-separated ("": none)
   int64_t page = 0;                     // page size P (0: token mode)
   std::string page_score = "mean";      // how a page's scores combine: mean or max
