@@ -9,6 +9,7 @@
 
 #include "future.hpp"
 #include "kvsim/core/head_budget.hpp"
+#include "pooled_eviction.hpp"
 #include "simulation.hpp"
 #include "step_rows.hpp"
 #include "kvtrace/schema.hpp"
@@ -190,7 +191,10 @@ void start_lane(const Lane& lane, int64_t n, const EngineOptions& options, LaneS
   state.by_group.resize(lane.groups.size());
   for (size_t s = 0; s < lane.simulations.size(); ++s)
     state.by_group[static_cast<size_t>(lane.simulations[s].group)].push_back(s);
-  std::vector<char> coupled(lane.simulations.size(), 0);
+  // Pooled simulations evict together (evict_pooled), so none shares a budget.
+  std::vector<char> coupled(lane.simulations.size(), options.pool ? 1 : 0);
+  if (options.pool)
+    for (auto& simulation : state.running) simulation.defer_eviction();
   state.couplings = head_couplings(lane, state.running, coupled, options);
   share_budgets(lane, state.running, coupled);
 }
@@ -215,14 +219,18 @@ void step_lane(const Lane& lane, LaneState& state, int64_t t, int group) {
 std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> lanes, const EngineOptions& options) {
   if (lanes.empty()) return {};
   const int64_t n = lanes.front().source->n_tokens();
+  const std::vector<PooledSet> pooled = options.pool ? pooled_sets(lanes, options) : std::vector<PooledSet>{};
   std::vector<LaneState> states(lanes.size());
   for (size_t l = 0; l < lanes.size(); ++l) start_lane(lanes[l], n, options, states[l]);
+  std::vector<std::vector<Simulation>*> pooled_lanes;
+  if (options.pool)
+    for (auto& state : states) pooled_lanes.push_back(&state.running);
   // Lanes in lockstep (a cross-layer chain) step every lane at each t. A single lane with
   // independent simulations runs one cache group's simulations over a whole block of rows
   // before the next group's: bit for bit the same results, but each group's state (tens of
   // simulations' caches and policy state) stays in the CPU caches for the block. Head-adaptive
   // budgets evict the heads together at each step.
-  bool group_major = lanes.size() == 1 && states.front().couplings.empty();
+  bool group_major = lanes.size() == 1 && states.front().couplings.empty() && !options.pool;
   for (const auto& spec : lanes.front().simulations) group_major = group_major && !spec.sequence_state;
   auto check_cancel = [&] {
     if (options.cancel && options.cancel->load()) throw Cancelled();
@@ -246,6 +254,7 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
       for (int64_t t = first; t < first + count; ++t) {
         check_cancel();
         for (size_t l = 0; l < lanes.size(); ++l) step_lane(lanes[l], states[l], t, -1);
+        for (const PooledSet& set : pooled) evict_pooled(pooled_lanes, set, t);
       }
     }
     if (options.sink)
@@ -288,6 +297,7 @@ SteppedEngine::SteppedEngine(int n_heads, std::vector<CacheGroup> groups, std::v
                              int64_t n_tokens, const EngineOptions& options, kvtrace::AttentionSource* future) {
   if (options.output_error) throw std::logic_error("the stepped engine records no output error");
   if (options.sink) throw std::logic_error("the stepped engine keeps its results");
+  if (options.pool) throw std::logic_error("the stepped engine has no pools");
   state_ = std::make_unique<State>(n_heads, std::move(groups), std::move(simulations), options);
   State& state = *state_;
   state.futures.resize(state.groups.size());
