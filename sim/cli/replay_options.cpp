@@ -49,7 +49,10 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "across a layer's kv heads: uniform (each keeps B) or adaptive (Ada-KV: the heads share n_kv_heads x B by "
       "the policy's scores; scoring policies only)")(
       "head-floor", po::value(&v.head_floor)->default_value(v.head_floor, "0.2"),
-      "adaptive: the share of B each kv head keeps of its own top scores");
+      "adaptive: the share of B each kv head keeps of its own top scores")(
+      "pool", po::value(&v.pool)->default_value(v.pool),
+      "one pool for a batch: the sequences, N at a time, share N x B per layer and kv head, the lowest scores "
+      "across them going first (scoring policies only); 0: every sequence alone");
   add_threads_option(options, v.threads);
   options.add_options()("csv", po::value(&v.csv), "write results as CSV")("json", po::value(&v.json),
                                                                           "write results as JSON")(
@@ -69,6 +72,7 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   request.page_score = v.page_score;
   request.head_budget = v.head_budget;
   request.head_floor = v.head_floor;
+  request.pool = v.pool;
   request.sequences = parse_indices("seqs", v.sequences);
   request.layers = parse_indices("layers", v.layers);
   request.threads = v.threads;

@@ -23,6 +23,7 @@ struct ReplayCliOptions {
   std::string page_score = "mean";
   std::string head_budget = "uniform";
   double head_floor = 0.2;
+  int pool = 0;  // ReplayConfig::pool
   int threads = 0;
   std::string csv, json, survival, plot;
 };

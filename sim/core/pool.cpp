@@ -34,7 +34,9 @@ double ordered(double score) { return std::isnan(score) ? -std::numeric_limits<d
 
 [[noreturn]] void refuse(const std::string& what) { throw kvtrace::InputError("", "", what); }
 
-void refuse_policy(const PolicyInfo& policy) {
+}  // namespace
+
+void check_pool_policy(const PolicyInfo& policy) {
   const std::string name = "policy " + policy.name;
   if (!policy.scoring) refuse(name + " has no per-position scores; --pool needs a scoring policy");
   if (policy.engine != Engine::cache)
@@ -43,8 +45,6 @@ void refuse_policy(const PolicyInfo& policy) {
     refuse(name + " shares budgets across kv heads (Ada-KV); --pool shares them across sequences, not both");
   if (!policy.budgeted) refuse(name + " does not evict to a budget; --pool needs a budgeted policy");
 }
-
-}  // namespace
 
 std::vector<std::vector<size_t>> pool_keep(std::span<const std::vector<double>> scores,
                                            std::span<const std::span<const int32_t>> positions, int64_t capacity) {
@@ -78,7 +78,7 @@ std::vector<PooledSet> pooled_sets(std::span<const Lane> lanes, const EngineOpti
   if (lanes.empty()) return sets;
   const std::span<const SimulationSpec> first = lanes.front().simulations;
   for (size_t s = 0; s < first.size(); ++s) {
-    refuse_policy(*first[s].policy);
+    check_pool_policy(*first[s].policy);
     PooledSet set{s, 0};
     for (const Lane& lane : lanes) {
       if (lane.simulations.size() != first.size()) throw std::logic_error("pooled lanes must run the same simulations");

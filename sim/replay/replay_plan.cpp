@@ -8,6 +8,7 @@
 #include "kvsim/core/lists.hpp"
 #include "kvtrace/error.hpp"
 #include "policy_tensors.hpp"
+#include "pools.hpp"
 
 namespace kvsim {
 namespace {
@@ -141,6 +142,8 @@ ReplayPlan plan_replay(const kvtrace::TraceReader& reader, const ReplayConfig& c
         {seq, info.n_tokens, info.prompt_len, schedule_tokens(config, info), protocol_of(reader, config, seq, info)});
   }
   plan.cells = plan_cells(config, plan, schedules, meta.n_layers);
+  plan.pool = config.pool;
+  if (plan.pool > 0) check_pools(config, plan);
   return plan;
 }
 

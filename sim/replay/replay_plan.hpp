@@ -36,6 +36,7 @@ struct ReplayPlan {
   std::vector<int> layers;
   std::vector<CellPlan> cells;
   bool output_error = false;  // measured: not off, and every replayed layer has v
+  int pool = 0;               // ReplayConfig::pool
   int64_t held(size_t cell, size_t sequence, size_t layer) const {
     return cells[cell].held[sequence * layers.size() + layer];
   }

@@ -6,7 +6,13 @@
 #include <span>
 #include <vector>
 
+#include "kvsim/core/policy.hpp"
+
 namespace kvsim {
+
+// Throws InputError (one line naming the policy and --pool) for a policy a pool cannot run:
+// one without scores, a cross-layer or Ada-KV one, one that ignores the budget.
+void check_pool_policy(const PolicyInfo& policy);
 
 // scores[m][i]: member m's score of its i-th cached position (higher: keep), positions[m][i]
 // the position. The `capacity` highest scores pooled over the members stay. Ties: the higher

@@ -66,6 +66,11 @@ struct ReplayConfig {
   // them through policy_schedule.
   std::map<std::string, LayerSchedule> policy_schedules;
   double head_floor = -1;  // >= 0: head-adaptive budgets with this floor (EngineOptions::head_floor)
+  // > 0: one pool for a batch. The replayed sequences, taken this many at a time in order (the
+  // last pool may be smaller), are stepped together, each layer's and cache group's caches of
+  // a pool sharing the sum of their budgets (EngineOptions::pool); the cells report each
+  // sequence (CellResult::sequences).
+  int pool = 0;
   Mode mode = Mode::stream;
   Protocol protocol;           // --question, --compress-every
   bool question_auto = false;  // --question auto: each sequence's question_len attribute
@@ -97,6 +102,18 @@ struct LayerSummary {
   double occupancy_mean = 0;
 };
 
+// One sequence's part of a cell replayed in pools (ReplayConfig::pool): its retention over its
+// layers, heads and recorded steps, and its caches' occupancy (positions a cache group's
+// cache holds at a recorded step), which a pool lets exceed the sequence's own B.
+struct SequenceSummary {
+  int seq = 0;
+  int pool = 0;  // its pool's index
+  Summary retention;
+  double occupancy_mean = 0;
+  int64_t occupancy_peak = 0;
+  double budget_tokens_mean = 0;  // its own B_l, over its replayed layers
+};
+
 struct CellResult {
   std::string policy;  // label: the policy, its changed parameters, "+quant" when quantized
   std::string params;  // the changed parameters, "k=v,k=v"
@@ -116,6 +133,7 @@ struct CellResult {
   int64_t occupancy_peak = 0;
   int64_t evictions = 0;
   std::vector<LayerSummary> layers;
+  std::vector<SequenceSummary> sequences;  // with pools: per replayed sequence, in order
   std::vector<GroupRecord> records;  // with keep_records, in (sequence, layer, group) order
 };
 
@@ -129,6 +147,7 @@ struct ReplayResults {
   bool question_auto = false;
   Paging paging;
   int64_t sequences = 0, layers = 0, heads = 0;
+  int pool = 0;  // ReplayConfig::pool
 };
 
 // The layer schedule policy `policy` of config.policies runs under (InputError when it
@@ -183,6 +202,7 @@ struct ReplayRequest {
   std::string page_score = "mean";      // how a page's scores combine: mean or max
   std::string head_budget = "uniform";  // or "adaptive" (Ada-KV, with head_floor)
   double head_floor = 0.2;
+  int pool = 0;                        // ReplayConfig::pool (0: every sequence alone)
   std::vector<int> sequences, layers;  // empty: all
   int threads = 0;                     // 0: one per core
 };
