@@ -148,8 +148,9 @@ def _budget(value) -> str:
 
 def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                     question=None, compress_every=None, page=0, page_score="mean", head_budget="uniform",
-                    head_floor=0.2):
+                    head_floor=0.2, pool=0):
     o = _native._ReplayOptions()
+    o.pool = _int(pool, "--pool", 0)
     o.page = _int(page, "--page", 0, _INT64_MAX)
     o.page_score = str(page_score)
     o.mode = str(mode)
@@ -382,7 +383,7 @@ def bundled_trace() -> str:
 def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto", seqs=None, layers=None,
            output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform", head_floor=0.2,
            threads=0, records=None, params=None, as_frame=None, question=None, compress_every=None, page=0,
-           page_score="mean", **policy_params):
+           page_score="mean", pool=0, **policy_params):
     """Replay one policy at one budget over a trace (kvsim replay).
 
     trace: a kvsim.Trace or a path. budget: tokens (64) or a share of each sequence ('20%').
@@ -397,7 +398,8 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     question_retention_* and answer_retention_*), compress_every (decode-time compression every
     N steps); docs/semantics.md, section 2. page (P: evict whole pages of P positions by the
     policy's scores, 0: single positions) and page_score ('mean'|'max', a page's score from
-    its positions').
+    its positions'). pool (N: the sequences, N at a time, share N x B per layer and kv head,
+    the lowest scores across them going first; 0: every sequence alone).
 
     With pandas (and as_frame not False): a DataFrame, the table `kvsim replay --csv` writes
     (REPLAY_COLUMNS: one row per layer, then the row whose layer is "all").
@@ -408,12 +410,15 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     [h, steps], 'output_error' float32 [h, steps] or None, 'occupancy' int32 [steps],
     'eviction_step' int32 [positions] (-1: never evicted), 'evictions', 'budget', ...}}.
     Layer-wide policies (tova, scissorhands-xlayer) have one group 0 per layer.
+    With pool > 0, 'per_sequence' (the DataFrame's attrs['per_sequence']): columns seq, pool,
+    budget_tokens_mean, retention_mean, retention_min, occupancy_mean, occupancy_peak, one
+    entry per sequence (the table `kvsim replay --pool N` prints).
     """
     pandas = _pandas(as_frame)
     if pandas is not None and records:
         raise InputError("records=True: the per-step records come in the dict that as_frame=False returns")
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
-                              question, compress_every, page, page_score, head_budget, head_floor)
+                              question, compress_every, page, page_score, head_budget, head_floor, pool)
     out = _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
                           pandas is None and records is not False)
     if pandas is None:
@@ -428,13 +433,16 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
             columns[name] = np.append(layers[name], out[name])
         else:
             columns[name] = [out[name]] * (n + 1)
-    return pandas.DataFrame(columns)
+    frame = pandas.DataFrame(columns)
+    if "per_sequence" in out:
+        frame.attrs["per_sequence"] = pandas.DataFrame(out["per_sequence"])
+    return frame
 
 
 def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean", rows="auto", seqs=None,
           layers=None, output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform",
           head_floor=0.2, threads=0, params=None, as_frame=None, question=None, compress_every=None, page=0,
-          page_score="mean", **policy_params):
+          page_score="mean", pool=0, **policy_params):
     """The policies x budgets grid (kvsim sweep): with pandas a DataFrame with the columns of
     `kvsim sweep --csv` (SWEEP_COLUMNS) in its order, one row per line, NaN where the CSV is
     empty. With as_frame=False a dict of those columns (strings as lists, numbers as numpy
@@ -445,13 +453,14 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     quant: specs added to the unquantized grid (a 'quant' column tells them apart).
     question, compress_every: as replay()'s; with a question the question_retention_* and
     answer_retention_* columns follow the others. page, page_score: as replay()'s; with page > 0
-    the table ends with a 'page' column, as the CSV.
+    the table ends with a 'page' column, as the CSV. pool: as replay()'s (each sequence's part
+    is in `kvsim sweep --pool N --json`).
     """
     names = _comma_list(policies if policies is not None else DEFAULT_SWEEP_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
     pandas = _pandas(as_frame)
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
-                              question, compress_every, page, page_score, head_budget, head_floor)
+                              question, compress_every, page, page_score, head_budget, head_floor, pool)
     out = _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
     if pandas is None:
         return out
