@@ -9,8 +9,9 @@ namespace kvsim {
 std::string pool_text(const ReplayResults& results) {
   if (results.pool <= 0) return "";
   const int64_t pool = results.pool, last = results.sequences % pool;
+  if (results.sequences <= pool) return ", one pool of " + std::to_string(results.sequences);
   std::string text = ", pools of " + std::to_string(pool);
-  if (last != 0 && results.sequences > pool) text += " (the last of " + std::to_string(last) + ")";
+  if (last != 0) text += " (the last of " + std::to_string(last) + ")";
   return text;
 }
 
