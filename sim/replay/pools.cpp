@@ -40,7 +40,8 @@ void check_pools(const ReplayConfig& config, const ReplayPlan& plan) {
         refuse_pair(first, other, "length", first.n_tokens, other.n_tokens, "a pool steps its sequences together");
       if (config.mode != Mode::prefill) continue;
       const std::string why = "a pool compresses its sequences at the same steps";
-      if (other.prompt_len != first.prompt_len) refuse_pair(first, other, "prompt_len", first.prompt_len, other.prompt_len, why);
+      if (other.prompt_len != first.prompt_len)
+        refuse_pair(first, other, "prompt_len", first.prompt_len, other.prompt_len, why);
       if (other.protocol.question != first.protocol.question)
         refuse_pair(first, other, "question", first.protocol.question, other.protocol.question, why);
     }

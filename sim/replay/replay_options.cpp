@@ -134,7 +134,8 @@ void apply_replay_request(const ReplayRequest& request, ReplayConfig& config) {
   config.paging = {request.page, parse_page_score(request.page_score)};
   config.head_floor = head_floor_of(request.head_budget, request.head_floor, config.paging);
   if (request.pool < 0) bad_option("pool", "must be >= 0 (0: every sequence alone)");
-  if (request.pool > 0 && config.paging.on()) bad_option("pool", "a pool evicts single positions: it cannot run with --page");
+  if (request.pool > 0 && config.paging.on())
+    bad_option("pool", "a pool evicts single positions: it cannot run with --page");
   if (request.pool > 0 && config.head_floor >= 0)
     bad_option("pool", "a pool shares budgets across sequences: it cannot run with --head-budget adaptive");
   config.pool = request.pool;

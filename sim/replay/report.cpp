@@ -159,9 +159,8 @@ std::string sweep_table(const ReplayResults& results) {
         "peak occupancy", [](const CellResult& c) { return static_cast<double>(c.occupancy_peak); }, 0);
   out << "budget B per sequence and layer, mean:" << budget_means(results, labels, budgets);
   out << "\nmode " << mode_name(results.mode) << protocol_text(results) << paging_text(results.paging)
-      << pool_text(results) << "; "
-      << results.sequences << " sequences x " << results.layers << " layers x " << results.heads << " heads; "
-      << kTeacherForcedNote << "\n";
+      << pool_text(results) << "; " << results.sequences << " sequences x " << results.layers << " layers x "
+      << results.heads << " heads; " << kTeacherForcedNote << "\n";
   return wrap_text(out.str());
 }
 

@@ -87,8 +87,8 @@ std::vector<LaneData> open_lanes(const kvtrace::TraceReader& reader, const Repla
     lane.source = kvtrace::open_attention_source(reader, seq, layer, all_heads, config.rows);
     if (views.specs.empty()) continue;
     const kvtrace::SoftmaxOptions softmax{meta.attn_scale, form.sliding_window, form.logit_softcap};
-    lane.quantized = build_quantized_layer(views.specs, item.lane_sequences[l]->n_tokens, meta.head_dim, lane.tensors.queries,
-                                           lane.tensors.keys, values, lane.groups, softmax);
+    lane.quantized = build_quantized_layer(views.specs, item.lane_sequences[l]->n_tokens, meta.head_dim,
+                                           lane.tensors.queries, lane.tensors.keys, values, lane.groups, softmax);
   }
   return lanes;
 }
@@ -162,7 +162,8 @@ std::vector<WorkItem> plan_items(const ReplayPlan& plan) {
     std::vector<size_t> every_layer(plan.layers.size());
     for (size_t layer = 0; layer < every_layer.size(); ++layer) every_layer[layer] = layer;
     for (size_t sequence = 0; sequence < plan.sequences.size(); ++sequence)
-      items.push_back(make_item(plan, std::vector<size_t>(every_layer.size(), sequence), every_layer, cross_layer_cells));
+      items.push_back(
+          make_item(plan, std::vector<size_t>(every_layer.size(), sequence), every_layer, cross_layer_cells));
   }
   return items;
 }

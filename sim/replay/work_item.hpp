@@ -13,9 +13,9 @@ namespace kvsim {
 // One layer for ordinary cells; every replayed layer (stepped together) for cross-layer cells;
 // one layer of a pool's sequences (ReplayConfig::pool, stepped together) for pooled cells.
 struct WorkItem {
-  const SequencePlan* sequence = nullptr;          // the first lane's
+  const SequencePlan* sequence = nullptr;           // the first lane's
   std::vector<const SequencePlan*> lane_sequences;  // per lane: the sequence it replays
-  std::vector<int> layers;                         // the trace's layers, one engine lane each
+  std::vector<int> layers;                          // the trace's layers, one engine lane each
   std::vector<size_t> cells;                  // indices into ReplayPlan::cells
   std::vector<std::vector<int64_t>> budgets;  // per cell of the item, per lane: B_l
   std::vector<GroupRecord> records;           // per cell, then layer, then group
