@@ -99,6 +99,30 @@ py::dict group_dict(GroupRecord&& record, bool with_position) {
 
 namespace {
 
+// With pools: per sequence, pool_table's columns (kvsim/replay/report.hpp).
+py::dict per_sequence_dict(const CellResult& cell) {
+  std::vector<int64_t> seq, pool, peak;
+  std::vector<double> budget, rmean, rmin, occupancy;
+  for (const SequenceSummary& sequence : cell.sequences) {
+    seq.push_back(sequence.seq);
+    pool.push_back(sequence.pool);
+    budget.push_back(sequence.budget_tokens_mean);
+    rmean.push_back(sequence.retention.mean);
+    rmin.push_back(sequence.retention.min);
+    occupancy.push_back(sequence.occupancy_mean);
+    peak.push_back(sequence.occupancy_peak);
+  }
+  py::dict out;
+  out["seq"] = to_numpy(std::move(seq));
+  out["pool"] = to_numpy(std::move(pool));
+  out["budget_tokens_mean"] = to_numpy(std::move(budget));
+  out["retention_mean"] = to_numpy(std::move(rmean));
+  out["retention_min"] = to_numpy(std::move(rmin));
+  out["occupancy_mean"] = to_numpy(std::move(occupancy));
+  out["occupancy_peak"] = to_numpy(std::move(peak));
+  return out;
+}
+
 py::dict replay(const Trace& trace, const std::string& policy, const std::string& budget,
                 const std::vector<std::pair<std::string, std::string>>& params, const ReplayOptions& options,
                 bool records) {
@@ -149,6 +173,7 @@ py::dict replay(const Trace& trace, const std::string& policy, const std::string
     groups[key] = group_dict(std::move(record), true);
   }
   out["groups"] = groups;
+  if (results.pool > 0) out["per_sequence"] = per_sequence_dict(cell);
   out["note"] = kTeacherForcedNote;
   return out;
 }
@@ -327,6 +352,7 @@ void bind_replay(py::module_& m) {
       .def_readwrite("head_floor", &ReplayOptions::head_floor)
       .def_readwrite("share", &ReplayOptions::share)
       .def_readwrite("share_score", &ReplayOptions::share_score)
+      .def_readwrite("pool", &ReplayOptions::pool)
       .def_readwrite("sequences", &ReplayOptions::sequences)
       .def_readwrite("layers", &ReplayOptions::layers)
       .def_readwrite("threads", &ReplayOptions::threads);

@@ -148,8 +148,10 @@ def _budget(value) -> str:
 
 def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                     question=None, compress_every=None, page=0, page_score="mean", head_budget="uniform",
-                    head_floor=0.2, share="none", share_score="mean", threshold=None, threshold_window=None):
+                    head_floor=0.2, share="none", share_score="mean", threshold=None, threshold_window=None,
+                    pool=0):
     o = _native._ReplayOptions()
+    o.pool = _int(pool, "--pool", 0)
     o.page = _int(page, "--page", 0, _INT64_MAX)
     o.page_score = str(page_score)
     o.mode = str(mode)
@@ -386,7 +388,7 @@ def bundled_trace() -> str:
 def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto", seqs=None, layers=None,
            output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform", head_floor=0.2,
            threads=0, records=None, params=None, as_frame=None, question=None, compress_every=None, page=0,
-           page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None,
+           page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None, pool=0,
            **policy_params):
     """Replay one policy at one budget over a trace (kvsim replay).
 
@@ -411,6 +413,8 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     (kvpress's DMSPress; scoring policies): at each eviction step every cached position outside
     the last W whose score is below T goes, and the budget caps nothing (it only sets the
     policy's own parameters); the occupancy columns report what stays.
+    pool (N: the sequences, N at a time, share N x B per layer and kv head,
+    the lowest scores across them going first; 0: every sequence alone).
 
     With pandas (and as_frame not False): a DataFrame, the table `kvsim replay --csv` writes
     (REPLAY_COLUMNS: one row per layer, then the row whose layer is "all").
@@ -421,13 +425,17 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     [h, steps], 'output_error' float32 [h, steps] or None, 'occupancy' int32 [steps],
     'eviction_step' int32 [positions] (-1: never evicted), 'evictions', 'budget', ...}}.
     Layer-wide policies (tova, scissorhands-xlayer) have one group 0 per layer.
+    With pool > 0, 'per_sequence' (the DataFrame's attrs['per_sequence']): columns seq, pool,
+    budget_tokens_mean, retention_mean, retention_min, occupancy_mean, occupancy_peak, one
+    entry per sequence (the table `kvsim replay --pool N` prints).
     """
     pandas = _pandas(as_frame)
     if pandas is not None and records:
         raise InputError("records=True: the per-step records come in the dict that as_frame=False returns")
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                               question, compress_every, page, page_score, head_budget, head_floor, share,
-                              share_score, threshold, threshold_window)
+                              share_score, threshold, threshold_window,
+                              pool)
     out = _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
                           pandas is None and records is not False)
     if pandas is None:
@@ -442,13 +450,16 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
             columns[name] = np.append(layers[name], out[name])
         else:
             columns[name] = [out[name]] * (n + 1)
-    return pandas.DataFrame(columns)
+    frame = pandas.DataFrame(columns)
+    if "per_sequence" in out:
+        frame.attrs["per_sequence"] = pandas.DataFrame(out["per_sequence"])
+    return frame
 
 
 def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean", rows="auto", seqs=None,
           layers=None, output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform",
           head_floor=0.2, threads=0, params=None, as_frame=None, question=None, compress_every=None, page=0,
-          page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None,
+          page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None, pool=0,
           **policy_params):
     """The policies x budgets grid (kvsim sweep): with pandas a DataFrame with the columns of
     `kvsim sweep --csv` (SWEEP_COLUMNS) in its order, one row per line, NaN where the CSV is
@@ -461,14 +472,16 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     question, compress_every: as replay()'s; with a question the question_retention_* and
     answer_retention_* columns follow the others. page, page_score: as replay()'s; with page > 0
     the table ends with a 'page' column, as the CSV. share, share_score, threshold,
-    threshold_window: as replay()'s.
+    threshold_window, pool: as replay()'s (each sequence's part of a pool is in
+    `kvsim sweep --pool N --json`).
     """
     names = _comma_list(policies if policies is not None else DEFAULT_SWEEP_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
     pandas = _pandas(as_frame)
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                               question, compress_every, page, page_score, head_budget, head_floor, share,
-                              share_score, threshold, threshold_window)
+                              share_score, threshold, threshold_window,
+                              pool)
     out = _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
     if pandas is None:
         return out

@@ -58,7 +58,11 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "one keep-set for several caches, so an evicted position is freed from all: none (each cache its own), "
       "layer (every kv head of a layer) or model (every layer of a sequence); scoring policies only")(
       "share-score", po::value(&v.share_score)->default_value(v.share_score),
-      "how the scores of a shared set's caches combine per position: mean, max or sum (with --share)");
+      "how the scores of a shared set's caches combine per position: mean, max or sum (with --share)")(
+
+      "pool", po::value(&v.pool)->default_value(v.pool),
+      "one pool for a batch: the sequences, N at a time, share N x B per layer and kv head, the lowest scores "
+      "across them going first (scoring policies only); 0: every sequence alone");
   add_threads_option(options, v.threads);
   options.add_options()("csv", po::value(&v.csv), "write results as CSV")("json", po::value(&v.json),
                                                                           "write results as JSON")(
@@ -82,6 +86,7 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   request.head_floor = v.head_floor;
   request.share = v.share;
   request.share_score = v.share_score;
+  request.pool = v.pool;
   request.sequences = parse_indices("seqs", v.sequences);
   request.layers = parse_indices("layers", v.layers);
   request.threads = v.threads;

@@ -25,6 +25,7 @@ struct ReplayCliOptions {
   std::string head_budget = "uniform";
   double head_floor = 0.2;
   std::string share = "none", share_score = "mean";
+  int pool = 0;  // ReplayConfig::pool
   int threads = 0;
   std::string csv, json, survival, plot;
 };

@@ -10,6 +10,7 @@
 #include "future.hpp"
 #include "kvsim/core/head_budget.hpp"
 #include "shared_sets.hpp"
+#include "pooled_eviction.hpp"
 #include "simulation.hpp"
 #include "step_rows.hpp"
 #include "kvtrace/schema.hpp"
@@ -201,7 +202,10 @@ std::vector<SharedSet> couple_lanes(std::span<const Lane> lanes, std::vector<Lan
   std::vector<std::vector<char>> coupled;
   for (size_t l = 0; l < lanes.size(); ++l) {
     running.push_back(&states[l].running);
-    coupled.emplace_back(lanes[l].simulations.size(), 0);
+    // Pooled simulations evict together (evict_pooled), so none shares a budget.
+    coupled.emplace_back(lanes[l].simulations.size(), options.pool ? 1 : 0);
+    if (options.pool)
+      for (auto& simulation : states[l].running) simulation.defer_eviction();
   }
   std::vector<SharedSet> shared = shared_sets(lanes, running, coupled, options);
   for (size_t l = 0; l < lanes.size(); ++l) {
@@ -231,6 +235,7 @@ void step_lane(const Lane& lane, LaneState& state, int64_t t, int group) {
 std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> lanes, const EngineOptions& options) {
   if (lanes.empty()) return {};
   const int64_t n = lanes.front().source->n_tokens();
+  const std::vector<PooledSet> pooled = options.pool ? pooled_sets(lanes, options) : std::vector<PooledSet>{};
   std::vector<LaneState> states(lanes.size());
   for (size_t l = 0; l < lanes.size(); ++l) start_lane(lanes[l], n, options, states[l]);
   std::vector<SharedSet> shared = couple_lanes(lanes, states, options);
@@ -240,8 +245,8 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
   // independent simulations runs one cache group's simulations over a whole block of rows
   // before the next group's: bit for bit the same results, but each group's state (tens of
   // simulations' caches and policy state) stays in the CPU caches for the block. Head-adaptive
-  // budgets and shared keep-sets evict the heads together at each step.
-  bool group_major = lanes.size() == 1 && states.front().couplings.empty() && shared.empty();
+  // budgets, shared keep-sets and pools evict the heads together at each step.
+  bool group_major = lanes.size() == 1 && states.front().couplings.empty() && shared.empty() && !options.pool;
   for (const auto& spec : lanes.front().simulations) group_major = group_major && !spec.sequence_state;
   auto check_cancel = [&] {
     if (options.cancel && options.cancel->load()) throw Cancelled();
@@ -266,6 +271,7 @@ std::vector<std::vector<SimulationResult>> run_lockstep(std::span<const Lane> la
         check_cancel();
         for (size_t l = 0; l < lanes.size(); ++l) step_lane(lanes[l], states[l], t, -1);
         for (SharedSet& set : shared) evict_shared(running, set, t, options.share_score);
+        for (const PooledSet& set : pooled) evict_pooled(running, set, t);
       }
     }
     if (options.sink)
@@ -309,6 +315,8 @@ SteppedEngine::SteppedEngine(int n_heads, std::vector<CacheGroup> groups, std::v
   if (options.output_error) throw std::logic_error("the stepped engine records no output error");
   if (options.sink) throw std::logic_error("the stepped engine keeps its results");
   if (options.share != Share::none) throw std::logic_error("the stepped engine keeps no shared sets");
+
+  if (options.pool) throw std::logic_error("the stepped engine has no pools");
   state_ = std::make_unique<State>(n_heads, std::move(groups), std::move(simulations), options);
   State& state = *state_;
   state.futures.resize(state.groups.size());

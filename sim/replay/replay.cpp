@@ -11,6 +11,7 @@
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "policy_tensors.hpp"
+#include "pools.hpp"
 #include "record_io.hpp"
 #include "replay_plan.hpp"
 #include "work_item.hpp"
@@ -143,7 +144,26 @@ ReplayResults results_header(const ReplayConfig& config, const ReplayPlan& plan,
   results.sequences = static_cast<int64_t>(plan.sequences.size());
   results.layers = static_cast<int64_t>(plan.layers.size());
   results.heads = n_heads;
+  results.pool = config.pool;
   return results;
+}
+
+// A pool's work item holds its sequences' records of one layer: they go in (sequence, layer)
+// order, as every other replay's do.
+void pool_order(std::vector<const GroupRecord*>& records, std::vector<const RecordSums*>& sums) {
+  std::vector<size_t> order(records.size());
+  for (size_t r = 0; r < order.size(); ++r) order[r] = r;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return std::pair(records[a]->seq, records[a]->layer) < std::pair(records[b]->seq, records[b]->layer);
+  });
+  std::vector<const GroupRecord*> sorted_records;
+  std::vector<const RecordSums*> sorted_sums;
+  for (size_t r : order) {
+    sorted_records.push_back(records[r]);
+    sorted_sums.push_back(sums[r]);
+  }
+  records.swap(sorted_records);
+  sums.swap(sorted_sums);
 }
 
 // Each cell's summaries from its records in (sequence, layer) order. The cells are aggregated
@@ -178,7 +198,9 @@ void finish_cells(const ReplayConfig& config, const ReplayPlan& plan, const std:
               records.push_back(&items[i].records[r]);
               sums.push_back(&items[i].sums[r]);
             }
+        if (plan.pool > 0) pool_order(records, sums);
         aggregator.finish(c, records, sums, cell);
+        if (plan.pool > 0) cell.sequences = sequence_summaries(plan, records, sums);
         if (config.keep_records)
           for (const GroupRecord* record : records) cell.records.push_back(*record);
       },

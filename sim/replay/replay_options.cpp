@@ -87,6 +87,20 @@ void apply_share(const ReplayRequest& request, ReplayConfig& config) {
     throw kvtrace::InputError("", "", option + " keeps B per cache: it cannot run with --head-budget adaptive");
 }
 
+// Shared keep-sets, pools and the threshold protocol each take over a simulation's eviction:
+// one at a time.
+void refuse_mixed_couplings(const ReplayConfig& config) {
+  const std::vector<std::pair<bool, const char*>> takers = {{config.share != Share::none, "--share"},
+                                                             {config.pool > 0, "--pool"},
+                                                             {config.threshold.on(), "--threshold"}};
+  std::vector<const char*> on;
+  for (const auto& [taken, option] : takers)
+    if (taken) on.push_back(option);
+  if (on.size() > 1)
+    throw kvtrace::InputError("", "", std::string(on[0]) + " and " + on[1] +
+                                          " each decide which positions go: give one of them");
+}
+
 }  // namespace
 
 QuestionOption question_of(const std::string& question) {
@@ -151,6 +165,13 @@ void apply_replay_request(const ReplayRequest& request, ReplayConfig& config) {
   if (request.page < 0) bad_option("page", "must be >= 0 (0: token mode)");
   config.paging = {request.page, parse_page_score(request.page_score)};
   config.head_floor = head_floor_of(request.head_budget, request.head_floor, config.paging);
+  if (request.pool < 0) bad_option("pool", "must be >= 0 (0: every sequence alone)");
+  if (request.pool > 0 && config.paging.on())
+    bad_option("pool", "a pool evicts single positions: it cannot run with --page");
+  if (request.pool > 0 && config.head_floor >= 0)
+    bad_option("pool", "a pool shares budgets across sequences: it cannot run with --head-budget adaptive");
+  config.pool = request.pool;
+  refuse_mixed_couplings(config);
   apply_share(request, config);
 }
 

@@ -8,6 +8,7 @@
 #include "kvsim/core/lists.hpp"
 #include "kvtrace/error.hpp"
 #include "policy_tensors.hpp"
+#include "pools.hpp"
 
 namespace kvsim {
 namespace {
@@ -156,6 +157,8 @@ ReplayPlan plan_replay(const kvtrace::TraceReader& reader, const ReplayConfig& c
   plan.cells = plan_cells(config, plan, schedules, meta.n_layers);
   plan.layers_in_lockstep = config.share == Share::model;
   if (plan.layers_in_lockstep) refuse_uneven_layers(plan);
+  plan.pool = config.pool;
+  if (plan.pool > 0) check_pools(config, plan);
   return plan;
 }
 

@@ -37,6 +37,7 @@ struct ReplayPlan {
   std::vector<CellPlan> cells;
   bool output_error = false;  // measured: not off, and every replayed layer has v
   bool layers_in_lockstep = false;  // every cell's items run every layer of a sequence (--share model)
+  int pool = 0;               // ReplayConfig::pool
   int64_t held(size_t cell, size_t sequence, size_t layer) const {
     return cells[cell].held[sequence * layers.size() + layer];
   }

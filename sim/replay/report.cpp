@@ -165,7 +165,7 @@ std::string sweep_table(const ReplayResults& results) {
         "peak occupancy", [](const CellResult& c) { return static_cast<double>(c.occupancy_peak); }, 0);
   out << "budget B per sequence and layer, mean:" << budget_means(results, labels, budgets);
   out << "\nmode " << mode_name(results.mode) << protocol_text(results) << paging_text(results.paging)
-      << share_text(results) << "; " << results.sequences << " sequences x " << results.layers << " layers x "
+      << share_text(results) << pool_text(results) << "; " << results.sequences << " sequences x " << results.layers << " layers x "
       << results.heads << " heads; " << kTeacherForcedNote << "\n";
   return wrap_text(out.str());
 }
@@ -299,6 +299,21 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
       cells.back()["question_retention"] = summary(cell.question_retention, true);
       cells.back()["answer_retention"] = summary(cell.answer_retention, true);
     }
+    if (results.pool > 0) {
+      nlohmann::json sequences = nlohmann::json::array();
+      for (const SequenceSummary& sequence : cell.sequences)
+        sequences.push_back({{"seq", sequence.seq},
+                             {"pool", sequence.pool},
+                             {"budget_tokens_mean", sequence.budget_tokens_mean},
+                             {"retention",
+                              {{"mean", sequence.retention.mean},
+                               {"min", sequence.retention.min},
+                               {"max", sequence.retention.max},
+                               {"count", sequence.retention.count}}},
+                             {"occupancy_mean", sequence.occupancy_mean},
+                             {"occupancy_peak", sequence.occupancy_peak}});
+      cells.back()["sequences"] = sequences;
+    }
   }
   nlohmann::json out = {{"trace", trace},
                         {"model", model},
@@ -317,6 +332,7 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
     out["threshold"] = results.threshold.below;
     out["window"] = results.threshold.window;
   }
+  if (results.pool > 0) out["pool"] = results.pool;
   if (results.paging.on()) {  // only then: token-mode files stay as they were
     out["page"] = results.paging.page;
     out["page_score"] = page_score_name(results.paging.score);

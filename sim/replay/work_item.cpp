@@ -4,24 +4,28 @@
 
 #include <algorithm>
 #include <memory>
+#include <stdexcept>
 #include <utility>
 
 #include "kvsim/policies/registry.hpp"
 #include "kvsim/quant/quantized_layer.hpp"
 #include "policy_tensors.hpp"
+#include "pools.hpp"
 
 namespace kvsim {
 namespace {
 
-WorkItem make_item(const ReplayPlan& plan, size_t sequence, const std::vector<size_t>& layers,
+// Lane l replays sequences[l] at layers[l] (indices into the plan's).
+WorkItem make_item(const ReplayPlan& plan, const std::vector<size_t>& sequences, const std::vector<size_t>& layers,
                    const std::vector<size_t>& cells) {
   WorkItem item;
-  item.sequence = &plan.sequences[sequence];
+  item.sequence = &plan.sequences[sequences.front()];
+  for (size_t sequence : sequences) item.lane_sequences.push_back(&plan.sequences[sequence]);
   for (size_t layer : layers) item.layers.push_back(plan.layers[layer]);
   item.cells = cells;
   for (size_t c : cells) {
     std::vector<int64_t>& budgets = item.budgets.emplace_back();
-    for (size_t layer : layers) budgets.push_back(plan.held(c, sequence, layer));
+    for (size_t l = 0; l < layers.size(); ++l) budgets.push_back(plan.held(c, sequences[l], layers[l]));
   }
   return item;
 }
@@ -61,7 +65,6 @@ struct LaneData {
 std::vector<LaneData> open_lanes(const kvtrace::TraceReader& reader, const ReplayConfig& config, const ReplayPlan& plan,
                                  const WorkItem& item, const QuantViews& views) {
   const kvtrace::TraceMeta& meta = reader.meta();
-  const int seq = item.sequence->seq;
   TensorNeeds wanted;
   for (size_t c : item.cells) wanted.add(*plan.cells[c].choice->info);
   wanted.keys = wanted.keys || !views.specs.empty();
@@ -73,7 +76,7 @@ std::vector<LaneData> open_lanes(const kvtrace::TraceReader& reader, const Repla
   std::vector<LaneData> lanes(item.layers.size());
   for (size_t l = 0; l < lanes.size(); ++l) {
     LaneData& lane = lanes[l];
-    const int layer = item.layers[l];
+    const int seq = item.lane_sequences[l]->seq, layer = item.layers[l];
     const kvtrace::LayerForm& form = reader.layer(seq, layer);
     if (!views.specs.empty() && !form.has_qk())
       reader.fail(kvtrace::layer_path(seq, layer),
@@ -86,8 +89,8 @@ std::vector<LaneData> open_lanes(const kvtrace::TraceReader& reader, const Repla
     lane.source = kvtrace::open_attention_source(reader, seq, layer, all_heads, config.rows);
     if (views.specs.empty()) continue;
     const kvtrace::SoftmaxOptions softmax{meta.attn_scale, form.sliding_window, form.logit_softcap};
-    lane.quantized = build_quantized_layer(views.specs, item.sequence->n_tokens, meta.head_dim, lane.tensors.queries,
-                                           lane.tensors.keys, values, lane.groups, softmax);
+    lane.quantized = build_quantized_layer(views.specs, item.lane_sequences[l]->n_tokens, meta.head_dim,
+                                           lane.tensors.queries, lane.tensors.keys, values, lane.groups, softmax);
   }
   return lanes;
 }
@@ -115,7 +118,7 @@ std::vector<std::pair<size_t, size_t>> add_simulations(const ReplayPlan& plan, c
         spec.quant = views.view_of[cell.quant];
         lanes[l].specs.push_back(std::move(spec));
         GroupRecord record;
-        record.seq = item.sequence->seq;
+        record.seq = item.lane_sequences[l]->seq;
         record.layer = layer;
         record.group = layer_wide ? 0 : g;
         record.layer_wide = layer_wide;
@@ -141,16 +144,20 @@ EngineOptions engine_options(const ReplayConfig& config, const ReplayPlan& plan,
   options.share = config.share;
   options.share_score = config.share_score;
   options.cancel = config.cancel;
+  options.pool = config.pool > 0;
   return options;
 }
 
-// The index of a record's LayerHeld in item_layouts'.
+// The index of a record's LayerHeld in item_layouts': its cell's, at its lane (the lane of its
+// sequence and layer).
 size_t held_of(const WorkItem& item, size_t record) {
+  const GroupRecord& r = item.records[record];
   const size_t cell = static_cast<size_t>(
       std::find(item.cells.begin(), item.cells.end(), item.cell_of_record[record]) - item.cells.begin());
-  const size_t layer = static_cast<size_t>(
-      std::find(item.layers.begin(), item.layers.end(), item.records[record].layer) - item.layers.begin());
-  return cell * item.layers.size() + layer;
+  size_t lane = 0;
+  while (lane < item.layers.size() && (item.layers[lane] != r.layer || item.lane_sequences[lane]->seq != r.seq)) ++lane;
+  if (lane == item.layers.size()) throw std::logic_error("a record of no lane of its item");
+  return cell * item.layers.size() + lane;
 }
 
 }  // namespace
@@ -172,10 +179,11 @@ void add_layouts(const ReplayPlan& plan, const WorkItem& item, SweepAggregator& 
     if (!streamed) layer.add_occupancy(0, result.occupancy);
     layer.add_record(result);
   }
-  const auto sequence = static_cast<size_t>(item.sequence - plan.sequences.data());
-  for (size_t i = 0; i < held.size(); ++i)
-    aggregator.add_layout(item.cells[i / item.layers.size()], item.layers[i % item.layers.size()], sequence,
-                          std::move(held[i]));
+  for (size_t i = 0; i < held.size(); ++i) {
+    const size_t lane = i % item.layers.size();
+    const auto sequence = static_cast<size_t>(item.lane_sequences[lane] - plan.sequences.data());
+    aggregator.add_layout(item.cells[i / item.layers.size()], item.layers[lane], sequence, std::move(held[i]));
+  }
 }
 
 std::vector<WorkItem> plan_items(const ReplayPlan& plan) {
@@ -185,15 +193,20 @@ std::vector<WorkItem> plan_items(const ReplayPlan& plan) {
                                                                                           : layer_cells)
         .push_back(c);
   std::vector<WorkItem> items;
-  if (!layer_cells.empty())
+  if (!layer_cells.empty() && plan.pool > 0)
+    for (size_t layer = 0; layer < plan.layers.size(); ++layer)
+      for (const std::vector<size_t>& pool : plan_pools(plan))
+        items.push_back(make_item(plan, pool, std::vector<size_t>(pool.size(), layer), layer_cells));
+  else if (!layer_cells.empty())
     for (size_t layer = 0; layer < plan.layers.size(); ++layer)
       for (size_t sequence = 0; sequence < plan.sequences.size(); ++sequence)
-        items.push_back(make_item(plan, sequence, {layer}, layer_cells));
+        items.push_back(make_item(plan, {sequence}, {layer}, layer_cells));
   if (!cross_layer_cells.empty()) {
     std::vector<size_t> every_layer(plan.layers.size());
     for (size_t layer = 0; layer < every_layer.size(); ++layer) every_layer[layer] = layer;
     for (size_t sequence = 0; sequence < plan.sequences.size(); ++sequence)
-      items.push_back(make_item(plan, sequence, every_layer, cross_layer_cells));
+      items.push_back(
+          make_item(plan, std::vector<size_t>(every_layer.size(), sequence), every_layer, cross_layer_cells));
   }
   return items;
 }

@@ -11,10 +11,12 @@
 namespace kvsim {
 
 // One layer for ordinary cells; every replayed layer (stepped together) for cross-layer cells
-// and for every cell under --share model (ReplayPlan::layers_in_lockstep).
+// and for every cell under --share model (ReplayPlan::layers_in_lockstep); one layer of a
+// pool's sequences (ReplayConfig::pool, stepped together) for pooled cells.
 struct WorkItem {
-  const SequencePlan* sequence = nullptr;
-  std::vector<int> layers;                    // the trace's layers, one engine lane each
+  const SequencePlan* sequence = nullptr;           // the first lane's
+  std::vector<const SequencePlan*> lane_sequences;  // per lane: the sequence it replays
+  std::vector<int> layers;                          // the trace's layers, one engine lane each
   std::vector<size_t> cells;                  // indices into ReplayPlan::cells
   std::vector<std::vector<int64_t>> budgets;  // per cell of the item, per lane: B_l
   std::vector<GroupRecord> records;           // per cell, then layer, then group
@@ -24,7 +26,7 @@ struct WorkItem {
 
 // The plan's work items, layer by layer (so a layer's tails are freed once its sequences are
 // done, SweepAggregator), then one per sequence for the cross-layer cells (for every cell, with
-// layers_in_lockstep).
+// layers_in_lockstep). With pools, one per layer and pool: the pool's sequences of that layer.
 std::vector<WorkItem> plan_items(const ReplayPlan& plan);
 
 // Replays `item`, filling its records. streaming: the engine hands each block of steps to it,

@@ -632,6 +632,25 @@ class FrameTest(unittest.TestCase):
         with self.assertRaisesRegex(kvsim.InputError, "policy recent has no per-position scores; --page needs"):
             kvsim.sweep(TRACE, "recent", "20%", seqs=[1], page=16)
 
+    def test_pooled_replay_reports_each_sequence_as_the_cli(self):
+        r = kvsim.replay(TRACE, "h2o", 16, seqs=[0, 1, 2], layers=[0], pool=2, as_frame=False, records=False)
+        cli("replay", TRACE, "--policy", "h2o", "--budget", "16", "--seqs", "0,1,2", "--layers", "0", "--pool", "2",
+            "--json", os.path.join(self.tmp, "pool.json"))
+        with open(os.path.join(self.tmp, "pool.json")) as f:
+            cell = json.load(f)["cells"][0]
+        per_sequence = r["per_sequence"]
+        self.assertEqual(list(per_sequence["seq"]), [0, 1, 2])
+        self.assertEqual(list(per_sequence["pool"]), [0, 0, 1])
+        for i, sequence in enumerate(cell["sequences"]):
+            self.assertEqual(per_sequence["retention_mean"][i], sequence["retention"]["mean"])
+            self.assertEqual(per_sequence["occupancy_peak"][i], sequence["occupancy_peak"])
+        self.assertGreater(max(per_sequence["occupancy_peak"]), 17)  # one sequence held more than B + 1
+        if pandas is not None:
+            frame = kvsim.replay(TRACE, "h2o", 16, seqs=[0, 1, 2], layers=[0], pool=2)
+            self.assertEqual(list(frame.attrs["per_sequence"]["seq"]), [0, 1, 2])
+        with self.assertRaisesRegex(kvsim.InputError, "policy recent has no per-position scores; --pool needs"):
+            kvsim.sweep(TRACE, "recent", "20%", seqs=[1], pool=2)
+
     def test_replay_frame_is_the_csv(self):
         frame = kvsim.replay(TRACE, "scissorhands", "20%", seqs=[0, 3], layers="1,4", w=100)
         cli("replay", TRACE, "--policy", "scissorhands", "--budget", "20%", "--seqs", "0,3", "--layers", "1,4",

@@ -38,8 +38,9 @@ int cmd_replay(const std::vector<std::string>& args) {
   if (!results.gathered) return 0;                // another MPI rank: rank 0 prints and writes
   write_outputs(values, reader, results, false);  // first: a failed write is then the only line
   std::cout << reader.meta().model << ": " << results.sequences << " sequences, mode " << mode_name(results.mode)
-            << protocol_text(results) << paging_text(results.paging) << share_text(results) << "\n"
+            << protocol_text(results) << paging_text(results.paging) << share_text(results) << pool_text(results) << "\n"
             << replay_table(results.cells.front(), results.output_error);
+  if (results.pool > 0) std::cout << "\n" << pool_table(results.cells.front());
   const LayerSchedule& schedule = policy_schedule(config, 0);
   if (schedule.kind != LayerSchedule::Kind::weights || !schedule.weights.empty()) {
     std::cout << "layer budgets B_l (" << schedule.name << ", mean over the sequences):";

@@ -139,6 +139,12 @@ struct EngineOptions {
   // position by share_score. A policy without scores is refused (InputError).
   Share share = Share::none;
   Aggregate share_score = Aggregate::mean;
+  // One pool for a batch (kvsim/core/pool.hpp), in run_lockstep: the lanes are sequences of
+  // one length and schedule stepped together, and simulation s of every lane (one scoring
+  // policy with the same parameters, cache group and view) is one set whose caches share the
+  // sum of their budgets: after each step, the lowest scores across them go. A policy without
+  // scores is refused (InputError), as are head-adaptive budgets and page mode.
+  bool pool = false;
   // When set, the run throws Cancelled once it reads true: before a cache group's next block
   // of steps (lanes in lockstep: before the next step). Ctrl-C from Python stops a run within
   // one group's block, whatever its policies cost.

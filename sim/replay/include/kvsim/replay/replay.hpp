@@ -71,6 +71,11 @@ struct ReplayConfig {
   // sequence in one work item and needs the same B_l on every layer.
   Share share = Share::none;
   Aggregate share_score = Aggregate::mean;
+  // > 0: one pool for a batch. The replayed sequences, taken this many at a time in order (the
+  // last pool may be smaller), are stepped together, each layer's and cache group's caches of
+  // a pool sharing the sum of their budgets (EngineOptions::pool); the cells report each
+  // sequence (CellResult::sequences).
+  int pool = 0;
   Mode mode = Mode::stream;
   Protocol protocol;           // --question, --compress-every
   bool question_auto = false;  // --question auto: each sequence's question_len attribute
@@ -106,6 +111,18 @@ struct LayerSummary {
   double occupancy_layer_union_mean = NAN, occupancy_layer_union_peak = NAN;
 };
 
+// One sequence's part of a cell replayed in pools (ReplayConfig::pool): its retention over its
+// layers, heads and recorded steps, and its caches' occupancy (positions a cache group's
+// cache holds at a recorded step), which a pool lets exceed the sequence's own B.
+struct SequenceSummary {
+  int seq = 0;
+  int pool = 0;  // its pool's index
+  Summary retention;
+  double occupancy_mean = 0;
+  int64_t occupancy_peak = 0;
+  double budget_tokens_mean = 0;  // its own B_l, over its replayed layers
+};
+
 struct CellResult {
   std::string policy;  // label: the policy, its changed parameters, "+quant" when quantized
   std::string params;  // the changed parameters, "k=v,k=v"
@@ -133,6 +150,7 @@ struct CellResult {
   double occupancy_model_union_mean = NAN, occupancy_model_union_peak = NAN;
   int64_t evictions = 0;
   std::vector<LayerSummary> layers;
+  std::vector<SequenceSummary> sequences;  // with pools: per replayed sequence, in order
   std::vector<GroupRecord> records;  // with keep_records, in (sequence, layer, group) order
 };
 
@@ -149,6 +167,7 @@ struct ReplayResults {
   Share share = Share::none;
   Aggregate share_score = Aggregate::mean;
   int64_t sequences = 0, layers = 0, heads = 0;
+  int pool = 0;  // ReplayConfig::pool
 };
 
 // The layer schedule policy `policy` of config.policies runs under (InputError when it
@@ -210,6 +229,7 @@ struct ReplayRequest {
   double head_floor = 0.2;
   std::string share = "none";          // or "layer", "model": shared keep-sets
   std::string share_score = "mean";    // how the scores of a shared set's caches combine: mean, max or sum
+  int pool = 0;                        // ReplayConfig::pool (0: every sequence alone)
   std::vector<int> sequences, layers;  // empty: all
   int threads = 0;                     // 0: one per core
 };

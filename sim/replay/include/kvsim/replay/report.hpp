@@ -31,6 +31,12 @@ std::string share_text(const ReplayResults& results);
 std::string replay_table(const CellResult& cell, bool output_error);
 // ", question 32, compress every 16": the protocol beyond the mode ("" when none).
 std::string protocol_text(const ReplayResults& results);
+// ", pools of 8 (the last of 3)" or ", one pool of 3" with pools (ReplayResults::pool), else "".
+// (pool_report.cpp)
+std::string pool_text(const ReplayResults& results);
+// With pools: one line per sequence, its own B, retention mean and min, occupancy mean and
+// peak. (pool_report.cpp)
+std::string pool_table(const CellResult& cell);
 
 // The sweep CSV (one row per policy, budget and quant): kvsim/replay/sweep_table.hpp.
 // Per layer rows plus an "all" row for each cell.
