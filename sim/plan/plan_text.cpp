@@ -79,6 +79,20 @@ void add_roofline_cells(const Plan& plan, const PlanRow& row, std::vector<std::s
   cells.push_back(shown ? fixed(row.step->tokens_per_second_per_gpu, 0) : "-");
 }
 
+// The chosen columns of a table, each padded to its width (the left columns to the left).
+std::string table_text(const std::vector<std::string>& headers, const std::vector<size_t>& widths,
+                       const std::vector<std::vector<std::string>>& rows, const std::vector<size_t>& columns,
+                       size_t left_columns) {
+  std::string out;
+  auto line = [&](const std::vector<std::string>& cells) {
+    for (size_t c : columns) out += pad(cells[c], widths[c], c >= left_columns);
+    out += "\n";
+  };
+  line(headers);
+  for (const auto& cells : rows) line(cells);
+  return out;
+}
+
 // The table: the policy, budget and quant columns on the left, the numbers on the right, each
 // column as wide as its widest cell (at least its header's default width). Not wrapped: a row
 // stays one line.
@@ -121,14 +135,20 @@ std::string plan_rows(const Plan& plan, const std::string& metric_name) {
   for (const auto& cells : rows)
     for (size_t c = 0; c < cells.size(); ++c)
       widths[c] = std::max(widths[c], cells[c].size() + (c < left_columns ? 2 : 1));
-  std::string out;
-  auto line = [&](const std::vector<std::string>& cells) {
-    for (size_t c = 0; c < cells.size(); ++c) out += pad(cells[c], widths[c], c >= left_columns);
-    out += "\n";
-  };
-  line(headers);
-  for (const auto& cells : rows) line(cells);
-  return out;
+  std::vector<size_t> columns(headers.size());
+  for (size_t c = 0; c < columns.size(); ++c) columns[c] = c;
+  // A table wider than a terminal's 100 columns puts the roofline in a second table, beside
+  // each row's policy, budget, quant and max seqs.
+  const size_t roofline = roofline_headers(plan).size();
+  size_t total = 0;
+  for (size_t width : widths) total += width;
+  if (roofline == 0 || total <= 100) return table_text(headers, widths, rows, columns, left_columns);
+  const size_t max_seqs = headers.size() - roofline - 2;
+  std::vector<size_t> memory(columns.begin(), columns.end() - static_cast<std::ptrdiff_t>(roofline));
+  std::vector<size_t> step = {0, 1, 2, max_seqs};
+  for (size_t c = headers.size() - roofline; c < headers.size(); ++c) step.push_back(c);
+  return table_text(headers, widths, rows, memory, left_columns) + "\n" +
+         table_text(headers, widths, rows, step, left_columns);
 }
 
 // What a layer caches per token: k and v per kv head, or one MLA latent.
