@@ -182,6 +182,39 @@ std::string lags_text(const std::vector<int64_t>& lags) {
   return text;
 }
 
+// The plot directory, made if missing, and each plot an output like --csv: writable, and
+// neither an input nor another output.
+void prepare_plots(const std::string& trace, const std::string& plot, const std::vector<std::string>& files,
+                   const std::vector<double>& masses) {
+  if (plot.empty()) return;
+#ifdef KVSIM_HAVE_PLOT
+  std::error_code error;
+  std::filesystem::create_directories(plot, error);
+  if (error || !std::filesystem::is_directory(plot)) throw kvtrace::InputError(plot, "", "cannot create the plot directory");
+  const std::vector<std::string> plots = plot_paths(plot, masses);
+  for (const std::string& path : plots) kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
+  std::vector<std::string> outputs = files;
+  outputs.insert(outputs.end(), plots.begin(), plots.end());
+  kvtrace::check_distinct_paths({trace}, outputs);
+#else
+  (void)trace, (void)files, (void)masses;
+  bad_option("plot", "this kvsim was built without Qt6, so it cannot render plots");
+#endif
+}
+
+// The attention need at `masses` over the analysed sequences and layers (none without masses).
+std::optional<TraceNeed> measure_need(const kvtrace::TraceReader& reader, const AnalysisConfig& config,
+                                      const std::vector<double>& masses) {
+  if (masses.empty()) return std::nullopt;
+  NeedConfig need_config;
+  need_config.masses = masses;
+  need_config.rows = config.rows;
+  need_config.sequences = config.sequences;
+  need_config.layers = config.layers;
+  need_config.threads = config.threads;
+  return trace_need(reader, need_config);
+}
+
 }  // namespace
 
 int cmd_analyze(const std::vector<std::string>& args) {
@@ -243,39 +276,14 @@ int cmd_analyze(const std::vector<std::string>& args) {
   check_options(config.options);
   const std::vector<double> masses = need.empty() ? std::vector<double>{} : parse_need_masses(need);
   prepare_outputs({trace}, {csv, json});
-  if (!plot.empty()) {
-#ifdef KVSIM_HAVE_PLOT
-    std::error_code error;
-    std::filesystem::create_directories(plot, error);
-    if (error || !std::filesystem::is_directory(plot))
-      throw kvtrace::InputError(plot, "", "cannot create the plot directory");
-    // Each plot is an output like --csv: writable, and neither an input nor another output.
-    const std::vector<std::string> plots = plot_paths(plot, masses);
-    for (const std::string& path : plots) kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
-    std::vector<std::string> outputs = {csv, json};
-    outputs.insert(outputs.end(), plots.begin(), plots.end());
-    kvtrace::check_distinct_paths({trace}, outputs);
-#else
-    bad_option("plot", "this kvsim was built without Qt6, so it cannot render plots");
-#endif
-  }
-
+  prepare_plots(trace, plot, {csv, json}, masses);
   const kvtrace::TraceReader reader = open_trace(trace);
   TraceAnalysis analysis;
   {
     Progress progress("analyze");
     analysis = analyze_trace(reader, config, progress.callback());
   }
-  std::optional<TraceNeed> measured;
-  if (!masses.empty()) {
-    NeedConfig need_config;
-    need_config.masses = masses;
-    need_config.rows = config.rows;
-    need_config.sequences = config.sequences;
-    need_config.layers = config.layers;
-    need_config.threads = config.threads;
-    measured = trace_need(reader, need_config);
-  }
+  const std::optional<TraceNeed> measured = measure_need(reader, config, masses);
   std::vector<std::vector<std::string>> text;
   for (int s : analysis.sequences) {
     text.resize(static_cast<size_t>(s) + 1);
