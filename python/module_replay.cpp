@@ -148,6 +148,7 @@ py::dict replay(const Trace& trace, const std::string& policy, const std::string
   const size_t n = cell.layers.size();
   std::vector<int64_t> layer(n);
   std::vector<double> rmean(n), rp5(n), rmin(n), emean(n), ep95(n), occupancy(n);
+  std::vector<double> dense_mean(n), dense_peak(n), union_mean(n), union_peak(n), model(n, NAN);
   for (size_t i = 0; i < n; ++i) {
     const LayerSummary& l = cell.layers[i];
     layer[i] = l.layer;
@@ -157,6 +158,8 @@ py::dict replay(const Trace& trace, const std::string& policy, const std::string
     emean[i] = l.output_error.mean;
     ep95[i] = l.output_error.p95;
     occupancy[i] = l.occupancy_mean;
+    dense_mean[i] = l.occupancy_dense_mean, dense_peak[i] = l.occupancy_dense_peak;
+    union_mean[i] = l.occupancy_layer_union_mean, union_peak[i] = l.occupancy_layer_union_peak;
   }
   py::dict layers;
   layers["layer"] = to_numpy(std::move(layer));
@@ -166,6 +169,12 @@ py::dict replay(const Trace& trace, const std::string& policy, const std::string
   layers["output_error_mean"] = to_numpy(std::move(emean));
   layers["output_error_p95"] = to_numpy(std::move(ep95));
   layers["occupancy_mean"] = to_numpy(std::move(occupancy));
+  layers["occupancy_dense_mean"] = to_numpy(std::move(dense_mean));
+  layers["occupancy_dense_peak"] = to_numpy(std::move(dense_peak));
+  layers["occupancy_layer_union_mean"] = to_numpy(std::move(union_mean));
+  layers["occupancy_layer_union_peak"] = to_numpy(std::move(union_peak));
+  layers["occupancy_model_union_mean"] = to_numpy(std::vector<double>(model));  // the sequence's, not a layer's
+  layers["occupancy_model_union_peak"] = to_numpy(std::move(model));
   out["layers"] = layers;
   py::dict groups;
   for (GroupRecord& record : cell.records) {

@@ -203,10 +203,10 @@ std::string replay_table(const CellResult& cell, bool output_error) {
     line(std::to_string(layer.layer), layer.retention, layer.output_error, layer.occupancy_mean);
   line("all", cell.retention, cell.output_error, cell.occupancy_mean);
   out << "\npeak occupancy " << cell.occupancy_peak << ", evictions " << cell.evictions << "\n";
-  out << "positions held by layout, mean / peak: dense " << number(cell.occupancy_dense_mean, "%.1f") << " / "
+  out << "positions held by layout (mean / peak): dense " << number(cell.occupancy_dense_mean, "%.1f") << " / "
       << number(cell.occupancy_dense_peak, "%.0f") << ", paged per layer "
       << number(cell.occupancy_layer_union_mean, "%.1f") << " / " << number(cell.occupancy_layer_union_peak, "%.0f")
-      << ", paged per sequence " << number(cell.occupancy_model_union_mean, "%.1f") << " / "
+      << ",\n  paged per sequence " << number(cell.occupancy_model_union_mean, "%.1f") << " / "
       << number(cell.occupancy_model_union_peak, "%.0f") << "\n";
   if (cell.question_retention.count > 0)
     out << "question rows: retention mean " << number(cell.question_retention.mean, "%.4f") << ", min "

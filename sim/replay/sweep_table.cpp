@@ -110,17 +110,17 @@ const std::vector<SweepColumn>& sweep_columns() {
       {"occupancy_peak", nullptr, nullptr, &R::occupancy_peak},
       {"evictions", nullptr, nullptr, &R::evictions},
       {"samples", nullptr, nullptr, &R::samples},
-      {"question_retention_mean", nullptr, &R::question_retention_mean, nullptr, SweepColumn::Only::question},
-      {"question_retention_min", nullptr, &R::question_retention_min, nullptr, SweepColumn::Only::question},
-      {"answer_retention_mean", nullptr, &R::answer_retention_mean, nullptr, SweepColumn::Only::question},
-      {"answer_retention_min", nullptr, &R::answer_retention_min, nullptr, SweepColumn::Only::question},
-      {"page", nullptr, nullptr, &R::page, SweepColumn::Only::page},
       {"occupancy_dense_mean", nullptr, &R::occupancy_dense_mean},
       {"occupancy_dense_peak", nullptr, &R::occupancy_dense_peak},
       {"occupancy_layer_union_mean", nullptr, &R::occupancy_layer_union_mean},
       {"occupancy_layer_union_peak", nullptr, &R::occupancy_layer_union_peak},
       {"occupancy_model_union_mean", nullptr, &R::occupancy_model_union_mean},
       {"occupancy_model_union_peak", nullptr, &R::occupancy_model_union_peak},
+      {"question_retention_mean", nullptr, &R::question_retention_mean, nullptr, SweepColumn::Only::question},
+      {"question_retention_min", nullptr, &R::question_retention_min, nullptr, SweepColumn::Only::question},
+      {"answer_retention_mean", nullptr, &R::answer_retention_mean, nullptr, SweepColumn::Only::question},
+      {"answer_retention_min", nullptr, &R::answer_retention_min, nullptr, SweepColumn::Only::question},
+      {"page", nullptr, nullptr, &R::page, SweepColumn::Only::page},
   };
   return columns;
 }

@@ -28,7 +28,7 @@ struct SweepRow {
   double question_retention_mean = NAN, question_retention_min = NAN;
   double answer_retention_mean = NAN, answer_retention_min = NAN;
   int64_t page = 0;  // P of page mode (--page), 0 for single positions
-  // Positions held by each cache layout (CellResult's; written last). NaN when a file lacks them.
+  // Positions held by each cache layout (CellResult's). NaN when a file lacks them.
   double occupancy_dense_mean = NAN, occupancy_dense_peak = NAN;
   double occupancy_layer_union_mean = NAN, occupancy_layer_union_peak = NAN;
   double occupancy_model_union_mean = NAN, occupancy_model_union_peak = NAN;
@@ -47,7 +47,7 @@ const SweepColumn* find_sweep_column(const std::string& name);  // null when the
 
 // Which of the columns only some sweeps have a table writes, after the ones all have: a
 // question's (ReplayResults::question), then page mode's page (so token-mode files keep the
-// columns they always had). The layouts' occupancy comes last, in every table.
+// columns they always had).
 struct SweepExtras {
   bool question = false, paged = false;
 };
