@@ -85,6 +85,7 @@ void bind_plan(py::module_& m) {
       .def_readwrite("cards", &PlanRequest::cards)
       .def_readwrite("layer_budget", &PlanRequest::layer_budget)
       .def_readwrite("head_budget", &PlanRequest::head_budget)
+      .def_readwrite("layout", &PlanRequest::layout)
       .def("set_sweep_columns", &set_sweep_columns);
   m.def("_plan", &plan);
   m.def("_plan_text", &plan_table_text);

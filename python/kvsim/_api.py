@@ -616,7 +616,7 @@ def need(trace, *, p=(0.9, 0.95, 0.99), seqs=None, layers=None, rows="auto", thr
 
 def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
          reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None,
-         layer_budget="uniform", head_budget="uniform", as_frame=None):
+         layer_budget="uniform", head_budget="uniform", layout="per-head", as_frame=None):
     """Capacity planning (kvsim plan). With pandas: a DataFrame of the plan's rows, one per
     policy and budget, with the keys of the rows of `kvsim plan --json` as columns (policy,
     budget, quant, kv_bytes_per_token, blocks_per_sequence, max_sequences, gain, ...; the plan
@@ -630,11 +630,13 @@ def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=N
     (the default with a sweep), 'output_error<=0.05', ... kv_quant: 'flexgen4', 'kivi2', specs.
     cards: the folder holding models/ and gpus/ (default data_dir()). layer_budget ('uniform',
     'pyramid[...]' or one weight per layer) and head_budget ('uniform', 'adaptive'): as the sweep's.
+    layout ('per-head', 'dense', 'paged-layer', 'paged-model'; with a sweep): the cache layout
+    whose peak occupancy each sequence holds, as kvsim plan --layout.
     """
     pandas = _pandas(as_frame)
     out = _native._plan(_plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve,
                                    block_size, context, budget, sweep, target, cards,
-                                   layer_budget, head_budget))
+                                   layer_budget, head_budget, layout))
     if pandas is None:
         return out
     frame = pandas.DataFrame(out["rows"])
@@ -644,17 +646,18 @@ def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=N
 
 def plan_text(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=None, utilization=0.90,
               reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None,
-              layer_budget="uniform", head_budget="uniform") -> str:
+              layer_budget="uniform", head_budget="uniform", layout="per-head") -> str:
     """The same plan as the table `kvsim plan` prints (print(kvsim.plan_text(...)))."""
     return _native._plan_text(_plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve,
                                          block_size, context, budget, sweep, target, cards,
-                                   layer_budget, head_budget))
+                                         layer_budget, head_budget, layout))
 
 
 def _plan_args(model, gpu, gpus, weight_dtype, kv_dtype, kv_quant, utilization, reserve, block_size, context, budget,
-               sweep, target, cards, layer_budget="uniform", head_budget="uniform"):
+               sweep, target, cards, layer_budget="uniform", head_budget="uniform", layout="per-head"):
     a = _native._PlanArgs()
     a.layer_budget = str(layer_budget)
+    a.layout = str(layout)
     a.head_budget = str(head_budget)
     a.model = _path(_text(model), "--model")  # a card name or a card file
     a.gpu = _path(_text(gpu), "--gpu")

@@ -100,6 +100,19 @@ class RowBuilder {
     std::set<std::string> wanted_quants;
     for (const auto& q : quants) wanted_quants.insert(q.name);
     if (table.has_peak) sweep_length_ = sweep_length(table);
+    const CacheLayout layout = plan_.setup.layout;
+    if (layout != CacheLayout::per_head) {
+      if (!table.has_peak || !table.has_layouts)
+        throw kvtrace::InputError(plan_.sweep_name, "",
+                                  std::string("--layout ") + cache_layout_name(layout) +
+                                      " needs the occupancy_*_peak columns of a sweep that measured them");
+      plan_.notes.push_back(std::string("layout ") + cache_layout_name(layout) + ": each sequence holds what the " +
+                            "sweep's cache held " + layout_held_text(layout) + " at its peak (" +
+                            (layout == CacheLayout::dense ? "occupancy_dense_peak"
+                             : layout == CacheLayout::paged_layer ? "occupancy_layer_union_peak"
+                                                                  : "occupancy_model_union_peak") +
+                            "), for every kv head and layer");
+    }
     std::vector<std::string> unbudgeted;
     for (const auto& choice : choose_budgets(table, target)) {
       if (choice.policy == "need") continue;  // the attention need, planned by --target need@p only
@@ -199,16 +212,40 @@ class RowBuilder {
 
   // What the sweep's cache held at its peak beyond the budget's B + 1 (--compress-every, a
   // question, pages that could not go) is held by each planned sequence too.
+  // Under a layout other than per head, its peak (layout_peak) is what the sequence held, as a
+  // multiple of the B + 1 the budget explains: a union over heads or layers grows with B.
   void count_held_beyond(const TargetRow& measured, PlanRow& row) {
     const LayerSchedule& schedule = row.schedule ? *row.schedule : plan_.setup.schedule;
-    row.held_beyond = held_beyond_budget(measured, schedule, sweep_length_);
-    if (row.held_beyond == 0) return;
+    const CacheLayout layout = plan_.setup.layout;
+    const double peak = layout_peak(measured, layout);
+    SweepRow held = measured;
+    if (!std::isnan(peak)) held.occupancy_peak = static_cast<int64_t>(std::ceil(std::min(peak, 0x1p62)));
     std::ostringstream note;
-    note << row.policy << " at " << measured.budget << ": the sweep's cache held up to " << measured.occupancy_peak
-         << " positions, " << row.held_beyond << " beyond what the budget explains on its " << sweep_length_
-         << "-token sequences (--compress-every, a question, pages that could not go): counted in each sequence "
-         << "here";
+    note << row.policy << " at " << measured.budget << ": the sweep's cache held up to " << held.occupancy_peak
+         << " positions";
+    if (layout == CacheLayout::per_head) {
+      row.held_beyond = held_beyond_budget(held, schedule, sweep_length_);
+      if (row.held_beyond == 0) return;
+      note << ", " << row.held_beyond << " beyond what the budget explains on its " << sweep_length_
+           << "-token sequences (--compress-every, a question, pages that could not go): counted in each sequence "
+           << "here";
+    } else {
+      const int64_t explained = held.occupancy_peak - held_beyond_budget(held, schedule, sweep_length_);
+      row.held_scale = explained > 0 ? static_cast<double>(held.occupancy_peak) / static_cast<double>(explained) : 1;
+      if (row.held_scale <= 1) return;
+      note << " " << layout_held_text(layout) << ", " << plan_decimals(row.held_scale, 2)
+           << " x the B + 1 its budget explains on its " << sweep_length_
+           << "-token sequences: each sequence here holds that multiple of B + 1";
+    }
     add_once(plan_.notes, note.str());
+  }
+
+  static const char* layout_held_text(CacheLayout layout) {
+    switch (layout) {
+      case CacheLayout::dense: return "in its fullest kv head";
+      case CacheLayout::paged_layer: return "in any kv head of a layer";
+      default: return "in any layer";
+    }
   }
 
   static void add_once(std::vector<std::string>& list, const std::string& item) {
@@ -312,6 +349,8 @@ void check_plan_request(const PlanRequest& r) {
   if (r.gpu.empty()) bad_option("gpu", "required: a GPU card (kvsim plan --list) or a memory size such as 80GB");
   if (!r.budget.empty() && has_sweep(r)) bad_option("budget", "give either --budget or --sweep, not both");
   if (!r.target.empty() && !has_sweep(r)) bad_option("target", "needs --sweep (the sweep's metric at each budget)");
+  if (r.layout != "per-head" && !has_sweep(r))
+    bad_option("layout", "needs --sweep (the positions each layout held in the sweep)");
 }
 
 Plan make_plan(const PlanRequest& r) {
@@ -336,6 +375,7 @@ Plan make_plan(const PlanRequest& r) {
   if (r.head_budget != "uniform" && r.head_budget != "adaptive")
     bad_option("head-budget", "'" + r.head_budget + "' is not uniform or adaptive");
   setup.adaptive_heads = r.head_budget == "adaptive";
+  setup.layout = parse_cache_layout(r.layout);
   if (setup.adaptive_heads && setup.model.mla())
     bad_option("head-budget", "adaptive needs kv heads of their own; " + setup.model.display_name +
                                   " caches one MLA latent per token and layer for every head");
@@ -446,6 +486,7 @@ std::string plan_json(const Plan& plan) {
     const Target& target = *plan.target;
     doc["sweep"] = plan.sweep_name;
     doc["target"] = {{"metric", target.column}, {"op", target.at_least ? ">=" : "<="}, {"value", target.value}};
+    if (setup.layout != CacheLayout::per_head) doc["layout"] = cache_layout_name(setup.layout);
   }
   return json_text(std::move(doc), 2);
 }

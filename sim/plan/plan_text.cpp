@@ -249,9 +249,14 @@ std::string plan_text(const Plan& plan) {
   }
   const bool beyond =
       std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.held_beyond > 0; });
-  const std::string held = beyond ? "min(L, B + 1 + X)" : "min(L, B + 1)";
+  const bool scaled =
+      std::any_of(plan.rows.begin(), plan.rows.end(), [](const PlanRow& r) { return r.held_scale > 1; });
+  const std::string held = beyond ? "min(L, B + 1 + X)" : scaled ? "min(L, S (B + 1))" : "min(L, B + 1)";
   out << "a sequence under budget B holds " << held << " tokens in ceil(" << held << " / " << setup.block_size
       << ") blocks" << (beyond ? " (X: what the sweep held beyond B + 1, above)" : "")
+      << (scaled ? std::string(" (S: what the sweep's ") + cache_layout_name(setup.layout) +
+                       " cache held per B + 1, above)"
+                 : "")
       << (setup.model.any_sliding() ? ", a sliding-window layer at most " + std::to_string(setup.model.sliding_window)
                                     : "")
       << "; max seqs = KV memory / bytes of its blocks; gain is against the full " << setup.kv_dtype << " cache";

@@ -172,9 +172,13 @@ KvLayout kv_layout(const PlanSetup& setup, const QuantSpec& quant) {
   return layout;
 }
 
-int64_t tokens_held(int64_t context, std::optional<int64_t> budget, int64_t beyond) {
-  if (!budget || *budget >= context - 1 || beyond >= context - 1 - *budget) return context;
-  return *budget + 1 + std::max<int64_t>(beyond, 0);
+int64_t tokens_held(int64_t context, std::optional<int64_t> budget, HeldBeyond held) {
+  if (!budget || *budget >= context - 1) return context;
+  const double scaled = std::ceil(static_cast<double>(*budget + 1) * std::max(held.scale, 1.0));
+  if (scaled >= static_cast<double>(context)) return context;
+  const auto attended = static_cast<int64_t>(scaled);
+  const int64_t beyond = std::max<int64_t>(held.beyond, 0);
+  return beyond >= context - attended ? context : attended + beyond;
 }
 
 int64_t blocks_for(int64_t tokens, int block_size) { return tokens <= 0 ? 0 : ceil_div(tokens, block_size); }
@@ -196,7 +200,7 @@ double read_bytes(const KvLayout& layout, int64_t held, int64_t residual) {
 // block partly filled), and never more than H blocks_for(context).
 // A sliding-window layer holds at most its window of them (ModelCard::sliding).
 void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context, std::optional<int64_t> budget,
-                int64_t beyond, Footprint& out) {
+                HeldBeyond beyond, Footprint& out) {
   const int layers = setup.model.n_layers;
   const int heads = setup.adaptive_heads ? kv_heads_per_gpu(setup.model, setup.gpus) : 1;
   auto head_blocks = [&](int64_t tokens, int64_t limit) -> double {
@@ -227,7 +231,7 @@ void add_moving(const PlanSetup& setup, const KvLayout& layout, int64_t context,
 }  // namespace
 
 Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::optional<Budget>& budget,
-                    int64_t beyond) {
+                    HeldBeyond beyond) {
   Footprint out;
   const bool moving =
       !setup.schedule.weights.empty() || setup.schedule.kind != LayerSchedule::Kind::weights || setup.adaptive_heads;
@@ -276,9 +280,9 @@ void fill_row(const PlanSetup& setup, const MemoryPlan& memory, PlanRow& row, co
     PlanSetup own = setup;
     if (row.schedule) own.schedule = *row.schedule;
     own.adaptive_heads = own.adaptive_heads || row.adaptive_heads;
-    row.footprint = footprint(own, row.layout, row.budget, row.held_beyond);
+    row.footprint = footprint(own, row.layout, row.budget, {row.held_beyond, row.held_scale});
   } else {
-    row.footprint = footprint(setup, row.layout, row.budget, row.held_beyond);
+    row.footprint = footprint(setup, row.layout, row.budget, {row.held_beyond, row.held_scale});
   }
   row.max_sequences = max_sequences(memory, row.footprint);
   row.step = setup.gpu.has_roofline() ? std::optional<DecodeStep>(decode_step(setup, row)) : std::nullopt;
@@ -336,6 +340,35 @@ int64_t held_beyond_budget(const SweepRow& row, const LayerSchedule& schedule, i
   for (int64_t layer_budget : schedule.layer_budgets(budget, 0, length))
     most = std::max(most, tokens_held(length, layer_budget));
   return std::max<int64_t>(0, row.occupancy_peak - most);
+}
+
+CacheLayout parse_cache_layout(const std::string& text) {
+  for (CacheLayout layout :
+       {CacheLayout::per_head, CacheLayout::dense, CacheLayout::paged_layer, CacheLayout::paged_model})
+    if (text == cache_layout_name(layout)) return layout;
+  throw kvtrace::InputError("", "",
+                            "--layout: '" + text + "' is not per-head, dense, paged-layer or paged-model");
+}
+
+const char* cache_layout_name(CacheLayout layout) {
+  switch (layout) {
+    case CacheLayout::dense: return "dense";
+    case CacheLayout::paged_layer: return "paged-layer";
+    case CacheLayout::paged_model: return "paged-model";
+    default: return "per-head";
+  }
+}
+
+double layout_peak(const SweepRow& row, CacheLayout layout) {
+  switch (layout) {
+    case CacheLayout::dense: return row.occupancy_dense_peak;
+    case CacheLayout::paged_layer: return row.occupancy_layer_union_peak;
+    case CacheLayout::paged_model: return row.occupancy_model_union_peak;
+    default:  // each head its own: its peak, and the whole prompt before a prefill's compression
+      return std::isnan(row.occupancy_dense_peak)
+                 ? static_cast<double>(row.occupancy_peak)
+                 : std::max(static_cast<double>(row.occupancy_peak), row.occupancy_dense_peak);
+  }
 }
 
 }  // namespace kvsim

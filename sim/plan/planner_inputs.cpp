@@ -273,6 +273,8 @@ SweepTable sweep_table(const std::vector<SweepRow>& rows, const std::vector<std:
   if (!metric || !metric->real) throw kvtrace::InputError(source, "", "'" + metric_column + "' is not a metric");
   SweepTable table;
   table.has_peak = has("occupancy_peak");
+  table.has_layouts = has("occupancy_dense_peak") && has("occupancy_layer_union_peak") &&
+                      has("occupancy_model_union_peak");
   if (table.has_peak && !has("budget_tokens_mean"))
     throw kvtrace::InputError(source, "",
                               "occupancy_peak without budget_tokens_mean: the plan cannot tell what the peak held "

@@ -118,6 +118,9 @@ int cmd_plan(const std::vector<std::string>& args) {
       "per-layer budgets as the sweep used: uniform, pyramid[:beta=20][:window=32] or one weight per layer")(
       "head-budget", po::value(&o.head_budget)->default_value(o.head_budget),
       "uniform, or adaptive (the sweep's --head-budget adaptive: each kv head in blocks of its own)")(
+      "layout", po::value(&o.layout)->default_value(o.layout),
+      "KV cache layout, with --sweep: per-head, dense (a layer's fullest kv head), paged-layer (a slot per "
+      "position any kv head of a layer holds: vLLM, SGLang) or paged-model (any layer: one block table)")(
       "list", po::bool_switch(&list), "list the model cards, GPU cards and quantization presets");
   po::positional_options_description positional;
   po::variables_map vm;

@@ -33,6 +33,7 @@ struct PlanRequest {
   std::string cards;                     // the folder holding models/ and gpus/ (data_dir() holds the bundled ones)
   std::string layer_budget = "uniform";  // uniform, pyramid[...] or weights (the replay's --layer-budget)
   std::string head_budget = "uniform";   // or adaptive
+  std::string layout = "per-head";       // with a sweep: dense, paged-layer, paged-model (CacheLayout)
 };
 
 // The checks of the request that need no file (required cards, --budget or --sweep, --target

@@ -110,6 +110,19 @@ double weight_bytes_per_param(const std::string& dtype);
 // Full-precision KV element bits: fp32 32, fp16/bf16 16, fp8 8.
 int kv_dtype_bits(const std::string& dtype);
 
+// How a serving engine lays out the KV cache, and so which of a sweep's peaks a sequence
+// holds (docs/semantics.md, section 7): per kv head (each head its own positions), dense (per
+// layer, its fullest kv head's), paged per layer (a slot per position any kv head of the
+// layer holds: vLLM, SGLang) or paged per sequence (a slot per position any layer holds: one
+// block table across layers).
+enum class CacheLayout { per_head, dense, paged_layer, paged_model };
+CacheLayout parse_cache_layout(const std::string& text);  // per-head, dense, paged-layer, paged-model
+const char* cache_layout_name(CacheLayout layout);
+// The peak a row's cache held under `layout` (the sweep's occupancy columns), in positions;
+// NaN when the row lacks it. Per head and dense count a prefill's whole prompt, as the
+// layout columns do.
+double layout_peak(const SweepRow& row, CacheLayout layout);
+
 struct PlanSetup {
   ModelCard model;
   GpuCard gpu;
@@ -125,6 +138,7 @@ struct PlanSetup {
   // layer hold their H x that in all, in blocks of their own (footprint).
   LayerSchedule schedule;
   bool adaptive_heads = false;
+  CacheLayout layout = CacheLayout::per_head;  // with a sweep: whose peak each sequence holds
 };
 
 struct MemoryPlan {
@@ -154,9 +168,17 @@ struct KvLayout {
 };
 KvLayout kv_layout(const PlanSetup& setup, const QuantSpec& quant);
 
+// What a sweep measured a cache holding beyond B + 1: `beyond` positions more (a per-head
+// cache's peak), or `scale` x (B + 1) (a layout's union over heads or layers, which grows with
+// the budget; CacheLayout).
+struct HeldBeyond {
+  int64_t beyond = 0;
+  double scale = 1;
+  HeldBeyond(int64_t positions = 0, double times = 1) : beyond(positions), scale(times) {}  // NOLINT: from a count
+};
 // Positions a sequence of `context` tokens holds under budget B (nullopt: the full cache):
-// min(context, B + 1 + beyond), `beyond` the positions a sweep measured beyond B + 1.
-int64_t tokens_held(int64_t context, std::optional<int64_t> budget, int64_t beyond = 0);
+// min(context, ceil(scale (B + 1)) + beyond).
+int64_t tokens_held(int64_t context, std::optional<int64_t> budget, HeldBeyond held = {});
 int64_t blocks_for(int64_t tokens, int block_size);
 
 struct Footprint {
@@ -167,9 +189,9 @@ struct Footprint {
   double read_bytes = 0;     // bytes of the positions held per GPU (what a decode step reads), mean
 };
 // The budget (nullopt: full cache) resolved against each context as Budget::resolve does;
-// every layer holds `beyond` positions more than B_l + 1 (up to the context).
+// every layer holds tokens_held(context, B_l, held) positions (up to the context).
 Footprint footprint(const PlanSetup& setup, const KvLayout& layout, const std::optional<Budget>& budget,
-                    int64_t beyond = 0);
+                    HeldBeyond held = {});
 // floor(KV memory / bytes per sequence); with uniform blocks this is
 // floor(floor(kv_bytes / block_bytes) / blocks_per_sequence) for one context length.
 int64_t max_sequences(const MemoryPlan& memory, const Footprint& footprint);
@@ -211,8 +233,10 @@ struct PlanRow {
   std::optional<LayerSchedule> schedule;
   bool adaptive_heads = false;
   // Positions the sweep's cache held at its peak beyond what the budget explains
-  // (held_beyond_budget): each layer holds min(L, B_l + 1 + held_beyond).
+  // (held_beyond_budget): each layer holds min(L, B_l + 1 + held_beyond); under a layout
+  // other than per head, held_scale x (B_l + 1), the ratio the sweep's peak had to it.
   int64_t held_beyond = 0;
+  double held_scale = 1;
   // The decode step of the planned batch (kvsim/plan/roofline.hpp); set when the GPU card
   // carries bandwidth and peak FLOPs.
   std::optional<DecodeStep> step;
@@ -243,6 +267,7 @@ struct SweepTable {
   bool has_quant = false;  // a quant column holding more than "none"
   bool mixed_modes = false;
   bool has_peak = false;  // an occupancy_peak column: held_beyond_budget compares with it
+  bool has_layouts = false;  // the occupancy columns of every layout (layout_peak)
 };
 // How errors name a row: a CSV's line (the header is line 1), or a row of rows given as they
 // are (Python's sweep(), counted from 0).
