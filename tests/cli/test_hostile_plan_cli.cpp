@@ -367,3 +367,39 @@ TEST(CliHostilePlan, SweepValuesOutsideTheirRangesAreRefused) {
   ASSERT_EQ(result.code, 0) << result.output;
   EXPECT_NE(result.output.find("not met"), std::string::npos) << result.output;
 }
+
+TEST(CliHostilePlan, ALayoutHoldsItsUnionAsAMultipleOfTheBudget) {
+  // h2o at 20% of 256-token sequences (B = 51): each kv head attended B + 1 = 52 at its peak,
+  // the dense layout 52, a layer's kv heads together 104 (2 x 52), every layer together 156
+  // (3 x 52). At 4096 tokens B = 819: per head and dense 820 tokens, 52 blocks, 28019 / 52 =
+  // 538 sequences; paged per layer 2 x 820 = 1640 tokens, 103 blocks, 272 sequences; paged
+  // per sequence 3 x 820 = 2460, 154 blocks, 181 sequences.
+  kvtest::TempDir dir;
+  const std::string header = std::string(kPeakHeader).substr(0, std::strlen(kPeakHeader) - 1) +
+                             ",occupancy_dense_peak,occupancy_layer_union_peak,occupancy_model_union_peak\n";
+  write(dir.file("sweep.csv"), header + "h2o,,20%,none,51,0.19921875,stream,0.9549,0.8,0.2,,50.5,52,59040,73728,52,104,156\n");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> expected = {
+      {"per-head", {"52", "538"}}, {"dense", {"52", "538"}}, {"paged-layer", {"103", "272"}},
+      {"paged-model", {"154", "181"}}};
+  for (const auto& [layout, blocks_and_sequences] : expected) {
+    const auto result = kvtest::run_kvsim(plan_args(dir) + " --layout " + layout);
+    ASSERT_EQ(result.code, 0) << result.output;
+    const auto lines = table_lines(result.output);
+    ASSERT_EQ(lines.size(), 3u) << result.output;
+    const auto h2o = words(lines[2]);
+    ASSERT_GE(h2o.size(), 10u) << result.output;
+    EXPECT_EQ(h2o[8], blocks_and_sequences[0]) << layout << "\n" << result.output;
+    EXPECT_EQ(h2o[9], blocks_and_sequences[1]) << layout << "\n" << result.output;
+  }
+  // A sweep without the layout columns, and --layout without a sweep: one line each.
+  write(dir.file("old.csv"), std::string(kPeakHeader) + "h2o,,20%,none,51,0.19921875,stream,0.9549,0.8,0.2,,50.5,52,59040,73728\n");
+  const auto old = kvtest::expect_one_line_error("plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --sweep " +
+                                                 dir.file("old.csv") + " --layout paged-layer");
+  EXPECT_NE(old.output.find("--layout paged-layer needs the occupancy_*_peak columns"), std::string::npos)
+      << old.output;
+  kvtest::expect_one_line_error("plan --model llama-3.1-8b --gpu h100-80gb --budget 20% --layout paged-model");
+  kvtest::expect_one_line_error(plan_args(dir) + " --layout paged");
+  write(dir.file("bad.csv"), header + "h2o,,20%,none,51,0.19921875,stream,0.9549,0.8,0.2,,50.5,52,59040,73728,52,-1,156\n");
+  kvtest::expect_one_line_error("plan --model llama-3.1-8b --gpu h100-80gb --context 4096 --sweep " +
+                                dir.file("bad.csv") + " --layout paged-layer");
+}

@@ -173,6 +173,39 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(no_records["groups"], {})
         self.assertEqual(no_records["retention_mean"], r["retention_mean"])
 
+    def test_layout_columns_equal_what_survival_implies(self):
+        # h2o at 20% on the bundled trace: a position is held by a layer's paged cache at step t
+        # while any kv head holds it (evicted at t or later, or never), by the sequence's while
+        # any layer does; the dense cache holds its fullest kv head's positions.
+        cli("sweep", TRACE, "--policies", "h2o", "--budgets", "20%", "--csv", self.out("layout.csv"),
+            "--survival", self.out("survival.csv"))
+        row = read_csv(self.out("layout.csv"))[0]
+        last = {}  # (seq, layer) -> per kv head, per position: the last step it was held
+        with open(self.out("survival.csv"), newline="") as f:
+            for r in csv.DictReader(f):
+                step = int(r["eviction_step"])
+                heads = last.setdefault((int(r["seq"]), int(r["layer"])), {})
+                heads.setdefault(r["group"], []).append(np.inf if step < 0 else step)
+
+        def held(last_steps):  # per step t: positions p <= t held at t
+            n = last_steps.shape[-1]
+            t = np.arange(n)
+            return np.array([np.sum(last_steps[: s + 1] >= s) for s in t])
+
+        dense, layer, model = [], [], []
+        by_sequence = {}
+        for (seq, _), heads in sorted(last.items()):
+            steps = np.array([heads[g] for g in sorted(heads)])
+            dense.append(np.max([held(h) for h in steps], axis=0))
+            union = steps.max(axis=0)
+            layer.append(held(union))
+            by_sequence[seq] = np.maximum(by_sequence.get(seq, union), union)
+        model = [held(u) for u in by_sequence.values()]
+        for name, values in (("dense", dense), ("layer_union", layer), ("model_union", model)):
+            every = np.concatenate(values)
+            self.assertAlmostEqual(float(row[f"occupancy_{name}_mean"]), every.mean(), places=6, msg=name)
+            self.assertEqual(int(float(row[f"occupancy_{name}_peak"])), int(every.max()), name)
+
     def test_sweep_equals_cli(self):
         s = kvsim.sweep(self.trace, ["scissorhands", "h2o", "tova", "oracle", "scissorhands-official"],
                         "10%,50%,64", seqs=[1, 2], params={"scissorhands.w": 50}, threads=2)
