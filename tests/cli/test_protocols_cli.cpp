@@ -47,7 +47,7 @@ TEST(CliQuestion, RecordsTheQuestionAndTheAnswerApart) {
   EXPECT_NE(result.output.find("mode prefill, question 8;"), std::string::npos) << result.output;
   const std::string csv = kvtest::slurp(dir.file("q.csv"));
   const std::string header = line_at(csv, 0);
-  EXPECT_NE(header.find(",evictions,samples,question_retention_mean,question_retention_min,answer_retention_mean,"
+  EXPECT_NE(header.find(",occupancy_model_union_peak,question_retention_mean,question_retention_min,answer_retention_mean,"
                         "answer_retention_min"),
             std::string::npos)
       << header;
