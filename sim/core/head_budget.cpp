@@ -4,31 +4,11 @@
 #include "kvsim/core/head_budget.hpp"
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
 #include <numeric>
 
+#include "keep_order.hpp"
+
 namespace kvsim {
-namespace {
-
-struct Entry {
-  double score;
-  int32_t position;
-  uint32_t head;
-  uint32_t index;
-};
-
-// Higher score first (NaN as the lowest), then the higher position, then the lower head.
-bool keep_before(const Entry& a, const Entry& b) {
-  if (a.score != b.score) return a.score > b.score;
-  if (a.position != b.position) return a.position > b.position;
-  return a.head < b.head;
-}
-
-double ordered(double score) { return std::isnan(score) ? -std::numeric_limits<double>::infinity() : score; }
-
-}  // namespace
-
 std::vector<std::vector<size_t>> adaptive_keep(std::span<const std::vector<double>> scores,
                                                std::span<const std::span<const int32_t>> positions, int64_t budget,
                                                double floor_share) {
@@ -46,15 +26,15 @@ std::vector<std::vector<size_t>> adaptive_keep(std::span<const std::vector<doubl
   }
   // kvpress: n_safe = int(n_kept * alpha_safeguard), n_kept being B.
   const auto safe = static_cast<size_t>(static_cast<double>(budget) * floor_share);
-  std::vector<Entry> pool;
+  std::vector<KeepEntry> pool;
   pool.reserve(held);
-  std::vector<Entry> head_entries;
+  std::vector<KeepEntry> head_entries;
   size_t forced = 0;
   for (size_t h = 0; h < heads; ++h) {
     head_entries.clear();
     for (size_t i = 0; i < scores[h].size(); ++i)
       head_entries.push_back(
-          {ordered(scores[h][i]), positions[h][i], static_cast<uint32_t>(h), static_cast<uint32_t>(i)});
+          {keep_score(scores[h][i]), positions[h][i], static_cast<uint32_t>(h), static_cast<uint32_t>(i)});
     const size_t top = std::min(safe, head_entries.size());
     std::partial_sort(head_entries.begin(), head_entries.begin() + static_cast<std::ptrdiff_t>(top), head_entries.end(),
                       keep_before);
@@ -64,7 +44,7 @@ std::vector<std::vector<size_t>> adaptive_keep(std::span<const std::vector<doubl
   }
   const size_t rest = std::min(pool.size(), capacity - std::min(capacity, forced));
   std::partial_sort(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(rest), pool.end(), keep_before);
-  for (size_t k = 0; k < rest; ++k) keep[pool[k].head].push_back(pool[k].index);
+  for (size_t k = 0; k < rest; ++k) keep[pool[k].cache].push_back(pool[k].index);
   for (auto& head : keep) std::sort(head.begin(), head.end());
   return keep;
 }

@@ -9,28 +9,12 @@
 #include <stdexcept>
 #include <string>
 
+#include "keep_order.hpp"
 #include "kvtrace/error.hpp"
 #include "pooled_eviction.hpp"
 
 namespace kvsim {
 namespace {
-
-struct Entry {
-  double score;
-  int32_t position;
-  uint32_t member;
-  uint32_t index;
-};
-
-// Higher score first (NaN as the lowest, though the engine refuses it first), then the higher
-// position, then the earlier member.
-bool keep_before(const Entry& a, const Entry& b) {
-  if (a.score != b.score) return a.score > b.score;
-  if (a.position != b.position) return a.position > b.position;
-  return a.member < b.member;
-}
-
-double ordered(double score) { return std::isnan(score) ? -std::numeric_limits<double>::infinity() : score; }
 
 [[noreturn]] void refuse(const std::string& what) { throw kvtrace::InputError("", "", what); }
 
@@ -60,13 +44,13 @@ std::vector<std::vector<size_t>> pool_keep(std::span<const std::vector<double>> 
     }
     return keep;
   }
-  std::vector<Entry> pool;
+  std::vector<KeepEntry> pool;
   pool.reserve(held);
   for (size_t m = 0; m < members; ++m)
     for (size_t i = 0; i < scores[m].size(); ++i)
-      pool.push_back({ordered(scores[m][i]), positions[m][i], static_cast<uint32_t>(m), static_cast<uint32_t>(i)});
+      pool.push_back({keep_score(scores[m][i]), positions[m][i], static_cast<uint32_t>(m), static_cast<uint32_t>(i)});
   std::partial_sort(pool.begin(), pool.begin() + static_cast<std::ptrdiff_t>(slots), pool.end(), keep_before);
-  for (size_t k = 0; k < slots; ++k) keep[pool[k].member].push_back(pool[k].index);
+  for (size_t k = 0; k < slots; ++k) keep[pool[k].cache].push_back(pool[k].index);
   for (auto& member : keep) std::sort(member.begin(), member.end());
   return keep;
 }

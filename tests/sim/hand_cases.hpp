@@ -14,9 +14,30 @@
 #include "../support/rows.hpp"
 #include "kvsim/core/engine.hpp"
 #include "kvsim/policies/registry.hpp"
+#include "kvsim/policies/scoring.hpp"
 #include "kvsim/replay/replay.hpp"
 
 namespace hand {
+
+// A scoring policy for the engine tests: the score of a cached position is its entry in the
+// group's last observed row; evict() drops the lowest (ties: the lower position).
+class LastRow final : public kvsim::ScoringPolicy {
+  void on_observe(int64_t, std::span<const int32_t>, std::span<const float> attention) override {
+    last_.assign(attention.begin(), attention.end());
+  }
+  Ranked rank(int64_t, std::span<const int32_t>, std::vector<double>&) const override {
+    return candidates(0, std::span<const float>(last_));
+  }
+
+  std::vector<float> last_;
+};
+
+inline kvsim::PolicyInfo last_row_policy() {
+  kvsim::PolicyInfo info;
+  info.name = "last-row";
+  kvsim::set_make<LastRow>(info);
+  return info;
+}
 
 // One head's full causal rows: rows[t] = a_t[0..t] (each sums to 1).
 using Rows = std::vector<std::vector<double>>;

@@ -2,6 +2,8 @@
 // and the engine coupling a layer's two kv heads, with per-head caches derived by hand.
 #include <gtest/gtest.h>
 
+#include "hand_cases.hpp"
+
 #include <algorithm>
 #include <limits>
 
@@ -45,25 +47,6 @@ TEST(AdaptiveKeep, FloorThenPooled) {
   EXPECT_EQ(keep({{inf, 0.1, 0.1}, {0.1, 0.1, inf}}, {{0, 3, 5}, {2, 3, 5}}, 2, 0.0), (Keep{{0, 1, 2}, {2}}));
 }
 
-// A scoring policy for the engine test: the score of a cached position is its entry in the
-// group's last observed row; evict() drops the lowest (ties: the lower position).
-class LastRow final : public kvsim::ScoringPolicy {
-  void on_observe(int64_t, std::span<const int32_t>, std::span<const float> attention) override {
-    last_.assign(attention.begin(), attention.end());
-  }
-  Ranked rank(int64_t, std::span<const int32_t>, std::vector<double>&) const override {
-    return candidates(0, std::span<const float>(last_));
-  }
-
-  std::vector<float> last_;
-};
-
-kvsim::PolicyInfo last_row_policy() {
-  kvsim::PolicyInfo info;
-  info.name = "last-row";
-  kvsim::set_make<LastRow>(info);
-  return info;
-}
 
 // Two heads, two kv heads (one head each), 7 tokens, prompt 6, B = 3.
 //   a_5 head 0 = [0.30, 0.25, 0.20, 0.10, 0.10, 0.05]   head 1 = [0.02, 0.03, 0.05, 0.05, 0.05, 0.80]
@@ -106,7 +89,7 @@ std::vector<kvsim::SimulationResult> run_two_heads(
 }
 
 TEST(HeadBudgets, TwoKvHeadsShareTheLayer) {
-  const kvsim::PolicyInfo info = last_row_policy();
+  const kvsim::PolicyInfo info = hand::last_row_policy();
   const auto adaptive = run_two_heads(info, 0.34);
   ASSERT_EQ(adaptive.size(), 2u);
   // eviction_step per position (-1: kept to the end).
@@ -191,7 +174,7 @@ TEST(HeadBudgets, NanScoresAreRefused) {
   // evicted at step 5: its cache holds no mass, its observed row (the scores) is 0/0.
   auto rows = two_heads();
   rows[0][6] = {0, 0, 0, 0, 0, 1, 0};
-  const kvsim::PolicyInfo info = last_row_policy();
+  const kvsim::PolicyInfo info = hand::last_row_policy();
   try {
     run_two_heads(info, 0.34, rows);
     ADD_FAILURE() << "ranked NaN";

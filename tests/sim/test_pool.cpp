@@ -3,6 +3,8 @@
 // sequence's cache derived by hand; a pool of one is the sequence's own replay.
 #include <gtest/gtest.h>
 
+#include "hand_cases.hpp"
+
 #include <limits>
 
 #include "../support/rows.hpp"
@@ -34,25 +36,6 @@ TEST(PoolKeep, LowestScoresAcrossMembersGo) {
   EXPECT_EQ(keep({{0.5}, {0.1, 0.2}}, {{0}, {0, 1}}, 3), (Keep{{0}, {0, 1}}));
 }
 
-// A scoring policy: the score of a cached position is its entry in the group's last observed
-// row; evict() drops the lowest (ties: the lower position).
-class LastRow final : public kvsim::ScoringPolicy {
-  void on_observe(int64_t, std::span<const int32_t>, std::span<const float> attention) override {
-    last_.assign(attention.begin(), attention.end());
-  }
-  Ranked rank(int64_t, std::span<const int32_t>, std::vector<double>&) const override {
-    return candidates(0, std::span<const float>(last_));
-  }
-
-  std::vector<float> last_;
-};
-
-kvsim::PolicyInfo last_row_policy() {
-  kvsim::PolicyInfo info;
-  info.name = "last-row";
-  kvsim::set_make<LastRow>(info);
-  return info;
-}
 
 // Two sequences of one head, 4 tokens, stream mode, B = 2 each (4 pooled slots).
 //   sequence 0: a_2 = [0.10, 0.20, 0.70]        a_3 = [0.05, 0.05, 0.50, 0.40]
@@ -87,7 +70,7 @@ std::vector<std::vector<kvsim::SimulationResult>> run_pool(const kvsim::PolicyIn
 }
 
 TEST(Pool, TwoSequencesShareTheirSlots) {
-  const kvsim::PolicyInfo info = last_row_policy();
+  const kvsim::PolicyInfo info = hand::last_row_policy();
   const auto pooled = run_pool(info, {0, 1}, true);
   ASSERT_EQ(pooled.size(), 2u);
   const kvsim::SimulationResult& first = pooled[0][0];
@@ -109,7 +92,7 @@ TEST(Pool, TwoSequencesShareTheirSlots) {
 }
 
 TEST(Pool, PoolOfOneIsTheSequenceAlone) {
-  const kvsim::PolicyInfo info = last_row_policy();
+  const kvsim::PolicyInfo info = hand::last_row_policy();
   for (int seq : {0, 1}) {
     const auto pooled = run_pool(info, {seq}, true);
     const auto alone = run_pool(info, {seq}, false);

@@ -51,25 +51,6 @@ TEST(SharedKeep, MeanMaxSumByHand) {
   EXPECT_EQ(keep({{inf, 0.1, 0.1, inf}, {inf, 0.1, 0.1, inf}}, 3, Aggregate::sum), (Keep{0, 2, 3}));
 }
 
-// A scoring policy for the engine tests: the score of a cached position is its entry in the
-// group's last observed row; evict() drops the lowest (ties: the lower position).
-class LastRow final : public kvsim::ScoringPolicy {
-  void on_observe(int64_t, std::span<const int32_t>, std::span<const float> attention) override {
-    last_.assign(attention.begin(), attention.end());
-  }
-  Ranked rank(int64_t, std::span<const int32_t>, std::vector<double>&) const override {
-    return candidates(0, std::span<const float>(last_));
-  }
-
-  std::vector<float> last_;
-};
-
-kvsim::PolicyInfo last_row_policy() {
-  kvsim::PolicyInfo info;
-  info.name = "last-row";
-  kvsim::set_make<LastRow>(info);
-  return info;
-}
 
 // Two heads, 7 tokens, prompt 6 (prefill), B = 3; a_5 as in MeanMaxSumByHand, and
 //   a_6 head 0 = [0.2, 0.1, 0.1, 0.1, 0.1, 0.1, 0.3]   head 1 = [0.1, 0.3, 0.1, 0.1, 0.1, 0.1, 0.2]
@@ -112,7 +93,7 @@ std::vector<kvsim::SimulationResult> run_one_layer(const kvsim::PolicyInfo& info
 }
 
 TEST(SharedKeep, LayerEvictsFromEveryKvHeadAtOnce) {
-  const kvsim::PolicyInfo info = last_row_policy();
+  const kvsim::PolicyInfo info = hand::last_row_policy();
   const std::vector<int32_t> mean_steps = {-1, -1, 6, 5, 5, 5, -1}, max_steps = {-1, -1, 5, 5, 5, 6, -1};
   for (const auto& [combine, steps] : std::vector<std::pair<Aggregate, std::vector<int32_t>>>{
            {Aggregate::mean, mean_steps}, {Aggregate::sum, mean_steps}, {Aggregate::max, max_steps}}) {
@@ -136,7 +117,7 @@ TEST(SharedKeep, NanScoresAreRefused) {
   // which the set evicted at step 5: head 0's cache holds no mass, its observed row is 0/0.
   std::vector<hand::Rows> rows = shared_rows();
   rows[0][6] = {0, 0, 0, 0, 0, 1, 0};
-  const kvsim::PolicyInfo info = last_row_policy();
+  const kvsim::PolicyInfo info = hand::last_row_policy();
   try {
     run_one_layer(info, prefill(kvsim::Share::layer, Aggregate::mean), rows);
     ADD_FAILURE() << "ranked NaN";
@@ -150,7 +131,7 @@ TEST(SharedKeep, NanScoresAreRefused) {
 // each keeps its own set; one set for the model is the one LayerEvictsFromEveryKvHeadAtOnce's
 // two kv heads keep, B positions for the whole model, evicted from both layers at each step.
 TEST(SharedKeep, ModelEvictsFromEveryLayerAtOnce) {
-  const kvsim::PolicyInfo info = last_row_policy();
+  const kvsim::PolicyInfo info = hand::last_row_policy();
   const std::vector<hand::Rows> rows = shared_rows();
   auto run = [&](kvsim::Share share, Aggregate combine) {
     kvtrace::PackedAttentionSource layer0(7, kvtest::pack({rows[0]})), layer1(7, kvtest::pack({rows[1]}));
