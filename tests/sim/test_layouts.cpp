@@ -180,11 +180,12 @@ TEST(Layouts, SweepEqualsPositionsCountedFromEvictionSteps) {
     for (const CellResult& cell : kept.cells) {
       const std::string what = cell.policy + " " + cell.budget.text + " " + mode_name(mode);
       // A cache holds what it attends to: its eviction steps give its own occupancy.
-      if (cell.info->engine != Engine::bound)
+      if (cell.info->engine != Engine::bound) {
         for (const GroupRecord& r : cell.records)
           for (int64_t t = r.result.first_step; t < r.result.first_step + r.result.n_steps; t += 7)
             ASSERT_EQ(held_by_any({&r}, t, false), r.result.occupancy[static_cast<size_t>(t - r.result.first_step)])
                 << what;
+      }
       const Expected expected = count_one_by_one(cell);
       EXPECT_EQ(cell.occupancy_dense_mean, expected.dense_mean) << what;
       EXPECT_EQ(cell.occupancy_dense_peak, expected.dense_peak) << what;
