@@ -17,6 +17,8 @@
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "main_window.hpp"
+#include "overview_values.hpp"
+#include "views/overview_grid.hpp"
 #include "policy_editor.hpp"
 #include "session.hpp"
 
@@ -45,6 +47,10 @@ CommandLine parseCommandLine(const QStringList& arguments) {
       head_budget("head-budget", "uniform or adaptive", "how", "uniform"),
       head_floor("head-floor", "adaptive: each head keeps its top F x B", "F", "0.2");
   parser.addOptions({mode, page, page_score, question, compress_every, layer_budget, head_budget, head_floor});
+  const QCommandLineOption overview(
+      "overview", QString::fromStdString("what the overview colours by: " + cellMetricNames()), "column",
+      cellMetricName(CellMetric::mean_retention));
+  parser.addOption(overview);
   const QCommandLineOption screenshot("screenshot", "once the views have caught up, save the window as PNG and quit",
                                       "file.png"),
       quit_after("quit-after-ms", "quit this long after the views have caught up", "ms", "-1");
@@ -105,6 +111,8 @@ CommandLine parseCommandLine(const QStringList& arguments) {
   o.engine.layer_budget = parser.value(layer_budget).toStdString();
   o.engine.head_budget = parser.value(head_budget).toStdString();
   o.screenshot = parser.value(screenshot);
+  if (!parseCellMetric(parser.value(overview).toStdString(), &o.overview))
+    refuse(overview, ("one of " + cellMetricNames()).c_str());
   return line;
 }
 
@@ -199,6 +207,7 @@ std::vector<OptionProblem> applyOptions(MainWindow& window, const GuiOptions& op
       problem(QObject::tr("Bad mode"), e);
     }
     window.controls()->engineOptions()->setOptions(options.engine);  // what the library refuses is the status line's
+    window.overview()->setMetric(options.overview);
     if (placed && options.step >= 0) session->setStep(options.step);
   }
   if (!options.screenshot.isEmpty()) {

@@ -7,6 +7,7 @@
 #include <QStringList>
 #include <vector>
 
+#include "overview_values.hpp"
 #include "replay_options.hpp"
 
 namespace kvgui {
@@ -21,6 +22,7 @@ struct GuiOptions {
   qint64 step = -1;  // -1: the last step
   QString mode = "stream";
   ReplayOptions engine;    // the Engine options of the window
+  CellMetric overview = CellMetric::mean_retention;  // what the overview colours by
   QString screenshot;      // the window as PNG, once every view has caught up
   int quit_after_ms = -1;  // quit this long after the views caught up; -1: stay (0 with a screenshot)
 };

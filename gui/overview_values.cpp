@@ -1,6 +1,9 @@
 #include "overview_values.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <numeric>
 #include <string>
 
 #include "kvsim/analysis/analysis.hpp"
@@ -25,7 +28,66 @@ void fill(const std::vector<kvsim::GroupRecord>& records, const kvtrace::TraceMe
   }
 }
 
+// The replay of `layers` of `seq` at `budgets`, records kept.
+kvsim::ReplayResults replaySequence(const kvtrace::TraceReader& reader, int seq, const std::vector<int>& layers,
+                                    const kvsim::PolicyChoice& policy, std::span<const int64_t> budgets,
+                                    kvsim::ReplayConfig config) {
+  config.policies = {policy};
+  config.budgets.clear();
+  for (int64_t b : budgets) config.budgets.push_back(kvsim::Budget::parse(std::to_string(b)));
+  config.sequences = {seq};
+  config.layers = layers;
+  config.output_error = kvsim::OutputErrorMode::off;
+  config.keep_records = true;
+  kvsim::set_policy_schedules(reader, config);  // pyramidkv's and cake's own (the run's schedule kept)
+  return kvsim::replay_trace(reader, config);
+}
+
+// Sets (layer, head) for every query head of `layer` (every layer when layer < 0).
+void set_row(OverviewCells& cells, int n_heads, int layer, double value) {
+  for (size_t i = 0; i < cells.size(); ++i)
+    if (layer < 0 || static_cast<int>(i) / n_heads == layer) cells[i] = value;
+}
+
 }  // namespace
+
+namespace {
+constexpr const char* kMetricNames[] = {"retention_mean",
+                                        "retention_min",
+                                        "persistence",
+                                        "occupancy_mean",
+                                        "occupancy_peak",
+                                        "occupancy_dense_mean",
+                                        "occupancy_dense_peak",
+                                        "occupancy_layer_union_mean",
+                                        "occupancy_layer_union_peak",
+                                        "occupancy_model_union_mean",
+                                        "occupancy_model_union_peak"};
+constexpr int kMetrics = static_cast<int>(std::size(kMetricNames));
+static_assert(kMetrics == static_cast<int>(CellMetric::held_model_union_peak) + 1);
+}  // namespace
+
+const char* cellMetricName(CellMetric metric) { return kMetricNames[static_cast<int>(metric)]; }
+
+bool parseCellMetric(const std::string& name, CellMetric* metric) {
+  for (int i = 0; i < kMetrics; ++i)
+    if (name == kMetricNames[i]) {
+      *metric = static_cast<CellMetric>(i);
+      return true;
+    }
+  return false;
+}
+
+std::string cellMetricNames() {
+  std::string names;
+  for (int i = 0; i < kMetrics; ++i)
+    names.append(i == 0 ? "" : i + 1 == kMetrics ? ", or " : ", ").append(kMetricNames[i]);
+  return names;
+}
+
+bool isHeldMetric(CellMetric metric) {
+  return std::find(std::begin(kHeldMetrics), std::end(kHeldMetrics), metric) != std::end(kHeldMetrics);
+}
 
 std::map<int64_t, OverviewCells> retentionOfShownLayer(const std::shared_ptr<const LayerRows>& rows,
                                                        const kvtrace::TraceMeta& meta,
@@ -43,17 +105,42 @@ std::map<int64_t, OverviewCells> retentionOfLayers(const kvtrace::TraceReader& r
                                                    const std::vector<int>& layers, const kvsim::PolicyChoice& policy,
                                                    std::span<const int64_t> budgets, kvsim::ReplayConfig config,
                                                    RetentionStat stat) {
-  config.policies = {policy};
-  config.budgets.clear();
-  for (int64_t b : budgets) config.budgets.push_back(kvsim::Budget::parse(std::to_string(b)));
-  config.sequences = {seq};
-  config.layers = layers;
-  config.output_error = kvsim::OutputErrorMode::off;
-  config.keep_records = true;
-  kvsim::set_policy_schedules(reader, config);  // pyramidkv's and cake's own (the run's schedule kept)
-  const kvsim::ReplayResults results = kvsim::replay_trace(reader, config);
+  const kvsim::ReplayResults results = replaySequence(reader, seq, layers, policy, budgets, std::move(config));
   std::map<int64_t, OverviewCells> cells;
   for (size_t b = 0; b < budgets.size(); ++b) fill(results.cells[b].records, reader.meta(), stat, cells[budgets[b]]);
+  return cells;
+}
+
+std::map<CellMetric, OverviewCells> positionsHeld(const kvtrace::TraceReader& reader, int seq,
+                                                  const kvsim::PolicyChoice& policy, int64_t budget,
+                                                  kvsim::ReplayConfig config) {
+  const kvtrace::TraceMeta& meta = reader.meta();
+  const int64_t budgets[] = {budget};
+  const kvsim::ReplayResults results = replaySequence(reader, seq, {}, policy, budgets, std::move(config));
+  const kvsim::CellResult& cell = results.cells.front();
+  std::map<CellMetric, OverviewCells> cells;
+  for (CellMetric metric : kHeldMetrics) cells[metric].assign(static_cast<size_t>(meta.n_layers * meta.n_heads), NAN);
+  // A kv head's own cache: its positions per recorded step; the peak counts a prefill's prompt,
+  // held in full before the first compression (as the layouts' peaks do).
+  for (const kvsim::GroupRecord& record : cell.records) {
+    const std::vector<int32_t>& held = record.result.occupancy;
+    if (held.empty()) continue;
+    const double mean = std::accumulate(held.begin(), held.end(), 0.0) / static_cast<double>(held.size());
+    const double peak = std::max<double>(*std::max_element(held.begin(), held.end()), record.result.first_step);
+    for (int head : record.heads) {
+      const auto at = static_cast<size_t>(record.layer * meta.n_heads + head);
+      cells[CellMetric::held_per_head_mean][at] = mean;
+      cells[CellMetric::held_per_head_peak][at] = peak;
+    }
+  }
+  for (const kvsim::LayerSummary& layer : cell.layers) {
+    set_row(cells[CellMetric::held_dense_mean], meta.n_heads, layer.layer, layer.occupancy_dense_mean);
+    set_row(cells[CellMetric::held_dense_peak], meta.n_heads, layer.layer, layer.occupancy_dense_peak);
+    set_row(cells[CellMetric::held_layer_union_mean], meta.n_heads, layer.layer, layer.occupancy_layer_union_mean);
+    set_row(cells[CellMetric::held_layer_union_peak], meta.n_heads, layer.layer, layer.occupancy_layer_union_peak);
+  }
+  set_row(cells[CellMetric::held_model_union_mean], meta.n_heads, -1, cell.occupancy_model_union_mean);
+  set_row(cells[CellMetric::held_model_union_peak], meta.n_heads, -1, cell.occupancy_model_union_peak);
   return cells;
 }
 

@@ -210,6 +210,7 @@ class Session : public QObject {
   // at those), and the shown layer ahead.
   struct CellsPlan;
   void makePersistenceCells(CellMetric metric, const QString& key);
+  void makeHeldCells(CellMetric metric);
   void makeShownLayerCells(std::shared_ptr<const CellsPlan> plan);
   void makeOtherLayerCells(std::shared_ptr<const CellsPlan> plan);
   void makeNeighbourCells(std::shared_ptr<const CellsPlan> plan);

@@ -57,6 +57,8 @@ struct Session::CellsPlan {
 Scheduler::Lane Session::cellsLane(CellMetric metric, Scheduler::Priority priority) {
   static const char* const kNames[] = {"cells of mean retention", "cells of worst-step retention",
                                        "cells of persistence"};
+  // One lane makes the cells of every layout: one replay gives them all.
+  if (isHeldMetric(metric)) return {"cells of positions held", priority};
   return {kNames[static_cast<int>(metric)], priority};
 }
 
@@ -83,14 +85,18 @@ std::map<int, PartRecords> Session::partsMade(const kvsim::PolicyChoice& policy,
 void Session::requestCells(CellMetric metric) {
   if (!reader_) return;
   const QString key = cellsKey(metric, budgetTokens());
-  const auto asked = cells_asked_.find(metric);
-  if (asked != cells_asked_.end() && asked->second == key && makingCells(metric)) return;  // being made
-  cells_asked_[metric] = key;
+  // One job makes the cells of every layout: asked for as the first of them.
+  const CellMetric asked_as = isHeldMetric(metric) ? kHeldMetrics[0] : metric;
+  const QString asked_key = cellsKey(asked_as, budgetTokens());
+  const auto asked = cells_asked_.find(asked_as);
+  if (asked != cells_asked_.end() && asked->second == asked_key && makingCells(metric)) return;  // being made
+  cells_asked_[asked_as] = asked_key;
   scheduler_->cancel(cellsLane(metric));
   const CellCache::Entry* made = scheduler_->cells().find(key);
   if (made && made->complete()) return makeCellsAhead(metric);
   if (metric == CellMetric::persistence) return makePersistenceCells(metric, key);
   if (!optionsError().isEmpty()) return;  // the views say why
+  if (isHeldMetric(metric)) return makeHeldCells(metric);
   auto plan = std::make_shared<CellsPlan>();
   plan->metric = metric;
   plan->key = key;
@@ -148,6 +154,30 @@ void Session::makePersistenceCells(CellMetric metric, const QString& key) {
   scheduler_->submit(cellsLane(metric), std::move(job), key.toStdString());
 }
 
+// Every layer at once and every layout's cells in the same job (a switch between them shows
+// at once); nothing ahead.
+void Session::makeHeldCells(CellMetric metric) {
+  const auto reader = reader_;
+  const int seq = seq_, n_layers = meta().n_layers, n_heads = meta().n_heads;
+  const kvsim::PolicyChoice policy = policy_;
+  const int64_t budget = baseBudgetTokens();
+  const kvsim::ReplayConfig config = traceConfig();
+  std::map<CellMetric, QString> keys;
+  for (CellMetric held : kHeldMetrics) keys[held] = cellsKey(held, budgetTokens());
+  auto job = [=, this]() -> JobRunner::Finish {
+    const std::map<CellMetric, OverviewCells> made = positionsHeld(*reader, seq, policy, budget, config);
+    return [this, made, keys, n_layers, n_heads]() {
+      std::map<QString, OverviewCells> cells;
+      for (const auto& [held, values] : made) cells[keys.at(held)] = values;
+      std::vector<int> all(static_cast<size_t>(n_layers));
+      std::iota(all.begin(), all.end(), 0);
+      scheduler_->cells().merge(cells, all, n_layers, n_heads);
+      for (const auto& [held, key] : keys) emit cellsReady(key);
+    };
+  };
+  scheduler_->submit(cellsLane(metric), std::move(job), keys.at(kHeldMetrics[0]).toStdString());
+}
+
 // What the user waits for uses every core (the budgets ahead leave one to the other views),
 // and the session's replay of the shown part.
 void Session::makeShownLayerCells(std::shared_ptr<const CellsPlan> plan) {
@@ -202,7 +232,7 @@ void Session::makeNeighbourCells(std::shared_ptr<const CellsPlan> plan) {
 // other layers of a multi-layer trace follow from requestCells). Then, when the session
 // computes the whole range ahead, the rest of it (kRangeSteps) on the range's lane.
 void Session::makeCellsAhead(CellMetric metric) {
-  if (!reader_ || metric == CellMetric::persistence || !optionsError().isEmpty()) return;
+  if (!reader_ || metric == CellMetric::persistence || isHeldMetric(metric) || !optionsError().isEmpty()) return;
   const kvsim::PolicyChoice policy = policy_;
   if (!policy.info->budgeted) return;  // one key for every budget: requestCells makes it
   const auto rows = rows_for(rows_, seq_, policy);

@@ -28,12 +28,21 @@ OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
   layout->setContentsMargins(4, 4, 4, 4);
   metric_ = new QComboBox;
   metric_->setObjectName("overviewMetric");
+  // In CellMetric's order.
   metric_->addItem(tr("Colour: mean retention (policy at B)"));
   metric_->addItem(tr("Colour: worst-step retention (policy at B)"));
   metric_->addItem(tr("Colour: persistence ratio (trace, no policy)"));
+  for (const QString& layout : {tr("its kv head"), tr("a dense cache"), tr("a paged cache per layer"),
+                                tr("a paged cache per sequence")}) {
+    metric_->addItem(tr("Colour: mean positions held by %1 (policy at B)").arg(layout));
+    metric_->addItem(tr("Colour: peak positions held by %1 (policy at B)").arg(layout));
+  }
   metric_->setToolTip(
       tr("Retention: share of the attention the policy's cache keeps, per head over all steps of this sequence.\n"
-         "Persistence: share of the tokens pivotal in the second half that were already pivotal in the first."));
+         "Persistence: share of the tokens pivotal in the second half that were already pivotal in the first.\n"
+         "Positions held: per kv head, what the policy's cache holds per step; a dense cache holds the layer's\n"
+         "fullest kv head for every kv head; a paged cache per layer frees a position once every kv head of the\n"
+         "layer dropped it, per sequence once every kv head of every layer did (the sweep's occupancy columns)."));
   caption_ = new QLabel;
   caption_->setWordWrap(true);
   caption_->setStyleSheet("color: palette(placeholder-text);");
@@ -120,7 +129,16 @@ void OverviewGrid::showCells(const QString& key) {
   shown_ = made->complete() ? key : QString();
   const Metric metric = this->metric();
   QString caption;
-  if (metric == Metric::persistence)
+  if (isHeldMetric(metric))
+    caption = tr("%1 of each head's cache over sequence %2 with %3 at B = %4, of %5 tokens (column %6). Click a cell "
+                 "to show it.")
+                  .arg(heldCaption(metric))
+                  .arg(session_->sequence())
+                  .arg(QString::fromStdString(session_->policy().label))
+                  .arg(session_->budgetTokens())
+                  .arg(session_->nTokens())
+                  .arg(cellMetricName(metric));
+  else if (metric == Metric::persistence)
     caption = tr("Persistence ratio of each head, sequence %1 (full rows, no policy). Click a cell to show it.")
                   .arg(session_->sequence());
   else
@@ -159,13 +177,36 @@ bool OverviewGrid::cellAt(QPoint point, int* layer, int* head) const {
   return false;
 }
 
+// Retention and persistence: from the lowest value (to a tenth) to 1. Positions: from 0 to the
+// sequence's tokens (what the full cache holds at its last step), so each layout's colours say
+// how much of the full cache it keeps and the layouts compare by colour as they do by number.
 void OverviewGrid::colourRange(double* lo, double* hi) const {
-  *lo = 1.0;
-  *hi = 1.0;
+  const bool positions = isHeldMetric(metric());
+  *lo = positions ? 0.0 : 1.0;
+  *hi = positions ? static_cast<double>(std::max<int64_t>(1, session_->nTokens())) : 1.0;
   for (double v : values_)
-    if (std::isfinite(v)) *lo = std::min(*lo, v);
+    if (std::isfinite(v)) positions ? (*hi = std::max(*hi, v)) : (*lo = std::min(*lo, v));
+  if (positions) return;
   *lo = std::floor(*lo * 10) / 10;
   if (*lo >= *hi) *lo = *hi - 0.1;
+}
+
+QString OverviewGrid::heldCaption(Metric metric) {
+  switch (metric) {
+    case Metric::held_per_head_mean: return tr("Mean positions held per step by the kv head");
+    case Metric::held_per_head_peak: return tr("Peak positions held by the kv head");
+    case Metric::held_dense_mean: return tr("Mean positions held per step by a dense cache (the layer's fullest kv head)");
+    case Metric::held_dense_peak: return tr("Peak positions held by a dense cache (the layer's fullest kv head)");
+    case Metric::held_layer_union_mean: return tr("Mean positions held per step by a paged cache per layer");
+    case Metric::held_layer_union_peak: return tr("Peak positions held by a paged cache per layer");
+    case Metric::held_model_union_mean: return tr("Mean positions held per step by a paged cache per sequence");
+    case Metric::held_model_union_peak: return tr("Peak positions held by a paged cache per sequence");
+    default: return {};
+  }
+}
+
+QString OverviewGrid::labelOf(double value) const {
+  return isHeldMetric(metric()) ? QString::number(value, 'f', 0) : cellText(value);
 }
 
 void OverviewGrid::paintEvent(QPaintEvent*) {
@@ -196,7 +237,7 @@ void OverviewGrid::paintEvent(QPaintEvent*) {
       painter.fillRect(cell.adjusted(0, 0, -1, -1), colour);
       if (side >= 20 && std::isfinite(v)) {
         painter.setPen(colors::text_on(colour));
-        painter.drawText(cell, Qt::AlignCenter, cellText(v));
+        painter.drawText(cell, Qt::AlignCenter, labelOf(v));
       }
     }
   const QRect shown = cellRect(session_->layer(), session_->head());
@@ -211,8 +252,9 @@ void OverviewGrid::paintEvent(QPaintEvent*) {
       painter.drawLine(x, first.top() + y, x + 8, first.top() + y);
     }
     painter.setPen(palette().color(QPalette::Text));
-    painter.drawText(QRect(x + 11, first.top() - 4, 40, 16), Qt::AlignLeft, QString::number(hi, 'f', 1));
-    painter.drawText(QRect(x + 11, first.top() + h - 12, 40, 16), Qt::AlignLeft, QString::number(lo, 'f', 1));
+    const int decimals = isHeldMetric(metric()) ? 0 : 1;
+    painter.drawText(QRect(x + 11, first.top() - 4, 40, 16), Qt::AlignLeft, QString::number(hi, 'f', decimals));
+    painter.drawText(QRect(x + 11, first.top() + h - 12, 40, 16), Qt::AlignLeft, QString::number(lo, 'f', decimals));
   }
 }
 

@@ -1,8 +1,8 @@
 #pragma once
 // Every layer x head of the shown sequence at a glance, coloured by the selected policy's
-// mean (or minimum) attention retention at the current budget, or by the head's persistence
-// ratio (a property of the trace, no policy): the cells the session makes and keeps
-// (Session::requestCells). Click a cell to show that head.
+// mean (or minimum) attention retention at the current budget, by the positions a cache layout
+// holds with it, or by the head's persistence ratio (a property of the trace, no policy): the
+// cells the session makes and keeps (Session::requestCells). Click a cell to show that head.
 #include <QString>
 #include <QWidget>
 #include <vector>
@@ -52,6 +52,8 @@ class OverviewGrid : public QWidget {
   QRect gridRect() const;
   bool cellAt(QPoint point, int* layer, int* head) const;
   void colourRange(double* lo, double* hi) const;
+  QString labelOf(double value) const;  // cellText, or whole positions
+  static QString heldCaption(Metric metric);
 
   Session* session_;
   QComboBox* metric_;

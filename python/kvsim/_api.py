@@ -350,7 +350,8 @@ def gui(trace=None, **options):
     when the window is closed. options: kvsim-gui's command-line options as keywords (`kvsim-gui
     --help`), each given as --name-with-dashes: seq, layer, head, policy, budget (64 or '20%'),
     step, mode, page, page_score, question, compress_every, layer_budget, head_budget,
-    head_floor; screenshot='shot.png' saves the window once every view has caught up and quits,
+    head_floor, overview (what the overview colours by: 'retention_mean', 'occupancy_layer_union_mean',
+    ...); screenshot='shot.png' saves the window once every view has caught up and quits,
     quit_after_ms=N quits N ms after they have (both for scripts and tests).
 
     Returns what the window showed at the end: policies (the policy list), policy (the one

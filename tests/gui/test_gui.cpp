@@ -314,6 +314,65 @@ class GuiTest : public QObject {
     shot(window, "04-persistence");
   }
 
+  // Each layout's cells are the replay's: a kv head's own positions per head, the dense and
+  // paged-per-layer columns per layer, the paged-per-sequence column everywhere.
+  void overviewColoursByThePositionsEachLayoutHolds() {
+    MainWindow window;
+    window.show();
+    QVERIFY(window.openFile(kTrace));
+    window.controls()->policyEditor()->policyBox()->setCurrentText("h2o");
+    window.waitIdle();
+    const kvtrace::TraceReader reader(kTrace.toStdString());
+    kvsim::ReplayConfig config;
+    config.policies = {kvsim::choose_policy("h2o")};
+    config.budgets = {kvsim::Budget::parse(std::to_string(window.session()->budgetTokens()))};
+    config.sequences = {0};
+    config.keep_records = true;
+    const kvsim::CellResult cell = kvsim::replay_trace(reader, config).cells.front();
+    const int n_layers = reader.meta().n_layers, n_heads = reader.meta().n_heads;
+    const auto record_of = [&](int layer, int head) -> const kvsim::SimulationResult& {
+      for (const kvsim::GroupRecord& r : cell.records)
+        if (r.layer == layer && std::find(r.heads.begin(), r.heads.end(), head) != r.heads.end()) return r.result;
+      throw std::logic_error("no record");
+    };
+    using Metric = kvgui::OverviewGrid::Metric;
+    for (Metric metric : kvgui::kHeldMetrics) {
+      window.overview()->setMetric(metric);
+      window.waitIdle();
+      QVERIFY(window.overview()->isCurrent());
+      for (int layer = 0; layer < n_layers; ++layer)
+        for (int head = 0; head < n_heads; ++head) {
+          const std::vector<int32_t>& held = record_of(layer, head).occupancy;
+          const kvsim::LayerSummary& row = cell.layers[static_cast<size_t>(layer)];
+          QCOMPARE(row.layer, layer);
+          double expected = NAN;
+          switch (metric) {
+            case Metric::held_per_head_mean:
+              expected = std::accumulate(held.begin(), held.end(), 0.0) / static_cast<double>(held.size());
+              break;
+            case Metric::held_per_head_peak: expected = *std::max_element(held.begin(), held.end()); break;
+            case Metric::held_dense_mean: expected = row.occupancy_dense_mean; break;
+            case Metric::held_dense_peak: expected = row.occupancy_dense_peak; break;
+            case Metric::held_layer_union_mean: expected = row.occupancy_layer_union_mean; break;
+            case Metric::held_layer_union_peak: expected = row.occupancy_layer_union_peak; break;
+            case Metric::held_model_union_mean: expected = cell.occupancy_model_union_mean; break;
+            case Metric::held_model_union_peak: expected = cell.occupancy_model_union_peak; break;
+            default: QFAIL("not a layout");
+          }
+          QCOMPARE(window.overview()->value(layer, head), expected);
+        }
+      shot(window, QString("05-overview-") + kvgui::cellMetricName(metric));
+    }
+    // The layouts hold more as they share more: per head <= dense <= paged per layer <= per sequence.
+    window.overview()->setMetric(Metric::held_layer_union_mean);
+    window.waitIdle();
+    const double layer_union = window.overview()->value(4, 1);
+    window.overview()->setMetric(Metric::held_dense_mean);
+    window.waitIdle();
+    QVERIFY(window.overview()->value(4, 1) < layer_union);
+    QVERIFY(layer_union < cell.occupancy_model_union_mean);
+  }
+
   void stepChartDrawsTwoPointsPerPixelColumnAndRedrawsWhenWidened() {
     // 1,600 steps on a plot a few hundred pixels wide: each line keeps, per pixel column, its
     // lowest and highest step (QtCharts strokes every point at each update).

@@ -322,7 +322,8 @@ class GuiOptionsTest : public QObject {
                                                              "adaptive",  "--head-floor",
                                                              "0.5",       "--screenshot",
                                                              "s.png",     "--quit-after-ms",
-                                                             "5",         "--",
+                                                             "5",         "--overview",
+                                                             "occupancy_layer_union_peak", "--",
                                                              "t.h5"});
     QCOMPARE(line.outcome, kvgui::CommandLine::run);
     const kvgui::GuiOptions& o = line.options;
@@ -335,6 +336,8 @@ class GuiOptionsTest : public QObject {
     QVERIFY(o.engine == (kvgui::ReplayOptions{16, "max", "auto", "8", "adaptive", 0.5, "pyramid"}));
     QCOMPARE(o.screenshot, QString("s.png"));
     QCOMPARE(o.quit_after_ms, 5);
+    QCOMPARE(o.overview, kvgui::CellMetric::held_layer_union_peak);
+    QCOMPARE(defaults.options.overview, kvgui::CellMetric::mean_retention);
     // Refusals: one line each; numbers are numbers (not 0 when they are not).
     const auto refused = [](QStringList arguments) {
       arguments.prepend("kvsim-gui");
@@ -345,6 +348,9 @@ class GuiOptionsTest : public QObject {
     QCOMPARE(refused({"--seq", "99999999999"}), QString("--seq: '99999999999' is not an integer"));
     QCOMPARE(refused({"--head-floor", "lots"}), QString("--head-floor: 'lots' is not a number"));
     QCOMPARE(refused({"--colour", "red"}), QString("Unknown option 'colour'."));
+    QVERIFY(refused({"--overview", "occupancy"})
+                .startsWith("--overview: 'occupancy' is not one of retention_mean, retention_min, persistence, "
+                            "occupancy_mean,"));
     const kvgui::CommandLine help = kvgui::parseCommandLine({"kvsim-gui", "--help"});
     QCOMPARE(help.outcome, kvgui::CommandLine::help);
     QVERIFY(help.text.contains("--screenshot <file.png>") && help.text.contains("kvsim-gui [options] trace"));
