@@ -186,6 +186,34 @@ void write_attr(H5::H5Object& object, const std::string& name, double value) {
   attr.write(H5::PredType::NATIVE_DOUBLE, &value);
 }
 
+std::vector<std::string> read_strings(const H5::DataSet& dataset, size_t n) {
+  std::vector<std::string> out(n);
+  H5::StrType file_type = dataset.getStrType();
+  if (file_type.isVariableStr()) {
+    H5::StrType mem(H5::PredType::C_S1, H5T_VARIABLE);
+    mem.setCset(file_type.getCset());
+    std::vector<char*> raw(out.size(), nullptr);
+    dataset.read(raw.data(), mem);
+    for (size_t i = 0; i < raw.size(); ++i) out[i] = raw[i] ? raw[i] : "";
+    H5::DataSet::vlenReclaim(raw.data(), mem, dataset.getSpace());
+  } else {
+    // Through a memory type of the same width, null-padded, so every byte comes back.
+    const size_t width = std::max<size_t>(file_type.getSize(), 1);
+    H5::StrType mem(H5::PredType::C_S1, width);
+    mem.setCset(file_type.getCset());
+    mem.setStrpad(H5T_STR_NULLPAD);
+    std::vector<char> raw(width * out.size(), '\0');
+    dataset.read(raw.data(), mem);
+    for (size_t i = 0; i < out.size(); ++i) {
+      const char* begin = raw.data() + i * width;
+      size_t len = 0;
+      while (len < width && begin[len] != '\0') ++len;
+      out[i].assign(begin, len);
+    }
+  }
+  return out;
+}
+
 std::vector<hsize_t> dims(const H5::DataSet& dataset) {
   H5::DataSpace space = dataset.getSpace();
   const int rank = space.getSimpleExtentNdims();

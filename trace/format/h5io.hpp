@@ -45,6 +45,9 @@ void write_attr(H5::H5Object& object, const std::string& name, int64_t value);
 void write_attr(H5::H5Object& object, const std::string& name, double value);
 
 std::vector<hsize_t> dims(const H5::DataSet& dataset);
+// The n strings of a 1-D string dataset, variable or fixed width (every byte of a fixed-width
+// string up to its first NUL). Throws H5::Exception.
+std::vector<std::string> read_strings(const H5::DataSet& dataset, size_t n);
 
 // Reads the hyperslab [start, start + count) of a float dataset stored as `dtype` into out
 // (as float32). out.size() must equal the product of count.

@@ -14,6 +14,7 @@
 #include <optional>
 
 #include "h5io.hpp"
+#include "reader_checks.hpp"
 #include "rope_attrs.hpp"
 
 namespace kvtrace {
@@ -26,50 +27,6 @@ struct TraceReader::Handle {
 namespace {
 
 constexpr uint64_t kScannedFileBytes = uint64_t{64} << 20;
-
-std::string shape_string(const std::vector<hsize_t>& shape) {
-  std::string out = "[";
-  for (size_t i = 0; i < shape.size(); ++i) {
-    if (i) out += ", ";
-    out += std::to_string(shape[i]);
-  }
-  return out + "]";
-}
-
-// Member `name` of `parent` (shown as `path`) must be a hard link to a group or dataset:
-// checked before it is opened, so HDF5 never follows a soft or external link of a bad file.
-void check_member(const TraceReader& reader, const H5::Group& parent, const std::string& name, H5O_type_t type,
-                  const std::string& path) {
-  const std::string what = type == H5O_TYPE_GROUP ? "group" : "dataset";
-  if (!parent.nameExists(name)) reader.fail(path, "missing " + what);
-  if (!h5::is_hard_link(parent, name)) reader.fail(path, "is a soft or external link, not a " + what);
-  if (parent.childObjType(name) != type) reader.fail(path, "is not a " + what);
-}
-
-H5::Group child_group(const TraceReader& reader, const H5::Group& parent, const std::string& name,
-                      const std::string& path) {
-  check_member(reader, parent, name, H5O_TYPE_GROUP, path);
-  return parent.openGroup(name);
-}
-
-// What HDF5 would do with the dataset's storage when a value of it is read: decode with a
-// filter kvsim does not know, make up fill values for what was never written. (Checked after
-// the dataset's type and shape, whose messages say more.)
-void check_storage(const TraceReader& reader, const H5::DataSet& dataset, const std::string& path) {
-  if (const std::string filter = h5::unsupported_filter(dataset); !filter.empty())
-    reader.fail(path,
-                "is compressed with " + filter + ", which kvsim does not read (it reads gzip, shuffle, fletcher32)");
-  if (!h5::fully_written(dataset))
-    reader.fail(path, "was never written in full: its missing chunks would read as fill values");
-}
-
-H5::DataSet child_dataset(const TraceReader& reader, const H5::Group& parent, const std::string& name,
-                          const std::string& path) {
-  check_member(reader, parent, name, H5O_TYPE_DATASET, path);
-  H5::DataSet dataset = parent.openDataSet(name);
-  if (!h5::chunks_within_shape(dataset)) reader.fail(path, "chunks larger than the dataset's shape");
-  return dataset;
-}
 
 }  // namespace
 
@@ -316,6 +273,8 @@ void TraceReader::load_sequence(int seq) {
     meta.has_token_text = true;
   }
 
+  meta.spans = load_spans(*this, group, seq, meta.n_tokens);
+
   const std::string layers_path = path + "/layers";
   H5::Group layers = child_group(*this, group, "layers", layers_path);
   std::string bad;
@@ -436,29 +395,7 @@ std::vector<std::string> TraceReader::token_text(int seq) const {
   try {
     H5::DataSet dataset = handle_->file.openDataSet(path);
     h5::check_chunks_inflate(dataset);
-    H5::StrType file_type = dataset.getStrType();
-    if (file_type.isVariableStr()) {
-      H5::StrType mem(H5::PredType::C_S1, H5T_VARIABLE);
-      mem.setCset(file_type.getCset());
-      std::vector<char*> raw(out.size(), nullptr);
-      dataset.read(raw.data(), mem);
-      for (size_t i = 0; i < raw.size(); ++i) out[i] = raw[i] ? raw[i] : "";
-      H5::DataSet::vlenReclaim(raw.data(), mem, dataset.getSpace());
-    } else {
-      // Through a memory type of the same width, null-padded, so every byte comes back.
-      const size_t width = std::max<size_t>(file_type.getSize(), 1);
-      H5::StrType mem(H5::PredType::C_S1, width);
-      mem.setCset(file_type.getCset());
-      mem.setStrpad(H5T_STR_NULLPAD);
-      std::vector<char> raw(width * out.size(), '\0');
-      dataset.read(raw.data(), mem);
-      for (size_t i = 0; i < out.size(); ++i) {
-        const char* begin = raw.data() + i * width;
-        size_t len = 0;
-        while (len < width && begin[len] != '\0') ++len;
-        out[i].assign(begin, len);
-      }
-    }
+    out = h5::read_strings(dataset, out.size());
   } catch (const H5::Exception&) {
     fail(path, "cannot read, file truncated or corrupt (" + h5::error_detail() + ")");
   }

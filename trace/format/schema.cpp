@@ -1,5 +1,8 @@
 #include "kvtrace/schema.hpp"
 
+#include <algorithm>
+#include <cctype>
+
 namespace kvtrace {
 
 const char* dtype_name(DType dtype) {
@@ -89,6 +92,38 @@ std::string seq_path(int seq) { return "/seqs/" + std::to_string(seq); }
 std::string layer_path(int seq, int layer) { return seq_path(seq) + "/layers/" + std::to_string(layer); }
 std::string tensor_path(int seq, int layer, Tensor tensor) {
   return layer_path(seq, layer) + "/" + tensor_name(tensor);
+}
+
+std::string span_problem(const Span& span, int64_t n_tokens) {
+  // Built by append: gcc 12 warns falsely (-Wrestrict) on chains of operator+ here.
+  std::string problem;
+  if (span.start < 0 || span.start >= span.end || span.end > n_tokens)
+    return problem.append("range [")
+        .append(std::to_string(span.start))
+        .append(", ")
+        .append(std::to_string(span.end))
+        .append(") is not within 0..n_tokens (")
+        .append(std::to_string(n_tokens))
+        .append(") with start < end");
+  const auto word = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.';
+  };
+  const auto control = [](char c) { return static_cast<unsigned char>(c) < 0x20 || c == 0x7f; };
+  if (span.kind.empty() || span.kind.size() > 64 || !std::all_of(span.kind.begin(), span.kind.end(), word)) {
+    if (span.kind.size() <= 64 && std::none_of(span.kind.begin(), span.kind.end(), control))
+      problem.append("kind '").append(span.kind).append("'");
+    else
+      problem.append("a kind of ").append(std::to_string(span.kind.size())).append(" bytes");
+    return problem.append(" is not 1..64 letters, digits, '_', '-' or '.'");
+  }
+  if (span.name.empty() || static_cast<int64_t>(span.name.size()) > Limits::max_span_name_bytes ||
+      std::any_of(span.name.begin(), span.name.end(), control))
+    return problem.append("a name of ")
+        .append(std::to_string(span.name.size()))
+        .append(" bytes is not 1..")
+        .append(std::to_string(Limits::max_span_name_bytes))
+        .append(" bytes without control characters");
+  return problem;
 }
 
 }  // namespace kvtrace

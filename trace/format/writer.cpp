@@ -89,6 +89,37 @@ H5::Group create_group(H5::H5Location& parent, const std::string& name) {
   return group;
 }
 
+// A 1-D dataset of UTF-8 variable-length strings.
+void write_strings(H5::Group& group, const char* name, std::span<const std::string> strings) {
+  H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
+  type.setCset(H5T_CSET_UTF8);
+  const auto length = static_cast<hsize_t>(strings.size());
+  H5::DataSpace space(1, &length);
+  std::vector<const char*> raw(strings.size());
+  for (size_t i = 0; i < raw.size(); ++i) raw[i] = strings[i].c_str();
+  H5::DataSet dataset = group.createDataSet(name, type, space, untimed_dataset_plist());
+  dataset.write(raw.data(), type);
+}
+
+void write_spans(H5::Group group, std::span<const Span> spans) {
+  const auto length = static_cast<hsize_t>(spans.size());
+  H5::DataSpace space(1, &length);
+  std::vector<int64_t> starts, ends;
+  std::vector<std::string> kinds, names;
+  for (const Span& span : spans) {
+    starts.push_back(span.start);
+    ends.push_back(span.end);
+    kinds.push_back(span.kind);
+    names.push_back(span.name);
+  }
+  group.createDataSet("start", H5::PredType::STD_I64LE, space, untimed_dataset_plist())
+      .write(starts.data(), H5::PredType::NATIVE_INT64);
+  group.createDataSet("end", H5::PredType::STD_I64LE, space, untimed_dataset_plist())
+      .write(ends.data(), H5::PredType::NATIVE_INT64);
+  write_strings(group, "kind", kinds);
+  write_strings(group, "name", names);
+}
+
 }  // namespace
 
 TraceWriter::TraceWriter(const std::string& path, TraceMeta meta, WriterOptions options)
@@ -136,7 +167,7 @@ TraceWriter::~TraceWriter() {
 int TraceWriter::n_sequences() const { return static_cast<int>(state_->n_tokens.size()); }
 
 int TraceWriter::add_sequence(int64_t prompt_len, std::span<const int32_t> tokens,
-                              std::span<const std::string> token_text) {
+                              std::span<const std::string> token_text, const SequenceMarks& marks) {
   state_->check(path_);
   const int seq = n_sequences();
   const auto n = static_cast<int64_t>(tokens.size());
@@ -144,25 +175,26 @@ int TraceWriter::add_sequence(int64_t prompt_len, std::span<const int32_t> token
   if (prompt_len < 0 || prompt_len > n) throw InputError(path_, seq_path(seq), "prompt_len outside 0..n_tokens");
   if (!token_text.empty() && static_cast<int64_t>(token_text.size()) != n)
     throw InputError(path_, seq_path(seq), "token_text length differs from tokens");
+  if (marks.question_len < -1 || marks.question_len > prompt_len)
+    throw InputError(path_, seq_path(seq), "question_len outside 0..prompt_len");
+  if (static_cast<int64_t>(marks.spans.size()) > Limits::max_spans)
+    throw InputError(path_, seq_path(seq) + "/spans", "more than " + std::to_string(Limits::max_spans) + " spans");
+  for (size_t i = 0; i < marks.spans.size(); ++i)
+    if (const std::string problem = span_problem(marks.spans[i], n); !problem.empty())
+      throw InputError(path_, seq_path(seq) + "/spans", "span " + std::to_string(i) + ": " + problem);
   try {
     H5::Group seqs = state_->h5->openGroup("/seqs");
     H5::Group group = create_group(seqs, std::to_string(seq));
     h5::write_attr(group, "n_tokens", n);
     h5::write_attr(group, "prompt_len", prompt_len);
+    if (marks.question_len >= 0) h5::write_attr(group, "question_len", marks.question_len);
     const hsize_t length = static_cast<hsize_t>(n);
     H5::DataSpace space(1, &length);
     H5::DataSet ids = group.createDataSet("tokens", H5::PredType::STD_I32LE, space, untimed_dataset_plist());
     ids.write(tokens.data(), H5::PredType::NATIVE_INT32);
     ids.close();
-    if (!token_text.empty()) {
-      H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
-      type.setCset(H5T_CSET_UTF8);
-      std::vector<const char*> raw(token_text.size());
-      for (size_t i = 0; i < raw.size(); ++i) raw[i] = token_text[i].c_str();
-      H5::DataSet text = group.createDataSet("token_text", type, space, untimed_dataset_plist());
-      text.write(raw.data(), type);
-      text.close();
-    }
+    if (!token_text.empty()) write_strings(group, "token_text", token_text);
+    if (!marks.spans.empty()) write_spans(create_group(group, "spans"), marks.spans);
     create_group(group, "layers");
   } catch (const H5::Exception&) {
     state_->fail(path_, seq_path(seq), "cannot write (" + h5::error_detail() + ")");

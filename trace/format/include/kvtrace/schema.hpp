@@ -18,6 +18,8 @@ struct Limits {
   static constexpr int64_t max_sequences = int64_t{1} << 20;
   static constexpr int64_t max_head_elements = int64_t{1} << 28;  // n_tokens * head_dim, one head
   static constexpr int64_t max_attn_tokens = int64_t{1} << 17;    // packed rows grow as n^2
+  static constexpr int64_t max_spans = 4096;                       // per sequence
+  static constexpr int64_t max_span_name_bytes = 256;              // a span's name or kind
 };
 
 enum class DType { f16, f32, f64 };
@@ -87,11 +89,25 @@ struct LayerForm {
   std::string describe() const;
 };
 
+// A named range of a sequence's tokens (optional group /seqs/<i>/spans): positions
+// [start, end). The kind says what it is: system, context, evidence, needle, question, answer,
+// or any other word; the name tells spans of one kind apart ("needle-2").
+struct Span {
+  std::string name, kind;
+  int64_t start = 0, end = 0;
+  bool operator==(const Span&) const = default;
+};
+// What is wrong with `span` in a sequence of n_tokens tokens, in words; empty when nothing is:
+// 0 <= start < end <= n_tokens, a kind of 1..64 letters, digits, '_', '-' or '.', a name of
+// 1..max_span_name_bytes bytes without control characters.
+std::string span_problem(const Span& span, int64_t n_tokens);
+
 struct SequenceMeta {
   int64_t n_tokens = 0;
   int64_t prompt_len = 0;
   int64_t question_len = -1;  // optional attribute: the prompt's last question_len tokens are a question; -1: none
   bool has_token_text = false;
+  std::vector<Span> spans;  // in the file's order; empty: none
   std::vector<LayerForm> layers;
 };
 

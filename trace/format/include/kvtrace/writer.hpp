@@ -23,6 +23,12 @@ struct LayerContents {
   double logit_softcap = 0.0;
 };
 
+// What a sequence may say of its tokens besides them (docs/semantics.md, section 1).
+struct SequenceMarks {
+  int64_t question_len = -1;  // -1: none
+  std::vector<Span> spans;
+};
+
 class TraceWriter {
  public:
   // meta.version, created and tool are filled in when empty.
@@ -32,7 +38,10 @@ class TraceWriter {
   TraceWriter& operator=(const TraceWriter&) = delete;
 
   // Starts sequence number n_sequences() and returns its index. token_text may be empty.
-  int add_sequence(int64_t prompt_len, std::span<const int32_t> tokens, std::span<const std::string> token_text = {});
+  // Marks the schema refuses (a span_problem, question_len outside 0..prompt_len) throw
+  // InputError.
+  int add_sequence(int64_t prompt_len, std::span<const int32_t> tokens, std::span<const std::string> token_text = {},
+                   const SequenceMarks& marks = {});
   // Creates the datasets of one layer of a sequence.
   void add_layer(int seq, int layer, const LayerContents& contents);
   // One head: q/k/v as [n_tokens * head_dim]; attn as the packed lower triangle.
