@@ -56,6 +56,17 @@ py::dict sequence_dict(const kvtrace::TraceReader& reader, int seq) {
   d["n_tokens"] = s.n_tokens;
   d["prompt_len"] = s.prompt_len;
   d["has_token_text"] = s.has_token_text;
+  d["question_len"] = s.question_len >= 0 ? py::object(py::int_(s.question_len)) : py::object(py::none());
+  py::list spans;
+  for (const kvtrace::Span& span : s.spans) {
+    py::dict one;
+    one["name"] = span.name;
+    one["kind"] = span.kind;
+    one["start"] = span.start;
+    one["end"] = span.end;
+    spans.append(one);
+  }
+  d["spans"] = spans;
   py::list layers;
   for (const auto& layer : s.layers) layers.append(layer.describe());
   d["layers"] = layers;

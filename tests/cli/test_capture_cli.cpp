@@ -56,6 +56,9 @@ TEST(CliCapture, BadInputIsOneLineAndExitTwo) {
   std::ofstream(dir.file("bad.jsonl")) << "{\"prompt\": \"ok\"}\n[1, 2]\n";
   std::ofstream(dir.file("worse.jsonl")) << "{\"prompt\": \n";
   std::ofstream(dir.file("ok.txt")) << "Once upon a time\n";
+  std::ofstream(dir.file("noq.jsonl")) << "{\"context\": \"Tom had a ball.\"}\n";
+  std::ofstream(dir.file("emptyq.jsonl")) << "{\"context\": \"Tom had a ball.\", \"questions\": [\"Who?\", \"\"]}\n";
+  std::ofstream(dir.file("both.jsonl")) << "{\"context\": \"A.\", \"question\": \"B?\", \"questions\": [\"C?\"]}\n";
   for (const std::string& args : std::vector<std::string>{
            "capture --out " + out,                                                  // no prompt
            "capture --prompt a --prompts " + dir.file("ok.txt") + " --out " + out,  // both
@@ -71,6 +74,15 @@ TEST(CliCapture, BadInputIsOneLineAndExitTwo) {
            "capture --prompt a --bogus --out " + out,
            "capture --prompt 'a b c d e f g h i j k l m n o p' --tokens 4 --out " + out,
            "capture --prompt a --tokens 8 --out /nonexistent/dir/x.h5",
+           "capture --context 'Tom had a ball.' --out " + out,                       // no question
+           "capture --question 'Who?' --out " + out,                                 // no context
+           "capture --context '' --question 'Who?' --out " + out,                    // empty context
+           "capture --context 'Tom had a ball.' --question '' --out " + out,         // empty question
+           "capture --context a --question b --prompt c --out " + out,               // with --prompt
+           "capture --context a --question b --prompts " + dir.file("ok.txt") + " --out " + out,
+           "capture --prompts " + dir.file("noq.jsonl") + " --out " + out,
+           "capture --prompts " + dir.file("emptyq.jsonl") + " --out " + out,
+           "capture --prompts " + dir.file("both.jsonl") + " --out " + out,
        }) {
     kvtest::expect_one_line_error(args);
   }
@@ -109,6 +121,23 @@ TEST(CliCapture, PromptsFilesCaptureAndValidate) {
   result = run("info " + dir.file("j.h5"));
   EXPECT_NE(result.output.find("attn:float32"), std::string::npos) << result.output;
   EXPECT_EQ(run("validate " + dir.file("j.h5")).code, 0);
+
+  // JSONL: a context with questions, a sequence each, as --context with --question.
+  std::ofstream(dir.file("qa.jsonl")) << "{\"context\": \"Tom had a red ball.\", \"questions\": [\"Who?\", "
+                                         "\"What?\"]}\n{\"prompt\": \"Once\"}\n";
+  ASSERT_EQ(run("capture --prompts " + dir.file("qa.jsonl") + " --tokens 24 --out " + dir.file("qa.h5")).code, 0);
+  ASSERT_EQ(run("capture --context 'Tom had a red ball.' --question Who? --question What? --tokens 24 --out " +
+                dir.file("cli.h5")).code, 0);
+  result = run("info " + dir.file("qa.h5"));
+  EXPECT_NE(result.output.find("    0  context [1, 7), question [7, 10), answer [10, 24)\n"), std::string::npos)
+      << result.output;
+  EXPECT_NE(result.output.find("    1  context [1, 7), question [7, 10), answer [10, 24)\n"), std::string::npos)
+      << result.output;
+  const std::string spans = result.output.substr(result.output.find("  seq  spans"));
+  EXPECT_EQ(spans.find("\n    2  "), std::string::npos) << "no spans for a plain prompt: " << spans;
+  // The same sequences from the command line: the same spans.
+  const std::string cli = run("info " + dir.file("cli.h5")).output;
+  EXPECT_EQ(cli.substr(cli.find("  seq  spans")), spans) << cli;
 }
 
 // The bundled real traces (data/traces, made by scripts/make-traces.sh).

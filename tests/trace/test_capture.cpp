@@ -31,6 +31,7 @@ using kvtrace::CaptureOptions;
 using kvtrace::DType;
 using kvtrace::InputError;
 using kvtrace::Llama2Model;
+using kvtrace::Span;
 using kvtrace::Tokenizer;
 using kvtrace::TraceReader;
 
@@ -156,6 +157,36 @@ TEST_F(Stories15MCapture, ReproducesTheGreedyTextAndValidates) {
   EXPECT_EQ(summary.tokens, static_cast<int64_t>(tokens.size()));
   EXPECT_TRUE(reader.layer(0, 5).has_v);
   EXPECT_FALSE(reader.layer(0, 5).has_attn);
+}
+
+// A context and two questions: the context's tokens with BOS, each question's with "\n"
+// and without BOS, joined; spans and question_len say where each part is.
+TEST_F(Stories15MCapture, ContextAndQuestionsMarkTheirSpans) {
+  const std::string path = dir_.file("qa.h5");
+  const std::string context = "Lily had a red ball. Her dog Max found it.";
+  const std::vector<kvtrace::CapturePrompt> prompts = {{{}, context, "Who found the ball?"},
+                                                       {{}, context, "What colour was it?"}};
+  CaptureOptions options;
+  options.n_tokens = 40;
+  kvtrace::capture_trace(path, *model_, *tok_, prompts, options);
+  const TraceReader reader(path);
+  const std::vector<int> ids = tok_->encode(context);
+  for (int s = 0; s < 2; ++s) {
+    std::vector<int> expected = ids;
+    const std::vector<int> question = tok_->encode(prompts[static_cast<size_t>(s)].question + "\n", false);
+    expected.insert(expected.end(), question.begin(), question.end());
+    const std::vector<int32_t> tokens = reader.tokens(s);
+    ASSERT_EQ(std::vector<int>(tokens.begin(), tokens.begin() + static_cast<int64_t>(expected.size())), expected);
+    const auto c = static_cast<int64_t>(ids.size()), p = static_cast<int64_t>(expected.size());
+    EXPECT_EQ(reader.sequence(s).prompt_len, p);
+    EXPECT_EQ(reader.sequence(s).question_len, static_cast<int64_t>(question.size()));
+    EXPECT_EQ(reader.sequence(s).spans, (std::vector<Span>{{"context", "context", 1, c},
+                                                           {"question", "question", c, p},
+                                                           {"answer", "answer", p, reader.sequence(s).n_tokens}}));
+  }
+  EXPECT_THROW(kvtrace::capture_trace(dir_.file("bad.h5"), *model_, *tok_,
+                                      std::vector<kvtrace::CapturePrompt>{{{}, context, ""}}, options),
+               InputError);
 }
 
 TEST_F(Stories15MCapture, ContinueAfterEosFillsTheContext) {

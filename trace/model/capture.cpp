@@ -109,8 +109,54 @@ std::string render_text(const Tokenizer& tokenizer, std::span<const int> tokens)
   return out;
 }
 
+namespace {
+
+struct EncodedPrompt {
+  std::vector<int> ids;
+  int context_end = 0;     // with a question: where the context's tokens end and the question's begin
+  int question_len = -1;   // -1: a plain prompt
+};
+
+EncodedPrompt encode_prompt(const Tokenizer& tokenizer, const CapturePrompt& prompt, size_t index) {
+  EncodedPrompt out;
+  if (prompt.context.empty() && prompt.question.empty()) {
+    out.ids = tokenizer.encode(prompt.text);
+    return out;
+  }
+  const std::string which = "prompt " + std::to_string(index + 1);
+  if (prompt.context.empty() || prompt.question.empty())
+    throw InputError("", "", which + ": a context needs a question and a question a context, neither empty");
+  out.ids = tokenizer.encode(prompt.context);
+  out.context_end = static_cast<int>(out.ids.size());
+  const std::vector<int> question = tokenizer.encode(prompt.question + "\n", false);
+  out.ids.insert(out.ids.end(), question.begin(), question.end());
+  out.question_len = static_cast<int>(question.size());
+  return out;
+}
+
+SequenceMarks marks_of(const EncodedPrompt& prompt, int64_t n_tokens) {
+  SequenceMarks marks;
+  if (prompt.question_len < 0) return marks;
+  const auto prompt_len = static_cast<int64_t>(prompt.ids.size());
+  marks.question_len = prompt.question_len;
+  marks.spans = {{"context", "context", 1, prompt.context_end}, {"question", "question", prompt.context_end, prompt_len}};
+  if (n_tokens > prompt_len) marks.spans.push_back({"answer", "answer", prompt_len, n_tokens});
+  return marks;
+}
+
+}  // namespace
+
 CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, const Tokenizer& tokenizer,
                              std::span<const std::string> prompts, const CaptureOptions& options,
+                             const std::function<void(const CapturedSequence&)>& on_sequence,
+                             const std::function<void(int64_t, int64_t)>& progress) {
+  std::vector<CapturePrompt> texts;
+  for (const std::string& text : prompts) texts.push_back({text, {}, {}});
+  return capture_trace(path, model, tokenizer, texts, options, on_sequence, progress);
+}
+
+CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, const Tokenizer& tokenizer,
+                             std::span<const CapturePrompt> prompts, const CaptureOptions& options,
                              const std::function<void(const CapturedSequence&)>& on_sequence,
                              const std::function<void(int64_t, int64_t)>& progress) {
   const Llama2Config& config = model.config();
@@ -125,12 +171,12 @@ CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, 
                          " tokens, fewer than the model's vocabulary of " + std::to_string(config.vocab_size));
 
   // Encode every prompt first, so a bad one fails before any work is done.
-  std::vector<std::vector<int>> encoded;
+  std::vector<EncodedPrompt> encoded;
   for (size_t i = 0; i < prompts.size(); ++i) {
-    encoded.push_back(tokenizer.encode(prompts[i]));
-    if (static_cast<int>(encoded.back().size()) > options.n_tokens)
+    encoded.push_back(encode_prompt(tokenizer, prompts[i], i));
+    if (static_cast<int>(encoded.back().ids.size()) > options.n_tokens)
       throw InputError("", "",
-                       "prompt " + std::to_string(i + 1) + " has " + std::to_string(encoded.back().size()) +
+                       "prompt " + std::to_string(i + 1) + " has " + std::to_string(encoded.back().ids.size()) +
                            " tokens (BOS included), more than the " + std::to_string(options.n_tokens) +
                            " tokens per sequence");
   }
@@ -152,15 +198,15 @@ CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, 
   for (size_t i = 0; i < prompts.size(); ++i) {
     CapturedSequence captured;
     captured.index = static_cast<int>(i);
-    captured.prompt = prompts[i];
-    captured.prompt_len = static_cast<int>(encoded[i].size());
+    captured.prompt = prompts[i].context.empty() ? prompts[i].text : prompts[i].context + "\n" + prompts[i].question;
+    captured.prompt_len = static_cast<int>(encoded[i].ids.size());
     const int64_t done = static_cast<int64_t>(i) * options.n_tokens;
     RecordingHook hook(config, options.write_attn, [&](int pos) {
       if (progress) progress(done + pos, total);
     });
     try {
       captured.tokens =
-          decode_greedy(model, std::move(encoded[i]), options.n_tokens, options.continue_after_eos, &hook);
+          decode_greedy(model, encoded[i].ids, options.n_tokens, options.continue_after_eos, &hook);
     } catch (const InputError& e) {  // a step that overflows: say which sequence
       throw InputError(e.file(), "sequence " + std::to_string(i), e.problem());
     }
@@ -173,7 +219,8 @@ CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, 
     std::vector<std::string> text;
     text.reserve(ids.size());
     for (int32_t id : ids) text.push_back(tokenizer.piece(id));
-    const int seq = writer.add_sequence(captured.prompt_len, ids, text);
+    const int seq =
+        writer.add_sequence(captured.prompt_len, ids, text, marks_of(encoded[i], static_cast<int64_t>(ids.size())));
     LayerContents contents;
     contents.q = contents.k = true;
     contents.v = options.write_v;

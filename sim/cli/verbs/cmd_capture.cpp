@@ -1,6 +1,7 @@
 // kvsim capture: real attention traces from the built-in llama2.c model on the CPU
 // (see kvsim/model/capture.hpp). Prints the generated text of every sequence on stdout.
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -14,21 +15,44 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// One line of a *.jsonl prompts file: {"prompt": TEXT}, or {"context": TEXT, "question":
+// TEXT} or {"context": TEXT, "questions": [TEXT, ...]} (a sequence per question, each with the
+// context), every string non-empty.
+void add_json_prompts(const nlohmann::json& object, const std::string& path, const std::string& where,
+                      std::vector<kvtrace::CapturePrompt>& prompts) {
+  const auto text = [&](const nlohmann::json& value) { return value.is_string() && !value.get<std::string>().empty(); };
+  if (object.is_object() && object.contains("prompt") && text(object["prompt"]) && !object.contains("context")) {
+    prompts.push_back({object["prompt"].get<std::string>(), {}, {}});
+    return;
+  }
+  const bool context = object.is_object() && object.contains("context") && text(object["context"]);
+  std::vector<std::string> questions;
+  if (context && object.contains("question") && text(object["question"]) && !object.contains("questions"))
+    questions.push_back(object["question"].get<std::string>());
+  else if (context && object.contains("questions") && object["questions"].is_array() && !object.contains("question"))
+    for (const nlohmann::json& q : object["questions"]) questions.push_back(text(q) ? q.get<std::string>() : "");
+  if (questions.empty() || std::find(questions.begin(), questions.end(), "") != questions.end())
+    throw kvtrace::InputError(path, where,
+                              "needs a non-empty string \"prompt\", or a \"context\" with a \"question\" or a list "
+                              "\"questions\" of non-empty strings");
+  for (std::string& q : questions) prompts.push_back({{}, object["context"].get<std::string>(), std::move(q)});
+}
+
 // A prompts file: one prompt per line, taken literally (blank lines and lines starting with
-// '#' are skipped). A file named *.jsonl holds one JSON object per line instead, whose string
-// member "prompt" may contain newlines and any character.
-std::vector<std::string> read_prompts(const std::string& path) {
+// '#' are skipped). A file named *.jsonl holds one JSON object per line instead
+// (add_json_prompts), whose strings may contain newlines and any character.
+std::vector<kvtrace::CapturePrompt> read_prompts(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw kvtrace::InputError(path, "", "cannot open the prompts file");
   const bool jsonl = fs::path(path).extension() == ".jsonl";
-  std::vector<std::string> prompts;
+  std::vector<kvtrace::CapturePrompt> prompts;
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (line.find_first_not_of(" \t") == std::string::npos) continue;
     const std::string where = "line " + std::to_string(number);
     if (!jsonl) {
-      if (line[0] != '#') prompts.push_back(line);
+      if (line[0] != '#') prompts.push_back({line, {}, {}});
       continue;
     }
     nlohmann::json object;
@@ -37,9 +61,7 @@ std::vector<std::string> read_prompts(const std::string& path) {
     } catch (const nlohmann::json::parse_error&) {
       throw kvtrace::InputError(path, where, "not valid JSON (*.jsonl: one {\"prompt\": ...} object per line)");
     }
-    if (!object.is_object() || !object.contains("prompt") || !object["prompt"].is_string())
-      throw kvtrace::InputError(path, where, "needs a string member \"prompt\"");
-    prompts.push_back(object["prompt"].get<std::string>());
+    add_json_prompts(object, path, where, prompts);
   }
   if (prompts.empty()) throw kvtrace::InputError(path, "", "no prompts in the file");
   return prompts;
@@ -50,12 +72,16 @@ std::vector<std::string> read_prompts(const std::string& path) {
 int cmd_capture(const std::vector<std::string>& args) {
   kvtrace::CaptureOptions o;
   std::string model_path, tokenizer_path, prompts_file, out, dtype = "float16";
-  std::vector<std::string> prompts;
+  std::vector<std::string> texts, questions;
+  std::string context;
   po::options_description options("capture options");
   options.add_options()("model", po::value(&model_path),
                         "llama2.c checkpoint (default: stories15M.bin in $KVSIM_MODEL_DIR or ~/.cache/kvsim/models)")(
       "tokenizer", po::value(&tokenizer_path), "llama2.c tokenizer.bin (default: tokenizer.bin next to the model)")(
-      "prompt,p", po::value(&prompts)->composing(), "a prompt (repeat for several sequences)")(
+      "prompt,p", po::value(&texts)->composing(), "a prompt (repeat for several sequences)")(
+      "context", po::value(&context), "a context, asked each --question in a sequence of its own (spans context, "
+      "question and answer; the trace's question_len)")(
+      "question", po::value(&questions)->composing(), "a question about --context (repeatable)")(
       "prompts", po::value(&prompts_file),
       "file with one prompt per line ('#' lines skipped), or *.jsonl with {\"prompt\": ...} per line")(
       "tokens,n", po::value(&o.n_tokens)->default_value(o.n_tokens),
@@ -70,12 +96,22 @@ int cmd_capture(const std::vector<std::string>& args) {
       "model-name", po::value(&o.model_name), "model name stored in the trace (default: the checkpoint's file stem)");
   po::positional_options_description positional;
   po::variables_map vm;
-  const std::string usage = "(--prompt TEXT ... | --prompts FILE) --out FILE.h5 [options]";
+  const std::string usage =
+      "(--prompt TEXT ... | --prompts FILE | --context TEXT --question TEXT ...) --out FILE.h5 [options]";
   if (!parse_options("capture", usage, args, options, positional, vm)) return 0;
 
-  if (prompts.empty() && prompts_file.empty())
-    bad_option("prompt", "no prompt: give --prompt TEXT (repeatable) or --prompts FILE");
-  if (!prompts.empty() && !prompts_file.empty()) bad_option("prompts", "cannot be combined with --prompt");
+  const bool asked = vm.count("context") || !questions.empty();
+  if (texts.empty() && prompts_file.empty() && !asked)
+    bad_option("prompt", "no prompt: give --prompt TEXT (repeatable), --prompts FILE or --context and --question");
+  if (!texts.empty() && !prompts_file.empty()) bad_option("prompts", "cannot be combined with --prompt");
+  if (asked && (!texts.empty() || !prompts_file.empty()))
+    bad_option("context", "cannot be combined with --prompt or --prompts");
+  if (asked && (context.empty() || questions.empty() ||
+                std::find(questions.begin(), questions.end(), "") != questions.end()))
+    bad_option("context", "needs a non-empty text and at least one non-empty --question");
+  std::vector<kvtrace::CapturePrompt> prompts;
+  for (const std::string& text : texts) prompts.push_back({text, {}, {}});
+  for (const std::string& question : questions) prompts.push_back({{}, context, question});
   o.writer.dtype = parse_dtype("dtype", dtype);
   if (o.writer.compression < 0 || o.writer.compression > 9) bad_option("compress", "must be 0..9");
   o.write_attn = vm.count("attn") > 0;

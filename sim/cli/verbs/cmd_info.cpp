@@ -29,6 +29,25 @@ std::string preview(const std::vector<std::string>& text, int64_t count, size_t 
   return out;
 }
 
+// The sequences' spans, a line each: "kind [start, end)", "kind name [start, end)" when the
+// name is not the kind.
+void print_spans(const kvtrace::TraceReader& reader) {
+  bool first = true;
+  for (int s = 0; s < reader.n_sequences(); ++s) {
+    const auto& spans = reader.sequence(s).spans;
+    if (spans.empty()) continue;
+    if (first) std::printf("\n  seq  spans: kind [start, end) of the positions\n");
+    first = false;
+    std::string line;
+    for (const kvtrace::Span& span : spans) {
+      if (!line.empty()) line += ", ";
+      line += span.kind + (span.name == span.kind ? "" : " " + span.name) + " [" + std::to_string(span.start) + ", " +
+              std::to_string(span.end) + ")";
+    }
+    std::printf("  %3d  %s\n", s, line.c_str());
+  }
+}
+
 }  // namespace
 
 int cmd_info(const std::vector<std::string>& args) {
@@ -77,7 +96,15 @@ int cmd_info(const std::vector<std::string>& args) {
                          {"prompt_len", sequence.prompt_len},
                          {"prompt_text", text.empty() ? "" : preview(text, sequence.prompt_len, 100000)},
                          {"layers", layers}});
+    if (sequence.question_len >= 0) sequences.back()["question_len"] = sequence.question_len;
+    if (!sequence.spans.empty()) {
+      nlohmann::json spans = nlohmann::json::array();
+      for (const kvtrace::Span& span : sequence.spans)
+        spans.push_back({{"name", span.name}, {"kind", span.kind}, {"start", span.start}, {"end", span.end}});
+      sequences.back()["spans"] = spans;
+    }
   }
+  print_spans(reader);
   if (vm.count("json")) {
     nlohmann::json out = {
         {"file", reader.path()},         {"file_size", reader.file_size()}, {"model", meta.model},

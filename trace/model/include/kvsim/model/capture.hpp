@@ -36,9 +36,20 @@ struct CaptureOptions {
   std::string model_name;           // root attr `model`; empty: the checkpoint's file stem
 };
 
+// One sequence's prompt: its text, or a context and a question. A context and a question are
+// tokenized apart and joined as kvpress's pipeline joins them for a model without a chat
+// template (kvpress/pipeline.py, KVPressTextGenerationPipeline.preprocess): BOS and the
+// context, then the question with "\n" appended, without BOS. The sequence then has
+// question_len (the question's tokens) and the spans "context" (its tokens after BOS),
+// "question" and "answer" (the generated tokens).
+struct CapturePrompt {
+  std::string text;  // when context is empty
+  std::string context, question;
+};
+
 struct CapturedSequence {
   int index = 0;
-  std::string prompt;
+  std::string prompt;        // the text, or the context, a newline and the question
   std::vector<int> tokens;  // BOS, the prompt's tokens, then the generated ones
   int prompt_len = 0;       // prompt tokens, BOS included
   int stories_ended = 0;    // BOS predicted after the prompt (each one ends a story)
@@ -64,6 +75,11 @@ std::string render_text(const Tokenizer& tokenizer, std::span<const int> tokens)
 // written (for printing the generated text); progress(done, total) counts tokens decoded.
 // Throws InputError for an empty prompt list, a prompt longer than n_tokens or seq_len,
 // bad options, or a file that cannot be written; nothing is left at `path` on failure.
+CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, const Tokenizer& tokenizer,
+                             std::span<const CapturePrompt> prompts, const CaptureOptions& options,
+                             const std::function<void(const CapturedSequence&)>& on_sequence = {},
+                             const std::function<void(int64_t, int64_t)>& progress = {});
+// Each prompt as its text.
 CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, const Tokenizer& tokenizer,
                              std::span<const std::string> prompts, const CaptureOptions& options,
                              const std::function<void(const CapturedSequence&)>& on_sequence = {},
