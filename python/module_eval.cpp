@@ -14,7 +14,8 @@ namespace {
 py::object eval(const Trace& trace, const std::string& model_path, const std::vector<std::string>& policy_names,
                 const std::vector<std::string>& budgets, const std::vector<std::pair<std::string, std::string>>& params,
                 const std::vector<int>& seqs, int tokens, const std::string& aggregate, int threads,
-                const std::string& layer_budget, const std::string& question, int64_t prompt_len) {
+                const std::string& layer_budget, const std::string& question, int64_t prompt_len,
+                int64_t recall_distance) {
   const auto held = trace.hold();
   const kvtrace::TraceReader& reader = *held;
   EvalConfig config;
@@ -29,6 +30,7 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
   if (threads < 0) bad_option("threads", "must be >= 0");
   if (tokens < 0) bad_option("tokens", "must be >= 0");
   config.threads = threads;
+  config.recall_distance = recall_distance;
   config.layer_budget = layer_budget;
   const QuestionOption asked = question_of(question);
   config.question = asked.tokens;
@@ -61,6 +63,7 @@ void bind_eval(py::module_& m) {
   m.def("_eval", &eval);
   m.attr("DEFAULT_EVAL_POLICIES") = list_tuple(kDefaultEvalPolicies);
   m.attr("DEFAULT_EVAL_BUDGETS") = list_tuple(kDefaultEvalBudgets);
+  m.attr("DEFAULT_RECALL_DISTANCE") = kDefaultRecallDistance;
 }
 
 }  // namespace kvsim::python

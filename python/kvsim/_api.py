@@ -36,6 +36,7 @@ DEFAULT_SWEEP_POLICIES = _native.DEFAULT_SWEEP_POLICIES
 DEFAULT_SWEEP_BUDGETS = _native.DEFAULT_SWEEP_BUDGETS
 DEFAULT_EVAL_POLICIES = _native.DEFAULT_EVAL_POLICIES
 DEFAULT_EVAL_BUDGETS = _native.DEFAULT_EVAL_BUDGETS
+DEFAULT_RECALL_DISTANCE = _native.DEFAULT_RECALL_DISTANCE  # eval()'s, kvsim eval --recall-distance's
 # analyze()'s defaults (lags, topk, min_positions, max_steps, samples): the CLI's.
 _ANALYZE_DEFAULTS = _native._AnalyzeOptions()
 
@@ -519,7 +520,8 @@ def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", pr
 
 
 def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggregate="mean", threads=0,  # noqa: A001
-         layer_budget="uniform", question=None, prompt_len=0, params=None, **policy_params) -> dict:
+         layer_budget="uniform", question=None, prompt_len=0, recall_distance=DEFAULT_RECALL_DISTANCE, params=None,
+         **policy_params) -> dict:
     """The closed loop (kvsim eval --trace): the llama2.c checkpoint `model` (a path, e.g.
     ~/.cache/kvsim/models/stories15M.bin) runs over the trace's token sequences with every
     head attending only to its cache, the policies (built-in or kvsim.register_policy's)
@@ -528,14 +530,17 @@ def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggr
     closed_loop perplexity, perplexity_increase, top1_agreement, ...; replay retention and
     output error), per_sequence, correlations. tokens: the first N of each sequence (0: all).
     layer_budget: as kvsim eval --layer-budget; question: N or "auto" (--question), with
-    prompt_len (0: the trace's prompt_len).
+    prompt_len (0: the trace's prompt_len). recall_distance: D of the recall tokens
+    (--recall-distance): recall_tokens, full_cache's recall_perplexity, and each cell's
+    closed_loop recall_top1_agreement and recall_perplexity (None when there is none).
     """
     names = _comma_list(policies if policies is not None else DEFAULT_EVAL_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_EVAL_BUDGETS, "budgets")
     return _native._eval(_trace(trace), _path(model, "model"), names, grid, _params(params, policy_params),
                          _indices(seqs, "seqs"), _int(tokens, "--tokens"), str(aggregate), _int(threads, "--threads"),
                          str(layer_budget), "" if question is None else str(question),
-                         _int(prompt_len, "--prompt-len", 0, _INT64_MAX))
+                         _int(prompt_len, "--prompt-len", 0, _INT64_MAX),
+                         _int(recall_distance, "--recall-distance", 1, _INT64_MAX))
 
 
 def _analyze_options(lags, topk, min_positions, max_steps, samples, correlations=True):

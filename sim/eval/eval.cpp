@@ -6,6 +6,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <unordered_map>
 
 #include "kvsim/eval/eval.hpp"
 #include "kvtrace/attention_source.hpp"
@@ -288,6 +289,24 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
     if (options.record_queries) run.queries = hook->take_queries();
   }
   return run;
+}
+
+std::vector<int64_t> recall_positions(std::span<const int> tokens, std::span<const int> full_argmax,
+                                      int64_t distance, int64_t first) {
+  const auto n = static_cast<int64_t>(tokens.size());
+  if (n >= 2 && static_cast<int64_t>(full_argmax.size()) < n - 1)
+    throw std::invalid_argument("recall_positions: fewer full-cache argmaxes than predictions");
+  std::unordered_map<int, int64_t> last;  // token -> its last position so far
+  std::vector<int64_t> out;
+  for (int64_t t = 0; t + 1 < n; ++t) {
+    last[tokens[static_cast<size_t>(t)]] = t;
+    const int target = tokens[static_cast<size_t>(t) + 1];
+    const auto earlier = last.find(target);
+    if (t >= first && earlier != last.end() && t + 1 - earlier->second > distance &&
+        full_argmax[static_cast<size_t>(t)] == target)
+      out.push_back(t);
+  }
+  return out;
 }
 
 EvalSequence trace_sequence(const kvtrace::TraceReader& reader, int seq, int tokens) {

@@ -25,6 +25,8 @@ namespace {
 struct RunResult {
   double nll_sum = 0;
   int64_t predictions = 0, agreements = 0;
+  double recall_nll_sum = 0;  // over the reference's recall positions
+  int64_t recall_agreements = 0;
   double occupancy_sum = 0;
   int64_t occupancy_steps = 0, occupancy_peak = 0, evictions = 0;
   std::vector<double> layer_occupancy_sum;
@@ -102,6 +104,7 @@ bool check_grid(const kvtrace::Llama2Config& c, std::span<const EvalSequence> se
   if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
   if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
   if (sequences.empty()) throw kvtrace::InputError("", "", "no sequence to evaluate");
+  if (config.recall_distance < 1) throw kvtrace::InputError("", "", "the recall distance must be at least 1");
   bool needs_future = false;
   for (const PolicyChoice& policy : config.policies) {
     check_closed_loop_policy(*policy.info);
@@ -142,6 +145,8 @@ std::vector<eval_replay::Reference> full_cache_references(const Grid& grid,
   auto replay_full = [&](size_t s, ClosedLoopRun& full) {
     eval_replay::Reference& reference = references[s];
     eval_replay::replay_reference(grid.model, grid.sequences[s], config, plans[s], full, reference);
+    reference.recall = recall_positions(grid.sequences[s].tokens, full.argmax, config.recall_distance,
+                                        plans[s].protocol.first_prediction());
     reference.argmax = std::move(full.argmax);
     reference.nll = std::move(full.nll);
     if (grid.needs_future) reference.rows = std::move(full.rows);
@@ -202,6 +207,10 @@ RunResult closed_loop(const Grid& grid, const EvalSequence& sequence, const eval
     result.agreements += run.argmax[i] == reference.argmax[i];
     ++result.predictions;
   }
+  for (int64_t t : reference.recall) {
+    result.recall_nll_sum += run.nll[static_cast<size_t>(t)];
+    result.recall_agreements += run.argmax[static_cast<size_t>(t)] == reference.argmax[static_cast<size_t>(t)];
+  }
   result.layer_occupancy_sum.assign(static_cast<size_t>(n_layers), 0.0);
   result.layer_steps.assign(static_cast<size_t>(n_layers), 0);
   for (const GroupRecord& record : run.groups) {
@@ -229,13 +238,18 @@ EvalResults full_cache_results(const Grid& grid, const std::vector<eval_plan::Se
   results.budgets = grid.budgets;
   results.layer_budget = grid.config.layer_budget;
   results.question = grid.config.question > 0 || grid.config.question_auto;
-  double full_nll = 0;
+  results.recall_distance = grid.config.recall_distance;
+  double full_nll = 0, full_recall_nll = 0;
   for (size_t s = 0; s < grid.sequences.size(); ++s) {
     double sum = 0;
     const std::vector<double>& nlls = references[s].nll;
     const auto first = static_cast<size_t>(protocols[s].first_prediction());
     for (size_t i = first; i < nlls.size(); ++i) sum += nlls[i];
     full_nll += sum;
+    double recall_sum = 0;  // summed as each closed-loop run sums its own, so that 100% gives the same bits
+    for (int64_t t : references[s].recall) recall_sum += nlls[static_cast<size_t>(t)];
+    full_recall_nll += recall_sum;
+    results.recall_tokens += static_cast<int64_t>(references[s].recall.size());
     const auto predictions = static_cast<int64_t>(nlls.size() - first);
     if (results.question) {
       results.sequence_prompt.push_back(protocols[s].prompt);
@@ -249,6 +263,8 @@ EvalResults full_cache_results(const Grid& grid, const std::vector<eval_plan::Se
   }
   results.full_nll_mean = full_nll / static_cast<double>(results.predictions);
   results.full_perplexity = std::exp(results.full_nll_mean);
+  if (results.recall_tokens > 0)
+    results.full_recall_perplexity = std::exp(full_recall_nll / static_cast<double>(results.recall_tokens));
   return results;
 }
 
@@ -263,8 +279,8 @@ EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan
   out.params = policy.changed;
   out.info = policy.info;
   out.budget = grid.config.budgets[cell % grid.budgets];
-  double nll = 0, occupancy = 0, replay_occupancy = 0;
-  int64_t agreements = 0, occupancy_steps = 0, replay_steps = 0;
+  double nll = 0, recall_nll = 0, occupancy = 0, replay_occupancy = 0;
+  int64_t agreements = 0, recall_agreements = 0, occupancy_steps = 0, replay_steps = 0;
   std::vector<float> retention, output_error;
   const auto layers = static_cast<size_t>(grid.model.config().n_layers);
   std::vector<double> layer_sum(layers, 0.0), replay_layer_sum(layers, 0.0);
@@ -283,6 +299,8 @@ EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan
     out.budget_share_mean += budget / static_cast<double>(n) / static_cast<double>(n_seqs);
     nll += run.nll_sum;
     agreements += run.agreements;
+    recall_nll += run.recall_nll_sum;
+    recall_agreements += run.recall_agreements;
     occupancy += run.occupancy_sum;
     occupancy_steps += run.occupancy_steps;
     out.occupancy_peak = std::max(out.occupancy_peak, run.occupancy_peak);
@@ -313,6 +331,12 @@ EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan
   out.perplexity_increase = out.perplexity - results.full_perplexity;
   out.perplexity_increase_relative = out.perplexity_increase / results.full_perplexity;
   out.top1_agreement = static_cast<double>(agreements) / static_cast<double>(results.predictions);
+  if (results.recall_tokens > 0) {
+    const auto recalls = static_cast<double>(results.recall_tokens);
+    out.recall_nll_mean = recall_nll / recalls;
+    out.recall_perplexity = std::exp(out.recall_nll_mean);
+    out.recall_top1_agreement = static_cast<double>(recall_agreements) / recalls;
+  }
   out.occupancy_mean = occupancy_steps ? occupancy / static_cast<double>(occupancy_steps) : NAN;
   out.replay_retention = summarize(retention);
   out.replay_output_error = summarize(output_error);

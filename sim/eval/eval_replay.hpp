@@ -15,6 +15,7 @@ namespace kvsim::eval_replay {
 struct Reference {
   std::vector<int> argmax;
   std::vector<double> nll;
+  std::vector<int64_t> recall;  // the recall tokens' positions (recall_positions), among those that count
   std::vector<std::vector<std::vector<float>>> rows;  // kept only when a policy needs the future
   // Replay per cell: retention and output error of every (layer, group, head, step), in order.
   std::vector<std::vector<float>> retention, output_error;

@@ -57,6 +57,21 @@ std::string protocol_text(const EvalResults& results) {
          " of them the question";
 }
 
+// The closed loop over the recall tokens; "-" where there is none.
+void recall_table(std::ostream& out, const EvalResults& results, size_t policy_width, size_t budget_width) {
+  const std::string d = std::to_string(results.recall_distance);
+  out << "\nrecall tokens: " << results.recall_tokens << (results.recall_tokens == 1 ? " prediction" : " predictions")
+      << " whose target last occurred more than " << d
+      << " tokens earlier and that the full cache predicts; full cache on them: perplexity "
+      << format("%.4f", results.full_recall_perplexity) << "\n";
+  out << left("policy", policy_width) << left("budget", budget_width) << right("perplexity", 12) << right("top-1", 8)
+      << "\n";
+  for (const EvalCell& cell : results.cells)
+    out << left(cell.policy, policy_width) << left(budget_text(cell), budget_width)
+        << right(format("%.4f", cell.recall_perplexity), 12) << right(format("%.4f", cell.recall_top1_agreement), 8)
+        << "\n";
+}
+
 }  // namespace
 
 std::string eval_table(const EvalResults& results) {
@@ -90,6 +105,7 @@ std::string eval_table(const EvalResults& results) {
         << right(format("%+.4f", cell.perplexity_increase), 10)
         << right(format("%+.1f%%", 100 * cell.perplexity_increase_relative), 9)
         << right(format("%.4f", cell.top1_agreement), 8) << "\n";
+  recall_table(out, results, policy_width, budget_width);
   out << "\nteacher-forced replay of the same tokens (the full-cache run's rows)\n";
   out << left("policy", policy_width) << left("budget", budget_width) << right("retention", 10) << right("p5", 8)
       << right("out.err", 9) << right("occupancy", 10) << "\n";
@@ -130,7 +146,8 @@ std::string eval_csv(const EvalResults& results) {
   out << "policy,params,budget,budget_tokens_mean,budget_share_mean,perplexity,perplexity_full,perplexity_increase,"
          "perplexity_increase_relative,nll_mean,top1_agreement,occupancy_mean,occupancy_peak,evictions,"
          "replay_retention_mean,replay_retention_p5,replay_retention_min,replay_output_error_mean,"
-         "replay_output_error_p95,replay_occupancy_mean,predictions\n";
+         "replay_output_error_p95,replay_occupancy_mean,predictions,recall_distance,recall_tokens,"
+         "recall_top1_agreement,recall_perplexity,full_recall_perplexity\n";
   for (const EvalCell& cell : results.cells)
     out << (cell.info ? cell.info->name : cell.policy) << "," << csv_field(cell.params) << "," << cell.budget.text
         << "," << number(cell.budget_tokens_mean) << "," << number(cell.budget_share_mean) << ","
@@ -140,7 +157,9 @@ std::string eval_csv(const EvalResults& results) {
         << cell.evictions << "," << number(cell.replay_retention.mean) << "," << number(cell.replay_retention.p5) << ","
         << number(cell.replay_retention.min) << "," << number(cell.replay_output_error.mean) << ","
         << number(cell.replay_output_error.p95) << "," << number(cell.replay_occupancy_mean) << ","
-        << results.predictions << "\n";
+        << results.predictions << "," << results.recall_distance << "," << results.recall_tokens << ","
+        << number(cell.recall_top1_agreement) << "," << number(cell.recall_perplexity) << ","
+        << number(results.full_recall_perplexity) << "\n";
   return out.str();
 }
 
@@ -174,6 +193,9 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
                        {"perplexity_increase_relative", cell.perplexity_increase_relative},
                        {"nll_mean", cell.nll_mean},
                        {"top1_agreement", cell.top1_agreement},
+                       {"recall_tokens", results.recall_tokens},
+                       {"recall_top1_agreement", or_null(cell.recall_top1_agreement)},
+                       {"recall_perplexity", or_null(cell.recall_perplexity)},
                        {"occupancy_mean", or_null(cell.occupancy_mean)},
                        {"occupancy_peak", cell.occupancy_peak},
                        {"evictions", cell.evictions}}},
@@ -202,7 +224,12 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
                         {"sequences", results.sequences},
                         {"tokens", results.tokens},
                         {"predictions", results.predictions},
-                        {"full_cache", {{"perplexity", results.full_perplexity}, {"nll_mean", results.full_nll_mean}}},
+                        {"full_cache",
+                         {{"perplexity", results.full_perplexity},
+                          {"nll_mean", results.full_nll_mean},
+                          {"recall_perplexity", or_null(results.full_recall_perplexity)}}},
+                        {"recall_distance", results.recall_distance},
+                        {"recall_tokens", results.recall_tokens},
                         {"note", kClosedLoopNote},
                         {"per_sequence", sequences},
                         {"cells", cells},

@@ -3,6 +3,7 @@
 // the model need stories15M (scripts/fetch-model.sh) and are skipped without it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -54,6 +55,8 @@ TEST(CliEval, BadInputIsOneLineAndExitTwo) {
            "eval --trace " + kTrace + " --param h2o.zzz=1",
            "eval --trace " + kTrace + " --seqs x",
            "eval --trace " + kTrace + " --threads -1",
+           "eval --trace " + kTrace + " --recall-distance 0",
+           "eval --trace " + kTrace + " --recall-distance x",
            "eval --trace " + kTrace + " --csv /nonexistent/dir/x.csv",
            "eval --trace " + dir.file("missing.h5") + " --csv " + csv,
            "eval --trace " + kTrace + " --seqs 99 --csv " + csv,
@@ -103,6 +106,47 @@ TEST(CliEval, TraceTableSameBytesWhateverTheThreadCount) {
     EXPECT_EQ(fields[12], "32");      // occupancy_peak
     EXPECT_EQ(fields[13], "0");       // evictions
   }
+}
+
+// Recall tokens: at 100% the closed loop is the full cache, so it predicts every recall token
+// (top-1 1) with the full cache's perplexity over them; the same bytes at 1 and 2 threads.
+TEST(CliEval, RecallTokensOfTheFullCacheAndThreads) {
+  NEED_MODEL();
+  kvtest::TempDir dir;
+  const std::string common = "eval --trace " + kTrace +
+                             " --seqs 0,5 --tokens 96 --policies tova,recent --budgets 25%,100% --recall-distance 16 ";
+  const auto one = kvtest::expect_same_whatever_threads(common, dir, 2, {"csv", "json"});
+  ASSERT_EQ(one.code, 0) << one.output;
+  EXPECT_NE(one.output.find("recall tokens: 34 predictions whose target last occurred more than 16 tokens earlier"),
+            std::string::npos)
+      << one.output;
+  std::stringstream csv(kvtest::slurp(dir.file("one.csv")));
+  auto fields_of = [](const std::string& line) {
+    std::vector<std::string> fields;
+    std::stringstream stream(line);
+    for (std::string field; std::getline(stream, field, ',');) fields.push_back(field);
+    return fields;
+  };
+  std::string line;
+  std::getline(csv, line);
+  const std::vector<std::string> header = fields_of(line);
+  auto column = [&](const std::vector<std::string>& row, const std::string& name) {
+    const auto at = std::find(header.begin(), header.end(), name);
+    return at == header.end() || static_cast<size_t>(at - header.begin()) >= row.size()
+               ? std::string("missing")
+               : row[static_cast<size_t>(at - header.begin())];
+  };
+  int full_rows = 0;
+  while (std::getline(csv, line)) {
+    const std::vector<std::string> row = fields_of(line);
+    EXPECT_EQ(column(row, "recall_distance"), "16");
+    EXPECT_GT(std::stoi(column(row, "recall_tokens")), 0) << line;
+    if (column(row, "budget") != "100%") continue;
+    ++full_rows;
+    EXPECT_EQ(column(row, "recall_top1_agreement"), "1") << line;
+    EXPECT_EQ(column(row, "recall_perplexity"), column(row, "full_recall_perplexity")) << line;
+  }
+  EXPECT_EQ(full_rows, 2);
 }
 
 TEST(CliEval, TextFileAndPlot) {

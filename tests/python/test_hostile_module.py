@@ -234,6 +234,8 @@ class HostileModuleTest(unittest.TestCase):
             (lambda: kvsim.eval(self.trace, model, "h2o", "20%", threads=2**40), "--threads", 2**40, 0, INT_MAX),
             (lambda: kvsim.eval(self.trace, model, "h2o", "20%", prompt_len=2**64), "--prompt-len", 2**64, 0,
              INT64_MAX),
+            (lambda: kvsim.eval(self.trace, model, "h2o", "20%", recall_distance=0), "--recall-distance", 0, 1,
+             INT64_MAX),
             (lambda: kvsim.analyze(self.trace, lags=[2**70]), "--lags", 2**70, 1, 2**30),
             (lambda: kvsim.analyze(self.trace, samples=2**40), "--samples", 2**40, 0, 64),
             (lambda: kvsim.analyze(self.trace, max_steps=2**64), "--max-steps", 2**64, 1, INT64_MAX),

@@ -236,13 +236,14 @@ class PythonPolicyTest(unittest.TestCase):
 
     @unittest.skipUnless(os.path.exists(model_path()), "no stories15M (scripts/fetch-model.sh)")
     def test_closed_loop_layer_budgets_and_question_equal_the_cli(self):
-        """kvsim.eval's layer_budget, question and prompt_len are kvsim eval's --layer-budget,
-        --question and --prompt-len: the same document."""
+        """kvsim.eval's layer_budget, question, prompt_len and recall_distance are kvsim eval's
+        --layer-budget, --question, --prompt-len and --recall-distance: the same document."""
         if not os.path.exists(EXE):
             self.skipTest(f"no kvsim program at {EXE} (set KVSIM_EXE)")
         for policies, kwargs, flags in (("snapkv", {"layer_budget": "pyramid"}, ["--layer-budget", "pyramid"]),
                                         ("snapkv,pyramidkv", {"question": 8, "prompt_len": 40},
-                                         ["--question", "8", "--prompt-len", "40"])):
+                                         ["--question", "8", "--prompt-len", "40"]),
+                                        ("h2o", {"recall_distance": 8}, ["--recall-distance", "8"])):
             with tempfile.TemporaryDirectory() as tmp:
                 out = os.path.join(tmp, "eval.json")
                 subprocess.run([EXE, "eval", model_path(), "--trace", TRACE, "--policies", policies, "--budgets",
@@ -254,6 +255,8 @@ class PythonPolicyTest(unittest.TestCase):
             for doc in (cli, module):
                 doc.pop("elapsed_seconds", None)
             self.assertEqual(module, cli, kwargs)
+            self.assertEqual(module["recall_distance"], kwargs.get("recall_distance", 32))
+            self.assertIn("recall_perplexity", module["cells"][0]["closed_loop"])
         with self.assertRaisesRegex(kvsim.InputError, "not shorter than the prompt"):
             kvsim.eval(TRACE, model_path(), "snapkv", "16", seqs=[1], tokens=96, question=17)
 

@@ -1,7 +1,7 @@
 // kvsim eval [MODEL] (--trace TRACE | --text FILE): closed-loop evaluation. The llama2.c
 // model runs over fixed tokens with every head attending only to its cache, the policies
 // deciding (kvsim/eval/eval.hpp); perplexity, its increase and top-1 agreement against the full
-// cache, beside the teacher-forced replay's retention and output error on the same tokens,
+// cache (over every prediction and over the recall tokens), beside the teacher-forced replay's retention and output error on the same tokens,
 // and how well the one predicts the other (Spearman).
 #include <algorithm>
 #include <cstdio>
@@ -94,6 +94,7 @@ struct EvalArgs {
   std::string head_budget = "uniform", layer_budget = "uniform", question;
   double head_floor = 0.2;
   int64_t prompt_len = 0;
+  int64_t recall_distance = kDefaultRecallDistance;
 };
 
 void add_eval_options(po::options_description& options, EvalArgs& a) {
@@ -133,7 +134,10 @@ void add_eval_options(po::options_description& options, EvalArgs& a) {
       "runs with the full cache and is compressed to B, the question and answer tokens are kept; only the "
       "answer's predictions count")("prompt-len", po::value(&a.prompt_len),
                                     "with --question: each sequence's prompt is its first P tokens (default: the "
-                                    "trace's prompt_len; --text needs it)");
+                                    "trace's prompt_len; --text needs it)")(
+      "recall-distance", po::value(&a.recall_distance)->default_value(a.recall_distance),
+      "recall tokens: predictions whose target last occurred more than D tokens earlier and that the full cache "
+      "predicts; perplexity and top-1 over them");
   add_threads_option(options, a.threads);
   options.add_options()("csv", po::value(&a.csv), "write one row per (policy, budget) as CSV")(
       "json", po::value(&a.json), "write results, per-sequence values and correlations as JSON")(
@@ -165,6 +169,8 @@ EvalConfig eval_config(const EvalArgs& a, const po::variables_map& vm) {
   config.question_auto = asked.automatic;
   if (vm.count("prompt-len") && a.prompt_len < 1) bad_option("prompt-len", "must be at least 1");
   if (vm.count("prompt-len") && a.question.empty()) bad_option("prompt-len", "only means something with --question");
+  if (a.recall_distance < 1) bad_option("recall-distance", "must be at least 1");
+  config.recall_distance = a.recall_distance;
   config.threads = a.threads;
   return config;
 }

@@ -38,7 +38,12 @@
 // equals the full-cache run's. Side by side, on the same tokens, the teacher-forced replay of
 // the full-cache run's own rows (float32, with its values) through the same policies and
 // budgets: retention and output error as `kvsim sweep` defines them.
+//
+// Recall tokens: the predictions that count whose target token occurred earlier in the
+// sequence, last more than D tokens back, and that the full cache predicts (recall_positions);
+// perplexity and top-1 agreement over them alike, NaN when there is none.
 #include <atomic>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <span>
@@ -124,6 +129,15 @@ std::vector<EvalSequence> text_sequences(const kvtrace::Tokenizer& tokenizer, st
 // (0: all).
 EvalSequence trace_sequence(const kvtrace::TraceReader& reader, int seq, int tokens);
 
+// Recall tokens (docs/semantics.md, section 6): the prediction positions t, first <= t <=
+// n - 2 (t predicts tokens[t + 1]), whose target occurred earlier with its last occurrence j
+// (the largest j <= t with tokens[j] == tokens[t + 1]) more than `distance` tokens back
+// (t + 1 - j > distance), and that the full cache predicts (full_argmax[t] == tokens[t + 1]),
+// in increasing order. full_argmax holds at least n - 1 entries.
+std::vector<int64_t> recall_positions(std::span<const int> tokens, std::span<const int> full_argmax,
+                                      int64_t distance, int64_t first = 0);
+inline constexpr int64_t kDefaultRecallDistance = 32;
+
 // The grid `kvsim eval` and kvsim.eval() run when none is given.
 inline constexpr const char* kDefaultEvalPolicies = "scissorhands,h2o,tova,streaming,recent";
 inline constexpr const char* kDefaultEvalBudgets = "20%,30%,50%";
@@ -140,6 +154,7 @@ struct EvalConfig {
   std::string layer_budget = "uniform";
   int64_t question = 0;        // --question N (0: none), both runs
   bool question_auto = false;  // --question auto: each sequence's question_len
+  int64_t recall_distance = kDefaultRecallDistance;  // --recall-distance D (at least 1)
   int threads = 0;             // worker_threads(threads) (kvsim/core/parallel_for.hpp)
   // When set, evaluate throws Cancelled soon after it reads true (each run at its next
   // position, each replay at its next block of steps).
@@ -156,6 +171,8 @@ struct EvalCell {
   double perplexity_increase = 0;           // perplexity - the full cache's
   double perplexity_increase_relative = 0;  // that over the full cache's perplexity
   double top1_agreement = 0;
+  // Over the recall tokens (EvalResults::recall_tokens); NaN when there is none.
+  double recall_nll_mean = NAN, recall_perplexity = NAN, recall_top1_agreement = NAN;
   double occupancy_mean = 0;  // positions attended per step, over every layer, group and step
   // Per layer: B_l (mean over sequences), closed-loop and replay occupancy (mean over groups,
   // recorded steps and sequences).
@@ -182,6 +199,10 @@ struct EvalResults {
   std::vector<int64_t> sequence_tokens;
   double full_nll_mean = 0, full_perplexity = 0;
   std::vector<double> full_sequence_perplexity;
+  // Recall tokens (recall_positions at recall_distance) over every sequence, and the full
+  // cache's perplexity over them (NaN when there is none).
+  int64_t recall_distance = kDefaultRecallDistance, recall_tokens = 0;
+  double full_recall_perplexity = NAN;
   std::vector<EvalCell> cells;  // cells[policy * budgets + budget]
   size_t policies = 0, budgets = 0;
   std::vector<ProxyCorrelation> correlations;  // all pairs, then per budget, then per sequence
