@@ -201,6 +201,9 @@ GpuCard parse_gpu_card(const std::string& json_text, const std::string& file) {
 }
 
 std::string read_text_file(const std::string& path, const std::string& what) {
+  std::error_code error;
+  // A folder opens as a stream of no text, which would read as an empty file.
+  if (fs::is_directory(path, error)) throw kvtrace::InputError(path, "", "cannot read " + what + ": it is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw kvtrace::InputError(path, "", "cannot read " + what);
   std::ostringstream text;
