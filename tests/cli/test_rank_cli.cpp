@@ -7,6 +7,7 @@
 #include <string>
 
 #include "../support/cli_checks.hpp"
+#include "../support/rank_sweep.hpp"
 #include "../support/run_cli.hpp"
 #include "../support/temp_dir.hpp"
 
@@ -14,25 +15,15 @@ namespace {
 
 void write(const std::string& path, const std::string& text) { std::ofstream(path) << text; }
 
-const char* kHeader = "policy,params,budget,budget_tokens_mean,budget_share_mean,retention_mean,output_error_mean\n";
+const std::string kHeader = kvtest::kRankHeader;
+// kRankHandRows (worked by hand in tests/support/rank_sweep.hpp: oracle 0.9635 at 64, tova
+// 0.9323 at 128, h2o 0.8750 at none) and full, which ignores the budget.
+const std::string kRows = std::string(kvtest::kRankHandRows) +
+                          "full,,32,32,0.125,1,0\n"
+                          "full,,64,64,0.25,1,0\n"
+                          "full,,128,128,0.5,1,0\n";
 
-// tests/sim/test_rank.cpp works these out by hand: oracle 0.9635 (64), tova 0.9323 (128), h2o
-// 0.8750 (none); full ignores the budget.
-const char* kRows =
-    "h2o,,32,32,0.125,0.75,0.25\n"
-    "h2o,,64,64,0.25,0.875,0.125\n"
-    "h2o,,128,128,0.5,0.9375,0.0625\n"
-    "tova,,32,32,0.125,0.8125,0.1875\n"
-    "tova,,64,64,0.25,0.9375,0.0625\n"
-    "tova,,128,128,0.5,0.984375,0.015625\n"
-    "oracle,,32,32,0.125,0.875,0.125\n"
-    "oracle,,64,64,0.25,0.96875,0.03125\n"
-    "oracle,,128,128,0.5,1,0\n"
-    "full,,32,32,0.125,1,0\n"
-    "full,,64,64,0.25,1,0\n"
-    "full,,128,128,0.5,1,0\n";
-
-std::string sweep(const kvtest::TempDir& dir, const std::string& text = std::string(kHeader) + kRows) {
+std::string sweep(const kvtest::TempDir& dir, const std::string& text = kHeader + kRows) {
   write(dir.file("s.csv"), text);
   return dir.file("s.csv");
 }
@@ -49,7 +40,7 @@ TEST(CliRank, PrintsTheLeaderboard) {
   const std::string path = sweep(dir);
   const auto result = kvtest::run_kvsim("rank " + path);
   ASSERT_EQ(result.code, 0) << result.output;
-  EXPECT_NE(result.output.find("rank  policy   mean    smallest budget\n"
+  EXPECT_NE(result.output.find("rank  policy     mean  smallest budget\n"
                                "   1  oracle*  0.9635  64 (0.2500)\n"
                                "   2  tova     0.9323  128 (0.5000)\n"
                                "   3  h2o      0.8750  -\n"),
@@ -71,7 +62,9 @@ TEST(CliRank, WritesTheFormatToOutAndPrintsTheText) {
   EXPECT_NE(result.output.find("   1  oracle*  0.9635  64 (0.2500)\n"), std::string::npos) << result.output;
   EXPECT_EQ(kvtest::slurp(dir.file("r.md")), kvtest::run_kvsim("rank " + path + " --format markdown").output);
   // -o -: standard output carries the format alone, the text goes to stderr.
-  const auto piped = kvtest::run_shell(std::string(KVSIM_EXE) + " rank " + path + " --format latex -o - 2>/dev/null");
+  std::string command = "(";
+  command.append(KVSIM_EXE).append(" rank ").append(path).append(" --format latex -o - 2>/dev/null)");
+  const auto piped = kvtest::run_shell(command);
   ASSERT_EQ(piped.code, 0) << piped.output;
   EXPECT_EQ(piped.output.rfind("% ", 0), 0u) << piped.output;
   EXPECT_NE(piped.output.find("\\end{tabular}"), std::string::npos) << piped.output;
@@ -81,23 +74,23 @@ TEST(CliRank, WritesTheFormatToOutAndPrintsTheText) {
 TEST(CliRank, HostileSweepsAreOneLine) {
   kvtest::TempDir dir;
   // The reader's refusals, each naming the file.
-  const std::string path = sweep(dir, std::string(kHeader) + kRows);
+  const std::string path = sweep(dir, kHeader + kRows);
   expect_refused("rank " + path + " --metric retention_p5", path + ": no 'retention_p5' column");
-  sweep(dir, std::string(kHeader) + "h2o,,32,32,0.125,abc,0.25\n");
+  sweep(dir, kHeader + "h2o,,32,32,0.125,abc,0.25\n");
   expect_refused("rank " + path, path + ": line 2");
   sweep(dir, "");
   expect_refused("rank " + path, path + ": empty");
   expect_refused("rank " + dir.file("none.csv"), dir.file("none.csv") + ": cannot read the sweep");
   expect_refused("rank " + dir.path().string(), dir.path().string() + ": cannot read the sweep: it is a directory");
   // What ranking adds.
-  sweep(dir, std::string(kHeader) + "h2o,,32,32,0.125,0.75,\nh2o,,64,64,0.25,0.8,\ntova,,64,64,0.25,0.9,\n");
+  sweep(dir, kHeader + "h2o,,32,32,0.125,0.75,\nh2o,,64,64,0.25,0.8,\ntova,,64,64,0.25,0.9,\n");
   expect_refused("rank " + path, path + ": the ranked policies share 1 budget(s)");
-  sweep(dir, std::string(kHeader) + "h2o,,32,32,0.125,0.75,0.1\nh2o,,64,64,0.25,0.8,\n");
+  sweep(dir, kHeader + "h2o,,32,32,0.125,0.75,0.1\nh2o,,64,64,0.25,0.8,\n");
   expect_refused("rank " + path + " --metric output_error_mean",
                  path + ": h2o at budget 64: output_error_mean is empty (not measured)");
-  sweep(dir, std::string(kHeader) + "full,,32,32,0.125,1,0\nfull,,64,64,0.25,1,0\n");
+  sweep(dir, kHeader + "full,,32,32,0.125,1,0\nfull,,64,64,0.25,1,0\n");
   expect_refused("rank " + path, path + ": no policy whose budget bounds its cache");
-  sweep(dir, std::string(kHeader) + "h2o,,64,64,0.25,0.75,\nh2o,,25%,64,0.25,0.8,\n");
+  sweep(dir, kHeader + "h2o,,64,64,0.25,0.75,\nh2o,,25%,64,0.25,0.8,\n");
   expect_refused("rank " + path, path + ": h2o: its budgets all have budget_share_mean 0.250000, a span of 0");
   write(dir.file("paged.csv"), std::string("policy,budget,budget_share_mean,retention_mean,page\n") +
                                    "h2o,32,0.125,0.75,16\nh2o,64,0.25,0.8,0\n");

@@ -1,40 +1,19 @@
 // kvsim rank (sim/plan/include/kvsim/plan/rank.hpp): the mean quality over the budget shares
-// and the smallest budget meeting the target, worked by hand on a 3-policy x 3-budget sweep,
-// the order of a lower-is-better metric, budgets not every policy has, and what it refuses.
+// and the smallest budget meeting the target on a 3-policy x 3-budget sweep worked by hand
+// (tests/support/rank_sweep.hpp), the order of a lower-is-better metric, budgets not every
+// policy has, and what it refuses.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "kvsim/plan/rank.hpp"
 #include "kvtrace/error.hpp"
+#include "../support/rank_sweep.hpp"
 
 namespace {
 
-const char* kHeader = "policy,params,budget,budget_tokens_mean,budget_share_mean,retention_mean,output_error_mean\n";
-
-// Budgets of 32, 64 and 128 tokens on 256-token sequences: shares 0.125, 0.25 and 0.5, every
-// number exact in binary.
-//
-// The area is sum over neighbouring budgets of (x_{i+1} - x_i) (q_i + q_{i+1}) / 2, divided by
-// the span x_3 - x_1 = 0.375:
-//   h2o     0.75, 0.875, 0.9375:   0.125 x 0.8125   + 0.25 x 0.90625   = 0.328125    -> 0.875
-//   tova    0.8125, 0.9375, 0.984375:
-//                                  0.125 x 0.875    + 0.25 x 0.9609375 = 0.349609375 -> 0.9322916667
-//   oracle  0.875, 0.96875, 1:     0.125 x 0.921875 + 0.25 x 0.984375  = 0.361328125 -> 0.9635416667
-// Smallest budget with retention >= 0.95: oracle 64 (0.25: 0.96875), tova 128 (0.5: 0.984375;
-// 0.9375 at 64 is short), h2o none (0.9375 at most).
-// Output error is each row's 1 - retention here, so its means are 1 minus those above and
-// its order (ascending) the same; <= 0.05: oracle 64, tova 128, h2o none.
-const char* kHandSweep =
-    "h2o,,32,32,0.125,0.75,0.25\n"
-    "h2o,,64,64,0.25,0.875,0.125\n"
-    "h2o,,128,128,0.5,0.9375,0.0625\n"
-    "tova,,32,32,0.125,0.8125,0.1875\n"
-    "tova,,64,64,0.25,0.9375,0.0625\n"
-    "tova,,128,128,0.5,0.984375,0.015625\n"
-    "oracle,,32,32,0.125,0.875,0.125\n"
-    "oracle,,64,64,0.25,0.96875,0.03125\n"
-    "oracle,,128,128,0.5,1,0\n";
+const std::string kHeader = kvtest::kRankHeader;
+const std::string kHandSweep = kvtest::kRankHandRows;
 
 kvsim::Ranking rank(const std::string& rows, const std::string& metric = "retention_mean",
                     std::optional<double> target = std::nullopt) {
@@ -81,7 +60,7 @@ TEST(Rank, HandWorkedThreePoliciesAtThreeBudgets) {
   EXPECT_DOUBLE_EQ(r.target, 0.95);
   EXPECT_EQ(kvsim::rank_text(r),
             "s.csv: 3 policies ranked by retention_mean over 3 budgets, shares 0.1250 to 0.5000\n"
-            "rank  policy   mean    smallest budget\n"
+            "rank  policy     mean  smallest budget\n"
             "   1  oracle*  0.9635  64 (0.2500)\n"
             "   2  tova     0.9323  128 (0.5000)\n"
             "   3  h2o      0.8750  -\n"
@@ -123,7 +102,7 @@ TEST(Rank, TiesGoByName) {
 }
 
 TEST(Rank, PoliciesThatIgnoreTheBudgetAreListedApart) {
-  const kvsim::Ranking r = rank(std::string(kHandSweep) +
+  const kvsim::Ranking r = rank(kHandSweep +
                                 "full,,32,32,0.125,1,0\n"
                                 "full,,64,64,0.25,1,0\n"
                                 "full,,128,128,0.5,1,0\n");
@@ -168,8 +147,14 @@ TEST(Rank, RefusesWhatItCannotRank) {
   // Two budgets at one share.
   EXPECT_NE(refusal("h2o,,64,64,0.25,0.75,\nh2o,,25%,64,0.25,0.8,\n").find("a span of 0"), std::string::npos);
   // A column that is not a quality.
-  EXPECT_NE(refusal(kHandSweep, "occupancy_mean").find("--metric: 'occupancy_mean' is not a quality column"),
-            std::string::npos);
+  kvsim::RankRequest occupancy;
+  occupancy.metric = "occupancy_mean";
+  try {
+    kvsim::check_rank_request(occupancy);
+    ADD_FAILURE() << "occupancy_mean accepted";
+  } catch (const kvtrace::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--metric: 'occupancy_mean' is not a quality column"), std::string::npos);
+  }
 }
 
 TEST(Rank, FormatsWriteTheSameCells) {
