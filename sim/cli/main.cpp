@@ -30,6 +30,7 @@ int cmd_replay(const std::vector<std::string>& args);
 int cmd_sweep(const std::vector<std::string>& args);
 int cmd_policies(const std::vector<std::string>& args);
 int cmd_plan(const std::vector<std::string>& args);
+int cmd_rank(const std::vector<std::string>& args);
 int cmd_analyze(const std::vector<std::string>& args);
 int cmd_eval(const std::vector<std::string>& args);
 
@@ -43,6 +44,7 @@ const std::vector<Verb>& verbs() {
       {"sweep", "replay policies x budgets: the retention-vs-budget table, CSV, JSON and plot", cmd_sweep},
       {"policies", "list the eviction policies and their parameters", cmd_policies},
       {"plan", "capacity planning: sequences that fit on a GPU per policy budget and KV quantization", cmd_plan},
+      {"rank", "a sweep's leaderboard: mean quality over the budgets, smallest budget meeting a target", cmd_rank},
       {"analyze", "persistence of importance across steps and layers: tables, CSV, JSON, plots", cmd_analyze},
       {"eval", "closed loop: perplexity and top-1 agreement under eviction, beside replay retention", cmd_eval},
   };

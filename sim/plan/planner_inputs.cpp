@@ -145,18 +145,18 @@ void check_sweep_values(const SweepRow& row, const std::vector<std::string>& col
 // What makes two rows the same cell: policy, params, budget (20% and 20.0% alike), quant,
 // mode and page.
 std::string cell_key(const SweepRow& row) {
-  const Budget budget = Budget::parse(row.budget);
-  std::string key = row.policy + '\n' + row.params + '\n';
-  if (budget.fraction) {
-    const int64_t divisor = std::gcd(budget.numerator, budget.denominator);
-    key += std::to_string(budget.numerator / divisor) + "/" + std::to_string(budget.denominator / divisor);
-  } else {
-    key += std::to_string(budget.tokens);
-  }
-  return key + '\n' + lower(row.quant) + '\n' + row.mode + '\n' + std::to_string(row.page);
+  return row.policy + '\n' + row.params + '\n' + budget_key(row.budget) + '\n' + lower(row.quant) + '\n' + row.mode +
+         '\n' + std::to_string(row.page);
 }
 
 }  // namespace
+
+std::string budget_key(const std::string& text) {
+  const Budget budget = Budget::parse(text);
+  if (!budget.fraction) return std::to_string(budget.tokens);
+  const int64_t divisor = std::gcd(budget.numerator, budget.denominator);
+  return std::to_string(budget.numerator / divisor) + "/" + std::to_string(budget.denominator / divisor);
+}
 
 // ---- cards ----
 
@@ -201,6 +201,9 @@ GpuCard parse_gpu_card(const std::string& json_text, const std::string& file) {
 }
 
 std::string read_text_file(const std::string& path, const std::string& what) {
+  std::error_code error;
+  // A folder opens as a stream of no text, which would read as an empty file.
+  if (fs::is_directory(path, error)) throw kvtrace::InputError(path, "", "cannot read " + what + ": it is a directory");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw kvtrace::InputError(path, "", "cannot read " + what);
   std::ostringstream text;

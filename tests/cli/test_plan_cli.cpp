@@ -188,6 +188,8 @@ TEST(CliPlan, BadInputIsOneLineAndExitTwo) {
        "unknown metric"},
       {"plan --model llama-3.1-8b --gpu h100-80gb --sweep " + dir.file("broken.csv"), "no 'budget_share_mean' column"},
       {"plan --model llama-3.1-8b --gpu h100-80gb --sweep " + dir.file("missing.csv"), "cannot read the sweep"},
+      {"plan --model llama-3.1-8b --gpu h100-80gb --sweep " + dir.path().string(),
+       dir.path().string() + ": cannot read the sweep: it is a directory"},
       {"plan --model llama-3.1-8b --gpu h100-80gb --kv-quant int9", "must be 1..8"},
       {"plan --model llama-3.1-8b --gpu h100-80gb --budget 20% --sweep " + dir.file("sweep.csv"), "not both"},
       {"plan --model llama-3.1-8b --gpu h100-80gb --json /nonexistent/dir/p.json", "/nonexistent/dir/p.json"},

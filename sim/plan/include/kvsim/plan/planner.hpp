@@ -284,6 +284,10 @@ SweepTable sweep_table(const std::vector<SweepRow>& rows, const std::vector<std:
 // The same from a sweep CSV's text (read_sweep_csv). `file` names it in errors.
 SweepTable parse_sweep_csv(const std::string& text, const std::string& file, const std::string& metric_column);
 
+// A budget as one key whatever its spelling: "20%" and "20.0%" are one (a reduced fraction),
+// a token count its number. Throws InputError when it does not parse.
+std::string budget_key(const std::string& budget);
+
 // One policy's choice: the smallest budget (by budget_share_mean, then budget_tokens_mean)
 // whose metric meets the target, or none.
 struct SweepChoice {
