@@ -83,6 +83,22 @@ TEST(Spans, WriterRefusesWhatTheSchemaRefuses) {
   EXPECT_FALSE(std::filesystem::exists(dir.file("bad.h5")));
 }
 
+// Replaces dataset `name` of `group` by one of file type `file` and `shape`, written from
+// `values` in memory type `memory`.
+void replace(H5::Group& group, const char* name, const H5::DataType& file, std::vector<hsize_t> shape,
+             const void* values, const H5::DataType& memory) {
+  group.unlink(name);
+  group.createDataSet(name, file, H5::DataSpace(static_cast<int>(shape.size()), shape.data())).write(values, memory);
+}
+
+void replace_strings(H5::Group& group, const char* name, std::vector<const char*> text) {
+  const H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
+  replace(group, name, type, {text.size()}, text.data(), type);
+}
+
+const H5::PredType& kI64 = H5::PredType::STD_I64LE;
+const H5::PredType& kNativeI64 = H5::PredType::NATIVE_INT64;
+
 class HostileSpans : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -121,53 +137,41 @@ TEST_F(HostileSpans, ValidSpansRead) {
   EXPECT_TRUE(TraceReader(path_).sequence(1).spans.empty());
 }
 
-TEST_F(HostileSpans, EachBreakIsOneLine) {
+TEST_F(HostileSpans, EndPastTheSequence) {
   spans(1, [](H5::Group& g) {
-    g.unlink("end");
-    const hsize_t n = 1;
     const int64_t end = 13;
-    g.createDataSet("end", H5::PredType::STD_I64LE, H5::DataSpace(1, &n)).write(&end, H5::PredType::NATIVE_INT64);
+    replace(g, "end", kI64, {1}, &end, kNativeI64);
   });
   expect_refused("/seqs/0/spans: span 0: range [0, 13) is not within 0..n_tokens (12) with start < end");
 }
 
 TEST_F(HostileSpans, LengthsDiffer) {
   spans(2, [](H5::Group& g) {
-    g.unlink("name");
-    const hsize_t n = 3;
-    H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
-    const char* text[3] = {"a", "b", "c"};
-    g.createDataSet("name", type, H5::DataSpace(1, &n)).write(text, type);
+    replace_strings(g, "name", {"a", "b", "c"});
   });
   expect_refused("/seqs/0/spans/name: holds 3 spans, /seqs/0/spans/start 2");
 }
 
-TEST_F(HostileSpans, WrongTypesAndShapes) {
+TEST_F(HostileSpans, StartIsNotAnInteger) {
   spans(1, [](H5::Group& g) {
-    g.unlink("start");
-    const hsize_t n = 1;
     const float start = 0;
-    g.createDataSet("start", H5::PredType::IEEE_F32LE, H5::DataSpace(1, &n)).write(&start, H5::PredType::NATIVE_FLOAT);
+    replace(g, "start", H5::PredType::IEEE_F32LE, {1}, &start, H5::PredType::NATIVE_FLOAT);
   });
   expect_refused("/seqs/0/spans/start: is not an integer dataset");
 }
 
 TEST_F(HostileSpans, KindIsNotAString) {
   spans(1, [](H5::Group& g) {
-    g.unlink("kind");
-    const hsize_t n = 1;
     const int64_t kind = 7;
-    g.createDataSet("kind", H5::PredType::STD_I64LE, H5::DataSpace(1, &n)).write(&kind, H5::PredType::NATIVE_INT64);
+    replace(g, "kind", kI64, {1}, &kind, kNativeI64);
   });
   expect_refused("/seqs/0/spans/kind: is not a string dataset");
 }
 
 TEST_F(HostileSpans, TwoDimensional) {
   spans(1, [](H5::Group& g) {
-    g.unlink("end");
-    const hsize_t shape[2] = {1, 1};
     const int64_t end = 3;
-    g.createDataSet("end", H5::PredType::STD_I64LE, H5::DataSpace(2, shape)).write(&end, H5::PredType::NATIVE_INT64);
+    replace(g, "end", kI64, {1, 1}, &end, kNativeI64);
   });
   expect_refused("/seqs/0/spans/end: shape [1, 1], expected [n] with n at most 4096");
 }
@@ -193,11 +197,7 @@ TEST_F(HostileSpans, SpansIsNotAGroup) {
 
 TEST_F(HostileSpans, KindWithASpace) {
   spans(1, [](H5::Group& g) {
-    g.unlink("kind");
-    const hsize_t n = 1;
-    H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
-    const char* text[1] = {"two words"};
-    g.createDataSet("kind", type, H5::DataSpace(1, &n)).write(text, type);
+    replace_strings(g, "kind", {"two words"});
   });
   expect_refused("/seqs/0/spans: span 0: kind 'two words' is not 1..64 letters, digits, '_', '-' or '.'");
 }
