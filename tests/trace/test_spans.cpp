@@ -137,6 +137,11 @@ TEST_F(HostileSpans, ValidSpansRead) {
   EXPECT_TRUE(TraceReader(path_).sequence(1).spans.empty());
 }
 
+TEST_F(HostileSpans, NoSpansInTheGroupIsNone) {
+  spans(0);
+  EXPECT_TRUE(TraceReader(path_).sequence(0).spans.empty());
+}
+
 TEST_F(HostileSpans, EndPastTheSequence) {
   spans(1, [](H5::Group& g) {
     const int64_t end = 13;

@@ -3,6 +3,8 @@
 // and `name` (strings).
 #include <H5Cpp.h>
 
+#include <optional>
+
 #include "h5io.hpp"
 #include "reader_checks.hpp"
 
@@ -40,12 +42,11 @@ std::vector<Span> load_spans(const TraceReader& reader, const H5::Group& group, 
   const auto n = static_cast<size_t>(*count);
   std::vector<int64_t> starts(n), ends(n);
   std::vector<std::string> kinds, names;
+  if (n == 0) return {};
   try {
     for (const H5::DataSet* dataset : {&start, &end, &kind, &name}) h5::check_chunks_inflate(*dataset);
-    if (n > 0) {
-      start.read(starts.data(), H5::PredType::NATIVE_INT64);
-      end.read(ends.data(), H5::PredType::NATIVE_INT64);
-    }
+    start.read(starts.data(), H5::PredType::NATIVE_INT64);
+    end.read(ends.data(), H5::PredType::NATIVE_INT64);
     kinds = h5::read_strings(kind, n);
     names = h5::read_strings(name, n);
   } catch (const H5::Exception&) {
