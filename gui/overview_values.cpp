@@ -49,9 +49,6 @@ void set_row(OverviewCells& cells, int n_heads, int layer, double value) {
     if (layer < 0 || static_cast<int>(i) / n_heads == layer) cells[i] = value;
 }
 
-}  // namespace
-
-namespace {
 constexpr const char* kMetricNames[] = {"retention_mean",
                                         "retention_min",
                                         "persistence",

@@ -184,9 +184,13 @@ void OverviewGrid::colourRange(double* lo, double* hi) const {
   const bool positions = isHeldMetric(metric());
   *lo = positions ? 0.0 : 1.0;
   *hi = positions ? static_cast<double>(std::max<int64_t>(1, session_->nTokens())) : 1.0;
+  if (positions) {
+    for (double v : values_)
+      if (std::isfinite(v)) *hi = std::max(*hi, v);
+    return;
+  }
   for (double v : values_)
-    if (std::isfinite(v)) positions ? (*hi = std::max(*hi, v)) : (*lo = std::min(*lo, v));
-  if (positions) return;
+    if (std::isfinite(v)) *lo = std::min(*lo, v);
   *lo = std::floor(*lo * 10) / 10;
   if (*lo >= *hi) *lo = *hi - 0.1;
 }
