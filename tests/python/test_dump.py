@@ -49,8 +49,12 @@ class DumpWithoutTorchTest(unittest.TestCase):
     def test_missing_torch_is_one_line(self):
         if torch_problem() is None:
             self.skipTest("torch and transformers are importable here")
-        r = run_python("import sys; from kvsim.dump import main; sys.exit(main(sys.argv[1:]))",
-                       "--model", "x", "--prompts", "p.jsonl", "--out", "o.h5")
+        with tempfile.TemporaryDirectory() as d:  # the prompts are read (and checked) first
+            prompts = os.path.join(d, "p.jsonl")
+            with open(prompts, "w") as f:
+                f.write('{"prompt": "Once upon"}\n')
+            r = run_python("import sys; from kvsim.dump import main; sys.exit(main(sys.argv[1:]))",
+                           "--model", "x", "--prompts", prompts, "--out", os.path.join(d, "o.h5"))
         self.assertEqual(r.returncode, 2)
         lines = r.stderr.strip().splitlines()
         self.assertEqual(len(lines), 1, r.stderr)
