@@ -70,11 +70,11 @@ def _max_new_tokens(obj, where):
 
 
 def _plain_entry(obj, where, index):
+    for key in ("question", "questions", "answer", "spans"):
+        if isinstance(obj, dict) and key in obj:
+            raise DumpError(f'{where}: "{key}" needs a "context" (and no "prompt" or "ids")')
     if not isinstance(obj, dict) or ("prompt" in obj) == ("ids" in obj):
         raise DumpError(f'{where}: expected an object with exactly one of "prompt", "ids" or "context"')
-    for key in ("question", "questions", "answer", "spans"):
-        if key in obj:
-            raise DumpError(f'{where}: "{key}" needs a "context" (and no "prompt" or "ids")')
     entry = {"id": obj.get("id", index), "prompt": None, "ids": None,
              "max_new_tokens": _max_new_tokens(obj, where)}
     if "prompt" in obj:

@@ -210,16 +210,9 @@ class TraceWriter:
             raise RuntimeError("trace writer is closed")
         if self._seq is not None:
             raise RuntimeError(f"sequence {self._seq.index} is not finished")
-        self._seq = SequenceWriter(self, self.n_seqs, tokens, prompt_len, token_text)
-        self._seq.mark(question_len, spans, context_group)
+        self._seq = SequenceWriter(self, self.n_seqs, tokens, prompt_len, token_text,
+                                   (question_len, spans, context_group))
         return self._seq
-
-    def _join_group(self, index, group, context):
-        """Checks that sequence index shares context (its tokens) with group's first sequence."""
-        first, tokens = self._groups.setdefault(group, (index, context))
-        if not np.array_equal(tokens, context):
-            raise ValueError(f"seq {index}: context_group {group} holds seq {first}, whose context "
-                             f"(tokens before the question) differs")
 
     def write_sequence(self, tokens, prompt_len, layers, token_text=None):
         """Convenience: layers is a list of dicts with keys q, k, v, attn, sliding_window, ..."""
@@ -266,10 +259,38 @@ class TraceWriter:
             pass
 
 
+def _checked_marks(writer, index, tokens, prompt_len, question_len, spans, context_group):
+    """A sequence's span rows (kind, name, start, end), its question_len and context_group
+    checked as kvsim's reader checks them; the sequences of a context_group have one context
+    (their tokens before the question), which the group's first sequence sets."""
+    if question_len is not None and (int(question_len) != question_len or not 0 <= question_len <= prompt_len):
+        raise ValueError(f"seq {index}: question_len {question_len} is outside 0..prompt_len ({prompt_len})")
+    spans = list(spans or [])
+    if len(spans) > MAX_SPANS:
+        raise ValueError(f"seq {index}: {len(spans)} spans, more than {MAX_SPANS}")
+    rows = [(s["kind"], s.get("name", s["kind"]), int(s["start"]), int(s["end"])) for s in spans]
+    for i, row in enumerate(rows):
+        problem = span_problem(*row, tokens.size)
+        if problem:
+            raise ValueError(f"seq {index}: span {i}: {problem}")
+    if context_group is not None:
+        if int(context_group) != context_group or context_group < 0:
+            raise ValueError(f"seq {index}: context_group {context_group} is not an integer >= 0")
+        if not question_len:
+            raise ValueError(f"seq {index}: a context_group needs question_len >= 1")
+        context = tokens[:prompt_len - int(question_len)]
+        first, shared = writer._groups.get(int(context_group), (index, context))
+        if not np.array_equal(shared, context):
+            raise ValueError(f"seq {index}: context_group {context_group} holds seq {first}, whose "
+                             "context (the tokens before the question) differs")
+        writer._groups[int(context_group)] = (first, shared)
+    return rows
+
+
 class SequenceWriter:
     """One /seqs/<i> group; write every layer once, then finish()."""
 
-    def __init__(self, writer: TraceWriter, index, tokens, prompt_len, token_text):
+    def __init__(self, writer: TraceWriter, index, tokens, prompt_len, token_text, marks=(None, None, None)):
         tokens = np.asarray(tokens)
         if tokens.ndim != 1 or tokens.size == 0:
             raise ValueError("tokens must be a non-empty 1-D sequence")
@@ -280,6 +301,8 @@ class SequenceWriter:
         n = int(tokens.size)
         if not 0 <= int(prompt_len) <= n:
             raise ValueError(f"prompt_len {prompt_len} is outside 0..{n}")
+        question_len, context_group = marks[0], marks[2]
+        spans = _checked_marks(writer, index, tokens, int(prompt_len), *marks)
         self.w, self.index, self.n_tokens = writer, index, n
         self.g = writer._seqs.create_group(str(index))
         _int_attr(self.g.attrs, "n_tokens", n)
@@ -292,42 +315,20 @@ class SequenceWriter:
             if len(token_text) != n:
                 raise ValueError(f"token_text has {len(token_text)} entries for {n} tokens")
             self.g.create_dataset("token_text", data=token_text, dtype=_STR, track_times=False)
-        self.layers = self.g.create_group("layers")
-        self.written = set()
-        self.tokens, self.prompt_len = tokens, int(prompt_len)
-
-    def mark(self, question_len=None, spans=None, context_group=None):
-        """The sequence's optional question_len attr, spans group and context_group attr,
-        checked as kvsim's reader checks them."""
-        n = self.n_tokens
         if question_len is not None:
-            if int(question_len) != question_len or not 0 <= question_len <= self.prompt_len:
-                raise ValueError(f"seq {self.index}: question_len {question_len} is outside 0..prompt_len")
             _int_attr(self.g.attrs, "question_len", int(question_len))
         if context_group is not None:
-            if int(context_group) != context_group or context_group < 0:
-                raise ValueError(f"seq {self.index}: context_group {context_group} is not an integer >= 0")
-            if not question_len:
-                raise ValueError(f"seq {self.index}: a context_group needs question_len >= 1")
-            self.w._join_group(self.index, int(context_group),
-                               self.tokens[:self.prompt_len - int(question_len)])
             _int_attr(self.g.attrs, "context_group", int(context_group))
-        spans = list(spans or [])
-        if len(spans) > MAX_SPANS:
-            raise ValueError(f"seq {self.index}: {len(spans)} spans, more than {MAX_SPANS}")
-        rows = [(s["kind"], s.get("name", s["kind"]), int(s["start"]), int(s["end"])) for s in spans]
-        for i, row in enumerate(rows):
-            problem = span_problem(*row, n)
-            if problem:
-                raise ValueError(f"seq {self.index}: span {i}: {problem}")
-        if rows:  # a trace without spans has no spans group
+        if spans:  # a trace without spans has no spans group
             g = self.g.create_group("spans")
             for j, name in enumerate(("kind", "name", "start", "end")):
-                column = [r[j] for r in rows]
+                column = [row[j] for row in spans]
                 if j < 2:
                     g.create_dataset(name, data=column, dtype=_STR, track_times=False)
                 else:
                     g.create_dataset(name, data=np.asarray(column, dtype=np.int64), track_times=False)
+        self.layers = self.g.create_group("layers")
+        self.written = set()
 
     def _dataset(self, group, name, data, shape, what):
         data = np.asarray(data)

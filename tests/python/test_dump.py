@@ -17,6 +17,7 @@ from kvsim import dump
 from kvsim import tracefile as tf
 
 from . import llama_ref as ref
+from .fake_hf import FakeTensor
 
 PKG_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
@@ -154,25 +155,6 @@ class DumpWithoutTorchTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 tf.TraceWriter(os.path.join(d, "u.h5"), model="m", source="s", n_layers=1, n_heads=1,
                                n_kv_heads=1, head_dim=4, rope={"rotary_dims": 3})
-
-
-class FakeTensor:
-    """Just enough of a torch tensor for _Recorder.observe without --attn."""
-
-    def __init__(self, a):
-        self.a, self.shape = np.asarray(a), np.asarray(a).shape
-
-    def __getitem__(self, i):
-        return FakeTensor(self.a[i])
-
-    def float(self):
-        return self
-
-    def cpu(self):
-        return self
-
-    def numpy(self):
-        return self.a
 
 
 class RecorderTest(unittest.TestCase):
