@@ -10,7 +10,11 @@ only when a dump starts, so this module imports without them.
 
 prompts.jsonl holds one JSON object per line: {"prompt": "text"} or {"ids": [1, 9038, ...]}
 (token ids, e.g. exactly those `kvsim capture` used, or for a model converted with
-kvsim.convert_llama2c, which has no HF tokenizer), with optional "max_new_tokens" and "id".
+kvsim.convert_llama2c, which has no HF tokenizer), with optional "max_new_tokens" and "id";
+or {"context": ..., "question": ...} (or "questions": [...], a sequence each) with optional
+"answer" (fed instead of generating) and "spans" in character offsets: the trace then has
+spans context, question, answer and the line's, question_len and, for several questions,
+context_group (kvsim.prompts; docs/traces.md).
 
 For each prompt (cut to its first --prompt-tokens tokens when given): greedy generation
 (unless --no-generate), then ONE forward pass over the full
@@ -34,50 +38,9 @@ import json
 import os
 import sys
 
+from .prompts import DumpError, encode, marks, prompt_ids, read_prompts  # noqa: F401  (kvsim.dump's API)
+
 ATTN_NAME = "kvsim_dump"
-
-
-class DumpError(Exception):
-    """A problem the user can fix; main() prints it as one line and exits with 2."""
-
-
-def read_prompts(path):
-    """Parse the JSONL prompts file into dicts with keys prompt|ids, max_new_tokens, id."""
-    out = []
-    try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    except OSError as e:
-        raise DumpError(f"{path}: {e.strerror}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        where = f"{path}:{n}"
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DumpError(f"{where}: not valid JSON ({e.msg})") from None
-        if not isinstance(obj, dict) or ("prompt" in obj) == ("ids" in obj):
-            raise DumpError(f'{where}: expected an object with exactly one of "prompt" or "ids"')
-        entry = {"id": obj.get("id", len(out)), "prompt": None, "ids": None,
-                 "max_new_tokens": obj.get("max_new_tokens")}
-        if "prompt" in obj:
-            if not isinstance(obj["prompt"], str) or not obj["prompt"]:
-                raise DumpError(f'{where}: "prompt" must be a non-empty string')
-            entry["prompt"] = obj["prompt"]
-        else:
-            ids = obj["ids"]
-            if not isinstance(ids, list) or not ids or \
-                    not all(isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-                raise DumpError(f'{where}: "ids" must be a non-empty list of token ids')
-            entry["ids"] = ids
-        m = entry["max_new_tokens"]
-        if m is not None and (not isinstance(m, int) or isinstance(m, bool) or m < 0):
-            raise DumpError(f'{where}: "max_new_tokens" must be a non-negative integer')
-        out.append(entry)
-    if not out:
-        raise DumpError(f"{path}: no prompts")
-    return out
 
 
 def load_pieces(model_dir):
@@ -101,22 +64,6 @@ def token_texts(ids, tokenizer=None, pieces=None):
     if any(isinstance(t, str) and "\u2581" in t for t in sample):
         return ["" if t is None else t.replace("\u2581", " ") for t in toks]
     return [tokenizer.decode([i]) for i in ids]
-
-
-def prompt_ids(p, tokenizer=None, prompt_tokens=None):
-    """The token ids of one prompt (a dict as read_prompts returns), cut to its first
-    prompt_tokens when given; a shorter prompt is a DumpError."""
-    ids = p["ids"]
-    if ids is None:
-        if tokenizer is None:
-            raise DumpError(f"prompt {p['id']}: text prompt but no tokenizer; "
-                            'give {"ids": [...]} or --tokenizer')
-        ids = list(tokenizer(p["prompt"])["input_ids"])
-    if prompt_tokens is not None:
-        if len(ids) < prompt_tokens:
-            raise DumpError(f"prompt {p['id']}: {len(ids)} tokens, fewer than --prompt-tokens {prompt_tokens}")
-        ids = ids[:prompt_tokens]
-    return list(ids)
 
 
 def _require():
@@ -315,10 +262,13 @@ def _greedy(model, ids, n_new):
 def dump_model(model, prompts, out, *, model_name, tokenizer=None, pieces=None,
                max_new_tokens=64, generate=True, attn=False, store_dtype="float16",
                inner="auto", prompt_tokens=None, log=None):
-    """Trace every prompt (dicts as read_prompts returns) of an already loaded model to out."""
+    """Trace every prompt (dicts as read_prompts or encode return) of an already loaded model
+    to out. Every prompt is encoded before the first forward pass, so a bad line stops the
+    dump before any work."""
     torch, _ = _require()
     from . import __version__
     from .tracefile import TraceWriter
+    plans = [encode(p, tokenizer, prompt_tokens) for p in prompts]
     register(choose_inner(model.config, inner))
     set_attn_implementation(model, ATTN_NAME)
     model.eval()
@@ -326,12 +276,16 @@ def dump_model(model, prompts, out, *, model_name, tokenizer=None, pieces=None,
     dev = next(model.parameters()).device
     with TraceWriter(out, model=model_name, source="hf-dump", dtype=store_dtype,
                      tool=f"kvsim-dump {__version__}", **meta) as w:
-        for p in prompts:
-            ids = prompt_ids(p, tokenizer, prompt_tokens)
+        for p in plans:
+            ids = p["ids"]
             n_new = max_new_tokens if p["max_new_tokens"] is None else p["max_new_tokens"]
-            full = _greedy(model, ids, n_new if generate else 0)
+            if p["forced"]:  # a reference answer: fed as it is, nothing generated
+                full = ids + p["forced"]
+            else:
+                full = _greedy(model, ids, n_new if generate else 0)
             seq = w.begin_sequence(full, prompt_len=len(ids),
-                                   token_text=token_texts(full, tokenizer, pieces))
+                                   token_text=token_texts(full, tokenizer, pieces),
+                                   **marks(p, len(full)))
             _REC.start(seq, meta, attn)
             try:
                 with torch.no_grad():
@@ -344,8 +298,8 @@ def dump_model(model, prompts, out, *, model_name, tokenizer=None, pieces=None,
                                 "AttentionInterface in every layer?")
             seq.finish()
             if log:
-                log(f"seq {seq.index} (prompt {p['id']}): {len(ids)} prompt + "
-                    f"{len(full) - len(ids)} generated tokens")
+                log(f"seq {seq.index} (prompt {p['id']}): {len(ids)} prompt + {len(full) - len(ids)} "
+                    f"{'given answer' if p['forced'] else 'generated'} tokens")
     return meta
 
 
@@ -367,14 +321,29 @@ def load_model(name, dtype="auto", device="cuda", inner="auto"):
     return model.eval(), inner
 
 
+def load_tokenizer(name, model, pieces):
+    """The --tokenizer, else the model's own; None for a converted llama2.c model (it has
+    pieces, no tokenizer) or a model without one ({"ids": [...]} prompts still work)."""
+    if not name and pieces is not None:
+        return None
+    try:
+        from transformers import AutoTokenizer
+        return AutoTokenizer.from_pretrained(name or model)
+    except Exception as e:
+        if name:
+            raise DumpError(f"{name}: cannot load tokenizer: {e}") from None
+    return None
+
+
 def build_parser():
     """The command line of python3 -m kvsim.dump (docs/traces.md's commands are checked against it)."""
     ap = argparse.ArgumentParser(prog="python3 -m kvsim.dump", description=__doc__.split("\n")[0])
     ap.add_argument("--model", required=True, help="HF model name or local directory")
-    ap.add_argument("--prompts", required=True, help="JSONL: {\"prompt\": ...} or {\"ids\": [...]}")
+    ap.add_argument("--prompts", required=True,
+                    help='JSONL: {"prompt": ...}, {"ids": [...]} or {"context": ..., "question": ...}')
     ap.add_argument("--out", required=True, help="trace file to write (.h5)")
     ap.add_argument("--max-new-tokens", type=int, default=64)
-    ap.add_argument("--no-generate", action="store_true", help="trace the prompts only")
+    ap.add_argument("--no-generate", action="store_true", help="trace the prompts (and given answers) only")
     ap.add_argument("--prompt-tokens", type=int, metavar="N",
                     help="cut each prompt to its first N tokens (a shorter prompt is an error)")
     ap.add_argument("--dtype", default="auto", choices=["auto", "float16", "bfloat16", "float32"],
@@ -396,23 +365,18 @@ def main(argv=None):
             raise DumpError("--max-new-tokens must be >= 0")
         if args.prompt_tokens is not None and args.prompt_tokens < 1:
             raise DumpError("--prompt-tokens must be >= 1")
-        torch, _ = _require()
         out_dir = os.path.dirname(os.path.abspath(args.out))
         if not os.path.isdir(out_dir):
             raise DumpError(f"{args.out}: directory {out_dir} does not exist")
         prompts = read_prompts(args.prompts)
-        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-        model, inner = load_model(args.model, args.dtype, device, args.inner)
+        torch, _ = _require()
         is_dir = os.path.isdir(args.model)
         pieces = load_pieces(args.model) if is_dir else None
-        tokenizer = None
-        if args.tokenizer or pieces is None:  # a converted llama2.c model has pieces, no tokenizer
-            try:
-                from transformers import AutoTokenizer
-                tokenizer = AutoTokenizer.from_pretrained(args.tokenizer or args.model)
-            except Exception as e:  # without one, {"ids": [...]} prompts still work
-                if args.tokenizer:
-                    raise DumpError(f"{args.tokenizer}: cannot load tokenizer: {e}") from None
+        tokenizer = load_tokenizer(args.tokenizer, args.model, pieces)
+        # every line's problems (spans that cover no token, ...) before the model loads
+        prompts = [encode(p, tokenizer, args.prompt_tokens) for p in prompts]
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model, inner = load_model(args.model, args.dtype, device, args.inner)
         name = args.model_name or (os.path.basename(os.path.normpath(args.model)) if is_dir
                                    else args.model)
         meta = dump_model(model, prompts, args.out, model_name=name, tokenizer=tokenizer,

@@ -4,7 +4,9 @@ The layout is the one in docs/semantics.md, section 1:
 
     /                 attrs format="kvtrace", version=1, model, source, n_layers, n_heads,
                       n_kv_heads, head_dim, attn_scale, created, tool
-    /seqs/<i>/        attrs n_tokens, prompt_len; datasets tokens (int32), token_text (UTF-8)
+    /seqs/<i>/        attrs n_tokens, prompt_len, optional question_len and context_group;
+                      datasets tokens (int32), token_text (UTF-8)
+    /seqs/<i>/spans/  start, end (int64), kind, name (UTF-8): named token ranges
     /seqs/<i>/layers/<l>/q [n_heads, T, hd], k and v [n_kv_heads, T, hd],
                          attn [n_heads, T*(T+1)/2] (packed row-major lower triangle)
 
@@ -13,7 +15,8 @@ Writing, one sequence at a time (a file never holds more than one open sequence 
     from kvsim.tracefile import TraceWriter
     with TraceWriter("out.h5", model="stories15M", source="hf-dump", n_layers=6, n_heads=6,
                      n_kv_heads=6, head_dim=48) as w:          # attn_scale: 1/sqrt(head_dim)
-        seq = w.begin_sequence(tokens, prompt_len=8, token_text=pieces)
+        seq = w.begin_sequence(tokens, prompt_len=8, token_text=pieces)  # optional question_len=,
+                                                      # spans=[{kind, name, start, end}], context_group=
         for l in range(6):
             seq.write_layer(l, q=q[l], k=k[l], v=v[l])        # optional attn=, sliding_window=
         seq.finish()
@@ -22,8 +25,10 @@ The file is written under a temporary name in the destination directory and rena
 place by close() (or a clean `with` exit); on an exception the temporary file is deleted, so
 a half-written trace never appears under the requested name.
 
-Reading (for tests and quick looks): TraceReader(path).meta, .seq_meta(i), .tokens(i),
+Reading (for tests and quick looks): TraceReader(path).meta, .seq_meta(i), .tokens(i), .spans(i),
 .q(i, l, h), .k(i, l, g), .v(i, l, g), .attn_row(i, l, h, t), .attention(i, l, h).
+
+This file is over 400 lines on purpose: the writer and the reader of one layout, side by side.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ import tempfile
 
 import h5py
 import numpy as np
+
+from .spans import MAX_SPANS, span_problem
 
 FORMAT = "kvtrace"
 VERSION = 1
@@ -153,6 +160,7 @@ class TraceWriter:
         self.dtype = _DTYPES[dtype]
         self.n_seqs = 0
         self._seq = None
+        self._groups = {}  # context_group -> (its first sequence, the context's tokens)
         directory = os.path.dirname(os.path.abspath(self.path))
         fd, self._tmp = tempfile.mkstemp(dir=directory, suffix=".tmp",
                                          prefix="." + os.path.basename(self.path) + ".")
@@ -193,13 +201,17 @@ class TraceWriter:
             self.abort()
         return False
 
-    def begin_sequence(self, tokens, prompt_len, token_text=None) -> "SequenceWriter":
-        """Start sequence number self.n_seqs; the previous one must have been finished."""
+    def begin_sequence(self, tokens, prompt_len, token_text=None, *, question_len=None,
+                       spans=None, context_group=None) -> "SequenceWriter":
+        """Start sequence number self.n_seqs; the previous one must have been finished.
+        spans: dicts {kind, name (default: the kind), start, end} in token positions;
+        sequences of one context_group must share their context (docs/semantics.md, section 1)."""
         if self._f is None:
             raise RuntimeError("trace writer is closed")
         if self._seq is not None:
             raise RuntimeError(f"sequence {self._seq.index} is not finished")
-        self._seq = SequenceWriter(self, self.n_seqs, tokens, prompt_len, token_text)
+        self._seq = SequenceWriter(self, self.n_seqs, tokens, prompt_len, token_text,
+                                   (question_len, spans, context_group))
         return self._seq
 
     def write_sequence(self, tokens, prompt_len, layers, token_text=None):
@@ -247,10 +259,38 @@ class TraceWriter:
             pass
 
 
+def _checked_marks(writer, index, tokens, prompt_len, question_len, spans, context_group):
+    """A sequence's span rows (kind, name, start, end), its question_len and context_group
+    checked as kvsim's reader checks them; the sequences of a context_group have one context
+    (their tokens before the question), which the group's first sequence sets."""
+    if question_len is not None and (int(question_len) != question_len or not 0 <= question_len <= prompt_len):
+        raise ValueError(f"seq {index}: question_len {question_len} is outside 0..prompt_len ({prompt_len})")
+    spans = list(spans or [])
+    if len(spans) > MAX_SPANS:
+        raise ValueError(f"seq {index}: {len(spans)} spans, more than {MAX_SPANS}")
+    rows = [(s["kind"], s.get("name", s["kind"]), int(s["start"]), int(s["end"])) for s in spans]
+    for i, row in enumerate(rows):
+        problem = span_problem(*row, tokens.size)
+        if problem:
+            raise ValueError(f"seq {index}: span {i}: {problem}")
+    if context_group is not None:
+        if int(context_group) != context_group or context_group < 0:
+            raise ValueError(f"seq {index}: context_group {context_group} is not an integer >= 0")
+        if not question_len:
+            raise ValueError(f"seq {index}: a context_group needs question_len >= 1")
+        context = tokens[:prompt_len - int(question_len)]
+        first, shared = writer._groups.get(int(context_group), (index, context))
+        if not np.array_equal(shared, context):
+            raise ValueError(f"seq {index}: context_group {context_group} holds seq {first}, whose "
+                             "context (the tokens before the question) differs")
+        writer._groups[int(context_group)] = (first, shared)
+    return rows
+
+
 class SequenceWriter:
     """One /seqs/<i> group; write every layer once, then finish()."""
 
-    def __init__(self, writer: TraceWriter, index, tokens, prompt_len, token_text):
+    def __init__(self, writer: TraceWriter, index, tokens, prompt_len, token_text, marks=(None, None, None)):
         tokens = np.asarray(tokens)
         if tokens.ndim != 1 or tokens.size == 0:
             raise ValueError("tokens must be a non-empty 1-D sequence")
@@ -261,6 +301,8 @@ class SequenceWriter:
         n = int(tokens.size)
         if not 0 <= int(prompt_len) <= n:
             raise ValueError(f"prompt_len {prompt_len} is outside 0..{n}")
+        question_len, context_group = marks[0], marks[2]
+        spans = _checked_marks(writer, index, tokens, int(prompt_len), *marks)
         self.w, self.index, self.n_tokens = writer, index, n
         self.g = writer._seqs.create_group(str(index))
         _int_attr(self.g.attrs, "n_tokens", n)
@@ -273,6 +315,18 @@ class SequenceWriter:
             if len(token_text) != n:
                 raise ValueError(f"token_text has {len(token_text)} entries for {n} tokens")
             self.g.create_dataset("token_text", data=token_text, dtype=_STR, track_times=False)
+        if question_len is not None:
+            _int_attr(self.g.attrs, "question_len", int(question_len))
+        if context_group is not None:
+            _int_attr(self.g.attrs, "context_group", int(context_group))
+        if spans:  # a trace without spans has no spans group
+            g = self.g.create_group("spans")
+            for j, name in enumerate(("kind", "name", "start", "end")):
+                column = [row[j] for row in spans]
+                if j < 2:
+                    g.create_dataset(name, data=column, dtype=_STR, track_times=False)
+                else:
+                    g.create_dataset(name, data=np.asarray(column, dtype=np.int64), track_times=False)
         self.layers = self.g.create_group("layers")
         self.written = set()
 
@@ -358,8 +412,21 @@ class TraceReader:
         return self.f[f"seqs/{i}"]
 
     def seq_meta(self, i):
+        """n_tokens, prompt_len, and question_len and context_group where the sequence has them."""
         a = self.seq(i).attrs
-        return {"n_tokens": int(a["n_tokens"]), "prompt_len": int(a["prompt_len"])}
+        out = {"n_tokens": int(a["n_tokens"]), "prompt_len": int(a["prompt_len"])}
+        out.update({k: int(a[k]) for k in ("question_len", "context_group") if k in a})
+        return out
+
+    def spans(self, i):
+        """The sequence's spans as dicts {kind, name, start, end}, in the file's order."""
+        g = self.seq(i)
+        if "spans" not in g:
+            return []
+        s = g["spans"]
+        text = [[v.decode("utf-8") if isinstance(v, bytes) else v for v in s[k][()]] for k in ("kind", "name")]
+        return [{"kind": k, "name": n, "start": int(a), "end": int(b)}
+                for k, n, a, b in zip(*text, s["start"][()], s["end"][()])]
 
     def tokens(self, i):
         return self.seq(i)["tokens"][()]

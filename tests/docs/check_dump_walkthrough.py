@@ -10,6 +10,8 @@
   they print for a trace of that shape written by the dumper's writer (8 sequences of 4
   tokens here, the counts scaled to 4,096), and that writer's file is the q/k/v bytes plus
   its metadata (no compression).
+- The prompts example (```jsonl) reads with the dumper's reader, into the sequences and
+  spans the text says.
 """
 
 import contextlib
@@ -96,6 +98,22 @@ class DumpWalkthrough(unittest.TestCase):
             self.assertEqual(r.returncode, 0, r.stderr)
             prompts = dump.read_prompts(os.path.join(d, "prompts.jsonl"))
             self.assertEqual([p["prompt"] for p in prompts], texts)
+
+    def test_prompts_example(self):
+        """The ```jsonl example reads with the dumper's reader into the sequences the text counts,
+        its spans on the characters it names."""
+        from kvsim import dump
+
+        (block,) = blocks(self.text, "jsonl")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "prompts.jsonl")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write("\n".join(block) + "\n")
+            read = dump.read_prompts(path)
+        self.assertIn("These three lines make four sequences", self.text)
+        self.assertEqual((len(block), len(read)), (3, 4))
+        self.assertEqual([p.get("context_group") for p in read], [None, 0, 0, None])
+        self.assertEqual([read[0]["context"][s["start"]:s["end"]] for s in read[0]["spans"]], ["7391"])
 
     def test_figures(self):
         c = self.card

@@ -17,6 +17,7 @@ from kvsim import dump
 from kvsim import tracefile as tf
 
 from . import llama_ref as ref
+from .fake_hf import FakeTensor
 
 PKG_DIR = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", "..", "python"))
 
@@ -49,8 +50,12 @@ class DumpWithoutTorchTest(unittest.TestCase):
     def test_missing_torch_is_one_line(self):
         if torch_problem() is None:
             self.skipTest("torch and transformers are importable here")
-        r = run_python("import sys; from kvsim.dump import main; sys.exit(main(sys.argv[1:]))",
-                       "--model", "x", "--prompts", "p.jsonl", "--out", "o.h5")
+        with tempfile.TemporaryDirectory() as d:  # the prompts are read (and checked) first
+            prompts = os.path.join(d, "p.jsonl")
+            with open(prompts, "w") as f:
+                f.write('{"prompt": "Once upon"}\n')
+            r = run_python("import sys; from kvsim.dump import main; sys.exit(main(sys.argv[1:]))",
+                           "--model", "x", "--prompts", prompts, "--out", os.path.join(d, "o.h5"))
         self.assertEqual(r.returncode, 2)
         lines = r.stderr.strip().splitlines()
         self.assertEqual(len(lines), 1, r.stderr)
@@ -150,25 +155,6 @@ class DumpWithoutTorchTest(unittest.TestCase):
             with self.assertRaises(ValueError):
                 tf.TraceWriter(os.path.join(d, "u.h5"), model="m", source="s", n_layers=1, n_heads=1,
                                n_kv_heads=1, head_dim=4, rope={"rotary_dims": 3})
-
-
-class FakeTensor:
-    """Just enough of a torch tensor for _Recorder.observe without --attn."""
-
-    def __init__(self, a):
-        self.a, self.shape = np.asarray(a), np.asarray(a).shape
-
-    def __getitem__(self, i):
-        return FakeTensor(self.a[i])
-
-    def float(self):
-        return self
-
-    def cpu(self):
-        return self
-
-    def numpy(self):
-        return self.a
 
 
 class RecorderTest(unittest.TestCase):

@@ -198,6 +198,46 @@ class WriterTest(unittest.TestCase):
             tf.TraceWriter(self.path, model="m", source="s", n_layers=1, n_heads=4, n_kv_heads=3,
                            head_dim=8)
 
+    def test_spans_question_len_and_context_group(self):
+        spans = [{"kind": "context", "start": 1, "end": 3}, {"kind": "needle", "name": "n\u00e9", "start": 2, "end": 3}]
+        rng = np.random.default_rng(2)
+        with tf.TraceWriter(self.path, model="m", source="synthetic", n_layers=L, n_heads=H,
+                            n_kv_heads=G, head_dim=HD) as w:
+            for i, tokens in enumerate(([1, 5, 6, 7, 8], [1, 5, 6, 9, 4], [1, 2])):
+                marks = {"question_len": 2, "spans": spans, "context_group": 4} if i < 2 else {}
+                seq = w.begin_sequence(tokens, 4 if i < 2 else 2, **marks)
+                for layer, data in enumerate(make_seq(rng, len(tokens), False)):
+                    seq.write_layer(layer, **data)
+                seq.finish()
+        with tf.TraceReader(self.path) as r:
+            self.assertEqual(r.seq_meta(1), {"n_tokens": 5, "prompt_len": 4, "question_len": 2, "context_group": 4})
+            self.assertEqual(r.spans(0), [dict(spans[0], name="context"), spans[1]])
+            self.assertEqual((r.seq_meta(2), r.spans(2)), ({"n_tokens": 2, "prompt_len": 2}, []))
+            self.assertNotIn("spans", r.seq(2))
+            kind = r.seq(0)["spans/kind"]
+            self.assertTrue(kind.id.get_type().is_variable_str())
+            self.assertEqual(kind.id.get_type().get_cset(), h5py.h5t.CSET_UTF8)
+        bad = [({"spans": [{"kind": "a b", "start": 0, "end": 1}]}, "span 0: kind 'a b' is not 1..64"),
+               ({"spans": [{"kind": "x", "start": 1, "end": 4}]}, r"span 0: range \[1, 4\) is not within 0..n_tokens \(3\)"),
+               ({"spans": [{"kind": "x", "name": "", "start": 0, "end": 1}]}, "span 0: a name of 0 bytes"),
+               ({"spans": [{"kind": "x", "start": 0, "end": 1}] * 4097}, "4097 spans, more than 4096"),
+               ({"question_len": 3}, r"question_len 3 is outside 0..prompt_len \(2\)"),
+               ({"question_len": 0, "context_group": 1}, "a context_group needs question_len >= 1"),
+               ({"question_len": 1, "context_group": -1}, "context_group -1 is not an integer >= 0"),
+               ({"question_len": 1, "context_group": 0}, "context_group 0 holds seq 0, whose context .* differs")]
+        w = tf.TraceWriter(self.path, model="m", source="synthetic", n_layers=1, n_heads=H, n_kv_heads=G, head_dim=HD)
+        try:
+            seq = w.begin_sequence([1, 2, 3], 2, question_len=1, context_group=0)  # context [1]
+            seq.write_layer(0, q=np.zeros((H, 3, HD)), k=np.zeros((G, 3, HD)))
+            seq.finish()
+            for marks, msg in bad:
+                with self.subTest(msg=msg):
+                    with self.assertRaisesRegex(ValueError, "seq 1: " + msg):
+                        w.begin_sequence([7, 2, 3], 2, **marks)
+                    self.assertIsNone(w._seq)  # nothing begun
+        finally:
+            w.abort()
+
     def test_attention_only_layer(self):
         attn = tf.pack_tril(np.stack([np.tril(np.ones((3, 3))) / np.arange(1, 4)[:, None]] * H))
         with tf.TraceWriter(self.path, model="m", source="synthetic", n_layers=1, n_heads=H,
