@@ -52,7 +52,7 @@ void CacheState::evict_pages(int64_t t, int64_t excess) {
   remove_victims(t, 0);
 }
 
-std::span<const int32_t> CacheState::evict_chosen(int64_t t, std::span<const size_t> keep) {
+std::span<const int32_t> CacheState::evict_chosen(int64_t t, std::span<const size_t> keep, bool tell_policy) {
   victims_.clear();
   gone_.clear();
   size_t k = 0;
@@ -65,7 +65,7 @@ std::span<const int32_t> CacheState::evict_chosen(int64_t t, std::span<const siz
     victims_.push_back(cache_[i]);
   }
   if (gone_.empty()) return victims_;
-  policy_.forget(cache_, gone_);
+  if (tell_policy) policy_.forget(cache_, gone_);
   remove_victims(t, 0);
   return victims_;
 }

@@ -25,8 +25,9 @@ class CacheState {
   // whole pages by its scores. Returns the positions evicted.
   std::span<const int32_t> evict(int64_t t, bool compress);
   // Evicts the positions of the cache not at `keep` (indices into it, ascending) and tells the
-  // policy which went (head-adaptive budgets: the engine chose). Returns the positions evicted.
-  std::span<const int32_t> evict_chosen(int64_t t, std::span<const size_t> keep);
+  // policy which went (head-adaptive budgets: the engine chose), unless it has no part in the
+  // cache (a shared context's given compression). Returns the positions evicted.
+  std::span<const int32_t> evict_chosen(int64_t t, std::span<const size_t> keep, bool tell_policy = true);
   // Budget sharing: the leader's cache, from which nothing was evicted yet.
   void take_over(const CacheState& leader);
 

@@ -59,7 +59,8 @@ std::vector<Coupling> head_couplings(const Lane& lane, std::vector<Simulation>& 
   for (size_t s = 0; s < lane.simulations.size(); ++s) {
     const SimulationSpec& spec = lane.simulations[s];
     if (spec.policy->engine != Engine::cache || spec.policy->grouping != Grouping::kv_head || !spec.policy->budgeted ||
-        spec.sequence_state || spec.group >= kv_heads || head_floor(spec, options) < 0 || !spec.policy->scoring)
+        spec.sequence_state || spec.group >= kv_heads || head_floor(spec, options) < 0 || !spec.policy->scoring ||
+        spec.compressed_away)
       continue;
     alike[{spec.budget, spec.layer, spec.policy, spec.params.values(), spec.quant}].push_back(s);
   }

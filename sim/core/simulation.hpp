@@ -85,9 +85,11 @@ class Simulation {
     context.layer = spec.layer;
     context.sequence_state = spec.sequence_state;
     policy_->reset(context);
-    if (options.threshold.on()) ThresholdEviction::check(*spec.policy, options);
-    if (options.paging.on()) require_scores("--page");
-    if (options.head_floor >= 0 || spec.policy->head_floor >= 0) require_kv_head_scores();
+    if (!spec.compressed_away) {
+      if (options.threshold.on()) ThresholdEviction::check(*spec.policy, options);
+      if (options.paging.on()) require_scores("--page");
+      if (options.head_floor >= 0 || spec.policy->head_floor >= 0) require_kv_head_scores();
+    }
     start_record(n_tokens, context.n_heads);
     if (bound_) {
       bound_caches_.resize(group.heads.size());
@@ -106,7 +108,7 @@ class Simulation {
     cache_.add(t);
     observation_.measure(model, cache_.positions(), cache_.evicted(), spec_.group);
     if (t >= record_.first_step) record(rows, model);
-    observe(t, model, full);
+    if (!spec_.compressed_away) observe(t, model, full);
     if (schedule_.at(t) == Schedule::Action::keep) return;  // e.g. inside the prompt, processed at once
     wake_followers(rows, t);
     if (!deferred_) evict(t);  // else the engine evicts for the layer's heads at once (evict_chosen)
@@ -114,7 +116,7 @@ class Simulation {
 
   // Head-adaptive budgets: step() observes and leaves the eviction to the engine, which asks
   // every head's scores and then calls evict_chosen (or evict_now when a policy gives none).
-  void defer_eviction() { deferred_ = true; }
+  void defer_eviction() { deferred_ = !spec_.compressed_away; }
   bool scores(int64_t t, std::vector<double>& out) const { return policy_->scores(t, cache_.positions(), out); }
   // A NaN among the scores the engine or the policy ranks at step t: one line for the user.
   [[noreturn]] void refuse_nan_score(int64_t t) const { cache_.refuse_nan_score(t); }
@@ -268,8 +270,20 @@ class Simulation {
   }
 
   void evict(int64_t t) {
+    if (spec_.compressed_away) return evict_compressed_away(t);
     if (options_.threshold.on()) return evict_chosen(t, threshold_.keep(t, *policy_, cache_, options_.threshold));
     record_evictions(t, cache_.evict(t, schedule_.at(t) == Schedule::Action::compress));
+  }
+  // The context's compression decided elsewhere: at the compression step, the given positions
+  // go; at no other step does anything.
+  void evict_compressed_away(int64_t t) {
+    if (schedule_.at(t) != Schedule::Action::compress) return;
+    const std::vector<int32_t>& away = *spec_.compressed_away;
+    std::vector<size_t> keep;
+    const std::span<const int32_t> cache = cache_.positions();
+    for (size_t i = 0; i < cache.size(); ++i)
+      if (!std::binary_search(away.begin(), away.end(), cache[i])) keep.push_back(i);
+    record_evictions(t, cache_.evict_chosen(t, keep, false));
   }
   void record_evictions(int64_t t, std::span<const int32_t> victims) {
     record_.result.evictions += static_cast<int64_t>(victims.size());

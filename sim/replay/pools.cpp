@@ -76,7 +76,12 @@ std::vector<SequenceSummary> sequence_summaries(const ReplayPlan& plan, const st
   for (size_t s = 0; s < of.size(); ++s) {
     SequenceSummary summary;
     summary.seq = plan.sequences[s].seq;
-    summary.pool = static_cast<int>(s / static_cast<size_t>(plan.pool));
+    summary.pool = plan.pool > 0 ? static_cast<int>(s / static_cast<size_t>(plan.pool)) : 0;
+    const SequencePlan& sequence = plan.sequences[s];
+    if (sequence.context_from >= 0 || sequence.leads_context)
+      summary.compressed_by = sequence.context_from >= 0
+                                  ? plan.sequences[static_cast<size_t>(sequence.context_from)].seq
+                                  : sequence.seq;
     summary.retention = summary_of(of[s].retention, NAN, NAN);
     summary.occupancy_mean =
         of[s].steps ? static_cast<double>(of[s].occupancy) / static_cast<double>(of[s].steps) : NAN;

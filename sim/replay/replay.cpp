@@ -98,18 +98,28 @@ std::vector<size_t> run_own_items(const kvtrace::TraceReader& reader, const Repl
     if (!config.split || config.split->mine(i)) own.push_back(i);
   std::atomic<int64_t> done{0};
   const std::thread::id caller = std::this_thread::get_id();
-  parallel_for(
-      own.size(), threads,
-      [&](size_t i) {
-        WorkItem& item = items[own[i]];
-        if (config.cancel && config.cancel->load()) throw Cancelled();
-        run_item(reader, config, plan, item, streaming);
-        if (streaming) streaming->item_done(item.cells, item.layers);
-      },
-      [&]() {
-        const int64_t finished = ++done;
-        if (progress && std::this_thread::get_id() == caller) progress(finished, static_cast<int64_t>(own.size()));
-      });
+  const auto run = [&](const std::vector<size_t>& batch) {
+    parallel_for(
+        batch.size(), threads,
+        [&](size_t i) {
+          WorkItem& item = items[batch[i]];
+          if (config.cancel && config.cancel->load()) throw Cancelled();
+          run_item(reader, config, plan, item, streaming);
+          if (streaming) streaming->item_done(item.cells, item.layers);
+        },
+        [&]() {
+          const int64_t finished = ++done;
+          if (progress && std::this_thread::get_id() == caller) progress(finished, static_cast<int64_t>(own.size()));
+        });
+  };
+  if (!plan.shares_contexts()) {
+    run(own);
+    return own;
+  }
+  // Shared contexts (never split): the sequences that compress them first, then their questions.
+  const ItemPhases phases = link_context_items(plan, items);
+  run(phases.first);
+  run(phases.then);
   return own;
 }
 
@@ -145,6 +155,14 @@ ReplayResults results_header(const ReplayConfig& config, const ReplayPlan& plan,
   results.layers = static_cast<int64_t>(plan.layers.size());
   results.heads = n_heads;
   results.pool = config.pool;
+  for (const SequencePlan& sequence : plan.sequences) {
+    if (!sequence.leads_context) continue;
+    ReplayResults::SharedContext& shared = results.shared_contexts.emplace_back();
+    shared.group = sequence.context_group;
+    for (const SequencePlan& other : plan.sequences)
+      if (&other == &sequence || (other.context_from >= 0 && &plan.sequences[static_cast<size_t>(other.context_from)] == &sequence))
+        shared.sequences.push_back(other.seq);
+  }
   return results;
 }
 
@@ -200,7 +218,7 @@ void finish_cells(const ReplayConfig& config, const ReplayPlan& plan, const std:
             }
         if (plan.pool > 0) pool_order(records, sums);
         aggregator.finish(c, records, sums, cell);
-        if (plan.pool > 0) cell.sequences = sequence_summaries(plan, records, sums);
+        if (plan.pool > 0 || plan.shares_contexts()) cell.sequences = sequence_summaries(plan, records, sums);
         if (config.keep_records)
           for (const GroupRecord* record : records) cell.records.push_back(*record);
       },

@@ -3,6 +3,7 @@
 #include "replay_plan.hpp"
 
 #include <algorithm>
+#include <map>
 #include <string>
 
 #include "kvsim/core/lists.hpp"
@@ -98,9 +99,12 @@ std::vector<CellPlan> plan_cells(const ReplayConfig& config, const ReplayPlan& p
     cell.schedule = schedules[cell.policy];
     double budget_sum = 0, share_sum = 0;
     for (const SequencePlan& sequence : plan.sequences) {
+      // A shared context is compressed once, to the budgets of the sequence that compresses it.
+      const SequencePlan& compressing =
+          sequence.context_from >= 0 ? plan.sequences[static_cast<size_t>(sequence.context_from)] : sequence;
       const std::vector<int64_t> held =
-          held_budgets(*cell.schedule, config.budgets[cell.budget].resolve(sequence.n_tokens), sequence.seq,
-                       sequence.schedule_tokens, n_layers);
+          held_budgets(*cell.schedule, config.budgets[cell.budget].resolve(compressing.n_tokens), compressing.seq,
+                       compressing.schedule_tokens, n_layers);
       for (int layer : plan.layers) {
         const int64_t budget = held[static_cast<size_t>(layer)];
         cell.held.push_back(budget);
@@ -125,6 +129,31 @@ void refuse_uneven_layers(const ReplayPlan& plan) {
                                     "--share model: policy " + plan.cells[c].choice->label +
                                         " holds different budgets on different layers (a layer schedule); one set "
                                         "for the model needs the same B on every layer");
+}
+
+// Sequences of one context_group whose question this replay takes as the trace marks it
+// (their context is then the same tokens) take the first one's compression. Refused where the
+// context would be compressed more than once or not at the context's end.
+void link_shared_contexts(const kvtrace::TraceReader& reader, const ReplayConfig& config, ReplayPlan& plan) {
+  std::map<int64_t, size_t> first_of_group;
+  for (size_t s = 0; s < plan.sequences.size(); ++s) {
+    SequencePlan& sequence = plan.sequences[s];
+    const kvtrace::SequenceMeta& info = reader.sequence(sequence.seq);
+    if (info.context_group < 0 || sequence.protocol.question != info.question_len) continue;
+    const auto [first, fresh] = first_of_group.emplace(info.context_group, s);
+    sequence.context_group = info.context_group;
+    if (fresh) continue;
+    sequence.context_from = static_cast<int64_t>(first->second);
+    plan.sequences[first->second].leads_context = true;
+  }
+  if (!plan.shares_contexts()) return;
+  const std::string why = "sequences that share a context_group compress it once, ";
+  if (config.protocol.compress_every > 0)
+    throw kvtrace::InputError("", "", why + "then keep every question's tokens: --compress-every would evict from "
+                                            "each question's own state");
+  if (config.pool > 0)
+    throw kvtrace::InputError("", "", why + "each on its own: --pool steps sequences together");
+  if (config.split) throw kvtrace::InputError("", "", why + "in one process: not under MPI");
 }
 
 }  // namespace
@@ -154,6 +183,7 @@ ReplayPlan plan_replay(const kvtrace::TraceReader& reader, const ReplayConfig& c
     plan.sequences.push_back(
         {seq, info.n_tokens, info.prompt_len, schedule_tokens(config, info), protocol_of(reader, config, seq, info)});
   }
+  link_shared_contexts(reader, config, plan);
   plan.cells = plan_cells(config, plan, schedules, meta.n_layers);
   plan.layers_in_lockstep = config.share == Share::model;
   if (plan.layers_in_lockstep) refuse_uneven_layers(plan);

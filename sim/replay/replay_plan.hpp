@@ -3,6 +3,7 @@
 // what each sequence takes from the trace, and per cell of the grid its policy, quantization,
 // layer schedule and the budget B_l each replayed (sequence, layer) holds. The one owner of a
 // cell's budgets: the work items run with them and the results report their means.
+#include <algorithm>
 #include <cstdint>
 #include <vector>
 
@@ -17,6 +18,11 @@ struct SequencePlan {
   int64_t n_tokens = 0, prompt_len = 0;
   int64_t schedule_tokens = 0;  // T, the tokens a layer schedule's allocation sees
   Protocol protocol;            // sequence_protocol's
+  // A question asked of a context another replayed sequence holds (its context_group): the
+  // index into ReplayPlan::sequences of the first one, whose compression it takes; -1: none.
+  int64_t context_from = -1;
+  bool leads_context = false;  // later sequences take this one's compression
+  int64_t context_group = -1;  // the trace's, where sequences share the context
 };
 
 // A cell of the grid: cells[(policy * quants + quant) * budgets + budget].
@@ -38,6 +44,9 @@ struct ReplayPlan {
   bool output_error = false;  // measured: not off, and every replayed layer has v
   bool layers_in_lockstep = false;  // every cell's items run every layer of a sequence (--share model)
   int pool = 0;               // ReplayConfig::pool
+  bool shares_contexts() const {
+    return std::any_of(sequences.begin(), sequences.end(), [](const SequencePlan& s) { return s.leads_context; });
+  }
   int64_t held(size_t cell, size_t sequence, size_t layer) const {
     return cells[cell].held[sequence * layers.size() + layer];
   }

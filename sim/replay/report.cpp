@@ -299,11 +299,10 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
       cells.back()["question_retention"] = summary(cell.question_retention, true);
       cells.back()["answer_retention"] = summary(cell.answer_retention, true);
     }
-    if (results.pool > 0) {
+    if (!cell.sequences.empty()) {
       nlohmann::json sequences = nlohmann::json::array();
       for (const SequenceSummary& sequence : cell.sequences)
         sequences.push_back({{"seq", sequence.seq},
-                             {"pool", sequence.pool},
                              {"budget_tokens_mean", sequence.budget_tokens_mean},
                              {"retention",
                               {{"mean", sequence.retention.mean},
@@ -312,6 +311,10 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
                                {"count", sequence.retention.count}}},
                              {"occupancy_mean", sequence.occupancy_mean},
                              {"occupancy_peak", sequence.occupancy_peak}});
+      for (size_t i = 0; i < cell.sequences.size(); ++i) {
+        if (results.pool > 0) sequences[i]["pool"] = cell.sequences[i].pool;
+        if (cell.sequences[i].compressed_by >= 0) sequences[i]["compressed_by"] = cell.sequences[i].compressed_by;
+      }
       cells.back()["sequences"] = sequences;
     }
   }
@@ -333,6 +336,12 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
     out["window"] = results.threshold.window;
   }
   if (results.pool > 0) out["pool"] = results.pool;
+  if (!results.shared_contexts.empty()) {
+    nlohmann::json shared = nlohmann::json::array();
+    for (const ReplayResults::SharedContext& context : results.shared_contexts)
+      shared.push_back({{"context_group", context.group}, {"sequences", context.sequences}});
+    out["shared_contexts"] = shared;
+  }
   if (results.paging.on()) {  // only then: token-mode files stay as they were
     out["page"] = results.paging.page;
     out["page_score"] = page_score_name(results.paging.score);

@@ -95,6 +95,28 @@ std::vector<LaneData> open_lanes(const kvtrace::TraceReader& reader, const Repla
   return lanes;
 }
 
+// The compression that a leading sequence's item made for this record of a sequence that
+// shares its context.
+std::shared_ptr<const std::vector<int32_t>> compression_of(const WorkItem& item, size_t cell, int layer, int group) {
+  for (const WorkItem* from : item.context_from)
+    if (const auto found = from->compressed_away.find({cell, layer, group}); found != from->compressed_away.end())
+      return found->second;
+  throw std::logic_error("a shared context's compression was not made before its questions");
+}
+
+// What a leading sequence's records evicted at its context's compression (the only evictions
+// of a question protocol without --compress-every).
+void keep_compressions(WorkItem& item) {
+  for (size_t r = 0; r < item.records.size(); ++r) {
+    const GroupRecord& record = item.records[r];
+    auto away = std::make_shared<std::vector<int32_t>>();
+    const std::vector<int32_t>& steps = record.result.eviction_step;
+    for (size_t p = 0; p < steps.size(); ++p)
+      if (steps[p] >= 0) away->push_back(static_cast<int32_t>(p));
+    item.compressed_away[{item.cell_of_record[r], record.layer, record.group}] = std::move(away);
+  }
+}
+
 // Every cell's simulations on every lane, and a record for each; returns, per record, its
 // lane and the index of its simulation there.
 std::vector<std::pair<size_t, size_t>> add_simulations(const ReplayPlan& plan, const QuantViews& views, int n_kv_heads,
@@ -116,6 +138,8 @@ std::vector<std::pair<size_t, size_t>> add_simulations(const ReplayPlan& plan, c
         SimulationSpec spec =
             simulation_spec(policy, item.budgets[i][l], g, state ? static_cast<int>(l) : layer, state);
         spec.quant = views.view_of[cell.quant];
+        if (!item.context_from.empty())
+          spec.compressed_away = compression_of(item, item.cells[i], layer, layer_wide ? 0 : g);
         lanes[l].specs.push_back(std::move(spec));
         GroupRecord record;
         record.seq = item.lane_sequences[l]->seq;
@@ -145,6 +169,10 @@ EngineOptions engine_options(const ReplayConfig& config, const ReplayPlan& plan,
   options.share_score = config.share_score;
   options.cancel = config.cancel;
   options.pool = config.pool > 0;
+  if (sequence.context_from >= 0) {  // the given compression holds whatever these chose
+    options.share = Share::none;
+    options.head_floor = -1;
+  }
   return options;
 }
 
@@ -211,6 +239,24 @@ std::vector<WorkItem> plan_items(const ReplayPlan& plan) {
   return items;
 }
 
+ItemPhases link_context_items(const ReplayPlan& plan, std::vector<WorkItem>& items) {
+  ItemPhases phases;
+  for (size_t i = 0; i < items.size(); ++i) {
+    WorkItem& item = items[i];
+    const int64_t from = item.sequence->context_from;
+    if (from < 0) {
+      phases.first.push_back(i);
+      continue;
+    }
+    for (const WorkItem& other : items)
+      if (other.sequence == &plan.sequences[static_cast<size_t>(from)] && other.cells == item.cells &&
+          other.layers == item.layers)
+        item.context_from.push_back(&other);
+    phases.then.push_back(i);
+  }
+  return phases;
+}
+
 void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, const ReplayPlan& plan, WorkItem& item,
               SweepAggregator* streaming) {
   const QuantViews views = quant_views(plan, item);
@@ -247,6 +293,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, co
       result.occupancy = {};
     }
   }
+  if (item.sequence->leads_context) keep_compressions(item);
   if (!streaming) return;
   add_layouts(plan, item, *streaming, std::move(held));
   for (GroupRecord& record : item.records) record.result.eviction_step = {};

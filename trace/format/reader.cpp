@@ -218,6 +218,7 @@ void TraceReader::load_root() {
   if (*n == 0) fail("/seqs", "the trace holds no sequences");
   sequences_.resize(static_cast<size_t>(*n));
   for (int i = 0; i < *n; ++i) load_sequence(i);
+  check_context_groups(*this);
 }
 
 void TraceReader::load_sequence(int seq) {
@@ -250,6 +251,15 @@ void TraceReader::load_sequence(int seq) {
     if (meta.question_len < 0 || meta.question_len > meta.prompt_len)
       fail(path, "question_len = " + std::to_string(meta.question_len) + " is outside 0..prompt_len (" +
                      std::to_string(meta.prompt_len) + ")");
+  }
+  if (h5::has_attr(group, "context_group")) {
+    meta.context_group = integer("context_group");
+    if (meta.context_group < 0 || meta.context_group > INT32_MAX)
+      fail(path, "context_group = " + std::to_string(meta.context_group) + " is outside 0.." +
+                     std::to_string(INT32_MAX));
+    if (meta.question_len < 1)
+      fail(path, "context_group without a question: sequences share a context before their questions "
+                 "(question_len >= 1)");
   }
 
   const std::string tokens_path = path + "/tokens", text_path = path + "/token_text";

@@ -30,4 +30,8 @@ H5::DataSet child_dataset(const TraceReader& reader, const H5::Group& parent, co
 // member; refused (TraceReader::fail) when they break schema v1 (docs/semantics.md, section 1).
 std::vector<Span> load_spans(const TraceReader& reader, const H5::Group& group, int seq, int64_t n_tokens);
 
+// Sequences of one context_group share their context: the same number of tokens before the
+// question, the same ids. Refused (TraceReader::fail) otherwise.
+void check_context_groups(const TraceReader& reader);
+
 }  // namespace kvtrace

@@ -177,6 +177,8 @@ int TraceWriter::add_sequence(int64_t prompt_len, std::span<const int32_t> token
     throw InputError(path_, seq_path(seq), "token_text length differs from tokens");
   if (marks.question_len < -1 || marks.question_len > prompt_len)
     throw InputError(path_, seq_path(seq), "question_len outside 0..prompt_len");
+  if (marks.context_group < -1 || (marks.context_group >= 0 && marks.question_len < 1))
+    throw InputError(path_, seq_path(seq), "a context_group needs a question (question_len >= 1) and a value >= 0");
   if (static_cast<int64_t>(marks.spans.size()) > Limits::max_spans)
     throw InputError(path_, seq_path(seq) + "/spans", "more than " + std::to_string(Limits::max_spans) + " spans");
   for (size_t i = 0; i < marks.spans.size(); ++i)
@@ -188,6 +190,7 @@ int TraceWriter::add_sequence(int64_t prompt_len, std::span<const int32_t> token
     h5::write_attr(group, "n_tokens", n);
     h5::write_attr(group, "prompt_len", prompt_len);
     if (marks.question_len >= 0) h5::write_attr(group, "question_len", marks.question_len);
+    if (marks.context_group >= 0) h5::write_attr(group, "context_group", marks.context_group);
     const hsize_t length = static_cast<hsize_t>(n);
     H5::DataSpace space(1, &length);
     H5::DataSet ids = group.createDataSet("tokens", H5::PredType::STD_I32LE, space, untimed_dataset_plist());

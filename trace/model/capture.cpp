@@ -115,6 +115,7 @@ struct EncodedPrompt {
   std::vector<int> ids;
   int context_end = 0;     // with a question: where the context's tokens end and the question's begin
   int question_len = -1;   // -1: a plain prompt
+  int64_t context_group = -1;
 };
 
 EncodedPrompt encode_prompt(const Tokenizer& tokenizer, const CapturePrompt& prompt, size_t index) {
@@ -131,6 +132,7 @@ EncodedPrompt encode_prompt(const Tokenizer& tokenizer, const CapturePrompt& pro
   const std::vector<int> question = tokenizer.encode(prompt.question + "\n", false);
   out.ids.insert(out.ids.end(), question.begin(), question.end());
   out.question_len = static_cast<int>(question.size());
+  out.context_group = prompt.context_group;
   return out;
 }
 
@@ -139,6 +141,7 @@ SequenceMarks marks_of(const EncodedPrompt& prompt, int64_t n_tokens) {
   if (prompt.question_len < 0) return marks;
   const auto prompt_len = static_cast<int64_t>(prompt.ids.size());
   marks.question_len = prompt.question_len;
+  marks.context_group = prompt.context_group;
   marks.spans = {{"context", "context", 1, prompt.context_end}, {"question", "question", prompt.context_end, prompt_len}};
   if (n_tokens > prompt_len) marks.spans.push_back({"answer", "answer", prompt_len, n_tokens});
   return marks;

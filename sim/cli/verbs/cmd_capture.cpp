@@ -17,7 +17,7 @@ namespace fs = std::filesystem;
 
 // One line of a *.jsonl prompts file: {"prompt": TEXT}, or {"context": TEXT, "question":
 // TEXT} or {"context": TEXT, "questions": [TEXT, ...]} (a sequence per question, each with the
-// context), every string non-empty.
+// context; two or more share a context_group), every string non-empty.
 void add_json_prompts(const nlohmann::json& object, const std::string& path, const std::string& where,
                       std::vector<kvtrace::CapturePrompt>& prompts) {
   const auto text = [&](const nlohmann::json& value) { return value.is_string() && !value.get<std::string>().empty(); };
@@ -35,7 +35,12 @@ void add_json_prompts(const nlohmann::json& object, const std::string& path, con
     throw kvtrace::InputError(path, where,
                               "needs a non-empty string \"prompt\", or a \"context\" with a \"question\" or a list "
                               "\"questions\" of non-empty strings");
-  for (std::string& q : questions) prompts.push_back({{}, object["context"].get<std::string>(), std::move(q)});
+  int64_t group = -1;
+  if (questions.size() > 1) {
+    group = 0;
+    for (const kvtrace::CapturePrompt& earlier : prompts) group = std::max(group, earlier.context_group + 1);
+  }
+  for (std::string& q : questions) prompts.push_back({{}, object["context"].get<std::string>(), std::move(q), group});
 }
 
 // A prompts file: one prompt per line, taken literally (blank lines and lines starting with
@@ -111,7 +116,8 @@ int cmd_capture(const std::vector<std::string>& args) {
     bad_option("context", "needs a non-empty text and at least one non-empty --question");
   std::vector<kvtrace::CapturePrompt> prompts;
   for (const std::string& text : texts) prompts.push_back({text, {}, {}});
-  for (const std::string& question : questions) prompts.push_back({{}, context, question});
+  for (const std::string& question : questions)
+    prompts.push_back({{}, context, question, questions.size() > 1 ? 0 : -1});
   o.writer.dtype = parse_dtype("dtype", dtype);
   if (o.writer.compression < 0 || o.writer.compression > 9) bad_option("compress", "must be 0..9");
   o.write_attn = vm.count("attn") > 0;

@@ -2,7 +2,10 @@
 #include <nlohmann/json.hpp>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "../cli_common.hpp"
 #include "kvsim/core/text_util.hpp"
@@ -45,6 +48,23 @@ void print_spans(const kvtrace::TraceReader& reader) {
               std::to_string(span.end) + ")";
     }
     std::printf("  %3d  %s\n", s, line.c_str());
+  }
+}
+
+// Sequences sharing a context, a line per context_group: "group 0: sequences 0, 1, 2 share
+// their first 57 tokens".
+void print_context_groups(const kvtrace::TraceReader& reader) {
+  std::map<int64_t, std::vector<int>> groups;
+  for (int s = 0; s < reader.n_sequences(); ++s)
+    if (reader.sequence(s).context_group >= 0) groups[reader.sequence(s).context_group].push_back(s);
+  if (groups.empty()) return;
+  std::printf("\n  context groups: sequences asking questions of one context\n");
+  for (const auto& [group, members] : groups) {
+    const kvtrace::SequenceMeta& first = reader.sequence(members.front());
+    std::string line;
+    for (int s : members) line += (line.empty() ? "" : ", ") + std::to_string(s);
+    std::printf("  group %lld: sequences %s share their first %lld tokens\n", static_cast<long long>(group),
+                line.c_str(), static_cast<long long>(first.prompt_len - first.question_len));
   }
 }
 
@@ -97,6 +117,7 @@ int cmd_info(const std::vector<std::string>& args) {
                          {"prompt_text", text.empty() ? "" : preview(text, sequence.prompt_len, 100000)},
                          {"layers", layers}});
     if (sequence.question_len >= 0) sequences.back()["question_len"] = sequence.question_len;
+    if (sequence.context_group >= 0) sequences.back()["context_group"] = sequence.context_group;
     if (!sequence.spans.empty()) {
       nlohmann::json spans = nlohmann::json::array();
       for (const kvtrace::Span& span : sequence.spans)
@@ -105,6 +126,7 @@ int cmd_info(const std::vector<std::string>& args) {
     }
   }
   print_spans(reader);
+  print_context_groups(reader);
   if (vm.count("json")) {
     nlohmann::json out = {
         {"file", reader.path()},         {"file_size", reader.file_size()}, {"model", meta.model},

@@ -106,6 +106,7 @@ struct SequenceMeta {
   int64_t n_tokens = 0;
   int64_t prompt_len = 0;
   int64_t question_len = -1;  // optional attribute: the prompt's last question_len tokens are a question; -1: none
+  int64_t context_group = -1;  // optional attribute: sequences with one value share their context; -1: none
   bool has_token_text = false;
   std::vector<Span> spans;  // in the file's order; empty: none
   std::vector<LayerForm> layers;

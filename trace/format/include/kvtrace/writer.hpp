@@ -27,6 +27,7 @@ struct LayerContents {
 struct SequenceMarks {
   int64_t question_len = -1;  // -1: none
   std::vector<Span> spans;
+  int64_t context_group = -1;  // -1: none; else >= 0, shared with the sequences of the same context
 };
 
 class TraceWriter {

@@ -72,6 +72,10 @@ struct SimulationSpec {
   int quant = -1;                        // index into the lane's quantized views, -1 for full precision
   int layer = 0;                         // cross-layer policies
   std::shared_ptr<void> sequence_state;  // cross-layer policies
+  // A context compressed once for several questions (docs/semantics.md, section 2): the
+  // positions the compression at the context's end evicts, decided by the replay of another
+  // sequence with the same context. The policy then decides nothing; null: it decides.
+  std::shared_ptr<const std::vector<int32_t>> compressed_away;
 };
 
 // One block of one simulation's recorded steps, handed over as the engine finishes the block

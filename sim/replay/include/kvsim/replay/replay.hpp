@@ -117,6 +117,9 @@ struct LayerSummary {
 struct SequenceSummary {
   int seq = 0;
   int pool = 0;  // its pool's index
+  // A question of a shared context: the sequence whose replay compressed the context (its own
+  // index for that one); -1: none.
+  int compressed_by = -1;
   Summary retention;
   double occupancy_mean = 0;
   int64_t occupancy_peak = 0;
@@ -150,7 +153,7 @@ struct CellResult {
   double occupancy_model_union_mean = NAN, occupancy_model_union_peak = NAN;
   int64_t evictions = 0;
   std::vector<LayerSummary> layers;
-  std::vector<SequenceSummary> sequences;  // with pools: per replayed sequence, in order
+  std::vector<SequenceSummary> sequences;  // with pools or shared contexts: per replayed sequence, in order
   std::vector<GroupRecord> records;  // with keep_records, in (sequence, layer, group) order
 };
 
@@ -168,6 +171,13 @@ struct ReplayResults {
   Aggregate share_score = Aggregate::mean;
   int64_t sequences = 0, layers = 0, heads = 0;
   int pool = 0;  // ReplayConfig::pool
+  // Sequences whose shared context (the trace's context_group) was compressed once, by the
+  // first of them; then every cell reports each sequence (CellResult::sequences).
+  struct SharedContext {
+    int64_t group = 0;
+    std::vector<int> sequences;
+  };
+  std::vector<SharedContext> shared_contexts;
 };
 
 // The layer schedule policy `policy` of config.policies runs under (InputError when it

@@ -37,6 +37,12 @@ std::string pool_text(const ReplayResults& results);
 // With pools: one line per sequence, its own B, retention mean and min, occupancy mean and
 // peak. (pool_report.cpp)
 std::string pool_table(const CellResult& cell);
+// With shared contexts (ReplayResults::shared_contexts): a line per context, "context group 0:
+// sequences 0, 1, 2 answer from one compression of the context, made in sequence 0's replay", and a line
+// per sequence as pool_table's, naming the sequence that compressed its context.
+// (pool_report.cpp)
+std::string shared_context_text(const ReplayResults& results);
+std::string shared_context_table(const CellResult& cell);
 
 // The sweep CSV (one row per policy, budget and quant): kvsim/replay/sweep_table.hpp.
 // Per layer rows plus an "all" row for each cell.

@@ -45,6 +45,7 @@ struct CaptureOptions {
 struct CapturePrompt {
   std::string text;  // when context is empty
   std::string context, question;
+  int64_t context_group = -1;  // the prompts of one context asked several questions share one (>= 0)
 };
 
 struct CapturedSequence {
