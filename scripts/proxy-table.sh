@@ -26,9 +26,11 @@ list=$(IFS=,; echo "${runs[*]}")
 
 "$kvsim" eval --trace "$trace" --policies "$list" --budgets "$budgets" --json "$tmp/eval.json" >/dev/null
 echo "\`kvsim eval --trace data/traces/stories15M-8x256.h5 --budgets $budgets --policies $list\`"
-echo
-echo "Not run (kvsim eval refuses them):"
-for line in "${refused[@]}"; do echo "- $line"; done
+if ((${#refused[@]})); then
+  echo
+  echo "Not run (kvsim eval refuses them):"
+  for line in "${refused[@]}"; do echo "- $line"; done
+fi
 /usr/bin/python3 - "$tmp/eval.json" <<'EOF'
 import json, sys
 doc = json.load(open(sys.argv[1]))
