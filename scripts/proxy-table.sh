@@ -3,7 +3,8 @@
 # run (those `kvsim policies` lists that eval does not refuse) on the bundled trace, and its
 # proxy table (docs/semantics.md, section 6) printed as Markdown, as docs/results.md shows it.
 #   bash scripts/proxy-table.sh [BUDGETS] > /tmp/proxy.md     (BUDGETS default 10%,20%,30%,50%)
-# About 5 minutes on 2 idle cores (eval uses every core; the numbers do not depend on it).
+# 5.5 minutes on 2 idle cores, 18 on 2 busy ones (eval uses every core; the numbers do not depend
+# on it); fewer budgets take less.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 kvsim=${KVSIM:-$root/build/kvsim}
