@@ -1,4 +1,5 @@
 // kvsim._kvsim, the closed loop: kvsim.eval() is the document `kvsim eval --json` writes,
+// PROXY_MEASURES and PROXY_TARGETS the keys of its proxy table, in order,
 // computed by the library's evaluate (kvsim/eval/eval.hpp) on a trace's token sequences, as
 // the CLI computes it (off the calling thread, so Ctrl-C stops it: run_interruptibly; Python
 // policies take the GIL call by call).
@@ -64,6 +65,11 @@ void bind_eval(py::module_& m) {
   m.attr("DEFAULT_EVAL_POLICIES") = list_tuple(kDefaultEvalPolicies);
   m.attr("DEFAULT_EVAL_BUDGETS") = list_tuple(kDefaultEvalBudgets);
   m.attr("DEFAULT_RECALL_DISTANCE") = kDefaultRecallDistance;
+  std::vector<std::string> measures, targets;
+  for (const ProxyAxis& measure : proxy_measures()) measures.emplace_back(measure.key);
+  for (const ProxyAxis& target : proxy_targets()) targets.emplace_back(target.key);
+  m.attr("PROXY_MEASURES") = py::tuple(py::cast(measures));
+  m.attr("PROXY_TARGETS") = py::tuple(py::cast(targets));
 }
 
 }  // namespace kvsim::python

@@ -10,6 +10,7 @@ as_frame=False (or after kvsim.set_dataframes(False)) or without pandas:
   kvsim.replay_rows(attention, policy, budget)     the same on rows given as a numpy array
   kvsim.sweep(trace, policies, budgets)            the policies x budgets table
   kvsim.eval(trace, model, policies, budgets)      the closed loop, as `kvsim eval --json`
+  kvsim.proxy_table(result)                        eval()'s proxy table (PROXY_MEASURES x PROXY_TARGETS)
   kvsim.SWEEP_COLUMNS, kvsim.REPLAY_COLUMNS        `kvsim sweep --csv`'s, `kvsim replay --csv`'s columns
   kvsim.analyze(trace) / kvsim.analyze_rows(rows)  persistence of importance
   kvsim.need(trace, p=(0.9, 0.95, 0.99))           the attention need per layer (analyze --need)
@@ -31,7 +32,8 @@ __version__ = "0.1.0"
 
 _NATIVE_NAMES = ("open", "Trace", "InputError", "replay", "replay_rows", "sweep", "eval", "analyze",
                  "analyze_rows", "need", "plan", "plan_text", "policies", "register_policy", "PolicyError", "data_dir",
-                 "bundled_trace", "SWEEP_COLUMNS", "REPLAY_COLUMNS", "set_dataframes", "gui")
+                 "bundled_trace", "SWEEP_COLUMNS", "REPLAY_COLUMNS", "set_dataframes", "gui", "proxy_table",
+                 "PROXY_MEASURES", "PROXY_TARGETS")
 
 
 def __getattr__(name):

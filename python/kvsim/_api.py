@@ -37,6 +37,9 @@ DEFAULT_SWEEP_BUDGETS = _native.DEFAULT_SWEEP_BUDGETS
 DEFAULT_EVAL_POLICIES = _native.DEFAULT_EVAL_POLICIES
 DEFAULT_EVAL_BUDGETS = _native.DEFAULT_EVAL_BUDGETS
 DEFAULT_RECALL_DISTANCE = _native.DEFAULT_RECALL_DISTANCE  # eval()'s, kvsim eval --recall-distance's
+# The proxy table's rows (replay measures) and columns (closed-loop targets), in the table's order.
+PROXY_MEASURES = _native.PROXY_MEASURES
+PROXY_TARGETS = _native.PROXY_TARGETS
 # analyze()'s defaults (lags, topk, min_positions, max_steps, samples): the CLI's.
 _ANALYZE_DEFAULTS = _native._AnalyzeOptions()
 
@@ -533,6 +536,8 @@ def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggr
     prompt_len (0: the trace's prompt_len). recall_distance: D of the recall tokens
     (--recall-distance): recall_tokens, full_cache's recall_perplexity, and each cell's
     closed_loop recall_top1_agreement and recall_perplexity (None when there is none).
+    proxy_table: the Spearman correlation of each replay measure with each closed-loop target
+    per group of cells (None: n/a); proxy_table(result) gives it as a table.
     """
     names = _comma_list(policies if policies is not None else DEFAULT_EVAL_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_EVAL_BUDGETS, "budgets")
@@ -541,6 +546,26 @@ def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggr
                          str(layer_budget), "" if question is None else str(question),
                          _int(prompt_len, "--prompt-len", 0, _INT64_MAX),
                          _int(recall_distance, "--recall-distance", 1, _INT64_MAX))
+
+
+def proxy_table(result, *, as_frame=None):
+    """eval()'s proxy table as the text table prints it: one row per (group, replay measure),
+    columns over, points, measure, then one per closed-loop target (PROXY_TARGETS), NaN for
+    n/a (docs/semantics.md, section 6). A DataFrame with pandas (and as_frame not False), else
+    a dict of lists."""
+    table = result["proxy_table"]
+    out = {"over": [], "points": [], "measure": []}
+    out.update({target: [] for target in table["targets"]})
+    for group in table["groups"]:
+        for measure in table["measures"]:
+            out["over"].append(group["over"])
+            out["points"].append(group["points"])
+            out["measure"].append(measure)
+            for target in table["targets"]:
+                rho = group["spearman"][measure][target]
+                out[target].append(float("nan") if rho is None else rho)
+    pandas = _pandas(as_frame)
+    return out if pandas is None else pandas.DataFrame(out)
 
 
 def _analyze_options(lags, topk, min_positions, max_steps, samples, correlations=True):

@@ -282,6 +282,7 @@ EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan
   double nll = 0, recall_nll = 0, occupancy = 0, replay_occupancy = 0;
   int64_t agreements = 0, recall_agreements = 0, occupancy_steps = 0, replay_steps = 0;
   std::vector<float> retention, output_error;
+  HeldSums layer_union, model_union;
   const auto layers = static_cast<size_t>(grid.model.config().n_layers);
   std::vector<double> layer_sum(layers, 0.0), replay_layer_sum(layers, 0.0);
   std::vector<int64_t> layer_steps(layers, 0), replay_layer_steps(layers, 0);
@@ -313,6 +314,8 @@ EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan
     out.sequence_replay_output_error.push_back(summarize(reference.output_error[cell]).mean);
     replay_occupancy += reference.occupancy_sum[cell];
     replay_steps += reference.occupancy_steps[cell];
+    layer_union.add(reference.layer_union[cell]);
+    model_union.add(reference.model_union[cell]);
     for (size_t l = 0; l < layers; ++l) {
       out.layer_budget_mean[l] += static_cast<double>(held[l]) / static_cast<double>(n_seqs);
       layer_sum[l] += run.layer_occupancy_sum[l];
@@ -341,6 +344,8 @@ EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan
   out.replay_retention = summarize(retention);
   out.replay_output_error = summarize(output_error);
   out.replay_occupancy_mean = replay_steps ? replay_occupancy / static_cast<double>(replay_steps) : NAN;
+  out.replay_occupancy_layer_union_mean = layer_union.mean();
+  out.replay_occupancy_model_union_mean = model_union.mean();
   return out;
 }
 
@@ -371,6 +376,7 @@ EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequ
   for (size_t cell = 0; cell < cells; ++cell)
     results.cells.push_back(cell_result(grid, plans, runs, references, results, cell));
   correlate(results);
+  results.proxy = proxy_table(results);
   return results;
 }
 

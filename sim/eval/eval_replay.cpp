@@ -11,6 +11,28 @@
 #include "kvtrace/attention_source.hpp"
 
 namespace kvsim::eval_replay {
+namespace {
+
+// The layouts' union occupancy of one cell from its records (`where`, in (layer, group)
+// order): each layer's union over its groups, and the sequence's over its layers.
+void add_unions(const PolicyInfo& info, const std::vector<std::vector<SimulationResult>>& results,
+                const std::vector<std::pair<size_t, size_t>>& where, HeldSums& layer_union, HeldSums& model_union) {
+  const bool holds_cache = info.engine != Engine::bound;
+  std::vector<LayerHeld> layers;
+  std::vector<size_t> lane_of;
+  for (const auto& [lane, spec] : where) {
+    if (lane_of.empty() || lane_of.back() != lane) lane_of.push_back(lane), layers.emplace_back(holds_cache);
+    const SimulationResult& result = results[lane][spec];
+    layers.back().add_occupancy(0, result.occupancy);
+    layers.back().add_record(result);
+  }
+  if (layers.empty()) return;
+  for (LayerHeld& layer : layers) layer_union.add(layout_sums(layer).layer_union);
+  for (size_t l = 1; l < layers.size(); ++l) layers.front().merge(layers[l]);
+  model_union.add(layers.front().held_by_union(), layers.front().first_step());
+}
+
+}  // namespace
 
 void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& sequence, const EvalConfig& config,
                       const eval_plan::SequencePlan& plan, const ClosedLoopRun& full, Reference& reference) {
@@ -70,7 +92,11 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   reference.occupancy_steps.assign(cells, 0);
   reference.layer_occupancy_sum.assign(cells, std::vector<double>(static_cast<size_t>(c.n_layers), 0.0));
   reference.layer_steps.assign(cells, std::vector<int64_t>(static_cast<size_t>(c.n_layers), 0));
-  for (size_t cell = 0; cell < cells; ++cell)
+  reference.layer_union.assign(cells, {});
+  reference.model_union.assign(cells, {});
+  for (size_t cell = 0; cell < cells; ++cell) {
+    add_unions(*config.policies[cell / budgets].info, results, where[cell], reference.layer_union[cell],
+               reference.model_union[cell]);
     for (const auto& [lane, spec] : where[cell]) {
       const SimulationResult& result = results[lane][spec];
       reference.retention[cell].insert(reference.retention[cell].end(), result.retention.begin(),
@@ -84,6 +110,7 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
       reference.layer_occupancy_sum[cell][lane] += sum;
       reference.layer_steps[cell][lane] += result.n_steps;
     }
+  }
 }
 
 }  // namespace kvsim::eval_replay

@@ -8,6 +8,7 @@
 #include "eval_plan.hpp"
 #include "kvsim/eval/eval.hpp"
 #include "kvsim/model/llama2.hpp"
+#include "kvsim/replay/layout.hpp"
 
 namespace kvsim::eval_replay {
 
@@ -23,6 +24,9 @@ struct Reference {
   std::vector<int64_t> occupancy_steps;
   std::vector<std::vector<double>> layer_occupancy_sum;  // per cell, per layer
   std::vector<std::vector<int64_t>> layer_steps;
+  // Per cell: the positions held per recorded step by each layer's union over its cache groups
+  // (over the layers) and by the sequence's union over the layers (docs/semantics.md, section 3).
+  std::vector<HeldSums> layer_union, model_union;
 };
 
 // The replay of the full-cache rows of one sequence, every cell at once (all layers stepped

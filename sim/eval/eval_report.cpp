@@ -72,6 +72,44 @@ void recall_table(std::ostream& out, const EvalResults& results, size_t policy_w
         << "\n";
 }
 
+// The proxy table, one block per group: a row per replay measure, a column per closed-loop target.
+void proxy_block(std::ostream& out, const EvalResults& results) {
+  out << "\nproxy table: Spearman correlation of each replay measure (row) with each closed-loop target (column)\n"
+      << "recall: over the recall tokens; n/a: under 3 points, a value undefined, or a side all equal\n";
+  auto width = [](const ProxyAxis& target) { return std::max<size_t>(std::string(target.label).size() + 2, 9); };
+  size_t label_width = 8;
+  for (const ProxyAxis& measure : proxy_measures()) label_width = std::max(label_width, std::string(measure.label).size());
+  label_width += 2;
+  for (const ProxyGroup& group : results.proxy) {
+    out << "\n" << group.over << ", " << group.points << " points\n" << left("measure", label_width);
+    for (const ProxyAxis& target : proxy_targets()) out << right(target.label, width(target));
+    out << "\n";
+    for (size_t m = 0; m < proxy_measures().size(); ++m) {
+      out << left(proxy_measures()[m].label, label_width);
+      for (size_t t = 0; t < proxy_targets().size(); ++t) {
+        const double rho = group.spearman[m][t];
+        out << right(std::isnan(rho) ? "n/a" : format("%+.3f", rho), width(proxy_targets()[t]));
+      }
+      out << "\n";
+    }
+  }
+}
+
+// The proxy table in JSON: per group, spearman[measure key][target key] (null: n/a).
+nlohmann::json proxy_json(const EvalResults& results) {
+  nlohmann::json measures = nlohmann::json::array(), targets = nlohmann::json::array(), groups = nlohmann::json::array();
+  for (const ProxyAxis& measure : proxy_measures()) measures.push_back(measure.key);
+  for (const ProxyAxis& target : proxy_targets()) targets.push_back(target.key);
+  for (const ProxyGroup& group : results.proxy) {
+    nlohmann::json spearman = nlohmann::json::object();
+    for (size_t m = 0; m < proxy_measures().size(); ++m)
+      for (size_t t = 0; t < proxy_targets().size(); ++t)
+        spearman[proxy_measures()[m].key][proxy_targets()[t].key] = or_null(group.spearman[m][t]);
+    groups.push_back({{"over", group.over}, {"points", group.points}, {"spearman", spearman}});
+  }
+  return {{"measures", measures}, {"targets", targets}, {"groups", groups}};
+}
+
 }  // namespace
 
 std::string eval_table(const EvalResults& results) {
@@ -136,6 +174,7 @@ std::string eval_table(const EvalResults& results) {
   for (const ProxyCorrelation& c : results.correlations)
     out << left(c.over, over_width) << right(std::to_string(c.pairs), 7) << right(format("%+.3f", c.retention), 11)
         << right(format("%+.3f", c.output_error), 14) << "\n";
+  proxy_block(out, results);
   out << "\ntop-1: share of predictions whose argmax equals the full cache's; occupancy: positions attended per step\n"
       << kClosedLoopNote << "\n";
   return wrap_text(out.str());
@@ -147,7 +186,8 @@ std::string eval_csv(const EvalResults& results) {
          "perplexity_increase_relative,nll_mean,top1_agreement,occupancy_mean,occupancy_peak,evictions,"
          "replay_retention_mean,replay_retention_p5,replay_retention_min,replay_output_error_mean,"
          "replay_output_error_p95,replay_occupancy_mean,predictions,recall_distance,recall_tokens,"
-         "recall_top1_agreement,recall_perplexity,full_recall_perplexity\n";
+         "recall_top1_agreement,recall_perplexity,full_recall_perplexity,replay_occupancy_layer_union_mean,"
+         "replay_occupancy_model_union_mean\n";
   for (const EvalCell& cell : results.cells)
     out << (cell.info ? cell.info->name : cell.policy) << "," << csv_field(cell.params) << "," << cell.budget.text
         << "," << number(cell.budget_tokens_mean) << "," << number(cell.budget_share_mean) << ","
@@ -159,7 +199,8 @@ std::string eval_csv(const EvalResults& results) {
         << number(cell.replay_output_error.p95) << "," << number(cell.replay_occupancy_mean) << ","
         << results.predictions << "," << results.recall_distance << "," << results.recall_tokens << ","
         << number(cell.recall_top1_agreement) << "," << number(cell.recall_perplexity) << ","
-        << number(results.full_recall_perplexity) << "\n";
+        << number(results.full_recall_perplexity) << "," << number(cell.replay_occupancy_layer_union_mean) << ","
+        << number(cell.replay_occupancy_model_union_mean) << "\n";
   return out.str();
 }
 
@@ -202,7 +243,9 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
                      {"replay",
                       {{"retention", summary(cell.replay_retention)},
                        {"output_error", summary(cell.replay_output_error)},
-                       {"occupancy_mean", or_null(cell.replay_occupancy_mean)}}},
+                       {"occupancy_mean", or_null(cell.replay_occupancy_mean)},
+                       {"occupancy_layer_union_mean", or_null(cell.replay_occupancy_layer_union_mean)},
+                       {"occupancy_model_union_mean", or_null(cell.replay_occupancy_model_union_mean)}}},
                      {"sequences", per_sequence}});
     if (results.layer_budget != "uniform" || scheduled(cell)) {
       nlohmann::json layers = nlohmann::json::array();
@@ -233,7 +276,8 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
                         {"note", kClosedLoopNote},
                         {"per_sequence", sequences},
                         {"cells", cells},
-                        {"correlations", correlations}};
+                        {"correlations", correlations},
+                        {"proxy_table", proxy_json(results)}};
   if (results.layer_budget != "uniform") out["layer_budget"] = results.layer_budget;
   if (results.question) {
     out["question"] = {{"prompt_tokens", results.sequence_prompt},

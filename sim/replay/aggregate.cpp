@@ -7,9 +7,6 @@
 
 namespace kvsim {
 namespace {
-double held_mean(const HeldSums& held) {
-  return held.steps ? static_cast<double>(held.sum) / static_cast<double>(held.steps) : NAN;
-}
 double held_peak(const HeldSums& held) { return held.steps ? static_cast<double>(held.peak) : NAN; }
 }  // namespace
 
@@ -167,9 +164,9 @@ void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& re
     summary.answer_retention = summary_of(layer_answer[l], NAN, NAN);
     summary.occupancy_mean = static_cast<double>(layer_occupancy[l]) / static_cast<double>(layer_steps[l]);
     const LayoutSums& layout = cell.layer_layouts[l];
-    summary.occupancy_dense_mean = held_mean(layout.dense);
+    summary.occupancy_dense_mean = layout.dense.mean();
     summary.occupancy_dense_peak = held_peak(layout.dense);
-    summary.occupancy_layer_union_mean = held_mean(layout.layer_union);
+    summary.occupancy_layer_union_mean = layout.layer_union.mean();
     summary.occupancy_layer_union_peak = held_peak(layout.layer_union);
     out.layers.push_back(summary);
   }
@@ -178,11 +175,11 @@ void SweepAggregator::finish(size_t c, const std::vector<const GroupRecord*>& re
 void SweepAggregator::finish_layouts(const Cell& cell, CellResult& out) {
   for (const SequenceHeld& sequence : cell.sequences)
     if (sequence.layers) throw std::logic_error("a cell is finished before its sequences' layers");
-  out.occupancy_dense_mean = held_mean(cell.layout.dense);
+  out.occupancy_dense_mean = cell.layout.dense.mean();
   out.occupancy_dense_peak = held_peak(cell.layout.dense);
-  out.occupancy_layer_union_mean = held_mean(cell.layout.layer_union);
+  out.occupancy_layer_union_mean = cell.layout.layer_union.mean();
   out.occupancy_layer_union_peak = held_peak(cell.layout.layer_union);
-  out.occupancy_model_union_mean = held_mean(cell.model_union);
+  out.occupancy_model_union_mean = cell.model_union.mean();
   out.occupancy_model_union_peak = held_peak(cell.model_union);
 }
 

@@ -13,7 +13,7 @@
 #include "kvsim/core/engine.hpp"
 #include "kvsim/core/summary.hpp"
 #include "kvsim/replay/replay.hpp"
-#include "layout.hpp"
+#include "kvsim/replay/layout.hpp"
 
 namespace kvsim {
 

@@ -1,6 +1,7 @@
-#include "layout.hpp"
+#include "kvsim/replay/layout.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <stdexcept>
 
@@ -23,6 +24,8 @@ void HeldSums::add(const HeldSums& other) {
   peak = std::max(peak, other.peak);
   steps += other.steps;
 }
+
+double HeldSums::mean() const { return steps ? static_cast<double>(sum) / static_cast<double>(steps) : NAN; }
 
 void LayerHeld::add_occupancy(int64_t first, std::span<const int32_t> occupancy) {
   const auto end = static_cast<size_t>(first) + occupancy.size();

@@ -52,7 +52,7 @@ ItemPhases link_context_items(const ReplayPlan& plan, std::vector<WorkItem>& ite
 void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, const ReplayPlan& plan, WorkItem& item,
               SweepAggregator* streaming);
 
-// The layouts' occupancy (layout.hpp) of every cell of `item` on each of its layers, to
+// The layouts' occupancy (kvsim/replay/layout.hpp) of every cell of `item` on each of its layers, to
 // `aggregator`, from its records: their occupancy comes in `held` (per cell of the item, then
 // layer, as item_layouts makes them), filled by the engine's blocks while streaming, or from
 // the records' own (`held` empty).

@@ -235,6 +235,32 @@ class PythonPolicyTest(unittest.TestCase):
             kvsim.eval(TRACE, model_path(), "h2o-py", "30%", seqs=[9])
 
     @unittest.skipUnless(os.path.exists(model_path()), "no stories15M (scripts/fetch-model.sh)")
+    def test_proxy_table(self):
+        """kvsim.proxy_table: eval()'s proxy_table, one row per (group, measure) in the library's
+        order, NaN where the document says null (n/a)."""
+        e = kvsim.eval(TRACE, model_path(), "h2o,tova,recent", "20%,50%", seqs=[0], tokens=64)
+        doc = e["proxy_table"]
+        self.assertEqual(tuple(doc["measures"]), kvsim.PROXY_MEASURES)
+        self.assertEqual(tuple(doc["targets"]), kvsim.PROXY_TARGETS)
+        self.assertEqual(kvsim.PROXY_MEASURES[0], "retention_mean")
+        self.assertEqual(kvsim.PROXY_TARGETS[0], "perplexity_increase")
+        table = kvsim.proxy_table(e, as_frame=False)
+        self.assertEqual(table["over"][::5], ["all (policy, budget) pairs", "policies at budget 20%",
+                                              "policies at budget 50%"])
+        self.assertEqual(table["points"][::5], [6, 3, 3])
+        self.assertEqual(table["measure"][:5], list(kvsim.PROXY_MEASURES))
+        row = 0
+        for group in doc["groups"]:
+            for measure in kvsim.PROXY_MEASURES:
+                for target in kvsim.PROXY_TARGETS:
+                    want = group["spearman"][measure][target]
+                    got = table[target][row]
+                    self.assertTrue(math.isnan(got) if want is None else got == want, (measure, target))
+                row += 1
+        self.assertEqual(e["correlations"][0]["spearman_retention_vs_perplexity_increase"],
+                         table["perplexity_increase"][0])
+
+    @unittest.skipUnless(os.path.exists(model_path()), "no stories15M (scripts/fetch-model.sh)")
     def test_closed_loop_layer_budgets_and_question_equal_the_cli(self):
         """kvsim.eval's layer_budget, question, prompt_len and recall_distance are kvsim eval's
         --layer-budget, --question, --prompt-len and --recall-distance: the same document."""

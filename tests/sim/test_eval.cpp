@@ -363,6 +363,10 @@ TEST(ClosedLoopRandomModel, GridIsDeterministicWhateverTheThreads) {
   EXPECT_EQ(one.correlations[0].pairs, 15);
   EXPECT_EQ(one.correlations[4].pairs, 45);
   EXPECT_FALSE(std::isnan(one.correlations[0].retention));
+  ASSERT_EQ(one.proxy.size(), 4u);  // all pairs, each budget
+  EXPECT_EQ(one.proxy[0].spearman[0][0], one.correlations[0].retention);  // retention mean vs the increase
+  for (const kvsim::EvalCell& cell : one.cells)
+    EXPECT_GE(cell.replay_occupancy_model_union_mean, cell.replay_occupancy_layer_union_mean) << cell.policy;
   const std::string table = kvsim::eval_table(one);
   EXPECT_NE(table.find("Spearman"), std::string::npos);
   EXPECT_NE(table.find("closed loop"), std::string::npos);

@@ -8,7 +8,7 @@
 #include <map>
 #include <vector>
 
-#include "../../sim/replay/layout.hpp"
+#include "kvsim/replay/layout.hpp"
 #include "../support/temp_dir.hpp"
 #include "kvsim/replay/replay.hpp"
 #include "kvtrace/reader.hpp"

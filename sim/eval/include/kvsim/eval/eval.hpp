@@ -182,6 +182,9 @@ struct EvalCell {
   // teacher-forced replay on the same tokens
   Summary replay_retention, replay_output_error;
   double replay_occupancy_mean = 0;
+  // Positions held per recorded step by each layer's union over its cache groups and by the
+  // sequence's over its layers (docs/semantics.md, section 3), over every sequence.
+  double replay_occupancy_layer_union_mean = NAN, replay_occupancy_model_union_mean = NAN;
   std::vector<double> sequence_replay_retention, sequence_replay_output_error;  // per-sequence means
 };
 
@@ -191,6 +194,23 @@ struct ProxyCorrelation {
   std::string over;  // "all (policy, budget) pairs", "budget 20%", "(sequence, policy, budget)"
   int64_t pairs = 0;
   double retention = NAN, output_error = NAN;
+};
+
+// The proxy table (docs/semantics.md, section 6): the Spearman correlation of each replay
+// measure (a row) with each closed-loop target (a column) over the cells of a group.
+struct ProxyGroup {
+  std::string over;  // "all (policy, budget) pairs", "policies at budget 20%"
+  int64_t points = 0;
+  std::vector<std::vector<double>> spearman;  // [measure][target]; NaN: n/a
+};
+
+struct EvalResults;
+// One row or column of the proxy table: its key (JSON, Python), its label (the text table) and
+// its value in a cell.
+struct ProxyAxis {
+  const char* key;
+  const char* label;
+  double (*of)(const EvalCell& cell, const EvalResults& results);
 };
 
 struct EvalResults {
@@ -206,11 +226,23 @@ struct EvalResults {
   std::vector<EvalCell> cells;  // cells[policy * budgets + budget]
   size_t policies = 0, budgets = 0;
   std::vector<ProxyCorrelation> correlations;  // all pairs, then per budget, then per sequence
+  std::vector<ProxyGroup> proxy;               // proxy_table(*this)
   Paging paging;
   std::string layer_budget = "uniform";  // EvalConfig::layer_budget
   bool question = false;                 // the question protocol: only the answer's predictions count
   std::vector<int64_t> sequence_prompt, sequence_question;  // with a question: P and N per sequence
 };
+
+// The proxy table's rows (replay's retention mean and p5, output error mean, layer- and
+// model-union occupancy mean) and columns (the closed loop's perplexity increase, top-1
+// agreement, and both over the recall tokens), in the table's order.
+const std::vector<ProxyAxis>& proxy_measures();
+const std::vector<ProxyAxis>& proxy_targets();
+// Spearman's rho of x and y: the Pearson correlation of their average ranks (ties share the
+// mean of their ranks). NaN (n/a) with under 3 points, a NaN value, or a side all equal.
+double proxy_spearman(std::span<const double> x, std::span<const double> y);
+// Over all (policy, budget) pairs, then (with more than one budget) the policies at each budget.
+std::vector<ProxyGroup> proxy_table(const EvalResults& results);
 
 // progress(done, total) counts runs (full-cache and closed-loop).
 EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequence> sequences,

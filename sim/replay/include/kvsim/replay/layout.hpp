@@ -3,7 +3,7 @@
 // cache holds when it stores the kv heads of a layer, or every layer of a sequence, in one
 // slot per position. A position is held by a layer's paged cache while any of the layer's kv
 // heads holds it, by the model's while any layer does; a dense cache holds, per layer, as many
-// positions as its fullest kv head. Internal to sim/replay.
+// positions as its fullest kv head. The sweep's aggregation and kvsim eval's replay count them.
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -19,6 +19,7 @@ struct HeldSums {
   int64_t sum = 0, peak = 0, steps = 0;
   void add(std::span<const int32_t> held, int64_t before);
   void add(const HeldSums& other);
+  double mean() const;  // sum / steps; NaN without a step
 };
 
 // One cell on one layer of one sequence: its records' occupancy step by step (the dense
