@@ -99,13 +99,15 @@ py::dict group_dict(GroupRecord&& record, bool with_position) {
 
 namespace {
 
-// With pools: per sequence, pool_table's columns (kvsim/replay/report.hpp).
+// With pools or shared contexts: per sequence, the columns of pool_table and
+// shared_context_table (kvsim/replay/report.hpp).
 py::dict per_sequence_dict(const CellResult& cell) {
-  std::vector<int64_t> seq, pool, peak;
+  std::vector<int64_t> seq, pool, compressed_by, peak;
   std::vector<double> budget, rmean, rmin, occupancy;
   for (const SequenceSummary& sequence : cell.sequences) {
     seq.push_back(sequence.seq);
     pool.push_back(sequence.pool);
+    compressed_by.push_back(sequence.compressed_by);
     budget.push_back(sequence.budget_tokens_mean);
     rmean.push_back(sequence.retention.mean);
     rmin.push_back(sequence.retention.min);
@@ -115,6 +117,7 @@ py::dict per_sequence_dict(const CellResult& cell) {
   py::dict out;
   out["seq"] = to_numpy(std::move(seq));
   out["pool"] = to_numpy(std::move(pool));
+  out["compressed_by"] = to_numpy(std::move(compressed_by));
   out["budget_tokens_mean"] = to_numpy(std::move(budget));
   out["retention_mean"] = to_numpy(std::move(rmean));
   out["retention_min"] = to_numpy(std::move(rmin));
@@ -182,7 +185,7 @@ py::dict replay(const Trace& trace, const std::string& policy, const std::string
     groups[key] = group_dict(std::move(record), true);
   }
   out["groups"] = groups;
-  if (results.pool > 0) out["per_sequence"] = per_sequence_dict(cell);
+  if (!cell.sequences.empty()) out["per_sequence"] = per_sequence_dict(cell);
   out["note"] = kTeacherForcedNote;
   return out;
 }

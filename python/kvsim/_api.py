@@ -430,9 +430,11 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     [h, steps], 'output_error' float32 [h, steps] or None, 'occupancy' int32 [steps],
     'eviction_step' int32 [positions] (-1: never evicted), 'evictions', 'budget', ...}}.
     Layer-wide policies (tova, scissorhands-xlayer) have one group 0 per layer.
-    With pool > 0, 'per_sequence' (the DataFrame's attrs['per_sequence']): columns seq, pool,
+    With pool > 0, or sequences sharing a context (a context_group, question='auto'),
+    'per_sequence' (the DataFrame's attrs['per_sequence']): columns seq, pool, compressed_by
+    (the sequence whose replay compressed the shared context; -1: none),
     budget_tokens_mean, retention_mean, retention_min, occupancy_mean, occupancy_peak, one
-    entry per sequence (the table `kvsim replay --pool N` prints).
+    entry per sequence (the tables `kvsim replay --pool N` and with shared contexts print).
     """
     pandas = _pandas(as_frame)
     if pandas is not None and records:
