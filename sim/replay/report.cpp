@@ -248,6 +248,29 @@ std::string layers_csv(const ReplayResults& results) {
   return out.str();
 }
 
+namespace {
+
+// Each sequence's part of a cell (pools, shared contexts).
+nlohmann::json sequences_json(const CellResult& cell, bool pools) {
+  nlohmann::json sequences = nlohmann::json::array();
+  for (const SequenceSummary& sequence : cell.sequences) {
+    sequences.push_back({{"seq", sequence.seq},
+                         {"budget_tokens_mean", sequence.budget_tokens_mean},
+                         {"retention",
+                          {{"mean", sequence.retention.mean},
+                           {"min", sequence.retention.min},
+                           {"max", sequence.retention.max},
+                           {"count", sequence.retention.count}}},
+                         {"occupancy_mean", sequence.occupancy_mean},
+                         {"occupancy_peak", sequence.occupancy_peak}});
+    if (pools) sequences.back()["pool"] = sequence.pool;
+    if (sequence.compressed_by >= 0) sequences.back()["compressed_by"] = sequence.compressed_by;
+  }
+  return sequences;
+}
+
+}  // namespace
+
 std::string results_json(const ReplayResults& results, const std::string& trace, const std::string& model) {
   // Retention keeps its lower tail (p5), output error its upper (p95): the percentile a sweep has.
   auto summary = [](const Summary& s, bool lower_tail) -> nlohmann::json {
@@ -299,24 +322,7 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
       cells.back()["question_retention"] = summary(cell.question_retention, true);
       cells.back()["answer_retention"] = summary(cell.answer_retention, true);
     }
-    if (!cell.sequences.empty()) {
-      nlohmann::json sequences = nlohmann::json::array();
-      for (const SequenceSummary& sequence : cell.sequences)
-        sequences.push_back({{"seq", sequence.seq},
-                             {"budget_tokens_mean", sequence.budget_tokens_mean},
-                             {"retention",
-                              {{"mean", sequence.retention.mean},
-                               {"min", sequence.retention.min},
-                               {"max", sequence.retention.max},
-                               {"count", sequence.retention.count}}},
-                             {"occupancy_mean", sequence.occupancy_mean},
-                             {"occupancy_peak", sequence.occupancy_peak}});
-      for (size_t i = 0; i < cell.sequences.size(); ++i) {
-        if (results.pool > 0) sequences[i]["pool"] = cell.sequences[i].pool;
-        if (cell.sequences[i].compressed_by >= 0) sequences[i]["compressed_by"] = cell.sequences[i].compressed_by;
-      }
-      cells.back()["sequences"] = sequences;
-    }
+    if (!cell.sequences.empty()) cells.back()["sequences"] = sequences_json(cell, results.pool > 0);
   }
   nlohmann::json out = {{"trace", trace},
                         {"model", model},
