@@ -88,4 +88,35 @@ inline void evict_lowest(std::span<const int32_t> candidates, std::span<const do
   std::sort(indices->begin(), indices->end());
 }
 
+// Whether any of `positions` is pinned (Policy::pin; an empty set pins none).
+inline bool any_pinned(std::span<const int32_t> positions, std::span<const uint8_t> pinned) {
+  if (pinned.empty()) return false;
+  return std::any_of(positions.begin(), positions.end(),
+                     [&](int32_t position) { return pinned[static_cast<size_t>(position)] != 0; });
+}
+
+// evict_lowest over the candidates that are not pinned (at most k of them); evict_lowest
+// itself when none is. `indices`: into `candidates`, ascending.
+inline void evict_lowest_unpinned(std::span<const int32_t> candidates, std::span<const double> scores, int64_t k,
+                                  std::span<const uint8_t> pinned, std::vector<int32_t>& victims,
+                                  std::vector<size_t>* indices = nullptr) {
+  if (!any_pinned(candidates, pinned)) return evict_lowest(candidates, scores, k, victims, indices);
+  thread_local std::vector<int32_t> open;
+  thread_local std::vector<double> open_scores;
+  thread_local std::vector<size_t> where, chosen;
+  open.clear();
+  open_scores.clear();
+  where.clear();
+  for (size_t j = 0; j < candidates.size(); ++j)
+    if (pinned[static_cast<size_t>(candidates[j])] == 0) {
+      open.push_back(candidates[j]);
+      open_scores.push_back(scores[j]);
+      where.push_back(j);
+    }
+  evict_lowest(open, open_scores, k, victims, &chosen);
+  if (!indices) return;
+  indices->clear();
+  for (size_t index : chosen) indices->push_back(where[index]);
+}
+
 }  // namespace kvsim

@@ -17,14 +17,24 @@ class Streaming final : public Policy {
   }
   bool adopt(const Policy&) override { return true; }  // no state
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
-    // cache is ascending and the sinks (positions < sinks) are its first entries.
+    // cache is ascending and the sinks (positions < sinks) are its first entries; after them
+    // the oldest positions that are not pinned go.
     size_t j = 0;
     while (j < cache.size() && cache[j] < sinks_) ++j;
-    for (int64_t k = 0; k < excess; ++k) victims.push_back(cache[j + static_cast<size_t>(k)]);
+    for (; j < cache.size() && excess > 0; ++j)
+      if (pinned_.empty() || pinned_[static_cast<size_t>(cache[j])] == 0) {
+        victims.push_back(cache[j]);
+        --excess;
+      }
+  }
+  bool pin(std::span<const uint8_t> pinned) override {
+    pinned_ = pinned;
+    return true;
   }
 
  private:
   int64_t sinks_;
+  std::span<const uint8_t> pinned_;
 };
 
 }  // namespace

@@ -44,7 +44,11 @@ class LagKV final : public Policy {
         if (!cross_) rank_within(first);
       }
     }
-    evict_lowest(cache, scores_, excess, victims);
+    evict_lowest_unpinned(cache, scores_, excess, pinned_, victims);
+  }
+  bool pin(std::span<const uint8_t> pinned) override {
+    pinned_ = pinned;
+    return true;
   }
 
  private:
@@ -99,6 +103,7 @@ class LagKV final : public Policy {
   bool cross_;
   const GroupTensors* tensors_ = nullptr;
   std::vector<double> scores_, key_, value_, low_, high_, normalised_, ranked_;
+  std::span<const uint8_t> pinned_;
   std::vector<size_t> order_;
 };
 

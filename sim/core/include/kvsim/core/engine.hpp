@@ -72,6 +72,9 @@ struct SimulationSpec {
   int quant = -1;                        // index into the lane's quantized views, -1 for full precision
   int layer = 0;                         // cross-layer policies
   std::shared_ptr<void> sequence_state;  // cross-layer policies
+  // Span protection (--protect, kvsim/core/protect.hpp): nonzero at the positions (of n_tokens)
+  // this cache never evicts once they are cached; they count toward the budget. Empty: none.
+  std::span<const uint8_t> pinned;
 };
 
 // One block of one simulation's recorded steps, handed over as the engine finishes the block
