@@ -17,6 +17,7 @@ struct SequencePlan {
   int64_t n_tokens = 0, prompt_len = 0;
   int64_t schedule_tokens = 0;  // T, the tokens a layer schedule's allocation sees
   Protocol protocol;            // sequence_protocol's
+  std::vector<uint8_t> pinned;  // --protect: its protected set (pinned_positions), or empty
 };
 
 // A cell of the grid: cells[(policy * quants + quant) * budgets + budget].

@@ -116,6 +116,7 @@ std::vector<std::pair<size_t, size_t>> add_simulations(const ReplayPlan& plan, c
         SimulationSpec spec =
             simulation_spec(policy, item.budgets[i][l], g, state ? static_cast<int>(l) : layer, state);
         spec.quant = views.view_of[cell.quant];
+        spec.pinned = item.lane_sequences[l]->pinned;
         lanes[l].specs.push_back(std::move(spec));
         GroupRecord record;
         record.seq = item.lane_sequences[l]->seq;
