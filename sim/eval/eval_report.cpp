@@ -84,6 +84,9 @@ std::string eval_table(const EvalResults& results) {
         << "; the context is compressed to B at its end, the question and answer tokens are kept; perplexity and "
            "top-1 over the answer's tokens (after the prompt)\n";
   if (results.layer_budget != "uniform") out << "layer budgets: " << results.layer_budget << "\n";
+  if (results.protect.on())
+    out << "protected: " << protection_text(results.protect)
+        << " (the first and last N positions of each span of the kind are never evicted; both runs)\n";
   out << "\n";
   size_t policy_width = 8, budget_width = 6;
   for (const EvalCell& cell : results.cells) {
@@ -235,6 +238,7 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
                         {"cells", cells},
                         {"correlations", correlations}};
   if (results.layer_budget != "uniform") out["layer_budget"] = results.layer_budget;
+  if (results.protect.on()) out["protect"] = protection_text(results.protect);  // as given: "context:4,..."
   if (results.question) {
     out["question"] = {{"prompt_tokens", results.sequence_prompt},
                        {"question_tokens", results.sequence_question},
