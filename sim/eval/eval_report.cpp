@@ -86,7 +86,7 @@ std::string eval_table(const EvalResults& results) {
   if (results.layer_budget != "uniform") out << "layer budgets: " << results.layer_budget << "\n";
   if (results.protect.on())
     out << "protected: " << protection_text(results.protect)
-        << " (the first and last N positions of each span of the kind are never evicted; both runs)\n";
+        << " (each span's first and last N positions stay; closed loop and replay)\n";
   out << "\n";
   size_t policy_width = 8, budget_width = 6;
   for (const EvalCell& cell : results.cells) {
