@@ -88,6 +88,27 @@ inline void evict_lowest(std::span<const int32_t> candidates, std::span<const do
   std::sort(indices->begin(), indices->end());
 }
 
+// A policy outside ScoringPolicy that passes over Policy::pin's positions itself.
+class PinningPolicy : public Policy {
+ public:
+  bool pin(std::span<const uint8_t> pinned) override {
+    pinned_ = pinned;
+    return true;
+  }
+
+ protected:
+  bool pinned(int32_t position) const { return !pinned_.empty() && pinned_[static_cast<size_t>(position)] != 0; }
+  // Appends the first `excess` positions of cache[from..] that are not pinned.
+  void evict_oldest(std::span<const int32_t> cache, size_t from, int64_t excess, std::vector<int32_t>& victims) const {
+    for (size_t j = from; j < cache.size() && excess > 0; ++j)
+      if (!pinned(cache[j])) {
+        victims.push_back(cache[j]);
+        --excess;
+      }
+  }
+  std::span<const uint8_t> pinned_;
+};
+
 // Whether any of `positions` is pinned (Policy::pin; an empty set pins none).
 inline bool any_pinned(std::span<const int32_t> positions, std::span<const uint8_t> pinned) {
   if (pinned.empty()) return false;

@@ -27,14 +27,14 @@ std::vector<int> pinned_list(const std::vector<uint8_t>& pinned) {
   return out;
 }
 
-struct Run {
+struct Setting {
   std::vector<hand::Rows> heads;
   int n_kv_heads = 1;
   kvsim::EngineOptions options;
 };
 
 // One policy at one budget on every cache group it runs on, the groups pinned at `pinned`.
-std::vector<kvsim::SimulationResult> run(const Run& how, const std::string& policy, int64_t budget,
+std::vector<kvsim::SimulationResult> run(const Setting& how, const std::string& policy, int64_t budget,
                                          const std::vector<uint8_t>& pinned,
                                          const std::map<std::string, std::string>& params = {}) {
   const auto n = static_cast<int64_t>(how.heads.front().size());
@@ -126,8 +126,11 @@ TEST(Protect, AProtectedSetAboveTheBudgetStaysWhole) {
   const kvsim::SimulationResult kept = run_c("tova", 3, pinned);
   EXPECT_EQ(kept.eviction_step, (std::vector<int32_t>{-1, -1, -1, -1, -1, 5, 6, 7}));
   EXPECT_EQ(kept.occupancy, (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 6, 6}));
-  // h2o protects its newest floor(3/2) = 1 too: nothing at all may go, and nothing goes.
-  EXPECT_EQ(run_c("h2o", 3, pinned).evictions, 0);
+  // h2o protects its newest floor(3/2) = 1 too: at t5 nothing may go (6 held), at t6 and t7 the
+  // position before the new one (5, then 6). Occupancy 1 2 3 4 5 6 7 7.
+  const kvsim::SimulationResult h2o = run_c("h2o", 3, pinned);
+  EXPECT_EQ(h2o.eviction_step, (std::vector<int32_t>{-1, -1, -1, -1, -1, 6, 7, -1}));
+  EXPECT_EQ(h2o.occupancy, (std::vector<int32_t>{1, 2, 3, 4, 5, 6, 7, 7}));
 }
 
 // oracle on trace T with 0 pinned: at t >= 1 the best cache holds t, 0 and the largest
@@ -136,7 +139,7 @@ TEST(Protect, AProtectedSetAboveTheBudgetStaysWhole) {
 //   B = 2: t2 .25 + .125 + .625 = 1; t3 .25 + .25 + .25 (2 before 1) = .75.
 // Occupancy min(t, max(B, 1)) + 1.
 TEST(Protect, OracleKeepsProtectedPositionsAndTheBestOfTheRest) {
-  const Run how{{hand::kT}, 1, {}};
+  const Setting how{{hand::kT}, 1, {}};
   const kvsim::SimulationResult one = run(how, "oracle", 1, pins(4, {0})).at(0);
   EXPECT_EQ(one.retention, (std::vector<float>{1.0f, 1.0f, 0.375f, 0.5f}));
   EXPECT_EQ(one.occupancy, (std::vector<int32_t>{1, 2, 2, 2}));
@@ -150,14 +153,14 @@ TEST(Protect, OracleKeepsProtectedPositionsAndTheBestOfTheRest) {
 // Pinning every position a policy never evicts changes nothing, bit for bit: it chooses among
 // the others as before (random draws from what is left, so it is not among them).
 TEST(Protect, PinningWhatStaysAnywayChangesNothing) {
-  Run how;
+  Setting how;
   how.heads = hand::random_rows(4, 40, 11);
   how.n_kv_heads = 2;
-  std::vector<Run> runs(3, how);
+  std::vector<Setting> runs(3, how);
   runs[1].options.mode = kvsim::Mode::prefill;
   runs[1].options.prompt_len = 24;
   runs[2].options.protocol.compress_every = 5;
-  for (const Run& setting : runs)
+  for (const Setting& setting : runs)
     for (const std::string policy :
          {"h2o", "tova", "snapkv", "pyramidkv", "scissorhands", "observed-attention", "cake", "recent", "streaming"})
       for (int64_t budget : {6, 12}) {
@@ -179,11 +182,11 @@ TEST(Protect, PinningWhatStaysAnywayChangesNothing) {
 
 // In every eviction mechanism, a pinned position is never evicted once cached.
 TEST(Protect, NoMechanismEvictsAPinnedPosition) {
-  Run base;
+  Setting base;
   base.heads = hand::random_rows(4, 36, 5);
   base.n_kv_heads = 2;
   const std::vector<uint8_t> pinned = pins(36, {0, 1, 10, 11, 20, 35});
-  std::vector<std::pair<std::string, Run>> settings(6, {"", base});
+  std::vector<std::pair<std::string, Setting>> settings(6, {"", base});
   settings[0].first = "stream";
   settings[1].first = "prefill";
   settings[1].second.options.mode = kvsim::Mode::prefill;

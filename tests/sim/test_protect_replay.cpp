@@ -97,8 +97,10 @@ TEST(ProtectReplay, NoMechanismEvictsAProtectedPosition) {
     EXPECT_EQ(results.protect.rules.size(), 2u);
     for (const kvsim::CellResult& cell : results.cells)
       for (const kvsim::GroupRecord& record : cell.records)
-        for (size_t p = 0; p < record.result.eviction_step.size(); ++p)
-          if (pinned(p)) EXPECT_EQ(record.result.eviction_step[p], -1) << name << " " << cell.policy << " " << p;
+        for (size_t p = 0; p < record.result.eviction_step.size(); ++p) {
+          if (!pinned(p)) continue;
+          EXPECT_EQ(record.result.eviction_step[p], -1) << name << " " << cell.policy << " " << p;
+        }
   }
 }
 

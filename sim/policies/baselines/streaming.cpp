@@ -1,12 +1,13 @@
 // streaming: StreamingLLM (Xiao et al.): the first `sinks` positions plus the most recent
 // B - sinks.
 #include "kvsim/core/policy.hpp"
+#include "../select.hpp"
 #include "kvtrace/error.hpp"
 
 namespace kvsim {
 namespace {
 
-class Streaming final : public Policy {
+class Streaming final : public PinningPolicy {
  public:
   explicit Streaming(const Params& params) : sinks_(params.integer("sinks")) {}
   void reset(const GroupContext& group) override {
@@ -21,20 +22,11 @@ class Streaming final : public Policy {
     // the oldest positions that are not pinned go.
     size_t j = 0;
     while (j < cache.size() && cache[j] < sinks_) ++j;
-    for (; j < cache.size() && excess > 0; ++j)
-      if (pinned_.empty() || pinned_[static_cast<size_t>(cache[j])] == 0) {
-        victims.push_back(cache[j]);
-        --excess;
-      }
-  }
-  bool pin(std::span<const uint8_t> pinned) override {
-    pinned_ = pinned;
-    return true;
+    evict_oldest(cache, j, excess, victims);
   }
 
  private:
   int64_t sinks_;
-  std::span<const uint8_t> pinned_;
 };
 
 }  // namespace

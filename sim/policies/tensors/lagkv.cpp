@@ -15,7 +15,7 @@
 namespace kvsim {
 namespace {
 
-class LagKV final : public Policy {
+class LagKV final : public PinningPolicy {
  public:
   explicit LagKV(const Params& params)
       : sinks_(static_cast<size_t>(params.integer("sinks"))),
@@ -45,10 +45,6 @@ class LagKV final : public Policy {
       }
     }
     evict_lowest_unpinned(cache, scores_, excess, pinned_, victims);
-  }
-  bool pin(std::span<const uint8_t> pinned) override {
-    pinned_ = pinned;
-    return true;
   }
 
  private:
@@ -103,7 +99,6 @@ class LagKV final : public Policy {
   bool cross_;
   const GroupTensors* tensors_ = nullptr;
   std::vector<double> scores_, key_, value_, low_, high_, normalised_, ranked_;
-  std::span<const uint8_t> pinned_;
   std::vector<size_t> order_;
 };
 

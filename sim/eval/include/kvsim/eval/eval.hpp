@@ -123,7 +123,7 @@ struct EvalSequence {
   std::vector<int> tokens;    // at least 2
   int64_t prompt_len = -1;    // the prompt's tokens (the trace's prompt_len, --prompt-len); -1: unknown
   int64_t question_len = -1;  // the trace's question_len (--question auto); -1: unknown
-  std::vector<kvtrace::Span> spans;  // the trace's (--protect); none from text
+  std::vector<kvtrace::Span> spans = {};  // the trace's (--protect); none from text
 };
 
 // The text encoded once with BOS (llama2.c's encode) and cut into consecutive sequences of
