@@ -16,7 +16,7 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
                 const std::vector<std::string>& budgets, const std::vector<std::pair<std::string, std::string>>& params,
                 const std::vector<int>& seqs, int tokens, const std::string& aggregate, int threads,
                 const std::string& layer_budget, const std::string& question, int64_t prompt_len,
-                int64_t recall_distance) {
+                int64_t recall_distance, const std::vector<std::string>& protect) {
   const auto held = trace.hold();
   const kvtrace::TraceReader& reader = *held;
   EvalConfig config;
@@ -32,6 +32,7 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
   if (tokens < 0) bad_option("tokens", "must be >= 0");
   config.threads = threads;
   config.recall_distance = recall_distance;
+  config.protect = parse_protection(protect);
   config.layer_budget = layer_budget;
   const QuestionOption asked = question_of(question);
   config.question = asked.tokens;
@@ -48,6 +49,7 @@ py::object eval(const Trace& trace, const std::string& model_path, const std::ve
     sequences.push_back(trace_sequence(reader, s, tokens));
     if (prompt_len > 0) sequences.back().prompt_len = prompt_len;
   }
+  check_eval_protection(sequences, config, reader.path());
   const PoliciesInUse in_use(config.policies);
   std::string json;
   run_interruptibly([&](const std::atomic<bool>& cancel) {

@@ -357,6 +357,7 @@ void bind_replay(py::module_& m) {
       .def_readwrite("compress_every", &ReplayOptions::compress_every)
       .def_readwrite("threshold", &ReplayOptions::threshold)
       .def_readwrite("window", &ReplayOptions::window)
+      .def_readwrite("protect", &ReplayOptions::protect)
       .def_readwrite("page", &ReplayOptions::page)
       .def_readwrite("page_score", &ReplayOptions::page_score)
       .def_readwrite("layer_budget", &ReplayOptions::layer_budget)

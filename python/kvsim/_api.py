@@ -118,6 +118,17 @@ def _path(value, what):
     return path
 
 
+def _protect(value) -> list:
+    """--protect's rules: None, 'context:4', ['context:4', 'question:2'] or {'context': 4}."""
+    if value is None:
+        return []
+    if isinstance(value, dict):
+        return [f"{_text(kind)}:{_text(tokens)}" for kind, tokens in value.items()]
+    if isinstance(value, str):
+        return [value]
+    return [_text(rule) for rule in value]
+
+
 def _indices(value, what) -> list:
     if value is None:
         return []
@@ -153,8 +164,9 @@ def _budget(value) -> str:
 def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                     question=None, compress_every=None, page=0, page_score="mean", head_budget="uniform",
                     head_floor=0.2, share="none", share_score="mean", threshold=None, threshold_window=None,
-                    pool=0):
+                    pool=0, protect=None):
     o = _native._ReplayOptions()
+    o.protect = _protect(protect)
     o.pool = _int(pool, "--pool", 0)
     o.page = _int(page, "--page", 0, _INT64_MAX)
     o.page_score = str(page_score)
@@ -394,7 +406,7 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
            output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform", head_floor=0.2,
            threads=0, records=None, params=None, as_frame=None, question=None, compress_every=None, page=0,
            page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None, pool=0,
-           **policy_params):
+           protect=None, **policy_params):
     """Replay one policy at one budget over a trace (kvsim replay).
 
     trace: a kvsim.Trace or a path. budget: tokens (64) or a share of each sequence ('20%').
@@ -420,6 +432,9 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     policy's own parameters); the occupancy columns report what stays.
     pool (N: the sequences, N at a time, share N x B per layer and kv head,
     the lowest scores across them going first; 0: every sequence alone).
+    protect ('context:4', a list of such rules, or {'context': 4}; --protect): the first and
+    last N positions of every span of that kind are never evicted once cached; they count
+    toward B and the policy evicts among the other positions (traces with spans).
 
     With pandas (and as_frame not False): a DataFrame, the table `kvsim replay --csv` writes
     (REPLAY_COLUMNS: one row per layer, then the row whose layer is "all").
@@ -442,7 +457,7 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                               question, compress_every, page, page_score, head_budget, head_floor, share,
                               share_score, threshold, threshold_window,
-                              pool)
+                              pool, protect)
     out = _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
                           pandas is None and records is not False)
     if pandas is None:
@@ -467,7 +482,7 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
           layers=None, output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform",
           head_floor=0.2, threads=0, params=None, as_frame=None, question=None, compress_every=None, page=0,
           page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None, pool=0,
-          **policy_params):
+          protect=None, **policy_params):
     """The policies x budgets grid (kvsim sweep): with pandas a DataFrame with the columns of
     `kvsim sweep --csv` (SWEEP_COLUMNS) in its order, one row per line, NaN where the CSV is
     empty. With as_frame=False a dict of those columns (strings as lists, numbers as numpy
@@ -479,7 +494,7 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     question, compress_every: as replay()'s; with a question the question_retention_* and
     answer_retention_* columns follow the others. page, page_score: as replay()'s; with page > 0
     the table ends with a 'page' column, as the CSV. share, share_score, threshold,
-    threshold_window, pool: as replay()'s (each sequence's part of a pool is in
+    threshold_window, pool, protect: as replay()'s (each sequence's part of a pool is in
     `kvsim sweep --pool N --json`).
     """
     names = _comma_list(policies if policies is not None else DEFAULT_SWEEP_POLICIES, "policies")
@@ -488,7 +503,7 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                               question, compress_every, page, page_score, head_budget, head_floor, share,
                               share_score, threshold, threshold_window,
-                              pool)
+                              pool, protect)
     out = _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
     if pandas is None:
         return out
@@ -526,7 +541,7 @@ def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", pr
 
 def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggregate="mean", threads=0,  # noqa: A001
          layer_budget="uniform", question=None, prompt_len=0, recall_distance=DEFAULT_RECALL_DISTANCE, params=None,
-         **policy_params) -> dict:
+         protect=None, **policy_params) -> dict:
     """The closed loop (kvsim eval --trace): the llama2.c checkpoint `model` (a path, e.g.
     ~/.cache/kvsim/models/stories15M.bin) runs over the trace's token sequences with every
     head attending only to its cache, the policies (built-in or kvsim.register_policy's)
@@ -540,6 +555,7 @@ def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggr
     closed_loop recall_top1_agreement and recall_perplexity (None when there is none).
     proxy_table: the Spearman correlation of each replay measure with each closed-loop target
     per group of cells (None: n/a); proxy_table(result) gives it as a table.
+    protect: as replay()'s (--protect), for the closed loop and its replay alike.
     """
     names = _comma_list(policies if policies is not None else DEFAULT_EVAL_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_EVAL_BUDGETS, "budgets")
@@ -547,7 +563,7 @@ def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggr
                          _indices(seqs, "seqs"), _int(tokens, "--tokens"), str(aggregate), _int(threads, "--threads"),
                          str(layer_budget), "" if question is None else str(question),
                          _int(prompt_len, "--prompt-len", 0, _INT64_MAX),
-                         _int(recall_distance, "--recall-distance", 1, _INT64_MAX))
+                         _int(recall_distance, "--recall-distance", 1, _INT64_MAX), _protect(protect))
 
 
 def proxy_table(result, *, as_frame=None):

@@ -29,6 +29,9 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "evict by score, no budget (kvpress's DMSPress): at each eviction step every cached position outside the "
       "last --window whose score is below T goes; B only sets the policy's own parameters (scoring policies)")(
       "window", po::value(&v.window), "with --threshold: the last W positions are kept (default 128)")(
+      "protect", po::value(&v.protect)->composing(),
+      "KIND:N: the first and last N positions of every span of that kind are never evicted once cached; they "
+      "count toward B and the policy evicts among the others (repeatable; traces with spans)")(
       "aggregate", po::value(&v.aggregate)->default_value(v.aggregate),
       "how a GQA group's heads combine into the observed row: mean, max or sum")(
       "rows", po::value(&v.rows)->default_value(v.rows),
@@ -80,6 +83,7 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   request.compress_every = v.compress_every;
   request.threshold = v.threshold;
   request.window = v.window;
+  request.protect = v.protect;
   request.page = v.page;
   request.page_score = v.page_score;
   request.head_budget = v.head_budget;

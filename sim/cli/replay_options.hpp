@@ -20,6 +20,7 @@ struct ReplayCliOptions {
   std::string quant;                     // KV quantization specs, comma-separated
   std::string question, compress_every;  // "": not given
   std::string threshold, window;         // "": not given
+  std::vector<std::string> protect;      // KIND:N, repeatable
   int64_t page = 0;
   std::string page_score = "mean";
   std::string head_budget = "uniform";

@@ -124,6 +124,7 @@ std::string settings_of(const kvtrace::TraceReader& reader, const ReplayConfig& 
   if (!values.compress_every.empty()) out += "compress-every: " + values.compress_every + "\n";
   if (config.threshold.on())
     out += "threshold: " + values.threshold + " window " + std::to_string(config.threshold.window) + "\n";
+  if (config.protect.on()) out += "protect: " + protection_text(config.protect) + "\n";
   if (config.head_floor >= 0) out += "head-budget: adaptive, floor " + std::to_string(config.head_floor) + "\n";
   if (config.share != Share::none) out += "share: " + values.share + ", " + values.share_score + "\n";
   return out;
@@ -265,6 +266,7 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   all.question_auto = config.question_auto;
   all.paging = config.paging;
   all.threshold = config.threshold;
+  all.protect = config.protect;
   all.sequences = config.sequences.empty() ? reader.n_sequences() : static_cast<int64_t>(config.sequences.size());
   all.layers = config.layers.empty() ? reader.meta().n_layers : static_cast<int64_t>(config.layers.size());
   all.heads = reader.meta().n_heads;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 
@@ -44,6 +45,7 @@ std::span<const int32_t> CacheState::evict(int64_t t, bool compress) {
 void CacheState::evict_pages(int64_t t, int64_t excess) {
   if (excess <= 0) return;
   policy_.scores(t, cache_, scores_);
+  mask_pinned(scores_);
   if (std::any_of(scores_.begin(), scores_.end(), [](double s) { return std::isnan(s); })) refuse_nan_score(t);
   choose_pages(cache_, scores_, options_.paging, t, spec_.budget, page_indices_);
   if (page_indices_.empty()) return;
@@ -83,15 +85,68 @@ void CacheState::refuse_nan_score(int64_t t) const {
                                 ", step " + std::to_string(t) + ": NaN has no place in the order it evicts by");
 }
 
+bool CacheState::pinned_at(int32_t position) const {
+  return !spec_.pinned.empty() && spec_.pinned[static_cast<size_t>(position)] != 0;
+}
+
+int64_t CacheState::pinned_held() const {
+  if (spec_.pinned.empty()) return 0;
+  return std::count_if(cache_.begin(), cache_.end(), [&](int32_t position) { return pinned_at(position); });
+}
+
+void CacheState::mask_pinned(std::vector<double>& scores) const {
+  if (spec_.pinned.empty()) return;
+  for (size_t j = 0; j < cache_.size(); ++j)
+    if (pinned_at(cache_[j])) scores[j] = std::numeric_limits<double>::infinity();
+}
+
+std::span<const int32_t> CacheState::open_positions() {
+  if (spec_.pinned.empty()) return cache_;
+  open_.clear();
+  for (int32_t position : cache_)
+    if (!pinned_at(position)) open_.push_back(position);
+  return open_;
+}
+
+void CacheState::drop_pinned(std::vector<double>& scores) const {
+  if (spec_.pinned.empty()) return;
+  size_t out = 0;
+  for (size_t j = 0; j < cache_.size(); ++j)
+    if (!pinned_at(cache_[j])) scores[out++] = scores[j];
+  scores.resize(out);
+}
+
+std::span<const int32_t> CacheState::evict_open(int64_t t, std::span<const size_t> keep) {
+  if (spec_.pinned.empty()) return evict_chosen(t, keep);
+  kept_.clear();
+  size_t open = 0, k = 0;
+  for (size_t j = 0; j < cache_.size(); ++j) {
+    if (pinned_at(cache_[j])) {
+      kept_.push_back(j);
+      continue;
+    }
+    if (k < keep.size() && keep[k] == open) {
+      kept_.push_back(j);
+      ++k;
+    }
+    ++open;
+  }
+  return evict_chosen(t, kept_);
+}
+
 void CacheState::remove_victims(int64_t t, int64_t excess) {
   for (int32_t victim : victims_) {
     if (victim < 0 || victim > t || !in_cache_[static_cast<size_t>(victim)])
       throw std::logic_error("policy " + spec_.policy->name + " evicted position " + std::to_string(victim) +
                              ", which is not cached at step " + std::to_string(t));
+    if (pinned_at(victim))
+      throw std::logic_error("policy " + spec_.policy->name + " evicted position " + std::to_string(victim) +
+                             ", which is protected");
     in_cache_[static_cast<size_t>(victim)] = 0;
     evicted_.push_back(victim);
   }
-  if (spec_.policy->budgeted && static_cast<int64_t>(victims_.size()) < excess)
+  // With pins a policy evicts fewer when the positions it may evict run out.
+  if (spec_.policy->budgeted && spec_.pinned.empty() && static_cast<int64_t>(victims_.size()) < excess)
     throw std::logic_error("policy " + spec_.policy->name + " evicted " + std::to_string(victims_.size()) +
                            " positions at step " + std::to_string(t) + ", needs " + std::to_string(excess));
   if (victims_.empty()) return;

@@ -34,7 +34,21 @@ class CacheState {
   // A NaN among the scores the engine or the policy ranks at step t: one line for the user.
   [[noreturn]] void refuse_nan_score(int64_t t) const;
 
+  // Span protection (SimulationSpec::pinned). The pinned positions cached now.
+  int64_t pinned_held() const;
+  // Scores aligned with the cache: +infinity at the pinned positions (page mode and the
+  // threshold then never evict them).
+  void mask_pinned(std::vector<double>& scores) const;
+  // What the couplings (head-adaptive budgets, shared sets, pools) rank: the cached positions
+  // that are not pinned, and their scores (given aligned with the whole cache, kept aligned
+  // with those). Without pins, the cache and the scores as they are.
+  std::span<const int32_t> open_positions();
+  void drop_pinned(std::vector<double>& scores) const;
+  // evict_chosen with `keep` indices into open_positions(): the pinned positions stay too.
+  std::span<const int32_t> evict_open(int64_t t, std::span<const size_t> keep);
+
  private:
+  bool pinned_at(int32_t position) const;
   void evict_pages(int64_t t, int64_t excess);
   void remove_victims(int64_t t, int64_t excess);
 
@@ -48,6 +62,8 @@ class CacheState {
   std::vector<double> scores_;        // page mode: the policy's scores at this step
   std::vector<size_t> page_indices_;  // page mode: the victims' indices in cache_
   std::vector<size_t> gone_;          // evict_chosen's indices
+  std::vector<int32_t> open_;         // open_positions'
+  std::vector<size_t> kept_;          // evict_open's indices into the cache
 };
 
 }  // namespace kvsim

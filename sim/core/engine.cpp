@@ -77,7 +77,8 @@ std::vector<Coupling> head_couplings(const Lane& lane, std::vector<Simulation>& 
   return couplings;
 }
 
-// After every simulation of the lane took step t: one allocation over the coupled heads.
+// After every simulation of the lane took step t: one allocation over the coupled heads, of
+// the positions that may go (the heads of one sequence hold the same pinned ones).
 void evict_coupled(std::vector<Simulation>& running, const Coupling& coupling, int64_t t) {
   if (!running[coupling.members.front()].may_evict(t)) return;
   const size_t heads = coupling.members.size();
@@ -85,17 +86,18 @@ void evict_coupled(std::vector<Simulation>& running, const Coupling& coupling, i
   std::vector<std::span<const int32_t>> positions(heads);
   for (size_t h = 0; h < heads; ++h) {
     Simulation& simulation = running[coupling.members[h]];
-    if (!simulation.scores(t, scores[h])) {
+    if (!simulation.open_scores(t, scores[h])) {
       for (size_t m : coupling.members) running[m].evict_now(t);
       return;
     }
-    positions[h] = simulation.cache();
+    positions[h] = simulation.open_cache();
     if (scores[h].size() != positions[h].size()) throw std::logic_error("a policy scored a cache of another size");
     if (std::any_of(scores[h].begin(), scores[h].end(), [](double s) { return std::isnan(s); }))
       simulation.refuse_nan_score(t);
   }
-  const auto keep = adaptive_keep(scores, positions, coupling.budget, coupling.floor);
-  for (size_t h = 0; h < heads; ++h) running[coupling.members[h]].evict_chosen(t, keep[h]);
+  const int64_t pinned = running[coupling.members.front()].pinned_held();
+  const auto keep = adaptive_keep(scores, positions, coupling.budget, coupling.floor, pinned);
+  for (size_t h = 0; h < heads; ++h) running[coupling.members[h]].evict_open(t, keep[h]);
 }
 
 }  // namespace

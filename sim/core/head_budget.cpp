@@ -11,12 +11,12 @@
 namespace kvsim {
 std::vector<std::vector<size_t>> adaptive_keep(std::span<const std::vector<double>> scores,
                                                std::span<const std::span<const int32_t>> positions, int64_t budget,
-                                               double floor_share) {
+                                               double floor_share, int64_t pinned) {
   const size_t heads = scores.size();
   std::vector<std::vector<size_t>> keep(heads);
   size_t held = 0;
   for (const auto& head : scores) held += head.size();
-  const auto capacity = static_cast<size_t>(budget) * heads;
+  const auto capacity = static_cast<size_t>(std::max<int64_t>(0, budget - pinned)) * heads;
   if (held <= capacity) {
     for (size_t h = 0; h < heads; ++h) {
       keep[h].resize(scores[h].size());
@@ -25,7 +25,8 @@ std::vector<std::vector<size_t>> adaptive_keep(std::span<const std::vector<doubl
     return keep;
   }
   // kvpress: n_safe = int(n_kept * alpha_safeguard), n_kept being B.
-  const auto safe = static_cast<size_t>(static_cast<double>(budget) * floor_share);
+  const auto safe = static_cast<size_t>(
+      std::max<int64_t>(0, static_cast<int64_t>(static_cast<double>(budget) * floor_share) - pinned));
   std::vector<KeepEntry> pool;
   pool.reserve(held);
   std::vector<KeepEntry> head_entries;

@@ -82,16 +82,18 @@ void evict_pooled(std::span<std::vector<Simulation>* const> running, const Poole
   const size_t members = running.size();
   std::vector<std::vector<double>> scores(members);
   std::vector<std::span<const int32_t>> positions(members);
+  int64_t open = set.capacity;  // the slots left beside the pinned positions
   for (size_t m = 0; m < members; ++m) {
     Simulation& simulation = (*running[m])[set.simulation];
-    if (!simulation.scores(t, scores[m])) throw std::logic_error("a pooled policy gave no scores");
-    positions[m] = simulation.cache();
+    if (!simulation.open_scores(t, scores[m])) throw std::logic_error("a pooled policy gave no scores");
+    positions[m] = simulation.open_cache();
+    open -= simulation.pinned_held();
     if (scores[m].size() != positions[m].size()) throw std::logic_error("a policy scored a cache of another size");
     if (std::any_of(scores[m].begin(), scores[m].end(), [](double s) { return std::isnan(s); }))
       simulation.refuse_nan_score(t);
   }
-  const auto keep = pool_keep(scores, positions, set.capacity);
-  for (size_t m = 0; m < members; ++m) (*running[m])[set.simulation].evict_chosen(t, keep[m]);
+  const auto keep = pool_keep(scores, positions, open);
+  for (size_t m = 0; m < members; ++m) (*running[m])[set.simulation].evict_open(t, keep[m]);
 }
 
 }  // namespace kvsim

@@ -106,19 +106,22 @@ std::vector<SharedSet> shared_sets(std::span<const Lane> lanes, std::span<std::v
 void evict_shared(std::span<std::vector<Simulation>* const> running, SharedSet& set, int64_t t, Aggregate combine) {
   auto member = [&](size_t m) -> Simulation& { return (*running[set.members[m].first])[set.members[m].second]; };
   if (!member(0).may_evict(t)) return;
-  const std::span<const int32_t> cache = member(0).cache();
-  if (static_cast<int64_t>(cache.size()) <= set.budget) return;
+  if (static_cast<int64_t>(member(0).cache().size()) <= set.budget) return;
+  // What may go: the positions not pinned (the members, of one sequence, hold the same).
+  const std::span<const int32_t> cache = member(0).open_cache();
+  const int64_t open = std::max<int64_t>(0, set.budget - member(0).pinned_held());
   set.scores.resize(set.members.size());
   for (size_t m = 0; m < set.members.size(); ++m) {
     Simulation& simulation = member(m);
-    if (!std::ranges::equal(simulation.cache(), cache)) throw std::logic_error("the caches of a shared set differ");
-    if (!simulation.scores(t, set.scores[m])) throw std::logic_error("a policy of a shared set gave no scores");
+    if (!std::ranges::equal(simulation.cache(), member(0).cache()))
+      throw std::logic_error("the caches of a shared set differ");
+    if (!simulation.open_scores(t, set.scores[m])) throw std::logic_error("a policy of a shared set gave no scores");
     if (set.scores[m].size() != cache.size()) throw std::logic_error("a policy scored a cache of another size");
     if (std::any_of(set.scores[m].begin(), set.scores[m].end(), [](double s) { return std::isnan(s); }))
       simulation.refuse_nan_score(t);
   }
-  const std::vector<size_t> keep = shared_keep(set.scores, cache, set.budget, combine);
-  for (size_t m = 0; m < set.members.size(); ++m) member(m).evict_chosen(t, keep);
+  const std::vector<size_t> keep = shared_keep(set.scores, cache, open, combine);
+  for (size_t m = 0; m < set.members.size(); ++m) member(m).evict_open(t, keep);
 }
 
 }  // namespace kvsim

@@ -85,6 +85,7 @@ class Simulation {
     context.layer = spec.layer;
     context.sequence_state = spec.sequence_state;
     policy_->reset(context);
+    if (!spec.pinned.empty()) pin(n_tokens);
     if (!spec.compressed_away) {
       if (options.threshold.on()) ThresholdEviction::check(*spec.policy, options);
       if (options.paging.on()) require_scores("--page");
@@ -120,6 +121,17 @@ class Simulation {
   bool scores(int64_t t, std::vector<double>& out) const { return policy_->scores(t, cache_.positions(), out); }
   // A NaN among the scores the engine or the policy ranks at step t: one line for the user.
   [[noreturn]] void refuse_nan_score(int64_t t) const { cache_.refuse_nan_score(t); }
+
+  // The couplings rank what may go (CacheState::open_positions): the cache less its pinned
+  // positions (--protect), which stay and count toward the budget (pinned_held).
+  bool open_scores(int64_t t, std::vector<double>& out) const {
+    if (!scores(t, out)) return false;
+    cache_.drop_pinned(out);
+    return true;
+  }
+  std::span<const int32_t> open_cache() { return cache_.open_positions(); }
+  int64_t pinned_held() const { return cache_.pinned_held(); }
+  void evict_open(int64_t t, std::span<const size_t> keep) { record_evictions(t, cache_.evict_open(t, keep)); }
 
   bool may_evict(int64_t t) const { return schedule_.at(t) != Schedule::Action::keep && t == last_step_; }
   void evict_now(int64_t t) { evict(t); }
@@ -188,6 +200,17 @@ class Simulation {
         (policy.needs_queries && tensors.queries.size() != group.heads.size()) || tensors.head_dim < 1)
       throw std::logic_error("policy " + policy.name + ": the cache group lacks the tensors it needs");
     return tensors;
+  }
+
+  // --protect: the policy passes over the pinned positions (Policy::pin), or the run is refused.
+  void pin(int64_t n_tokens) {
+    if (static_cast<int64_t>(spec_.pinned.size()) != n_tokens)
+      throw std::logic_error("the pinned positions are not one per token");
+    if (!policy_->pin(spec_.pinned))
+      throw kvtrace::InputError("", "",
+                                "policy " + spec_.policy->name +
+                                    " cannot pass over protected positions; --protect needs a policy that chooses "
+                                    "its victims among the cached ones");
   }
 
   // Page mode and head-adaptive budgets rank the policy's scores in the engine (one set per
@@ -330,7 +353,10 @@ class Simulation {
     step.model = &model;
     step.per_head = bound_caches_;
     step.mass = bound_mass_;
-    step.occupancy = spec_.policy->selects ? t + 1 : std::min<int64_t>(t + 1, budget + 1);
+    // Pinned positions beyond the budget stay (--protect): the cache then holds them all.
+    const int64_t pinned = std::count_if(spec_.pinned.begin(), spec_.pinned.begin() + (spec_.pinned.empty() ? 0 : t),
+                                         [](uint8_t pin) { return pin != 0; });
+    step.occupancy = spec_.policy->selects ? t + 1 : std::min<int64_t>(t, std::max(budget, pinned)) + 1;
     for (auto& meter : meters_) meter->record(step, record_);
   }
 

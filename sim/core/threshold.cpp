@@ -67,6 +67,7 @@ std::span<const size_t> ThresholdEviction::keep(int64_t t, const Policy& policy,
   const std::span<const int32_t> positions = cache.positions();
   if (!policy.scores(t, positions, scores_) || scores_.size() != positions.size())
     throw std::logic_error("a scoring policy gave no score per cached position");
+  cache.mask_pinned(scores_);  // a protected position is never below T
   for (double score : scores_)
     if (std::isnan(score)) cache.refuse_nan_score(t);
   threshold_keep(positions, scores_, threshold, t, keep_);

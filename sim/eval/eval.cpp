@@ -169,6 +169,7 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
         const int64_t layer_budget =
             options_.layer_budgets.empty() ? budget : options_.layer_budgets[static_cast<size_t>(l)];
         specs.push_back(simulation_spec(*policy_, layer_budget, g, l, state));
+        specs.back().pinned = options_.pinned;
         GroupRecord& record = loop.records.emplace_back();
         record.seq = options_.sequence;
         record.layer = l;
@@ -317,6 +318,12 @@ EvalSequence trace_sequence(const kvtrace::TraceReader& reader, int seq, int tok
   sequence.question_len = reader.sequence(seq).question_len;
   if (tokens > 0 && static_cast<int>(sequence.tokens.size()) > tokens)
     sequence.tokens.resize(static_cast<size_t>(tokens));
+  const auto n = static_cast<int64_t>(sequence.tokens.size());
+  for (kvtrace::Span span : reader.sequence(seq).spans)  // those within the tokens evaluated, clipped
+    if (span.start < n) {
+      span.end = std::min(span.end, n);
+      sequence.spans.push_back(std::move(span));
+    }
   return sequence;
 }
 

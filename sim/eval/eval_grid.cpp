@@ -196,6 +196,7 @@ RunResult closed_loop(const Grid& grid, const EvalSequence& sequence, const eval
   options.cancel = config.cancel;
   if (grid.needs_future) options.future_rows = &reference.rows;
   options.layer_budgets = plan.layer_budgets[cell];
+  options.pinned = plan.pinned;
   options.prompt_len = plan.protocol.prompt;
   options.question = plan.protocol.question;
   const int64_t budget = config.budgets[cell % grid.budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));
@@ -238,6 +239,7 @@ EvalResults full_cache_results(const Grid& grid, const std::vector<eval_plan::Se
   results.budgets = grid.budgets;
   results.layer_budget = grid.config.layer_budget;
   results.question = grid.config.question > 0 || grid.config.question_auto;
+  results.protect = grid.config.protect;
   results.recall_distance = grid.config.recall_distance;
   double full_nll = 0, full_recall_nll = 0;
   for (size_t s = 0; s < grid.sequences.size(); ++s) {
@@ -351,9 +353,18 @@ EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan
 
 }  // namespace
 
+void check_eval_protection(std::span<const EvalSequence> sequences, const EvalConfig& config,
+                           const std::string& source) {
+  std::vector<kvtrace::Span> spans;
+  for (const EvalSequence& sequence : sequences) spans.insert(spans.end(), sequence.spans.begin(), sequence.spans.end());
+  const std::string problem = protection_problem(config.protect, spans, "evaluated sequences");
+  if (!problem.empty()) throw kvtrace::InputError(source, "", problem);
+}
+
 EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequence> sequences,
                      const EvalConfig& config, const std::function<void(int64_t, int64_t)>& progress) {
   const bool needs_future = check_grid(model.config(), sequences, config);
+  check_eval_protection(sequences, config);
   const int threads = worker_threads(config.threads);
   const size_t budgets = config.budgets.size(), cells = config.policies.size() * budgets;
   const Grid grid{model, sequences, config, threads, budgets, cells, needs_future};

@@ -115,6 +115,7 @@ std::vector<SequencePlan> sequence_plans(std::span<const EvalSequence> sequences
   for (size_t s = 0; s < plans.size(); ++s) {
     plans[s].protocol = protocols[s];
     const auto n = static_cast<int64_t>(sequences[s].tokens.size());
+    if (config.protect.on()) plans[s].pinned = pinned_positions(config.protect, sequences[s].spans, n);
     for (size_t cell = 0; cell < cells; ++cell)
       plans[s].layer_budgets.push_back(layer_budgets(schedules[cell / budgets],
                                                      config.budgets[cell % budgets].resolve(n), sequences[s].index, n,

@@ -46,6 +46,7 @@ std::vector<int64_t> layer_budgets(const LayerSchedule& schedule, int64_t budget
 struct SequencePlan {
   SequenceProtocol protocol;
   std::vector<std::vector<int64_t>> layer_budgets;  // per cell (policy * budgets + budget), per layer
+  std::vector<uint8_t> pinned;                      // --protect: its protected set, or empty
 };
 // Per sequence, its plan under the policies' schedules (policy_schedules).
 std::vector<SequencePlan> sequence_plans(std::span<const EvalSequence> sequences, const EvalConfig& config,

@@ -69,6 +69,7 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
         where[cell].emplace_back(static_cast<size_t>(l), lanes[static_cast<size_t>(l)].specs.size());
         lanes[static_cast<size_t>(l)].specs.push_back(
             simulation_spec(policy, plan.layer_budgets[cell][static_cast<size_t>(l)], g, l, state));
+        lanes[static_cast<size_t>(l)].specs.back().pinned = plan.pinned;
       }
   }
   std::vector<Lane> engine_lanes;

@@ -122,6 +122,9 @@ std::string eval_table(const EvalResults& results) {
         << "; the context is compressed to B at its end, the question and answer tokens are kept; perplexity and "
            "top-1 over the answer's tokens (after the prompt)\n";
   if (results.layer_budget != "uniform") out << "layer budgets: " << results.layer_budget << "\n";
+  if (results.protect.on())
+    out << "protected: " << protection_text(results.protect)
+        << " (each span's first and last N positions stay; closed loop and replay)\n";
   out << "\n";
   size_t policy_width = 8, budget_width = 6;
   for (const EvalCell& cell : results.cells) {
@@ -279,6 +282,7 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
                         {"correlations", correlations},
                         {"proxy_table", proxy_json(results)}};
   if (results.layer_budget != "uniform") out["layer_budget"] = results.layer_budget;
+  if (results.protect.on()) out["protect"] = protection_text(results.protect);  // as given: "context:4,..."
   if (results.question) {
     out["question"] = {{"prompt_tokens", results.sequence_prompt},
                        {"question_tokens", results.sequence_question},

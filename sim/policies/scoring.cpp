@@ -22,15 +22,16 @@ void ScoringPolicy::evict(int64_t step, std::span<const int32_t> cache, int64_t 
   if (excess <= 0) return;
   const Ranked ranked = rank(step, cache, scratch_);
   const std::span<const int32_t> candidates = cache.subspan(ranked.first, ranked.count);
+  const bool pins = any_pinned(candidates, pinned_);
   if (!ranked.float_scores) {
-    evict_lowest(candidates, {ranked.scores, ranked.count}, excess, victims, &erased_);
-  } else if (excess == 1 && ranked.count > 0) {  // one per step: a scan of the floats themselves
+    evict_lowest_unpinned(candidates, {ranked.scores, ranked.count}, excess, pinned_, victims, &erased_);
+  } else if (excess == 1 && ranked.count > 0 && !pins) {  // one per step: a scan of the floats themselves
     const size_t index = lowest_index(ranked.float_scores, ranked.count);
     victims.push_back(candidates[index]);
     erased_.assign(1, index);
   } else {
     doubles_.assign(ranked.float_scores, ranked.float_scores + ranked.count);  // float to double keeps the order
-    evict_lowest(candidates, doubles_, excess, victims, &erased_);
+    evict_lowest_unpinned(candidates, doubles_, excess, pinned_, victims, &erased_);
   }
   if (ranked.first > 0)
     for (size_t& index : erased_) index += ranked.first;

@@ -88,4 +88,56 @@ inline void evict_lowest(std::span<const int32_t> candidates, std::span<const do
   std::sort(indices->begin(), indices->end());
 }
 
+// A policy outside ScoringPolicy that passes over Policy::pin's positions itself.
+class PinningPolicy : public Policy {
+ public:
+  bool pin(std::span<const uint8_t> pinned) override {
+    pinned_ = pinned;
+    return true;
+  }
+
+ protected:
+  bool pinned(int32_t position) const { return !pinned_.empty() && pinned_[static_cast<size_t>(position)] != 0; }
+  // Appends the first `excess` positions of cache[from..] that are not pinned.
+  void evict_oldest(std::span<const int32_t> cache, size_t from, int64_t excess, std::vector<int32_t>& victims) const {
+    for (size_t j = from; j < cache.size() && excess > 0; ++j)
+      if (!pinned(cache[j])) {
+        victims.push_back(cache[j]);
+        --excess;
+      }
+  }
+  std::span<const uint8_t> pinned_;
+};
+
+// Whether any of `positions` is pinned (Policy::pin; an empty set pins none).
+inline bool any_pinned(std::span<const int32_t> positions, std::span<const uint8_t> pinned) {
+  if (pinned.empty()) return false;
+  return std::any_of(positions.begin(), positions.end(),
+                     [&](int32_t position) { return pinned[static_cast<size_t>(position)] != 0; });
+}
+
+// evict_lowest over the candidates that are not pinned (at most k of them); evict_lowest
+// itself when none is. `indices`: into `candidates`, ascending.
+inline void evict_lowest_unpinned(std::span<const int32_t> candidates, std::span<const double> scores, int64_t k,
+                                  std::span<const uint8_t> pinned, std::vector<int32_t>& victims,
+                                  std::vector<size_t>* indices = nullptr) {
+  if (!any_pinned(candidates, pinned)) return evict_lowest(candidates, scores, k, victims, indices);
+  thread_local std::vector<int32_t> open;
+  thread_local std::vector<double> open_scores;
+  thread_local std::vector<size_t> where, chosen;
+  open.clear();
+  open_scores.clear();
+  where.clear();
+  for (size_t j = 0; j < candidates.size(); ++j)
+    if (pinned[static_cast<size_t>(candidates[j])] == 0) {
+      open.push_back(candidates[j]);
+      open_scores.push_back(scores[j]);
+      where.push_back(j);
+    }
+  evict_lowest(open, open_scores, k, victims, &chosen);
+  if (!indices) return;
+  indices->clear();
+  for (size_t index : chosen) indices->push_back(where[index]);
+}
+
 }  // namespace kvsim

@@ -151,6 +151,7 @@ ReplayResults results_header(const ReplayConfig& config, const ReplayPlan& plan,
   results.share = config.share;
   results.share_score = config.share_score;
   results.threshold = config.threshold;
+  results.protect = config.protect;
   results.sequences = static_cast<int64_t>(plan.sequences.size());
   results.layers = static_cast<int64_t>(plan.layers.size());
   results.heads = n_heads;

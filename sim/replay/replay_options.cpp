@@ -68,6 +68,7 @@ void apply_protocol(const ReplayRequest& request, ReplayConfig& config) {
   if (!request.compress_every.empty())
     config.protocol.compress_every = positive("compress-every", request.compress_every, "a step count");
   config.threshold = parse_threshold(request.threshold, request.window);
+  config.protect = parse_protection(request.protect);
 }
 
 // --share with --share-score: one set per layer or per model evicts single positions from

@@ -118,6 +118,19 @@ std::vector<CellPlan> plan_cells(const ReplayConfig& config, const ReplayPlan& p
   return cells;
 }
 
+// --protect: each replayed sequence's protected set; a kind none of them has is refused.
+void pin_sequences(const kvtrace::TraceReader& reader, const Protection& protect, ReplayPlan& plan) {
+  std::vector<kvtrace::Span> spans;
+  for (const SequencePlan& sequence : plan.sequences) {
+    const std::vector<kvtrace::Span>& own = reader.sequence(sequence.seq).spans;
+    spans.insert(spans.end(), own.begin(), own.end());
+  }
+  const std::string problem = protection_problem(protect, spans, "replayed sequences");
+  if (!problem.empty()) reader.fail("", problem);
+  for (SequencePlan& sequence : plan.sequences)
+    sequence.pinned = pinned_positions(protect, reader.sequence(sequence.seq).spans, sequence.n_tokens);
+}
+
 // One set for the model keeps B positions for every layer: a cell whose layers hold
 // different B_l (a layer schedule) has no such B.
 void refuse_uneven_layers(const ReplayPlan& plan) {
@@ -181,9 +194,10 @@ ReplayPlan plan_replay(const kvtrace::TraceReader& reader, const ReplayConfig& c
   for (int seq : sequences) {
     const kvtrace::SequenceMeta& info = reader.sequence(seq);
     plan.sequences.push_back(
-        {seq, info.n_tokens, info.prompt_len, schedule_tokens(config, info), protocol_of(reader, config, seq, info)});
+        {seq, info.n_tokens, info.prompt_len, schedule_tokens(config, info), protocol_of(reader, config, seq, info), {}});
   }
   link_shared_contexts(reader, config, plan);
+  if (config.protect.on()) pin_sequences(reader, config.protect, plan);
   plan.cells = plan_cells(config, plan, schedules, meta.n_layers);
   plan.layers_in_lockstep = config.share == Share::model;
   if (plan.layers_in_lockstep) refuse_uneven_layers(plan);

@@ -80,6 +80,7 @@ std::string protocol_text(const ReplayResults& results) {
         .append(" outside the last ")
         .append(std::to_string(results.threshold.window))
         .append(" positions, no budget cap");
+  if (results.protect.on()) out.append(", protect ").append(protection_text(results.protect));
   return out;
 }
 
@@ -341,6 +342,7 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
     out["threshold"] = results.threshold.below;
     out["window"] = results.threshold.window;
   }
+  if (results.protect.on()) out["protect"] = protection_text(results.protect);  // as given: "context:4,..."
   if (results.pool > 0) out["pool"] = results.pool;
   if (!results.shared_contexts.empty()) {
     nlohmann::json shared = nlohmann::json::array();

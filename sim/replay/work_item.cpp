@@ -140,6 +140,7 @@ std::vector<std::pair<size_t, size_t>> add_simulations(const ReplayPlan& plan, c
         spec.quant = views.view_of[cell.quant];
         if (!item.context_from.empty())
           spec.compressed_away = compression_of(item, item.cells[i], layer, layer_wide ? 0 : g);
+        spec.pinned = item.lane_sequences[l]->pinned;
         lanes[l].specs.push_back(std::move(spec));
         GroupRecord record;
         record.seq = item.lane_sequences[l]->seq;

@@ -272,6 +272,29 @@ class ModuleTest(unittest.TestCase):
         self.assert_cli_message("replay", [TRACE, "--policy", "recent", "--threshold", "1"],
                                 lambda: kvsim.replay(self.trace, "recent", "8", threshold=1))
 
+    def test_protect_equals_cli(self):
+        # protect= reaches the engine as --protect does; the bundled trace has no spans.
+        self.assert_cli_message("sweep", [TRACE, "--policies", "h2o", "--budgets", "8", "--protect", "context:2"],
+                                lambda: kvsim.sweep(self.trace, "h2o", "8", protect="context:2"))
+        qa = self.out("qa.h5")
+        made = cli("capture", "--context", "Lily had a red ball. She lost it in the park.", "--question",
+                   "Who lost the ball?", "--tokens", "40", "--out", qa, check=False)
+        if made.returncode != 0:
+            self.skipTest("no model to capture a trace with spans: " + made.stderr)
+        cli("sweep", qa, "--policies", "h2o,snapkv,oracle", "--budgets", "6,30%", "--mode", "prefill", "--question",
+            "auto", "--protect", "context:3", "--protect", "question:1", "--csv", self.out("protect.csv"))
+        for rules in (["context:3", "question:1"], {"context": 3, "question": 1}):
+            s = kvsim.sweep(qa, "h2o,snapkv,oracle", "6,30%", mode="prefill", question="auto", protect=rules)
+            for i, row in enumerate(read_csv(self.out("protect.csv"))):
+                for column, text in row.items():
+                    value = s[column][i]
+                    if not isinstance(value, str):
+                        self.assertTrue(same_number(text, value), (i, column, text, value))
+        plain = kvsim.replay(qa, "snapkv", 6, mode="prefill", question="auto", as_frame=False, records=False)
+        kept = kvsim.replay(qa, "snapkv", 6, mode="prefill", question="auto", protect="context:3", as_frame=False,
+                            records=False)
+        self.assertGreater(kept["occupancy_mean"], plain["occupancy_mean"])  # the window fills B: 3 more stay
+
     def test_budgets_that_move_equal_cli(self):
         # --layer-budget pyramid / cake, --head-budget adaptive and --share reach the engine the same way.
         gqa = self.out("gqa.h5")

@@ -88,7 +88,7 @@ struct EvalArgs {
   std::string aggregate = "mean", page_score = "mean";
   int64_t page = 0;
   std::string policies = kDefaultEvalPolicies, budgets = kDefaultEvalBudgets;
-  std::vector<std::string> params;
+  std::vector<std::string> params, protect;
   int tokens = 0, threads = 0;
   int64_t compress_every = 0;
   std::string head_budget = "uniform", layer_budget = "uniform", question;
@@ -137,7 +137,10 @@ void add_eval_options(po::options_description& options, EvalArgs& a) {
                                     "trace's prompt_len; --text needs it)")(
       "recall-distance", po::value(&a.recall_distance)->default_value(a.recall_distance),
       "recall tokens: predictions whose target last occurred more than D tokens earlier and that the full cache "
-      "predicts; perplexity and top-1 over them");
+      "predicts; perplexity and top-1 over them")(
+      "protect", po::value(&a.protect)->composing(),
+      "KIND:N: the first and last N positions of every span of that kind (the trace's spans) are never evicted, "
+      "closed loop and replay; they count toward B (repeatable)");
   add_threads_option(options, a.threads);
   options.add_options()("csv", po::value(&a.csv), "write one row per (policy, budget) as CSV")(
       "json", po::value(&a.json), "write results, per-sequence values and correlations as JSON")(
@@ -171,6 +174,7 @@ EvalConfig eval_config(const EvalArgs& a, const po::variables_map& vm) {
   if (vm.count("prompt-len") && a.question.empty()) bad_option("prompt-len", "only means something with --question");
   if (a.recall_distance < 1) bad_option("recall-distance", "must be at least 1");
   config.recall_distance = a.recall_distance;
+  config.protect = parse_protection(a.protect);
   config.threads = a.threads;
   return config;
 }
@@ -278,6 +282,7 @@ int cmd_eval(const std::vector<std::string>& args) {
     for (EvalSequence& sequence : sequences) sequence.prompt_len = a.prompt_len;
   if (!from_trace && !a.question.empty() && a.prompt_len == 0)
     bad_option("question", "--text has no prompt: give --prompt-len P");
+  check_eval_protection(sequences, config, source);
 
   write_eval_outputs(run_evaluation(model, sequences, config, source), a, source);
   return 0;

@@ -36,13 +36,13 @@ class Scissorhands final : public ScoringPolicy {
   }
 
   // Its own rule, not the base's: max(m, excess) at once (excess in a prefill's compression),
-  // the largest counts first, ranked by a counting sort.
+  // the largest counts first, ranked by a counting sort; pinned positions are passed over.
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool compress,
              std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
     const int64_t amount = compress ? excess : std::max(drop_now_, excess);
     const size_t size = cache.size(), counted = size - std::min<size_t>(size, static_cast<size_t>(recent_));
-    choose_largest(counted, std::min(static_cast<size_t>(amount), size), size);
+    choose_largest(cache, counted, std::min(static_cast<size_t>(amount), size), size);
     for (size_t index : order_) victims.push_back(cache[index]);
     erased_.assign(order_.begin(), order_.end());
     std::sort(erased_.begin(), erased_.end());
@@ -89,18 +89,23 @@ class Scissorhands final : public ScoringPolicy {
   // order_ = the `amount` indices of the largest counts, largest first, ties by lower index
   // (what evict_lowest gives for the negated counts), the r most recent counting 0. Counts
   // are small integers, so a counting sort ranks them without comparisons.
-  void choose_largest(size_t counted, size_t amount, size_t size) {
+  void choose_largest(std::span<const int32_t> cache, size_t counted, size_t amount, size_t size) {
     int32_t largest = 0;
     for (size_t j = 0; j < counted; ++j) largest = std::max(largest, count_[j]);
     auto key = [&](size_t j) { return static_cast<size_t>(j < counted ? count_[j] : 0); };
+    const std::span<const uint8_t> pins = pinned();
+    auto open = [&](size_t j) { return pins.empty() || pins[static_cast<size_t>(cache[j])] == 0; };
     // starts_[c]: where count c begins in the ranking (larger counts first).
     starts_.assign(static_cast<size_t>(largest) + 2, 0);
-    for (size_t j = 0; j < size; ++j) ++starts_[key(j)];
+    size_t ranked = 0;
+    for (size_t j = 0; j < size; ++j)
+      if (open(j)) ++starts_[key(j)], ++ranked;
     size_t next = 0;
     for (size_t c = starts_.size(); c-- > 0;) next += std::exchange(starts_[c], next);
-    order_.resize(size);
-    for (size_t j = 0; j < size; ++j) order_[starts_[key(j)]++] = j;
-    order_.resize(amount);
+    order_.resize(ranked);
+    for (size_t j = 0; j < size; ++j)
+      if (open(j)) order_[starts_[key(j)]++] = j;
+    order_.resize(std::min(amount, ranked));
   }
 
   int64_t window_, recent_, drop_;

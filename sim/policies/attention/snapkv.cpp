@@ -10,6 +10,7 @@
 #endif
 
 #include "kvsim/policies/scoring.hpp"
+#include "../select.hpp"
 
 namespace kvsim {
 namespace {
@@ -47,7 +48,8 @@ class SnapKV final : public ScoringPolicy {
     // A NaN window sum (observed rows over a cache of zero mass) leaves no order to pool.
     if (std::any_of(window_sum_.data(), window_sum_.data() + open, [](double sum) { return std::isnan(sum); }))
       throw NanScore();
-    if (excess > 1 || average_) return ScoringPolicy::evict(step, cache, excess, compress, victims);
+    if (excess > 1 || average_ || any_pinned(cache.first(open), pinned()))
+      return ScoringPolicy::evict(step, cache, excess, compress, victims);
     const size_t index = lowest_pooled(open);
     victims.push_back(cache[index]);
     const size_t erased[] = {index};

@@ -8,6 +8,7 @@ class Full final : public Policy {
  public:
   void reset(const GroupContext&) override {}
   void evict(int64_t, std::span<const int32_t>, int64_t, bool, std::vector<int32_t>&) override {}
+  bool pin(std::span<const uint8_t>) override { return true; }  // it evicts nothing
 };
 
 }  // namespace

@@ -1,16 +1,22 @@
 // random: uniform random eviction among the cached positions, seeded.
+#include <algorithm>
+
 #include "kvsim/core/policy.hpp"
+#include "../select.hpp"
 
 namespace kvsim {
 namespace {
 
-class Random final : public Policy {
+class Random final : public PinningPolicy {
  public:
   explicit Random(const Params& params) : seed_(static_cast<uint64_t>(params.integer("seed"))) {}
   void reset(const GroupContext& group) override { state_ = seed_ ^ (group.seed * 0x9e3779b97f4a7c15ull); }
   bool adopt(const Policy&) override { return true; }  // draws only when evicting
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
-    pool_.assign(cache.begin(), cache.end());
+    pool_.clear();
+    for (int32_t position : cache)  // the positions not pinned: all of them without --protect
+      if (!pinned(position)) pool_.push_back(position);
+    excess = std::min(excess, static_cast<int64_t>(pool_.size()));
     for (int64_t k = 0; k < excess; ++k) {  // partial Fisher-Yates
       const auto remaining = static_cast<uint64_t>(pool_.size()) - static_cast<uint64_t>(k);
       const size_t pick = static_cast<size_t>(k) + static_cast<size_t>(below(remaining));

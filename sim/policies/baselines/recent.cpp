@@ -1,15 +1,17 @@
 // recent: a sliding window of the last B positions.
 #include "kvsim/core/policy.hpp"
+#include "../select.hpp"
 
 namespace kvsim {
 namespace {
 
-class Recent final : public Policy {
+class Recent final : public PinningPolicy {
  public:
   void reset(const GroupContext&) override {}
   bool adopt(const Policy&) override { return true; }  // no state
+  // The oldest positions that are not pinned.
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
-    for (int64_t j = 0; j < excess; ++j) victims.push_back(cache[static_cast<size_t>(j)]);
+    evict_oldest(cache, 0, excess, victims);
   }
 };
 

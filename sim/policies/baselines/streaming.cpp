@@ -1,12 +1,13 @@
 // streaming: StreamingLLM (Xiao et al.): the first `sinks` positions plus the most recent
 // B - sinks.
 #include "kvsim/core/policy.hpp"
+#include "../select.hpp"
 #include "kvtrace/error.hpp"
 
 namespace kvsim {
 namespace {
 
-class Streaming final : public Policy {
+class Streaming final : public PinningPolicy {
  public:
   explicit Streaming(const Params& params) : sinks_(params.integer("sinks")) {}
   void reset(const GroupContext& group) override {
@@ -17,10 +18,11 @@ class Streaming final : public Policy {
   }
   bool adopt(const Policy&) override { return true; }  // no state
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
-    // cache is ascending and the sinks (positions < sinks) are its first entries.
+    // cache is ascending and the sinks (positions < sinks) are its first entries; after them
+    // the oldest positions that are not pinned go.
     size_t j = 0;
     while (j < cache.size() && cache[j] < sinks_) ++j;
-    for (int64_t k = 0; k < excess; ++k) victims.push_back(cache[j + static_cast<size_t>(k)]);
+    evict_oldest(cache, j, excess, victims);
   }
 
  private:

@@ -47,7 +47,7 @@ class KeyDiff final : public ScoringPolicy {
   void drop_lowest(int64_t count, std::vector<int32_t>& victims) {
     const size_t m = candidates_.size();
     score(candidates_, scores_);
-    evict_lowest(candidates_, scores_, count, victims, &erased_);
+    evict_lowest_unpinned(candidates_, scores_, count, pinned(), victims, &erased_);
     erase_indices(candidates_.data(), m, erased_);
     candidates_.resize(m - erased_.size());
   }

@@ -15,7 +15,7 @@
 namespace kvsim {
 namespace {
 
-class LagKV final : public Policy {
+class LagKV final : public PinningPolicy {
  public:
   explicit LagKV(const Params& params)
       : sinks_(static_cast<size_t>(params.integer("sinks"))),
@@ -44,7 +44,7 @@ class LagKV final : public Policy {
         if (!cross_) rank_within(first);
       }
     }
-    evict_lowest(cache, scores_, excess, victims);
+    evict_lowest_unpinned(cache, scores_, excess, pinned_, victims);
   }
 
  private:

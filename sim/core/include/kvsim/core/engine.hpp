@@ -76,6 +76,9 @@ struct SimulationSpec {
   // positions the compression at the context's end evicts, decided by the replay of another
   // sequence with the same context. The policy then decides nothing; null: it decides.
   std::shared_ptr<const std::vector<int32_t>> compressed_away;
+  // Span protection (--protect, kvsim/core/protect.hpp): nonzero at the positions (of n_tokens)
+  // this cache never evicts once they are cached; they count toward the budget. Empty: none.
+  std::span<const uint8_t> pinned;
 };
 
 // One block of one simulation's recorded steps, handed over as the engine finishes the block

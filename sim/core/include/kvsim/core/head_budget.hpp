@@ -13,8 +13,10 @@ namespace kvsim {
 // fewer), then the rest of the H x B slots go to the highest remaining scores pooled over the
 // heads. Ties: the higher position first, then the lower head. Returns per head the indices
 // it keeps, ascending; every index when the heads hold at most H x B in all.
+// pinned: protected positions (--protect) each head holds besides those scored, kept first:
+// they fill that many of its floor and of its B (the scored then share H x (B - pinned)).
 std::vector<std::vector<size_t>> adaptive_keep(std::span<const std::vector<double>> scores,
                                                std::span<const std::span<const int32_t>> positions, int64_t budget,
-                                               double floor_share);
+                                               double floor_share, int64_t pinned = 0);
 
 }  // namespace kvsim

@@ -96,6 +96,12 @@ class Policy {
   // from the start on its own. Return true only if evict() names nothing while excess <= 0
   // and the state does not depend on the budget before the first eviction.
   virtual bool adopt(const Policy& /*other*/) { return false; }
+  // Span protection (--protect, docs/semantics.md section 2): pinned[p] != 0 for every
+  // position p this cache keeps once it is cached; given once after reset, valid for the run.
+  // evict() then never names a pinned position: it chooses among the others by its own rule,
+  // the excess of them or all when fewer are left. Returns whether the policy does so; the
+  // default (false for a nonempty set) gets the run refused.
+  virtual bool pin(std::span<const uint8_t> pinned) { return pinned.empty(); }
 
   // Scoring policies (PolicyInfo::scoring; kvsim/policies/scoring.hpp implements this and
   // forget for them): after observe() at `step`, sets `scores` to one score per position of

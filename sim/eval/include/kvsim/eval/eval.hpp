@@ -53,6 +53,7 @@
 
 #include "kvsim/core/budget.hpp"
 #include "kvsim/core/engine.hpp"
+#include "kvsim/core/protect.hpp"
 #include "kvsim/replay/replay.hpp"
 #include "kvsim/core/summary.hpp"
 
@@ -82,6 +83,8 @@ struct ClosedLoopOptions {
   const std::vector<std::vector<std::vector<float>>>* future_rows = nullptr;
   // B_l of every layer (a layer schedule); empty: the budget in every layer.
   std::vector<int64_t> layer_budgets;
+  // --protect: the sequence's pinned positions (SimulationSpec::pinned), or empty.
+  std::span<const uint8_t> pinned;
   // The question protocol: the first prompt_len tokens are the prompt, its last `question` the
   // question (0: none, stream semantics).
   int64_t prompt_len = 0, question = 0;
@@ -120,6 +123,7 @@ struct EvalSequence {
   std::vector<int> tokens;    // at least 2
   int64_t prompt_len = -1;    // the prompt's tokens (the trace's prompt_len, --prompt-len); -1: unknown
   int64_t question_len = -1;  // the trace's question_len (--question auto); -1: unknown
+  std::vector<kvtrace::Span> spans = {};  // the trace's (--protect); none from text
 };
 
 // The text encoded once with BOS (llama2.c's encode) and cut into consecutive sequences of
@@ -155,6 +159,7 @@ struct EvalConfig {
   int64_t question = 0;        // --question N (0: none), both runs
   bool question_auto = false;  // --question auto: each sequence's question_len
   int64_t recall_distance = kDefaultRecallDistance;  // --recall-distance D (at least 1)
+  Protection protect;          // --protect: each sequence's spans pin positions, both runs
   int threads = 0;             // worker_threads(threads) (kvsim/core/parallel_for.hpp)
   // When set, evaluate throws Cancelled soon after it reads true (each run at its next
   // position, each replay at its next block of steps).
@@ -230,6 +235,7 @@ struct EvalResults {
   Paging paging;
   std::string layer_budget = "uniform";  // EvalConfig::layer_budget
   bool question = false;                 // the question protocol: only the answer's predictions count
+  Protection protect;                    // EvalConfig::protect
   std::vector<int64_t> sequence_prompt, sequence_question;  // with a question: P and N per sequence
 };
 
@@ -243,6 +249,10 @@ const std::vector<ProxyAxis>& proxy_targets();
 double proxy_spearman(std::span<const double> x, std::span<const double> y);
 // Over all (policy, budget) pairs, then (with more than one budget) the policies at each budget.
 std::vector<ProxyGroup> proxy_table(const EvalResults& results);
+// Throws InputError (naming `source`) when config.protect cannot run on `sequences`
+// (protection_problem); evaluate checks it too.
+void check_eval_protection(std::span<const EvalSequence> sequences, const EvalConfig& config,
+                           const std::string& source = "");
 
 // progress(done, total) counts runs (full-cache and closed-loop).
 EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequence> sequences,

@@ -75,6 +75,11 @@ class ScoringPolicy : public Policy {
   bool scores(int64_t step, std::span<const int32_t> cache, std::vector<double>& out) const final;
   // on_forget, then the victims' entries of every column erased.
   void forget(std::span<const int32_t> cache, std::span<const size_t> indices) final;
+  // evict() passes over the pinned positions (a policy that overrides it does too).
+  bool pin(std::span<const uint8_t> pinned) override {
+    pinned_ = pinned;
+    return true;
+  }
 
  protected:
   // The candidates of this step and their scores: cache[first, first + count) scored by
@@ -107,12 +112,15 @@ class ScoringPolicy : public Policy {
   // Registers a member column (once, in the constructor): cleared at reset, grown at observe,
   // erased at forget, copied by adopt.
   void align(AlignedColumn& column) { columns_.push_back(&column); }
+  // Policy::pin's positions (empty: none).
+  std::span<const uint8_t> pinned() const { return pinned_; }
 
  private:
   std::vector<AlignedColumn*> columns_;
   std::vector<double> scratch_, doubles_;  // evict's: rank's scratch, float scores as doubles
   mutable std::vector<double> ranked_;     // scores()'s scratch for rank
   std::vector<size_t> erased_;
+  std::span<const uint8_t> pinned_;
 };
 
 // Sets info.make to construct P (from the resolved parameters where its constructor takes

@@ -17,6 +17,7 @@
 #include "kvsim/core/budget.hpp"
 #include "kvsim/core/engine.hpp"
 #include "kvsim/core/policy.hpp"
+#include "kvsim/core/protect.hpp"
 #include "kvsim/policies/registry.hpp"
 #include "kvsim/quant/quant.hpp"
 #include "kvsim/core/summary.hpp"
@@ -80,6 +81,7 @@ struct ReplayConfig {
   Protocol protocol;           // --question, --compress-every
   bool question_auto = false;  // --question auto: each sequence's question_len attribute
   Threshold threshold;         // --threshold, --window (EngineOptions::threshold)
+  Protection protect;          // --protect: each sequence's spans pin positions (SimulationSpec::pinned)
   Aggregate aggregate = Aggregate::mean;
   Paging paging;  // page mode (--page): whole pages by the policies' scores
   kvtrace::RowsFrom rows = kvtrace::RowsFrom::automatic;
@@ -166,6 +168,7 @@ struct ReplayResults {
   bool question = false;  // the cells report question_retention and answer_retention
   bool question_auto = false;
   Threshold threshold;
+  Protection protect;
   Paging paging;
   Share share = Share::none;
   Aggregate share_score = Aggregate::mean;
@@ -232,6 +235,7 @@ struct ReplayRequest {
   std::string question;                 // "", a token count, or "auto" (the trace's question_len)
   std::string compress_every;           // "", or a step count
   std::string threshold, window;        // the threshold protocol's T and W ("": not given)
+  std::vector<std::string> protect;     // --protect KIND:N, each (empty: none)
   std::string quant;                    // KV quantization specs, comma-separated ("": none)
   int64_t page = 0;                     // page size P (0: token mode)
   std::string page_score = "mean";      // how a page's scores combine: mean or max
