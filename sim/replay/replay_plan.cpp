@@ -193,8 +193,12 @@ ReplayPlan plan_replay(const kvtrace::TraceReader& reader, const ReplayConfig& c
   refuse_missing_tensors(reader, chosen, sequences, plan.layers);
   for (int seq : sequences) {
     const kvtrace::SequenceMeta& info = reader.sequence(seq);
-    plan.sequences.push_back(
-        {seq, info.n_tokens, info.prompt_len, schedule_tokens(config, info), protocol_of(reader, config, seq, info), {}});
+    SequencePlan& sequence = plan.sequences.emplace_back();  // by name: the members after these keep their defaults
+    sequence.seq = seq;
+    sequence.n_tokens = info.n_tokens;
+    sequence.prompt_len = info.prompt_len;
+    sequence.schedule_tokens = schedule_tokens(config, info);
+    sequence.protocol = protocol_of(reader, config, seq, info);
   }
   link_shared_contexts(reader, config, plan);
   if (config.protect.on()) pin_sequences(reader, config.protect, plan);

@@ -23,7 +23,7 @@ struct SequencePlan {
   int64_t context_from = -1;
   bool leads_context = false;  // later sequences take this one's compression
   int64_t context_group = -1;  // the trace's, where sequences share the context
-  std::vector<uint8_t> pinned = {};  // --protect: its protected set (pinned_positions), or empty
+  std::vector<uint8_t> pinned;  // --protect: its protected set (pinned_positions), or empty
 };
 
 // A cell of the grid: cells[(policy * quants + quant) * budgets + budget].
