@@ -69,6 +69,7 @@ bool Session::open(const QString& path, QString* error) {
   reader_ = std::move(reader);
   path_ = path;
   seq_ = layer_ = head_ = 0;
+  token_text_.clear();  // sequence 0 of this trace is a new sequence
   replay_ = LayerReplay();
   applyOptions(true);  // a schedule of the trace before does not fit this one
   emit traceChanged();
