@@ -28,16 +28,18 @@ std::vector<SpanKind> spanKinds(const std::vector<kvtrace::Span>& spans) {
 }
 
 QColor spanColour(const QString& kind) {
-  static const std::array<std::pair<const char*, QRgb>, 6> known = {{{"system", 0x5b6770},
-                                                                     {"context", 0x2ca02c},
-                                                                     {"evidence", 0xff7f0e},
-                                                                     {"needle", 0xd62728},
-                                                                     {"question", 0x9467bd},
-                                                                     {"answer", 0x17becf}}};
+  // ColorBrewer's Dark2 (categories), not the policies' Tableau 10, so that a span's dotted
+  // line does not take a compared policy's colour.
+  static const std::array<std::pair<const char*, QRgb>, 6> known = {{{"system", 0x666666},
+                                                                     {"context", 0x1b9e77},
+                                                                     {"evidence", 0xd95f02},
+                                                                     {"needle", 0xe7298a},
+                                                                     {"question", 0x7570b3},
+                                                                     {"answer", 0xe6ab02}}};
   for (const auto& [name, rgb] : known)
     if (kind == QLatin1String(name)) return QColor(rgb);
   // Any other word: by its name (FNV-1a over UTF-8), the same colour in every run.
-  static constexpr std::array<QRgb, 6> others = {0x8c564b, 0xe377c2, 0xbcbd22, 0x393b79, 0x637939, 0xad494a};
+  static constexpr std::array<QRgb, 6> others = {0x66a61e, 0xa6761d, 0xb15928, 0x6a3d9a, 0x01665e, 0x8c510a};
   uint32_t hash = 2166136261u;
   for (const char c : kind.toUtf8()) hash = (hash ^ static_cast<uint8_t>(c)) * 16777619u;
   return QColor(others[hash % others.size()]);

@@ -4,6 +4,8 @@
 #include <QChartView>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLegend>
+#include <QLegendMarker>
 #include <QLineSeries>
 #include <QMenu>
 #include <QPen>
@@ -210,7 +212,7 @@ void StepChart::draw(const std::vector<Line>& lines, const std::vector<SpanShare
   chart->removeAllSeries();  // the axes stay: made once, their ranges updated
   QString subtitle = tr("teacher-forced replay; legend: mean retention over the steps");
   if (!spans.empty())
-    subtitle += tr("; dotted (right axis): share of each span kind's tokens so far that %1 holds, and its mean")
+    subtitle += tr("\ndotted (right axis): share of a span kind's tokens so far that %1 holds")
                     .arg(QString::fromStdString(session_->policy().label));
   charts::set_title(chart, title, subtitle);
   const double n = static_cast<double>(session_->nTokens());
@@ -266,11 +268,12 @@ void StepChart::drawSpans(const std::vector<SpanShare>& spans) {
     if (first < n) add_points(points, span.first_step + first, span.share.data() + first, n - first, columns_);
     for (int64_t s = first; s < n; ++s) sum += span.share[static_cast<size_t>(s)];
     const double mean = first < n ? sum / static_cast<double>(n - first) : 0.0;
-    auto* series = charts::add_line(chart, tr("%1 tokens held %2").arg(span.kind).arg(mean, 0, 'f', 3),
+    auto* series = charts::add_line(chart, tr("%1 held %2").arg(span.kind).arg(mean, 0, 'f', 3),
                                     spanColour(span.kind), 2.2, false, x_, spans_axis_);
     QPen pen = series->pen();
     pen.setStyle(Qt::DotLine);
     series->setPen(pen);
+    for (QLegendMarker* marker : chart->legend()->markers(series)) marker->setShape(QLegend::MarkerShapeFromSeries);
     series->replace(QList<QPointF>(points.begin(), points.end()));
   }
 }

@@ -73,7 +73,7 @@ void show(MainWindow& window, const QString& path, const QString& policy) {
 QList<QLineSeries*> span_lines(MainWindow& window) {
   QList<QLineSeries*> lines;
   for (QAbstractSeries* series : window.charts()->stepChart()->view()->chart()->series())
-    if (series->name().contains(" tokens held ")) lines << static_cast<QLineSeries*>(series);
+    if (series->name().contains(" held ")) lines << static_cast<QLineSeries*>(series);
   return lines;
 }
 
@@ -139,9 +139,9 @@ class GuiSpansTest : public QObject {
     const QList<QLineSeries*> lines = span_lines(window);
     QCOMPARE(lines.size(), 2);
     // context 1..4: all held up to step 5, then one fewer a step; needle 6, 7: 6 goes at 10.
-    QCOMPARE(lines[0]->name(), QString("context tokens held %1").arg(6.5 / 11, 0, 'f', 3));
+    QCOMPARE(lines[0]->name(), QString("context held %1").arg(6.5 / 11, 0, 'f', 3));
     QCOMPARE(lines[0]->points(), points({kNone, 1, 1, 1, 1, 1, 0.75, 0.5, 0.25, 0, 0, 0}));
-    QCOMPARE(lines[1]->name(), QString("needle tokens held %1").arg(5.5 / 6, 0, 'f', 3));
+    QCOMPARE(lines[1]->name(), QString("needle held %1").arg(5.5 / 6, 0, 'f', 3));
     QCOMPARE(lines[1]->points(), points({kNone, kNone, kNone, kNone, kNone, kNone, 1, 1, 1, 1, 1, 0.5}));
     QCOMPARE(lines[0]->pen().color(), kvgui::spanColour("context"));
     const QValueAxis* axis = right_axis(window);
