@@ -69,6 +69,7 @@ bool Session::open(const QString& path, QString* error) {
   reader_ = std::move(reader);
   path_ = path;
   seq_ = layer_ = head_ = 0;
+  token_text_.clear();  // sequence 0 of this trace is a new sequence
   replay_ = LayerReplay();
   applyOptions(true);  // a schedule of the trace before does not fit this one
   emit traceChanged();
@@ -116,6 +117,7 @@ void Session::setLocation(int seq, int layer, int head) {
     } else {
       for (int32_t id : reader_->tokens(seq)) token_text_ << QStringLiteral("#%1").arg(id);
     }
+    span_kinds_ = kvgui::spanKinds(reader_->sequence(seq).spans);
     step_ = nTokens() - 1;
     selection_.clear();
   }
@@ -310,6 +312,11 @@ bool Session::cachedAt(int64_t position, int64_t step) const {
   if (position > step) return false;
   const int64_t evicted = evictionStep(position);
   return evicted < 0 || evicted >= step;
+}
+
+std::vector<SpanShare> Session::spanShares(const kvsim::GroupRecord& record) const {
+  if (span_kinds_.empty() || (policy_.info && policy_.info->engine == kvsim::Engine::bound)) return {};
+  return kvgui::spanShares(span_kinds_, record.result);
 }
 
 int64_t Session::evictionStep(int64_t position) const {

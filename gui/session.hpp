@@ -29,6 +29,7 @@
 #include "replay_cache.hpp"
 #include "replay_options.hpp"
 #include "scheduler.hpp"
+#include "spans.hpp"
 
 namespace kvtrace {
 class TraceReader;
@@ -64,6 +65,11 @@ class Session : public QObject {
   // made printable on one line for labels.
   const QStringList& tokenText() const { return token_text_; }
   QString tokenLabel(int64_t position) const;
+  // The shown sequence's spans by kind (none when it has no spans), and the share of each
+  // kind's tokens that `result`'s cache group holds at each of its recorded steps (none for an
+  // upper bound, which keeps no cache).
+  const std::vector<SpanKind>& spanKinds() const { return span_kinds_; }
+  std::vector<SpanShare> spanShares(const kvsim::GroupRecord& record) const;
   // Rows of the shown layer; null while they load.
   std::shared_ptr<const LayerRows> rows() const { return rows_; }
 
@@ -230,6 +236,7 @@ class Session : public QObject {
   QString path_;
   int seq_ = 0, layer_ = 0, head_ = 0;
   QStringList token_text_;
+  std::vector<SpanKind> span_kinds_;
   std::shared_ptr<const LayerRows> rows_;
   kvsim::PolicyChoice policy_;
   kvsim::Budget budget_;

@@ -26,7 +26,7 @@ QChartView* new_view(QWidget* parent) {
 
 void set_title(QChart* chart, const QString& title, const QString& subtitle) {
   QString html = "<b>" + title.toHtmlEscaped() + "</b>";
-  if (!subtitle.isEmpty()) html += "<br><small>" + subtitle.toHtmlEscaped() + "</small>";
+  if (!subtitle.isEmpty()) html += "<br><small>" + subtitle.toHtmlEscaped().replace('\n', "<br>") + "</small>";
   chart->setTitle(html);
 }
 

@@ -13,7 +13,7 @@ class QWidget;
 namespace kvgui::charts {
 
 QChartView* new_view(QWidget* parent = nullptr);
-void set_title(QChart* chart, const QString& title, const QString& subtitle);
+void set_title(QChart* chart, const QString& title, const QString& subtitle);  // subtitle: lines by '\n'
 QValueAxis* add_axis(QChart* chart, Qt::Alignment side, const QString& title, double lo, double hi,
                      const QString& format = "%g");
 QLineSeries* add_line(QChart* chart, const QString& name, QColor colour, double width, bool dashed, QValueAxis* x,

@@ -4,8 +4,11 @@
 #include <QChartView>
 #include <QHBoxLayout>
 #include <QLabel>
+#include <QLegend>
+#include <QLegendMarker>
 #include <QLineSeries>
 #include <QMenu>
+#include <QPen>
 #include <QTimer>
 #include <QToolButton>
 #include <QValueAxis>
@@ -31,13 +34,14 @@ constexpr int kPause = 120;  // ms without a move of the dragged slider before c
 // keeps its lowest and highest value, in step order (display only: the mean is of every step).
 // QtCharts strokes every point of a line again at each update (its hover shape), so points
 // beyond two per pixel column cost time and show nothing more.
-void add_points(std::vector<QPointF>& points, int64_t first_step, const float* values, int64_t n, int64_t columns) {
+template <typename T>
+void add_points(std::vector<QPointF>& points, int64_t first_step, const T* values, int64_t n, int64_t columns) {
   const int64_t per_column = std::max<int64_t>(1, (n + columns - 1) / columns);
   for (int64_t s = 0; s < n; s += per_column) {
     const int64_t end = std::min(n, s + per_column);
     const auto [low, high] = std::minmax_element(values + s, values + end);
-    const float* a = std::min(low, high);
-    const float* b = std::max(low, high);
+    const T* a = std::min(low, high);
+    const T* b = std::max(low, high);
     points.emplace_back(static_cast<double>(first_step + (a - values)), *a);
     if (b != a) points.emplace_back(static_cast<double>(first_step + (b - values)), *b);
   }
@@ -162,6 +166,7 @@ bool StepChart::drawFromCache() {
   const int head = session_->head();
   const int64_t columns = plotColumns();
   std::vector<Line> lines;
+  std::vector<SpanShare> spans;  // of the shown policy's cache group
   const std::vector<kvsim::PolicyChoice> policies = choices();
   for (size_t p = 0; p < policies.size(); ++p) {
     const kvsim::PolicyChoice& policy = policies[p];
@@ -181,6 +186,7 @@ bool StepChart::drawFromCache() {
             r.retention.data() + static_cast<size_t>(it - record.heads.begin()) * static_cast<size_t>(r.n_steps);
         add_points(line.points, r.first_step, values, r.n_steps, columns);
         line.mean = kvsim::summarize(std::span<const float>(values, static_cast<size_t>(r.n_steps))).mean;
+        if (p == 0) spans = session_->spanShares(record);
       }
     } else {
       return false;
@@ -188,7 +194,7 @@ bool StepChart::drawFromCache() {
     lines.push_back(std::move(line));
   }
   columns_ = columns;  // before drawing: a plot area changed by the new legend compares with it
-  draw(lines,
+  draw(lines, spans,
        tr("Retention over steps: layer %1, head %2, B = %3 tokens").arg(shown.layer).arg(head).arg(shown.budget));
   drawn_ = settingsKey();
   return true;
@@ -201,10 +207,14 @@ void StepChart::request() {
   status_->setText(tr("replaying %1 policies\u2026").arg(session_->requestComparedReplays(choices())));
 }
 
-void StepChart::draw(const std::vector<Line>& lines, const QString& title) {
+void StepChart::draw(const std::vector<Line>& lines, const std::vector<SpanShare>& spans, const QString& title) {
   QChart* chart = view_->chart();
   chart->removeAllSeries();  // the axes stay: made once, their ranges updated
-  charts::set_title(chart, title, tr("teacher-forced replay; legend: mean retention over the steps"));
+  QString subtitle = tr("teacher-forced replay; legend: mean retention over the steps");
+  if (!spans.empty())
+    subtitle += tr("\ndotted (right axis): share of a span kind's tokens so far that %1 holds")
+                    .arg(QString::fromStdString(session_->policy().label));
+  charts::set_title(chart, title, subtitle);
   const double n = static_cast<double>(session_->nTokens());
   double lowest = 1;
   for (const Line& line : lines)
@@ -230,9 +240,42 @@ void StepChart::draw(const std::vector<Line>& lines, const QString& title) {
                                     line.selected ? 3.0 : 1.4, line.bound, x_, y_);
     series->replace(QList<QPointF>(line.points.begin(), line.points.end()));
   }
+  drawSpans(spans);
   cursor_ = charts::add_marker(chart, x_, y_, QColor(255, 80, 0));
   moveCursor();
   status_->setText(errors.isEmpty() ? QString() : tr("not shown: %1").arg(errors.join("; ")));
+}
+
+// A dotted line per span kind on the right-hand axis, from the first step at which one of
+// its tokens has come; the axis is hidden for a sequence without spans.
+void StepChart::drawSpans(const std::vector<SpanShare>& spans) {
+  if (spans.empty()) {
+    if (spans_axis_) spans_axis_->setVisible(false);
+    return;
+  }
+  QChart* chart = view_->chart();
+  if (!spans_axis_) {
+    spans_axis_ = charts::add_axis(chart, Qt::AlignRight, tr("span tokens held (share)"), 0, 1, "%.1f");
+    spans_axis_->setGridLineVisible(false);
+  }
+  spans_axis_->setVisible(true);
+  for (const SpanShare& span : spans) {
+    const auto n = static_cast<int64_t>(span.share.size());
+    int64_t first = 0;
+    while (first < n && std::isnan(span.share[static_cast<size_t>(first)])) ++first;
+    std::vector<QPointF> points;
+    double sum = 0;
+    if (first < n) add_points(points, span.first_step + first, span.share.data() + first, n - first, columns_);
+    for (int64_t s = first; s < n; ++s) sum += span.share[static_cast<size_t>(s)];
+    const double mean = first < n ? sum / static_cast<double>(n - first) : 0.0;
+    auto* series = charts::add_line(chart, tr("%1 held %2").arg(span.kind).arg(mean, 0, 'f', 3),
+                                    spanColour(span.kind), 2.2, false, x_, spans_axis_);
+    QPen pen = series->pen();
+    pen.setStyle(Qt::DotLine);
+    series->setPen(pen);
+    for (QLegendMarker* marker : chart->legend()->markers(series)) marker->setShape(QLegend::MarkerShapeFromSeries);
+    series->replace(QList<QPointF>(points.begin(), points.end()));
+  }
 }
 
 void StepChart::moveCursor() {

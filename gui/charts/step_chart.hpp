@@ -2,13 +2,16 @@
 // Retention over steps for several policies side by side: the shown head at the current
 // budget, one line per policy (the selected one thickest; upper bounds dashed), from the
 // session's replays (drawn at once when it has made them all, else once it has replayed the
-// others: Session::requestComparedReplays).
+// others: Session::requestComparedReplays). For a sequence with spans, a dotted line per span
+// kind on a right-hand axis: the share of the kind's tokens so far that the shown policy's
+// cache group holds (Session::spanShares).
 #include <QStringList>
 #include <QWidget>
 #include <vector>
 
 #include "kvsim/replay/replay.hpp"
 #include "replay_cache.hpp"
+#include "spans.hpp"
 
 class QChartView;
 class QLabel;
@@ -39,7 +42,8 @@ class StepChart : public QWidget {
   int64_t plotColumns() const;
   bool drawFromCache();
   void request();
-  void draw(const std::vector<Line>& lines, const QString& title);
+  void draw(const std::vector<Line>& lines, const std::vector<SpanShare>& spans, const QString& title);
+  void drawSpans(const std::vector<SpanShare>& spans);
   void moveCursor();
 
   Session* session_;
@@ -47,6 +51,7 @@ class StepChart : public QWidget {
   QLabel* status_;
   QChartView* view_;
   QValueAxis *x_ = nullptr, *y_ = nullptr;
+  QValueAxis* spans_axis_ = nullptr;  // right-hand: share of a span kind's tokens held
   QLineSeries* cursor_ = nullptr;
   QTimer* timer_;        // a pause in a drag of the budget slider before asking
   QString drawn_;        // what the lines drawn show (settingsKey)

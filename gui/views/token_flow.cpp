@@ -14,6 +14,8 @@ namespace kvgui {
 namespace {
 
 constexpr int kPadX = 2, kPadY = 2, kGap = 1, kWordGap = 5, kMargin = 4;
+// With spans, each row of tokens has a band under it (below the prompt's bar) for them.
+constexpr int kBandTop = 3, kBand = 6;
 const QColor kSelected(255, 80, 0);
 
 // A token that starts a word (leading space) is drawn without the space and further from
@@ -51,6 +53,7 @@ QRect TokenFlow::tokenRect(int64_t position) const {
 int TokenFlow::layoutFor(int width, std::vector<QRect>* boxes) const {
   const QFontMetrics metrics(font());
   const int height = metrics.height() + 2 * kPadY;
+  const int pitch = height + kGap + (session_->spanKinds().empty() ? 0 : kBandTop + kBand);
   int x = kMargin, y = kMargin;
   const int64_t n = session_->tokenText().size();
   if (boxes) boxes->resize(static_cast<size_t>(n));
@@ -60,12 +63,12 @@ int TokenFlow::layoutFor(int width, std::vector<QRect>* boxes) const {
     if (i > 0 && starts_word(label)) x += kWordGap;
     if (x + w > width - kMargin && x > kMargin) {
       x = kMargin;
-      y += height + kGap;
+      y += pitch;
     }
     if (boxes) (*boxes)[static_cast<size_t>(i)] = QRect(x, y, w, height);
     x += w + kGap;
   }
-  return y + height + kMargin;
+  return y + pitch - kGap + kMargin;
 }
 
 int TokenFlow::heightForWidth(int width) const { return layoutFor(width, nullptr); }
@@ -103,7 +106,7 @@ void TokenFlow::paintEvent(QPaintEvent* event) {
   const QList<qint64>& selection = session_->selection();
   for (size_t i = 0; i < boxes_.size(); ++i) {
     const QRect& box = boxes_[i];
-    if (!box.intersects(event->rect())) continue;
+    if (!box.adjusted(0, 0, 0, kBandTop + kBand).intersects(event->rect())) continue;
     const auto position = static_cast<int64_t>(i);
     const State s = state(position);
     const QColor background = fill(position, s);
@@ -117,6 +120,7 @@ void TokenFlow::paintEvent(QPaintEvent* event) {
     if (position < prompt) {  // the prompt: a thin bar under the token
       painter.fillRect(QRect(box.left(), box.bottom() + 1, box.width(), 2), QColor(150, 150, 150));
     }
+    paintSpans(painter, i);
     if (position == step) {
       painter.setPen(QPen(QColor(20, 20, 20), 2));
       painter.drawRect(box.adjusted(0, 0, -1, -1));
@@ -126,6 +130,38 @@ void TokenFlow::paintEvent(QPaintEvent* event) {
       painter.drawRect(box.adjusted(-1, -1, 0, 0));
     }
   }
+}
+
+// The band under token i: a stripe per kind holding it, reaching the next token when that one
+// is of the kind too and on the same row, so that a span reads as one band.
+void TokenFlow::paintSpans(QPainter& painter, size_t i) const {
+  const std::vector<SpanKind>& kinds = session_->spanKinds();
+  std::vector<const SpanKind*> holding;
+  for (const SpanKind& kind : kinds)
+    if (kind.covers(static_cast<int64_t>(i))) holding.push_back(&kind);
+  if (holding.empty()) return;
+  const QRect& box = boxes_[i];
+  const bool next_on_row = i + 1 < boxes_.size() && boxes_[i + 1].top() == box.top();
+  const int stripe = std::max(2, kBand / static_cast<int>(holding.size()));
+  for (size_t k = 0; k < holding.size() && static_cast<int>(k) * stripe < kBand; ++k) {
+    const bool joined = next_on_row && holding[k]->covers(static_cast<int64_t>(i) + 1);
+    const int right = joined ? boxes_[i + 1].left() : box.right() + 1;
+    painter.fillRect(QRect(box.left(), box.bottom() + kBandTop + static_cast<int>(k) * stripe, right - box.left(),
+                           std::min(stripe, kBand - static_cast<int>(k) * stripe)),
+                     spanShade(holding[k]->kind));
+  }
+}
+
+QString TokenFlow::spansAt(int64_t position) const {
+  QString lines;
+  for (const SpanKind& kind : session_->spanKinds())
+    for (const kvtrace::Span& span : kind.spans)
+      if (span.start <= position && position < span.end)
+        lines += tr("<br>span <b>%1</b>, kind %2, positions [%3, %4)")
+                     .arg(QString::fromStdString(span.name).toHtmlEscaped(), kind.kind.toHtmlEscaped())
+                     .arg(span.start)
+                     .arg(span.end);
+  return lines;
 }
 
 int64_t TokenFlow::tokenAt(QPoint point) const {
@@ -189,12 +225,13 @@ bool TokenFlow::event(QEvent* event) {
   const int64_t evicted = session_->evictionStep(position);
   QString end = evicted < 0 ? tr("never evicted") : tr("evicted at step %1").arg(evicted);
   QToolTip::showText(help->globalPos(),
-                     tr("<b>%1</b> position %2%3<br>%4<br>over the whole run: %5")
+                     tr("<b>%1</b> position %2%3<br>%4<br>over the whole run: %5%6")
                          .arg(session_->tokenLabel(position).toHtmlEscaped())
                          .arg(position)
                          .arg(position < session_->promptLen() ? tr(" (prompt)") : QString())
                          .arg(fate)
-                         .arg(end),
+                         .arg(end)
+                         .arg(spansAt(position)),
                      this);
   return true;
 }

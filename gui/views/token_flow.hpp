@@ -1,12 +1,16 @@
 #pragma once
 // The sequence's text as a flow of token boxes, each shaded by its state at the step cursor:
 // still cached (blue, darker = more attention at that step), evicted (grey, struck through),
-// or not generated yet (faint). Click selects a token, Ctrl+click adds one, Shift+click a
-// range; a double click moves the step cursor to the token.
+// or not generated yet (faint). The sequence's spans shade a band under their tokens, a colour
+// per kind (a token of several kinds: a stripe each). Click selects a token, Ctrl+click adds
+// one, Shift+click a range; a double click moves the step cursor to the token.
 #include <QRect>
+#include <QString>
 #include <QWidget>
 #include <cstdint>
 #include <vector>
+
+class QPainter;
 
 namespace kvgui {
 
@@ -41,6 +45,8 @@ class TokenFlow : public QWidget {
   int layoutFor(int width, std::vector<QRect>* boxes) const;
   int64_t tokenAt(QPoint point) const;
   QColor fill(int64_t position, State state) const;
+  void paintSpans(QPainter& painter, size_t i) const;
+  QString spansAt(int64_t position) const;  // the tooltip's lines on the spans holding it
 
   Session* session_;
   std::vector<QRect> boxes_;

@@ -81,6 +81,11 @@ TokenStrip::TokenStrip(Session* session, QWidget* parent) : QWidget(parent), ses
   found_ = new QLabel;
   found_->setMinimumWidth(200);
   navigation->addWidget(found_);
+  span_legend_ = new QWidget;
+  span_legend_->setObjectName("spanLegend");
+  span_legend_->setLayout(new QHBoxLayout);
+  span_legend_->layout()->setContentsMargins(0, 0, 0, 0);
+  navigation->addWidget(span_legend_);
   layout->addLayout(navigation);
 
   flow_ = new TokenFlow(session_);
@@ -122,8 +127,40 @@ void TokenStrip::locationChanged() {
   }
   find_->setEnabled(session_->isOpen());
   last_found_ = -1;
+  updateSpanLegend();
   clear_->setEnabled(!session_->selection().isEmpty());
   stepChanged();
+}
+
+// "Spans:" and a swatch per kind in the band's colour, its tooltip listing the kind's spans.
+void TokenStrip::updateSpanLegend() {
+  QLayout* layout = span_legend_->layout();
+  while (QLayoutItem* item = layout->takeAt(0)) {
+    delete item->widget();
+    delete item;
+  }
+  const std::vector<SpanKind>& kinds = session_->spanKinds();
+  span_legend_->setVisible(!kinds.empty());
+  if (kinds.empty()) return;
+  auto* title = new QLabel(tr("Spans:"));
+  title->setToolTip(tr("Named token ranges of the sequence (positions [start, end)), a band under their tokens by kind"));
+  layout->addWidget(title);
+  constexpr size_t kListed = 20;
+  for (const SpanKind& kind : kinds) {
+    QStringList lines{tr("<b>%1</b>: %2 spans, %3 tokens")
+                          .arg(kind.kind.toHtmlEscaped())
+                          .arg(kind.spans.size())
+                          .arg(kind.positions.size())};
+    for (size_t s = 0; s < std::min(kind.spans.size(), kListed); ++s)
+      lines << tr("%1 [%2, %3)")
+                   .arg(QString::fromStdString(kind.spans[s].name).toHtmlEscaped())
+                   .arg(kind.spans[s].start)
+                   .arg(kind.spans[s].end);
+    if (kind.spans.size() > kListed) lines << tr("\u2026 and %1 more").arg(kind.spans.size() - kListed);
+    layout->addWidget(swatch(QStringLiteral("background: %1; border-bottom: 4px solid %2;")
+                                 .arg(spanShade(kind.kind).name(), spanColour(kind.kind).name()),
+                             kind.kind, lines.join("<br>")));
+  }
 }
 
 void TokenStrip::stepChanged() {

@@ -1,6 +1,7 @@
 #pragma once
 // The token strip: the step cursor (a slider to drag through the run), what the shown head's
-// cache holds at that step, a legend, and the sequence's tokens (TokenFlow) shaded by it.
+// cache holds at that step, a legend (with the sequence's span kinds, when it has spans), and
+// the sequence's tokens (TokenFlow) shaded by it.
 #include <QWidget>
 
 class QLabel;
@@ -31,6 +32,7 @@ class TokenStrip : public QWidget {
   void locationChanged();
   void stepChanged();
   void updateSummary();
+  void updateSpanLegend();
 
   Session* session_;
   QSlider* slider_;
@@ -42,6 +44,7 @@ class TokenStrip : public QWidget {
   QLineEdit* find_;
   QSpinBox* position_;
   QLabel* found_;
+  QWidget* span_legend_;  // a swatch per span kind; hidden without spans
   int64_t last_found_ = -1;
 };
 
