@@ -3,6 +3,7 @@
 // (run_interruptibly).
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 
@@ -126,6 +127,22 @@ py::dict per_sequence_dict(const CellResult& cell) {
   return out;
 }
 
+// CellResult::spans: a dict per span, the keys of the replay JSON's cells[i].spans.
+py::list span_list(const CellResult& cell) {
+  py::list out;
+  for (const SpanResult& span : cell.spans) {
+    py::dict d;
+    d["seq"] = span.seq, d["name"] = span.span.name, d["kind"] = span.span.kind;
+    d["start"] = span.span.start, d["end"] = span.span.end, d["step"] = span.step;
+    for (size_t m = 0; m < kSpanMeasures.size(); ++m) d[kSpanMeasureNames[m]] = span.at_step.*kSpanMeasures[m];
+    d["answer_rows"] = span.answer_rows;
+    for (size_t m = 0; m < kSpanMeasures.size(); ++m)
+      d[py::str(std::string("answer_") + kSpanMeasureNames[m])] = span.answer.*kSpanMeasures[m];
+    out.append(d);
+  }
+  return out;
+}
+
 py::dict replay(const Trace& trace, const std::string& policy, const std::string& budget,
                 const std::vector<std::pair<std::string, std::string>>& params, const ReplayOptions& options,
                 bool records) {
@@ -186,6 +203,7 @@ py::dict replay(const Trace& trace, const std::string& policy, const std::string
   }
   out["groups"] = groups;
   if (!cell.sequences.empty()) out["per_sequence"] = per_sequence_dict(cell);
+  if (!cell.spans.empty()) out["spans"] = span_list(cell);
   out["note"] = kTeacherForcedNote;
   return out;
 }
@@ -225,6 +243,15 @@ py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
       for (const SweepRow& row : rows) values.push_back(row.*column.integer);
       out[column.name] = to_numpy(std::move(values));
     }
+  }
+  for (const std::string& name : span_column_names(results.span_kinds)) {  // after the others, as the CSV
+    std::vector<double> values;
+    for (const SweepRow& row : rows) {
+      const auto found = std::find_if(row.spans.begin(), row.spans.end(),
+                                      [&](const SpanColumn& column) { return column.name == name; });
+      values.push_back(found == row.spans.end() ? NAN : found->value);
+    }
+    out[py::str(name)] = to_numpy(std::move(values));
   }
   py::list label;
   for (const CellResult& cell : results.cells) label.append(cell.policy);
@@ -358,6 +385,7 @@ void bind_replay(py::module_& m) {
       .def_readwrite("threshold", &ReplayOptions::threshold)
       .def_readwrite("window", &ReplayOptions::window)
       .def_readwrite("protect", &ReplayOptions::protect)
+      .def_readwrite("span_step", &ReplayOptions::span_step)
       .def_readwrite("page", &ReplayOptions::page)
       .def_readwrite("page_score", &ReplayOptions::page_score)
       .def_readwrite("layer_budget", &ReplayOptions::layer_budget)

@@ -164,9 +164,10 @@ def _budget(value) -> str:
 def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                     question=None, compress_every=None, page=0, page_score="mean", head_budget="uniform",
                     head_floor=0.2, share="none", share_score="mean", threshold=None, threshold_window=None,
-                    pool=0, protect=None):
+                    pool=0, protect=None, span_step=None):
     o = _native._ReplayOptions()
     o.protect = _protect(protect)
+    o.span_step = "" if span_step is None else str(span_step)
     o.pool = _int(pool, "--pool", 0)
     o.page = _int(page, "--page", 0, _INT64_MAX)
     o.page_score = str(page_score)
@@ -406,7 +407,7 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
            output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform", head_floor=0.2,
            threads=0, records=None, params=None, as_frame=None, question=None, compress_every=None, page=0,
            page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None, pool=0,
-           protect=None, **policy_params):
+           protect=None, span_step=None, **policy_params):
     """Replay one policy at one budget over a trace (kvsim replay).
 
     trace: a kvsim.Trace or a path. budget: tokens (64) or a share of each sequence ('20%').
@@ -435,6 +436,8 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     protect ('context:4', a list of such rules, or {'context': 4}; --protect): the first and
     last N positions of every span of that kind are never evicted once cached; they count
     toward B and the policy evicts among the other positions (traces with spans).
+    span_step (--span-step): the step whose row the span metrics measure (default: the
+    question's first row; docs/semantics.md, section 3).
 
     With pandas (and as_frame not False): a DataFrame, the table `kvsim replay --csv` writes
     (REPLAY_COLUMNS: one row per layer, then the row whose layer is "all").
@@ -450,6 +453,9 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     (the sequence whose replay compressed the shared context; -1: none),
     budget_tokens_mean, retention_mean, retention_min, occupancy_mean, occupancy_peak, one
     entry per sequence (the tables `kvsim replay --pool N` and with shared contexts print).
+    On a trace with spans, 'spans' (the DataFrame's attrs['spans']): one entry per span of each
+    sequence with seq, name, kind, start, end, step, held_all, held_any, gone, mass, mass_held,
+    answer_rows and answer_* of each measure (the replay JSON's cells[i].spans).
     """
     pandas = _pandas(as_frame)
     if pandas is not None and records:
@@ -457,7 +463,7 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                               question, compress_every, page, page_score, head_budget, head_floor, share,
                               share_score, threshold, threshold_window,
-                              pool, protect)
+                              pool, protect, span_step)
     out = _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
                           pandas is None and records is not False)
     if pandas is None:
@@ -475,6 +481,8 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     frame = pandas.DataFrame(columns)
     if "per_sequence" in out:
         frame.attrs["per_sequence"] = pandas.DataFrame(out["per_sequence"])
+    if "spans" in out:
+        frame.attrs["spans"] = pandas.DataFrame(out["spans"])
     return frame
 
 
@@ -482,7 +490,7 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
           layers=None, output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform",
           head_floor=0.2, threads=0, params=None, as_frame=None, question=None, compress_every=None, page=0,
           page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None, pool=0,
-          protect=None, **policy_params):
+          protect=None, span_step=None, **policy_params):
     """The policies x budgets grid (kvsim sweep): with pandas a DataFrame with the columns of
     `kvsim sweep --csv` (SWEEP_COLUMNS) in its order, one row per line, NaN where the CSV is
     empty. With as_frame=False a dict of those columns (strings as lists, numbers as numpy
@@ -494,8 +502,9 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     question, compress_every: as replay()'s; with a question the question_retention_* and
     answer_retention_* columns follow the others. page, page_score: as replay()'s; with page > 0
     the table ends with a 'page' column, as the CSV. share, share_score, threshold,
-    threshold_window, pool, protect: as replay()'s (each sequence's part of a pool is in
-    `kvsim sweep --pool N --json`).
+    threshold_window, pool, protect, span_step: as replay()'s (each sequence's part of a pool
+    is in `kvsim sweep --pool N --json`). On a trace with spans the span_<kind>_<measure>
+    columns come last, as in the CSV.
     """
     names = _comma_list(policies if policies is not None else DEFAULT_SWEEP_POLICIES, "policies")
     grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
@@ -503,7 +512,7 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                               question, compress_every, page, page_score, head_budget, head_floor, share,
                               share_score, threshold, threshold_window,
-                              pool, protect)
+                              pool, protect, span_step)
     out = _native._sweep(_trace(trace), names, grid, _params(params, policy_params), options)
     if pandas is None:
         return out

@@ -32,6 +32,8 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "protect", po::value(&v.protect)->composing(),
       "KIND:N: the first and last N positions of every span of that kind are never evicted once cached; they "
       "count toward B and the policy evicts among the others (repeatable; traces with spans)")(
+      "span-step", po::value(&v.span_step),
+      "the step whose row span metrics measure (default: the question's first row; traces with spans)")(
       "aggregate", po::value(&v.aggregate)->default_value(v.aggregate),
       "how a GQA group's heads combine into the observed row: mean, max or sum")(
       "rows", po::value(&v.rows)->default_value(v.rows),
@@ -84,6 +86,7 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   request.threshold = v.threshold;
   request.window = v.window;
   request.protect = v.protect;
+  request.span_step = v.span_step;
   request.page = v.page;
   request.page_score = v.page_score;
   request.head_budget = v.head_budget;

@@ -21,6 +21,7 @@ struct ReplayCliOptions {
   std::string question, compress_every;  // "": not given
   std::string threshold, window;         // "": not given
   std::vector<std::string> protect;      // KIND:N, repeatable
+  std::string span_step;                 // "": span_rows' choice
   int64_t page = 0;
   std::string page_score = "mean";
   std::string head_budget = "uniform";

@@ -190,7 +190,7 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   const size_t per_policy = quants * config.budgets.size();
   const size_t total = config.policies.size() * per_policy;
   const bool question = config.protocol.question > 0 || config.question_auto;
-  const SweepExtras extras{question, config.paging.on()};
+  const SweepExtras extras{question, config.paging.on(), replay_span_kinds(reader, config)};
   const std::string header = sweep_csv_header(extras);
 
   // What each cell is, to check the rows found: label parts only, no replay.

@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <optional>
 #include <thread>
 
 #include "aggregate.hpp"
+#include "kvsim/core/lists.hpp"
 #include "kvsim/core/parallel_for.hpp"
 #include "kvsim/policies/registry.hpp"
 #include "kvtrace/error.hpp"
@@ -92,7 +94,8 @@ std::vector<SweepAggregator::Expected> expected_values(const ReplayConfig& confi
 // a progress callback need not be thread-safe. Returns their indices.
 std::vector<size_t> run_own_items(const kvtrace::TraceReader& reader, const ReplayConfig& config,
                                   const ReplayPlan& plan, std::vector<WorkItem>& items, int threads,
-                                  SweepAggregator* streaming, const std::function<void(int64_t, int64_t)>& progress) {
+                                  SweepAggregator* streaming, SpanAggregator* spans,
+                                  const std::function<void(int64_t, int64_t)>& progress) {
   std::vector<size_t> own;
   for (size_t i = 0; i < items.size(); ++i)
     if (!config.split || config.split->mine(i)) own.push_back(i);
@@ -104,7 +107,7 @@ std::vector<size_t> run_own_items(const kvtrace::TraceReader& reader, const Repl
         [&](size_t i) {
           WorkItem& item = items[batch[i]];
           if (config.cancel && config.cancel->load()) throw Cancelled();
-          run_item(reader, config, plan, item, streaming);
+          run_item(reader, config, plan, item, streaming, spans);
           if (streaming) streaming->item_done(item.cells, item.layers);
         },
         [&]() {
@@ -156,6 +159,7 @@ ReplayResults results_header(const ReplayConfig& config, const ReplayPlan& plan,
   results.layers = static_cast<int64_t>(plan.layers.size());
   results.heads = n_heads;
   results.pool = config.pool;
+  results.span_step = config.span_step;
   for (const SequencePlan& sequence : plan.sequences) {
     if (!sequence.leads_context) continue;
     ReplayResults::SharedContext& shared = results.shared_contexts.emplace_back();
@@ -188,7 +192,8 @@ void pool_order(std::vector<const GroupRecord*>& records, std::vector<const Reco
 // Each cell's summaries from its records in (sequence, layer) order. The cells are aggregated
 // independently (exact percentiles over every sample): in parallel.
 void finish_cells(const ReplayConfig& config, const ReplayPlan& plan, const std::vector<WorkItem>& items,
-                  SweepAggregator& aggregator, int head_dim, int threads, ReplayResults& results) {
+                  SweepAggregator& aggregator, const SpanAggregator* spans, int head_dim, int threads,
+                  ReplayResults& results) {
   std::vector<size_t> report_order(items.size());
   for (size_t i = 0; i < items.size(); ++i) report_order[i] = i;
   std::stable_sort(report_order.begin(), report_order.end(), [&](size_t a, size_t b) {
@@ -219,6 +224,7 @@ void finish_cells(const ReplayConfig& config, const ReplayPlan& plan, const std:
             }
         if (plan.pool > 0) pool_order(records, sums);
         aggregator.finish(c, records, sums, cell);
+        if (spans) cell.spans = spans->finish(c);
         if (plan.pool > 0 || plan.shares_contexts()) cell.sequences = sequence_summaries(plan, records, sums);
         if (config.keep_records)
           for (const GroupRecord* record : records) cell.records.push_back(*record);
@@ -270,8 +276,12 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
   // Kept records (and a split, whose ranks trade records) are reduced after the run.
   const bool streaming = !config.keep_records && !config.split;
   const int threads = worker_threads(config.threads);
-  const std::vector<size_t> own =
-      run_own_items(reader, config, plan, items, threads, streaming ? &aggregator : nullptr, progress);
+  // A split's ranks trade records, not the rows span metrics read: spans are measured whole.
+  std::optional<SpanAggregator> spans;
+  if (!config.split) spans.emplace(plan);
+  SpanAggregator* span_aggregator = spans ? &*spans : nullptr;
+  const std::vector<size_t> own = run_own_items(reader, config, plan, items, threads,
+                                                streaming ? &aggregator : nullptr, span_aggregator, progress);
   if (config.split && !gather_records(*config.split, own, items)) {
     ReplayResults elsewhere;
     elsewhere.gathered = false;
@@ -289,8 +299,18 @@ ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfi
         },
         [] {});
   ReplayResults results = results_header(config, plan, meta.n_heads);
-  finish_cells(config, plan, items, aggregator, meta.head_dim, threads, results);
+  results.span_kinds = replay_span_kinds(reader, config);
+  finish_cells(config, plan, items, aggregator, span_aggregator, meta.head_dim, threads, results);
   return results;
+}
+
+std::vector<std::string> replay_span_kinds(const kvtrace::TraceReader& reader, const ReplayConfig& config) {
+  std::vector<std::string> kinds;
+  if (config.split) return kinds;
+  for (int seq : chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path()))
+    for (const kvtrace::Span& span : reader.sequence(seq).spans)
+      if (std::find(kinds.begin(), kinds.end(), span.kind) == kinds.end()) kinds.push_back(span.kind);
+  return kinds;
 }
 
 SimulationSpec simulation_spec(const PolicyChoice& policy, int64_t budget, int group, int layer,

@@ -69,6 +69,8 @@ void apply_protocol(const ReplayRequest& request, ReplayConfig& config) {
     config.protocol.compress_every = positive("compress-every", request.compress_every, "a step count");
   config.threshold = parse_threshold(request.threshold, request.window);
   config.protect = parse_protection(request.protect);
+  if (!request.span_step.empty())  // 0 counts: the first row is a row like any other
+    config.span_step = request.span_step == "0" ? 0 : positive("span-step", request.span_step, "a step (0 or more)");
 }
 
 // --share with --share-score: one set per layer or per model evicts single positions from

@@ -147,6 +147,17 @@ void refuse_uneven_layers(const ReplayPlan& plan) {
 // Sequences of one context_group whose question this replay takes as the trace marks it
 // (their context is then the same tokens) take the first one's compression. Refused where the
 // context would be compressed more than once or not at the context's end.
+// The rows that measure a sequence's spans; a --span-step past the sequence is refused.
+SpanRows checked_span_rows(const kvtrace::TraceReader& reader, const ReplayConfig& config, int seq) {
+  const kvtrace::SequenceMeta& info = reader.sequence(seq);
+  SpanRows rows = span_rows(info, config.span_step);
+  if (!rows.spans.empty() && rows.step >= info.n_tokens)
+    throw kvtrace::InputError(reader.path(), kvtrace::seq_path(seq),
+                              "--span-step " + std::to_string(rows.step) + ": the sequence has " +
+                                  std::to_string(info.n_tokens) + " tokens");
+  return rows;
+}
+
 void link_shared_contexts(const kvtrace::TraceReader& reader, const ReplayConfig& config, ReplayPlan& plan) {
   std::map<int64_t, size_t> first_of_group;
   for (size_t s = 0; s < plan.sequences.size(); ++s) {
@@ -200,6 +211,7 @@ ReplayPlan plan_replay(const kvtrace::TraceReader& reader, const ReplayConfig& c
     sequence.schedule_tokens = schedule_tokens(config, info);
     sequence.protocol = protocol_of(reader, config, seq, info);
   }
+  for (SequencePlan& sequence : plan.sequences) sequence.spans = checked_span_rows(reader, config, sequence.seq);
   link_shared_contexts(reader, config, plan);
   if (config.protect.on()) pin_sequences(reader, config.protect, plan);
   plan.cells = plan_cells(config, plan, schedules, meta.n_layers);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "kvsim/replay/replay.hpp"
+#include "kvsim/replay/span_metrics.hpp"
 #include "kvtrace/reader.hpp"
 
 namespace kvsim {
@@ -24,6 +25,7 @@ struct SequencePlan {
   bool leads_context = false;  // later sequences take this one's compression
   int64_t context_group = -1;  // the trace's, where sequences share the context
   std::vector<uint8_t> pinned;  // --protect: its protected set (pinned_positions), or empty
+  SpanRows spans;               // its spans and the rows that measure them (none: not measured)
 };
 
 // A cell of the grid: cells[(policy * quants + quant) * budgets + budget].

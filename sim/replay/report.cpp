@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "kvtrace/error.hpp"
+#include "span_report.hpp"
 #include "kvsim/core/text_util.hpp"
 #include "kvsim/policies/registry.hpp"
 
@@ -324,6 +325,7 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
       cells.back()["answer_retention"] = summary(cell.answer_retention, true);
     }
     if (!cell.sequences.empty()) cells.back()["sequences"] = sequences_json(cell, results.pool > 0);
+    if (!cell.spans.empty()) cells.back()["spans"] = spans_json(cell);
   }
   nlohmann::json out = {{"trace", trace},
                         {"model", model},
@@ -344,6 +346,7 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
   }
   if (results.protect.on()) out["protect"] = protection_text(results.protect);  // as given: "context:4,..."
   if (results.pool > 0) out["pool"] = results.pool;
+  if (results.span_step >= 0) out["span_step"] = results.span_step;
   if (!results.shared_contexts.empty()) {
     nlohmann::json shared = nlohmann::json::array();
     for (const ReplayResults::SharedContext& context : results.shared_contexts)

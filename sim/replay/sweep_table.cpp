@@ -1,5 +1,6 @@
 #include "kvsim/replay/sweep_table.hpp"
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -162,6 +163,10 @@ SweepRow sweep_row(const CellResult& cell, Mode mode, int64_t page) {
   row.occupancy_layer_union_peak = cell.occupancy_layer_union_peak;
   row.occupancy_model_union_mean = cell.occupancy_model_union_mean;
   row.occupancy_model_union_peak = cell.occupancy_model_union_peak;
+  std::vector<std::string> kinds;
+  for (const SpanResult& span : cell.spans)
+    if (std::find(kinds.begin(), kinds.end(), span.span.kind) == kinds.end()) kinds.push_back(span.span.kind);
+  row.spans = span_columns(cell.spans, kinds);
   return row;
 }
 
@@ -196,7 +201,9 @@ CellResult cell_of_sweep_row(const SweepRow& row) {
   return cell;
 }
 
-SweepExtras sweep_extras(const ReplayResults& results) { return {results.question, results.paging.on()}; }
+SweepExtras sweep_extras(const ReplayResults& results) {
+  return {results.question, results.paging.on(), results.span_kinds};
+}
 
 bool written(const SweepColumn& column, SweepExtras extras) {
   switch (column.only) {
@@ -213,6 +220,7 @@ std::string sweep_csv_header(SweepExtras extras) {
     if (!out.empty()) out += ',';
     out += column.name;
   }
+  for (const std::string& name : span_column_names(extras.span_kinds)) out += ',' + name;
   out += '\n';
   return out;
 }
@@ -228,6 +236,11 @@ std::string sweep_csv_line(const SweepRow& row, SweepExtras extras) {
       out += number(row.*column.real);
     else
       out += std::to_string(row.*column.integer);
+  }
+  for (const std::string& name : span_column_names(extras.span_kinds)) {
+    const auto found = std::find_if(row.spans.begin(), row.spans.end(),
+                                    [&](const SpanColumn& column) { return column.name == name; });
+    out += ',' + number(found == row.spans.end() ? NAN : found->value);
   }
   out += '\n';
   return out;

@@ -189,6 +189,31 @@ size_t held_of(const WorkItem& item, size_t record) {
   return cell * item.layers.size() + lane;
 }
 
+// The span metrics of each lane's sequence and layer, for the cells that measure them, while
+// the lanes' rows are open.
+void add_spans(const ReplayPlan& plan, const WorkItem& item, std::vector<LaneData>& lanes, SpanAggregator& spans) {
+  for (size_t l = 0; l < lanes.size(); ++l) {
+    const SequencePlan& sequence = *item.lane_sequences[l];
+    const auto s = static_cast<size_t>(&sequence - plan.sequences.data());
+    const auto layer = static_cast<size_t>(std::find(plan.layers.begin(), plan.layers.end(), item.layers[l]) -
+                                           plan.layers.begin());
+    std::vector<size_t> cells;
+    std::vector<std::vector<const GroupRecord*>> records;
+    for (size_t c : item.cells) {
+      if (!spans.measures(c, s)) continue;
+      cells.push_back(c);
+      std::vector<const GroupRecord*>& own = records.emplace_back();
+      for (size_t r = 0; r < item.records.size(); ++r)
+        if (item.cell_of_record[r] == c && item.records[r].seq == sequence.seq &&
+            item.records[r].layer == item.layers[l])
+          own.push_back(&item.records[r]);
+    }
+    if (cells.empty()) continue;
+    std::vector<SpanLayer> measured = measure_span_layers(sequence.spans, records, *lanes[l].source);
+    for (size_t i = 0; i < cells.size(); ++i) spans.add(cells[i], s, layer, std::move(measured[i]));
+  }
+}
+
 }  // namespace
 
 std::vector<LayerHeld> item_layouts(const ReplayPlan& plan, const WorkItem& item) {
@@ -259,7 +284,7 @@ ItemPhases link_context_items(const ReplayPlan& plan, std::vector<WorkItem>& ite
 }
 
 void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, const ReplayPlan& plan, WorkItem& item,
-              SweepAggregator* streaming) {
+              SweepAggregator* streaming, SpanAggregator* spans) {
   const QuantViews views = quant_views(plan, item);
   std::vector<LaneData> lanes = open_lanes(reader, config, plan, item, views);
   const std::vector<std::pair<size_t, size_t>> where =
@@ -295,6 +320,7 @@ void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, co
     }
   }
   if (item.sequence->leads_context) keep_compressions(item);
+  if (spans) add_spans(plan, item, lanes, *spans);
   if (!streaming) return;
   add_layouts(plan, item, *streaming, std::move(held));
   for (GroupRecord& record : item.records) record.result.eviction_step = {};

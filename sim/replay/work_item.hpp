@@ -10,6 +10,7 @@
 
 #include "aggregate.hpp"
 #include "replay_plan.hpp"
+#include "span_aggregate.hpp"
 
 namespace kvsim {
 
@@ -48,9 +49,10 @@ struct ItemPhases {
 ItemPhases link_context_items(const ReplayPlan& plan, std::vector<WorkItem>& items);
 
 // Replays `item`, filling its records. streaming: the engine hands each block of steps to it,
-// and the records keep no per-step values; null: the records keep them all.
+// and the records keep no per-step values; null: the records keep them all. spans: gets the
+// item's span metrics (null: none measured).
 void run_item(const kvtrace::TraceReader& reader, const ReplayConfig& config, const ReplayPlan& plan, WorkItem& item,
-              SweepAggregator* streaming);
+              SweepAggregator* streaming, SpanAggregator* spans);
 
 // The layouts' occupancy (kvsim/replay/layout.hpp) of every cell of `item` on each of its layers, to
 // `aggregator`, from its records: their occupancy comes in `held` (per cell of the item, then

@@ -295,6 +295,32 @@ class ModuleTest(unittest.TestCase):
                             records=False)
         self.assertGreater(kept["occupancy_mean"], plain["occupancy_mean"])  # the window fills B: 3 more stay
 
+    def test_spans_equal_cli(self):
+        # attrs["spans"] and span_step= as the replay JSON's cells[0].spans and --span-step.
+        qa = self.out("qa-spans.h5")
+        made = cli("capture", "--context", "Lily had a red ball. She lost it in the park.", "--question",
+                   "Who lost the ball?", "--tokens", "40", "--out", qa, check=False)
+        if made.returncode != 0:
+            self.skipTest("no model to capture a trace with spans: " + made.stderr)
+        for step in (None, 20):
+            extra = [] if step is None else ["--span-step", str(step)]
+            cli("replay", qa, "--policy", "h2o", "--budget", "6", "--mode", "prefill", "--question", "auto",
+                "--json", self.out("spans.json"), *extra)
+            with open(self.out("spans.json"), encoding="utf-8") as f:
+                shown = json.load(f)["cells"][0]["spans"]
+            frame = kvsim.replay(qa, "h2o", 6, mode="prefill", question="auto", span_step=step, as_frame=True)
+            spans = frame.attrs["spans"]
+            self.assertEqual(len(spans), len(shown))
+            self.assertEqual(sorted(spans.columns), sorted(shown[0].keys()))
+            for i, span in enumerate(shown):
+                for key, value in span.items():
+                    got = spans[key][i]
+                    if value is None:
+                        self.assertTrue(math.isnan(got), (i, key, got))
+                    else:
+                        self.assertEqual(got, value, (i, key))
+            self.assertEqual(spans["step"][0], 20 if step is not None else 15)  # the question span's start
+
     def test_budgets_that_move_equal_cli(self):
         # --layer-budget pyramid / cake, --head-budget adaptive and --share reach the engine the same way.
         gqa = self.out("gqa.h5")

@@ -43,6 +43,7 @@ int cmd_replay(const std::vector<std::string>& args) {
   if (results.pool > 0) std::cout << "\n" << pool_table(results.cells.front());
   if (!results.shared_contexts.empty())
     std::cout << "\n" << shared_context_text(results) << shared_context_table(results.cells.front());
+  if (!results.cells.front().spans.empty()) std::cout << "\n" << span_table(results.cells.front());
   const LayerSchedule& schedule = policy_schedule(config, 0);
   if (schedule.kind != LayerSchedule::Kind::weights || !schedule.weights.empty()) {
     std::cout << "layer budgets B_l (" << schedule.name << ", mean over the sequences):";

@@ -21,6 +21,7 @@
 #include "kvsim/policies/registry.hpp"
 #include "kvsim/quant/quant.hpp"
 #include "kvsim/core/summary.hpp"
+#include "kvsim/replay/span_metrics.hpp"
 #include "kvsim/replay/work_split.hpp"
 #include "kvtrace/attention_source.hpp"
 
@@ -82,6 +83,7 @@ struct ReplayConfig {
   bool question_auto = false;  // --question auto: each sequence's question_len attribute
   Threshold threshold;         // --threshold, --window (EngineOptions::threshold)
   Protection protect;          // --protect: each sequence's spans pin positions (SimulationSpec::pinned)
+  int64_t span_step = -1;      // --span-step: the row span metrics measure at (-1: span_rows' choice)
   Aggregate aggregate = Aggregate::mean;
   Paging paging;  // page mode (--page): whole pages by the policies' scores
   kvtrace::RowsFrom rows = kvtrace::RowsFrom::automatic;
@@ -157,6 +159,9 @@ struct CellResult {
   std::vector<LayerSummary> layers;
   std::vector<SequenceSummary> sequences;  // with pools or shared contexts: per replayed sequence, in order
   std::vector<GroupRecord> records;  // with keep_records, in (sequence, layer, group) order
+  // Per replayed sequence with spans, each span's measures (span_metrics.hpp); none for a
+  // bound, which keeps no cache, and none under a split (its ranks do not trade rows).
+  std::vector<SpanResult> spans;
 };
 
 struct ReplayResults {
@@ -181,6 +186,10 @@ struct ReplayResults {
     std::vector<int> sequences;
   };
   std::vector<SharedContext> shared_contexts;
+  // The kinds of the replayed sequences' spans, in order of first appearance: the sweep CSV's
+  // span columns (span_column_names). Empty: no spans measured.
+  std::vector<std::string> span_kinds;
+  int64_t span_step = -1;  // ReplayConfig::span_step
 };
 
 // The layer schedule policy `policy` of config.policies runs under (InputError when it
@@ -189,6 +198,9 @@ const LayerSchedule& policy_schedule(const ReplayConfig& config, size_t policy);
 
 ReplayResults replay_trace(const kvtrace::TraceReader& reader, const ReplayConfig& config,
                            const std::function<void(int64_t, int64_t)>& progress = {});
+// The kinds of the spans of the sequences `config` replays, in order of first appearance
+// (ReplayResults::span_kinds); none under a split.
+std::vector<std::string> replay_span_kinds(const kvtrace::TraceReader& reader, const ReplayConfig& config);
 // Per layer of the trace, B_l under policy `policy`'s schedule for `budget`, the mean over the
 // replayed sequences (each resolved against its length, T as the replay takes it).
 std::vector<double> mean_layer_budgets(const kvtrace::TraceReader& reader, const ReplayConfig& config,
@@ -236,6 +248,7 @@ struct ReplayRequest {
   std::string compress_every;           // "", or a step count
   std::string threshold, window;        // the threshold protocol's T and W ("": not given)
   std::vector<std::string> protect;     // --protect KIND:N, each (empty: none)
+  std::string span_step;                // --span-step T ("": span_rows' choice)
   std::string quant;                    // KV quantization specs, comma-separated ("": none)
   int64_t page = 0;                     // page size P (0: token mode)
   std::string page_score = "mean";      // how a page's scores combine: mean or max

@@ -44,6 +44,11 @@ std::string pool_table(const CellResult& cell);
 std::string shared_context_text(const ReplayResults& results);
 std::string shared_context_table(const CellResult& cell);
 
+// A cell's span metrics (CellResult::spans), a line per span of each sequence: its shares
+// held and gone and its masses at the step row and over the answer rows ("" without spans).
+// (span_report.cpp)
+std::string span_table(const CellResult& cell);
+
 // The sweep CSV (one row per policy, budget and quant): kvsim/replay/sweep_table.hpp.
 // Per layer rows plus an "all" row for each cell.
 std::string layers_csv(const ReplayResults& results);

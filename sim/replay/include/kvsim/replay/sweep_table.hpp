@@ -32,6 +32,9 @@ struct SweepRow {
   double occupancy_dense_mean = NAN, occupancy_dense_peak = NAN;
   double occupancy_layer_union_mean = NAN, occupancy_layer_union_peak = NAN;
   double occupancy_model_union_mean = NAN, occupancy_model_union_peak = NAN;
+  // The cell's span columns (span_metrics.hpp), by name: written after every other column,
+  // as the table's span kinds ask for them; not read back.
+  std::vector<SpanColumn> spans;
 };
 
 // One column: its name and the member holding it (one of the three is set).
@@ -50,6 +53,7 @@ const SweepColumn* find_sweep_column(const std::string& name);  // null when the
 // columns they always had).
 struct SweepExtras {
   bool question = false, paged = false;
+  std::vector<std::string> span_kinds;  // ReplayResults::span_kinds: their columns come last
 };
 SweepExtras sweep_extras(const ReplayResults& results);
 bool written(const SweepColumn& column, SweepExtras extras);
