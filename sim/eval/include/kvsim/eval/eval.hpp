@@ -46,6 +46,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -65,6 +66,15 @@ class Tokenizer;
 namespace kvsim {
 
 // ---- one closed-loop run ----
+
+// A context compressed once for the questions that share it (docs/semantics.md, section 6):
+// per (layer, group) of a run, in ClosedLoopRun::groups' order, the positions the compression
+// at the context's end evicted, ascending.
+using ContextCompression = std::vector<std::shared_ptr<const std::vector<int32_t>>>;
+// What the question protocol's run (without --compress-every, so its only evictions are the
+// context's compression) evicted in each of `records`: the positions with an eviction step.
+std::shared_ptr<const std::vector<int32_t>> evicted_positions(const SimulationResult& result);
+ContextCompression context_compression(std::span<const GroupRecord> records);
 
 struct ClosedLoopOptions {
   Aggregate aggregate = Aggregate::mean;
@@ -88,6 +98,10 @@ struct ClosedLoopOptions {
   // The question protocol: the first prompt_len tokens are the prompt, its last `question` the
   // question (0: none, stream semantics).
   int64_t prompt_len = 0, question = 0;
+  // A shared context's compression made by another run of the same policy, budgets and
+  // protocol (context_compression of its groups): each (layer, group) evicts exactly those
+  // positions at the context's end and its policy decides nothing. Empty: the policy decides.
+  std::span<const std::shared_ptr<const std::vector<int32_t>>> compressed_away;
   // When set, the run throws Cancelled before its next position once it reads true.
   const std::atomic<bool>* cancel = nullptr;
 };
@@ -124,6 +138,9 @@ struct EvalSequence {
   int64_t prompt_len = -1;    // the prompt's tokens (the trace's prompt_len, --prompt-len); -1: unknown
   int64_t question_len = -1;  // the trace's question_len (--question auto); -1: unknown
   std::vector<kvtrace::Span> spans = {};  // the trace's (--protect); none from text
+  // The trace's context_group (-1: none): the sequences of one group share their context's
+  // compression under the trace's question (docs/semantics.md, section 6).
+  int64_t context_group = -1;
 };
 
 // The text encoded once with BOS (llama2.c's encode) and cut into consecutive sequences of
