@@ -29,7 +29,10 @@
 // P tokens (the trace's prompt_len, or --prompt-len); its last N are the question. The context
 // (tokens 0..P-N-1) runs with the full cache and is compressed to B_l at its last step; the
 // question's and the answer's tokens join the cache and stay. Only the answer's predictions
-// count then (positions P-1..n-2, predicting tokens P..n-1), the full cache's alike.
+// count then (positions P-1..n-2, predicting tokens P..n-1), the full cache's alike. The
+// sequences of one context_group under the trace's question share one compression of the
+// context per (policy, budget): the first one's runs make it, the others' runs are given it
+// (ClosedLoopOptions::compressed_away), closed loop and replay alike.
 //
 // Metrics over the n-1 predictions of a sequence of n tokens (position i predicts token
 // i+1; every position counts, the prompt's too: stream semantics, as replay's default):
@@ -254,6 +257,14 @@ struct EvalResults {
   bool question = false;                 // the question protocol: only the answer's predictions count
   Protection protect;                    // EvalConfig::protect
   std::vector<int64_t> sequence_prompt, sequence_question;  // with a question: P and N per sequence
+  // Shared contexts (docs/semantics.md, section 6): per sequence, the index (EvalSequence::index)
+  // of the sequence whose runs compressed its context, its own for that one; -1: not shared.
+  std::vector<int> sequence_compressed_by;
+  struct SharedContext {
+    int64_t group = 0;           // the trace's context_group
+    std::vector<int> sequences;  // their indices, the compressing one first
+  };
+  std::vector<SharedContext> shared_contexts;
 };
 
 // The proxy table's rows (replay's retention mean and p5, output error mean, layer- and
