@@ -194,7 +194,7 @@ ReplayPlan plan_replay(const kvtrace::TraceReader& reader, const ReplayConfig& c
   for (int seq : sequences) {
     const kvtrace::SequenceMeta& info = reader.sequence(seq);
     plan.sequences.push_back(
-        {seq, info.n_tokens, info.prompt_len, schedule_tokens(config, info), protocol_of(reader, config, seq, info), {}});
+        {seq, info.n_tokens, info.prompt_len, schedule_tokens(config, info), protocol_of(reader, config, seq, info)});
   }
   link_shared_contexts(reader, config, plan);
   if (config.protect.on()) pin_sequences(reader, config.protect, plan);
