@@ -115,7 +115,7 @@ std::vector<eval_replay::Reference> full_cache_references(const Grid& grid,
   std::vector<eval_replay::Reference> references(n_seqs);
   auto replay_full = [&](size_t s, ClosedLoopRun& full) {
     eval_replay::Reference& reference = references[s];
-    std::span<const ContextCompression> given;  // the replay of the one it takes it from ran before
+    std::span<const ContextCompression> given;  // a shared context's, replayed in an earlier phase
     if (plans[s].context.from >= 0) given = references[static_cast<size_t>(plans[s].context.from)].compressions;
     eval_replay::replay_reference(grid.model, grid.sequences[s], config, plans[s], full, reference, given);
     reference.recall = recall_positions(grid.sequences[s].tokens, full.argmax, config.recall_distance,
@@ -142,7 +142,11 @@ std::vector<eval_replay::Reference> full_cache_references(const Grid& grid,
   if (!measure) {
     for (const std::vector<size_t>& phase : phases)
       parallel_for(
-          phase.size(), grid.threads, [&](size_t i) { run_full(phase[i]), replay_full(phase[i], fulls[phase[i]]); },
+          phase.size(), grid.threads,
+          [&](size_t i) {
+            run_full(phase[i]);
+            replay_full(phase[i], fulls[phase[i]]);
+          },
           tick);
     return references;
   }
@@ -157,9 +161,8 @@ std::vector<eval_replay::Reference> full_cache_references(const Grid& grid,
   return references;
 }
 
-// The closed loop of cell `cell` on sequence `s`. compressions[s * cells + cell]: the
-// compression of a shared context that sequence s makes (kept) or, at its leader's place,
-// takes.
+// The closed loop of cell `cell` on sequence `s`. compressions[s * cells + cell]: what the run
+// of a sequence that leads a shared context evicted there; one that takes it reads its leader's.
 RunResult closed_loop(const Grid& grid, size_t s, const eval_replay::Reference& reference,
                       const eval_plan::SequencePlan& plan, size_t cell, std::vector<ContextCompression>& compressions) {
   const EvalSequence& sequence = grid.sequences[s];
