@@ -557,7 +557,9 @@ def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggr
     deciding; beside it the teacher-forced replay on the same tokens. Returns the document
     `kvsim eval --json` writes, as a dict: full_cache, cells (per policy and budget:
     closed_loop perplexity, perplexity_increase, top1_agreement, ...; replay retention and
-    output error), per_sequence, correlations. tokens: the first N of each sequence (0: all).
+    output error), per_sequence (with compressed_by where questions share a context: the
+    sequence whose runs compressed it), shared_contexts (if any), correlations. tokens: the
+    first N of each sequence (0: all).
     layer_budget: as kvsim eval --layer-budget; question: N or "auto" (--question), with
     prompt_len (0: the trace's prompt_len). recall_distance: D of the recall tokens
     (--recall-distance): recall_tokens, full_cache's recall_perplexity, and each cell's

@@ -143,7 +143,8 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
     engine_options.aggregate = options_.aggregate;
     engine_options.protocol.compress_every = options_.compress_every;
     engine_options.paging = options_.paging;
-    engine_options.head_floor = options_.head_floor;
+    // A given compression holds whatever adaptive budgets chose in the run that made it.
+    engine_options.head_floor = options_.compressed_away.empty() ? options_.head_floor : -1;
     if (options_.question > 0) {
       engine_options.mode = Mode::prefill;
       engine_options.prompt_len = options_.prompt_len;
@@ -170,6 +171,7 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
             options_.layer_budgets.empty() ? budget : options_.layer_budgets[static_cast<size_t>(l)];
         specs.push_back(simulation_spec(*policy_, layer_budget, g, l, state));
         specs.back().pinned = options_.pinned;
+        if (!options_.compressed_away.empty()) specs.back().compressed_away = options_.compressed_away[compressions_++];
         GroupRecord& record = loop.records.emplace_back();
         record.seq = options_.sequence;
         record.layer = l;
@@ -187,6 +189,7 @@ class ClosedLoopHook final : public kvtrace::AttentionHook {
   int64_t n_;
   const ClosedLoopOptions& options_;
   std::vector<LoopLayer> layers_;
+  size_t compressions_ = 0;                // options_.compressed_away handed to the simulations so far
   std::vector<std::vector<int>> allowed_;  // per head: the positions it attends at this step
   std::vector<std::vector<std::vector<float>>> rows_, values_;
   // [layer][head][n * head_dim]: the model's q, k, v for a policy that reads them.
@@ -201,7 +204,36 @@ double negative_log_likelihood(std::span<const float> logits, int target) {
   return static_cast<double>(top) + std::log(sum) - static_cast<double>(logits[static_cast<size_t>(target)]);
 }
 
+// Throws InputError unless `compression` holds one entry per (layer, group) of `policy` on the
+// model and the run compresses its context once (a question, no --compress-every).
+void check_compression(const kvtrace::Llama2Config& config, const PolicyInfo& policy,
+                       const ClosedLoopOptions& options) {
+  const GroupRange range = policy_groups(policy, config.n_kv_heads);
+  const auto wanted = static_cast<size_t>(config.n_layers) * static_cast<size_t>(range.last - range.first);
+  if (options.question <= 0 || options.compress_every > 0)
+    throw kvtrace::InputError("", "",
+                              "a shared context's compression needs the question protocol without --compress-every");
+  if (options.compressed_away.size() != wanted ||
+      std::any_of(options.compressed_away.begin(), options.compressed_away.end(), [](const auto& p) { return !p; }))
+    throw kvtrace::InputError("", "",
+                              "a shared context's compression needs one set of positions per layer and group (" +
+                                  std::to_string(wanted) + ")");
+}
+
 }  // namespace
+
+std::shared_ptr<const std::vector<int32_t>> evicted_positions(const SimulationResult& result) {
+  auto away = std::make_shared<std::vector<int32_t>>();
+  for (size_t p = 0; p < result.eviction_step.size(); ++p)
+    if (result.eviction_step[p] >= 0) away->push_back(static_cast<int32_t>(p));
+  return away;
+}
+
+ContextCompression context_compression(std::span<const GroupRecord> records) {
+  ContextCompression out;
+  for (const GroupRecord& record : records) out.push_back(evicted_positions(record.result));
+  return out;
+}
 
 void check_closed_loop_policy(const PolicyInfo& info) {
   if (info.selects)
@@ -248,6 +280,7 @@ ClosedLoopRun run_closed_loop(const kvtrace::Llama2Model& model, std::span<const
          *std::min_element(options.layer_budgets.begin(), options.layer_budgets.end()) < 1))
       throw kvtrace::InputError(
           "", "", "layer budgets: one of at least 1 token per layer (" + std::to_string(config.n_layers) + ") needed");
+    if (!options.compressed_away.empty()) check_compression(config, *policy->info, options);
     if (policy->info->needs_future) {
       const auto* future = options.future_rows;
       if (!future || static_cast<int>(future->size()) != config.n_layers ||
@@ -316,6 +349,7 @@ EvalSequence trace_sequence(const kvtrace::TraceReader& reader, int seq, int tok
   for (int32_t token : reader.tokens(seq)) sequence.tokens.push_back(token);
   sequence.prompt_len = reader.sequence(seq).prompt_len;
   sequence.question_len = reader.sequence(seq).question_len;
+  sequence.context_group = reader.sequence(seq).context_group;
   if (tokens > 0 && static_cast<int>(sequence.tokens.size()) > tokens)
     sequence.tokens.resize(static_cast<size_t>(tokens));
   const auto n = static_cast<int64_t>(sequence.tokens.size());

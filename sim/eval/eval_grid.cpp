@@ -96,42 +96,13 @@ class Progress {
   std::mutex mutex_;
 };
 
-// Throws InputError for a grid that cannot run: no policy, budget or sequence, a policy the
-// closed loop cannot run or whose layers the model lacks, a sequence too short, longer than
-// the model's seq_len or with a token outside its vocabulary. Returns whether a policy needs
-// the future rows.
-bool check_grid(const kvtrace::Llama2Config& c, std::span<const EvalSequence> sequences, const EvalConfig& config) {
-  if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
-  if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
-  if (sequences.empty()) throw kvtrace::InputError("", "", "no sequence to evaluate");
-  if (config.recall_distance < 1) throw kvtrace::InputError("", "", "the recall distance must be at least 1");
-  bool needs_future = false;
-  for (const PolicyChoice& policy : config.policies) {
-    check_closed_loop_policy(*policy.info);
-    check_policy_layers(policy, c.n_layers, "the model");
-    needs_future = needs_future || policy.info->needs_future;
-  }
-  for (const EvalSequence& sequence : sequences) {
-    const std::string which = "sequence " + std::to_string(sequence.index);
-    if (sequence.tokens.size() < 2) throw kvtrace::InputError("", which, "needs at least 2 tokens (one prediction)");
-    if (static_cast<int64_t>(sequence.tokens.size()) > c.seq_len)
-      throw kvtrace::InputError("", which,
-                                "has " + std::to_string(sequence.tokens.size()) +
-                                    " tokens, more than the model's seq_len " + std::to_string(c.seq_len));
-    for (int token : sequence.tokens)
-      if (token < 0 || token >= c.vocab_size)
-        throw kvtrace::InputError("", which,
-                                  "token id " + std::to_string(token) + " is outside the model's vocabulary [0, " +
-                                      std::to_string(c.vocab_size) + ")");
-  }
-  return needs_future;
-}
-
 // The full cache: references for agreement, the rows the replay runs on and the measured
 // schedules read. Unless a schedule measures them, each sequence's full-cache run is replayed
 // and dropped at once; else every run is kept until the schedules are measured. Fills `plans`.
+// The sequences that take a shared context's compression replay after the others.
 std::vector<eval_replay::Reference> full_cache_references(const Grid& grid,
                                                           const std::vector<eval_plan::SequenceProtocol>& protocols,
+                                                          const std::vector<eval_plan::ContextLink>& links,
                                                           Progress& progress,
                                                           std::vector<eval_plan::SequencePlan>& plans) {
   const EvalConfig& config = grid.config;
@@ -140,11 +111,13 @@ std::vector<eval_replay::Reference> full_cache_references(const Grid& grid,
   const bool measure = eval_plan::schedules_measure(config);
   const std::vector<LayerSchedule> unmeasured =
       eval_plan::policy_schedules(config, n_layers, {}, {}, {}, 1);  // bad schedules fail before any run
-  if (!measure) plans = eval_plan::sequence_plans(grid.sequences, config, protocols, unmeasured, n_layers);
+  if (!measure) plans = eval_plan::sequence_plans(grid.sequences, config, protocols, links, unmeasured, n_layers);
   std::vector<eval_replay::Reference> references(n_seqs);
   auto replay_full = [&](size_t s, ClosedLoopRun& full) {
     eval_replay::Reference& reference = references[s];
-    eval_replay::replay_reference(grid.model, grid.sequences[s], config, plans[s], full, reference);
+    std::span<const ContextCompression> given;  // a shared context's, replayed in an earlier phase
+    if (plans[s].context.from >= 0) given = references[static_cast<size_t>(plans[s].context.from)].compressions;
+    eval_replay::replay_reference(grid.model, grid.sequences[s], config, plans[s], full, reference, given);
     reference.recall = recall_positions(grid.sequences[s].tokens, full.argmax, config.recall_distance,
                                         plans[s].protocol.first_prediction());
     reference.argmax = std::move(full.argmax);
@@ -153,38 +126,46 @@ std::vector<eval_replay::Reference> full_cache_references(const Grid& grid,
     full = ClosedLoopRun();
   };
   std::vector<ClosedLoopRun> fulls(n_seqs);
-  parallel_for(
-      n_seqs, grid.threads,
-      [&](size_t s) {
-        ClosedLoopOptions options;
-        options.sequence = grid.sequences[s].index;
-        options.cancel = config.cancel;
-        options.record_rows = options.record_values = true;
-        for (const PolicyChoice& policy : config.policies) {  // what the policies read, for the replay
-          options.record_keys = options.record_keys || policy.info->needs_keys;
-          options.record_queries = options.record_queries || policy.info->needs_queries;
-        }
-        fulls[s] = run_closed_loop(grid.model, grid.sequences[s].tokens, nullptr, 0, options);
-        if (!measure) replay_full(s, fulls[s]);
-      },
-      [&] {
-        if (!measure) progress.tick();
-      });
-  if (measure) {
-    std::vector<const std::vector<std::vector<std::vector<float>>>*> full_rows;
-    for (const ClosedLoopRun& full : fulls) full_rows.push_back(&full.rows);
-    const std::vector<LayerSchedule> measured =
-        eval_plan::policy_schedules(config, n_layers, grid.sequences, protocols, full_rows, grid.threads);
-    plans = eval_plan::sequence_plans(grid.sequences, config, protocols, measured, n_layers);
-    parallel_for(
-        n_seqs, grid.threads, [&](size_t s) { replay_full(s, fulls[s]); }, [&] { progress.tick(); });
+  auto run_full = [&](size_t s) {
+    ClosedLoopOptions options;
+    options.sequence = grid.sequences[s].index;
+    options.cancel = config.cancel;
+    options.record_rows = options.record_values = true;
+    for (const PolicyChoice& policy : config.policies) {  // what the policies read, for the replay
+      options.record_keys = options.record_keys || policy.info->needs_keys;
+      options.record_queries = options.record_queries || policy.info->needs_queries;
+    }
+    fulls[s] = run_closed_loop(grid.model, grid.sequences[s].tokens, nullptr, 0, options);
+  };
+  auto tick = [&] { progress.tick(); };
+  const std::vector<std::vector<size_t>> phases = eval_plan::context_phases(links);
+  if (!measure) {
+    for (const std::vector<size_t>& phase : phases)
+      parallel_for(
+          phase.size(), grid.threads,
+          [&](size_t i) {
+            run_full(phase[i]);
+            replay_full(phase[i], fulls[phase[i]]);
+          },
+          tick);
+    return references;
   }
+  parallel_for(n_seqs, grid.threads, run_full, [] {});
+  std::vector<const std::vector<std::vector<std::vector<float>>>*> full_rows;
+  for (const ClosedLoopRun& full : fulls) full_rows.push_back(&full.rows);
+  const std::vector<LayerSchedule> measured =
+      eval_plan::policy_schedules(config, n_layers, grid.sequences, protocols, full_rows, grid.threads);
+  plans = eval_plan::sequence_plans(grid.sequences, config, protocols, links, measured, n_layers);
+  for (const std::vector<size_t>& phase : phases)
+    parallel_for(phase.size(), grid.threads, [&](size_t i) { replay_full(phase[i], fulls[phase[i]]); }, tick);
   return references;
 }
 
-// The closed loop of cell `cell` on one sequence.
-RunResult closed_loop(const Grid& grid, const EvalSequence& sequence, const eval_replay::Reference& reference,
-                      const eval_plan::SequencePlan& plan, size_t cell) {
+// The closed loop of cell `cell` on sequence `s`. compressions[s * cells + cell]: what the run
+// of a sequence that leads a shared context evicted there; one that takes it reads its leader's.
+RunResult closed_loop(const Grid& grid, size_t s, const eval_replay::Reference& reference,
+                      const eval_plan::SequencePlan& plan, size_t cell, std::vector<ContextCompression>& compressions) {
+  const EvalSequence& sequence = grid.sequences[s];
   const EvalConfig& config = grid.config;
   const int n_layers = grid.model.config().n_layers;
   ClosedLoopOptions options;
@@ -196,12 +177,15 @@ RunResult closed_loop(const Grid& grid, const EvalSequence& sequence, const eval
   options.cancel = config.cancel;
   if (grid.needs_future) options.future_rows = &reference.rows;
   options.layer_budgets = plan.layer_budgets[cell];
+  if (plan.context.from >= 0)
+    options.compressed_away = compressions[static_cast<size_t>(plan.context.from) * grid.cells + cell];
   options.pinned = plan.pinned;
   options.prompt_len = plan.protocol.prompt;
   options.question = plan.protocol.question;
   const int64_t budget = config.budgets[cell % grid.budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));
   const ClosedLoopRun run =
       run_closed_loop(grid.model, sequence.tokens, &config.policies[cell / grid.budgets], budget, options);
+  if (plan.context.leads) compressions[s * grid.cells + cell] = context_compression(run.groups);
   RunResult result;
   for (auto i = static_cast<size_t>(plan.protocol.first_prediction()); i < run.nll.size(); ++i) {
     result.nll_sum += run.nll[i];
@@ -363,27 +347,31 @@ void check_eval_protection(std::span<const EvalSequence> sequences, const EvalCo
 
 EvalResults evaluate(const kvtrace::Llama2Model& model, std::span<const EvalSequence> sequences,
                      const EvalConfig& config, const std::function<void(int64_t, int64_t)>& progress) {
-  const bool needs_future = check_grid(model.config(), sequences, config);
+  const bool needs_future = eval_plan::check_grid(model.config(), sequences, config);
   check_eval_protection(sequences, config);
   const int threads = worker_threads(config.threads);
   const size_t budgets = config.budgets.size(), cells = config.policies.size() * budgets;
   const Grid grid{model, sequences, config, threads, budgets, cells, needs_future};
   Progress ticks(progress, static_cast<int64_t>(sequences.size() * (cells + 1)));
   const std::vector<eval_plan::SequenceProtocol> protocols = eval_plan::sequence_protocols(sequences, config);
+  const std::vector<eval_plan::ContextLink> links = eval_plan::context_links(sequences, config, protocols);
   std::vector<eval_plan::SequencePlan> plans;
-  const std::vector<eval_replay::Reference> references = full_cache_references(grid, protocols, ticks, plans);
+  const std::vector<eval_replay::Reference> references = full_cache_references(grid, protocols, links, ticks, plans);
 
-  // The closed loop: one run per (sequence, policy, budget).
+  // The closed loop: one run per (sequence, policy, budget), a shared context's compressing runs first.
   std::vector<RunResult> runs(sequences.size() * cells);
-  parallel_for(
-      runs.size(), threads,
-      [&](size_t item) {
-        const size_t s = item / cells, cell = item % cells;
-        runs[item] = closed_loop(grid, sequences[s], references[s], plans[s], cell);
-      },
-      [&] { ticks.tick(); });
+  std::vector<ContextCompression> compressions(runs.size());
+  for (const std::vector<size_t>& phase : eval_plan::context_phases(links))
+    parallel_for(
+        phase.size() * cells, threads,
+        [&](size_t item) {
+          const size_t s = phase[item / cells], cell = item % cells;
+          runs[s * cells + cell] = closed_loop(grid, s, references[s], plans[s], cell, compressions);
+        },
+        [&] { ticks.tick(); });
 
   EvalResults results = full_cache_results(grid, protocols, references);
+  eval_plan::report_shared_contexts(sequences, links, results);
   for (size_t cell = 0; cell < cells; ++cell)
     results.cells.push_back(cell_result(grid, plans, runs, references, results, cell));
   correlate(results);

@@ -1,6 +1,7 @@
-// kvsim::evaluate's per-sequence protocols and per-policy layer schedules (eval_plan.hpp). The
-// schedules are kvsim/analysis's (layer_schedule over ScheduleRows): the same code replay uses,
-// fed with the full-cache run's rows instead of a trace's.
+// kvsim::evaluate's checks, per-sequence protocols and shared contexts, and per-policy layer
+// schedules (eval_plan.hpp). The schedules are kvsim/analysis's (layer_schedule over
+// ScheduleRows): the same code replay uses, fed with the full-cache run's rows instead of a
+// trace's.
 #include "eval_plan.hpp"
 
 #include <algorithm>
@@ -12,6 +13,33 @@
 #include "kvtrace/error.hpp"
 
 namespace kvsim::eval_plan {
+
+bool check_grid(const kvtrace::Llama2Config& c, std::span<const EvalSequence> sequences, const EvalConfig& config) {
+  if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
+  if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
+  if (sequences.empty()) throw kvtrace::InputError("", "", "no sequence to evaluate");
+  if (config.recall_distance < 1) throw kvtrace::InputError("", "", "the recall distance must be at least 1");
+  bool needs_future = false;
+  for (const PolicyChoice& policy : config.policies) {
+    check_closed_loop_policy(*policy.info);
+    check_policy_layers(policy, c.n_layers, "the model");
+    needs_future = needs_future || policy.info->needs_future;
+  }
+  for (const EvalSequence& sequence : sequences) {
+    const std::string which = "sequence " + std::to_string(sequence.index);
+    if (sequence.tokens.size() < 2) throw kvtrace::InputError("", which, "needs at least 2 tokens (one prediction)");
+    if (static_cast<int64_t>(sequence.tokens.size()) > c.seq_len)
+      throw kvtrace::InputError("", which,
+                                "has " + std::to_string(sequence.tokens.size()) +
+                                    " tokens, more than the model's seq_len " + std::to_string(c.seq_len));
+    for (int token : sequence.tokens)
+      if (token < 0 || token >= c.vocab_size)
+        throw kvtrace::InputError("", which,
+                                  "token id " + std::to_string(token) + " is outside the model's vocabulary [0, " +
+                                      std::to_string(c.vocab_size) + ")");
+  }
+  return needs_future;
+}
 
 std::vector<SequenceProtocol> sequence_protocols(std::span<const EvalSequence> sequences, const EvalConfig& config) {
   std::vector<SequenceProtocol> out(sequences.size());
@@ -47,6 +75,59 @@ std::vector<SequenceProtocol> sequence_protocols(std::span<const EvalSequence> s
     out[s] = {sequence.prompt_len, question};
   }
   return out;
+}
+
+std::vector<ContextLink> context_links(std::span<const EvalSequence> sequences, const EvalConfig& config,
+                                       std::span<const SequenceProtocol> protocols) {
+  std::vector<ContextLink> links(sequences.size());
+  std::map<int64_t, size_t> first_of_group;
+  bool shared = false;
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    const EvalSequence& sequence = sequences[s];
+    const SequenceProtocol& protocol = protocols[s];
+    if (sequence.context_group < 0 || protocol.question <= 0 || protocol.question != sequence.question_len) continue;
+    const auto [first, fresh] = first_of_group.emplace(sequence.context_group, s);
+    if (fresh) {
+      links[s].group = sequence.context_group;
+      continue;
+    }
+    const size_t f = first->second;
+    const int64_t context = protocol.prompt - protocol.question;
+    const auto& leader = sequences[f].tokens;
+    if (protocols[f].prompt - protocols[f].question != context ||
+        !std::equal(leader.begin(), leader.begin() + static_cast<std::ptrdiff_t>(context), sequence.tokens.begin()))
+      continue;  // --prompt-len moved the context off the trace's: its own
+    links[s] = {sequence.context_group, static_cast<int64_t>(f), false};
+    links[f].leads = shared = true;
+  }
+  for (ContextLink& link : links)
+    if (!link.leads && link.from < 0) link.group = -1;  // alone in its group: nothing shared
+  if (shared && config.compress_every > 0)
+    throw kvtrace::InputError("", "",
+                              "sequences that share a context_group compress it once, then keep every question's "
+                              "tokens: --compress-every would evict from each question's own state");
+  return links;
+}
+
+std::vector<std::vector<size_t>> context_phases(std::span<const ContextLink> links) {
+  std::vector<std::vector<size_t>> phases(2);
+  for (size_t s = 0; s < links.size(); ++s) phases[links[s].from >= 0 ? 1 : 0].push_back(s);
+  return phases;
+}
+
+void report_shared_contexts(std::span<const EvalSequence> sequences, std::span<const ContextLink> links,
+                            EvalResults& results) {
+  results.sequence_compressed_by.assign(sequences.size(), -1);
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    if (!links[s].leads) continue;
+    EvalResults::SharedContext& shared = results.shared_contexts.emplace_back();
+    shared.group = links[s].group;
+    for (size_t other = s; other < sequences.size(); ++other)
+      if (other == s || links[other].from == static_cast<int64_t>(s)) {
+        shared.sequences.push_back(sequences[other].index);
+        results.sequence_compressed_by[other] = sequences[s].index;
+      }
+  }
 }
 
 bool schedules_measure(const EvalConfig& config) {
@@ -109,13 +190,19 @@ std::vector<int64_t> layer_budgets(const LayerSchedule& schedule, int64_t budget
 
 std::vector<SequencePlan> sequence_plans(std::span<const EvalSequence> sequences, const EvalConfig& config,
                                          std::span<const SequenceProtocol> protocols,
-                                         std::span<const LayerSchedule> schedules, int n_layers) {
+                                         std::span<const ContextLink> links, std::span<const LayerSchedule> schedules,
+                                         int n_layers) {
   const size_t budgets = config.budgets.size(), cells = config.policies.size() * budgets;
   std::vector<SequencePlan> plans(sequences.size());
   for (size_t s = 0; s < plans.size(); ++s) {
     plans[s].protocol = protocols[s];
+    plans[s].context = links[s];
     const auto n = static_cast<int64_t>(sequences[s].tokens.size());
     if (config.protect.on()) plans[s].pinned = pinned_positions(config.protect, sequences[s].spans, n);
+    if (links[s].from >= 0) {  // the first of its group comes before it
+      plans[s].layer_budgets = plans[static_cast<size_t>(links[s].from)].layer_budgets;
+      continue;
+    }
     for (size_t cell = 0; cell < cells; ++cell)
       plans[s].layer_budgets.push_back(layer_budgets(schedules[cell / budgets],
                                                      config.budgets[cell % budgets].resolve(n), sequences[s].index, n,

@@ -35,7 +35,8 @@ void add_unions(const PolicyInfo& info, const std::vector<std::vector<Simulation
 }  // namespace
 
 void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& sequence, const EvalConfig& config,
-                      const eval_plan::SequencePlan& plan, const ClosedLoopRun& full, Reference& reference) {
+                      const eval_plan::SequencePlan& plan, const ClosedLoopRun& full, Reference& reference,
+                      std::span<const ContextCompression> given) {
   const kvtrace::Llama2Config& c = model.config();
   const auto n = static_cast<int64_t>(sequence.tokens.size());
   const int n_kv = c.n_kv_heads;
@@ -66,10 +67,12 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
     const GroupRange range = policy_groups(*policy.info, n_kv);
     for (int l = 0; l < c.n_layers; ++l)
       for (int g = range.first; g < range.last; ++g) {
+        const size_t record = where[cell].size();  // in (layer, group) order, as the closed loop's
         where[cell].emplace_back(static_cast<size_t>(l), lanes[static_cast<size_t>(l)].specs.size());
-        lanes[static_cast<size_t>(l)].specs.push_back(
+        SimulationSpec& spec = lanes[static_cast<size_t>(l)].specs.emplace_back(
             simulation_spec(policy, plan.layer_budgets[cell][static_cast<size_t>(l)], g, l, state));
-        lanes[static_cast<size_t>(l)].specs.back().pinned = plan.pinned;
+        spec.pinned = plan.pinned;
+        if (!given.empty()) spec.compressed_away = given[cell].at(record);
       }
   }
   std::vector<Lane> engine_lanes;
@@ -78,7 +81,7 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   options.aggregate = config.aggregate;
   options.protocol.compress_every = config.compress_every;
   options.paging = config.paging;
-  options.head_floor = config.head_floor;
+  options.head_floor = given.empty() ? config.head_floor : -1;  // a given compression holds what they chose
   options.output_error = true;
   options.cancel = config.cancel;
   if (plan.protocol.question > 0) {
@@ -95,7 +98,11 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   reference.layer_steps.assign(cells, std::vector<int64_t>(static_cast<size_t>(c.n_layers), 0));
   reference.layer_union.assign(cells, {});
   reference.model_union.assign(cells, {});
+  if (plan.context.leads) reference.compressions.assign(cells, {});
   for (size_t cell = 0; cell < cells; ++cell) {
+    if (plan.context.leads)
+      for (const auto& [lane, spec] : where[cell])
+        reference.compressions[cell].push_back(evicted_positions(results[lane][spec]));
     add_unions(*config.policies[cell / budgets].info, results, where[cell], reference.layer_union[cell],
                reference.model_union[cell]);
     for (const auto& [lane, spec] : where[cell]) {

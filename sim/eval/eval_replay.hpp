@@ -3,6 +3,7 @@
 // full-cache run's own rows through every cell's policy at its B_l, with what that run leaves
 // for the closed-loop runs and the report.
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "eval_plan.hpp"
@@ -27,12 +28,16 @@ struct Reference {
   // Per cell: the positions held per recorded step by each layer's union over its cache groups
   // (over the layers) and by the sequence's union over the layers (docs/semantics.md, section 3).
   std::vector<HeldSums> layer_union, model_union;
+  // Per cell, where the sequence leads a shared context: what its replay's compression evicted.
+  std::vector<ContextCompression> compressions;
 };
 
 // The replay of the full-cache rows of one sequence, every cell at once (all layers stepped
 // together, which cross-layer policies need and the others do not mind), into `reference`'s
-// per-cell values.
+// per-cell values. `given`: per cell, the compression of a shared context that the sequence
+// takes (the leading sequence's Reference::compressions); empty: its policies compress.
 void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& sequence, const EvalConfig& config,
-                      const eval_plan::SequencePlan& plan, const ClosedLoopRun& full, Reference& reference);
+                      const eval_plan::SequencePlan& plan, const ClosedLoopRun& full, Reference& reference,
+                      std::span<const ContextCompression> given = {});
 
 }  // namespace kvsim::eval_replay

@@ -121,6 +121,11 @@ std::string eval_table(const EvalResults& results) {
     out << "question protocol: " << protocol_text(results)
         << "; the context is compressed to B at its end, the question and answer tokens are kept; perplexity and "
            "top-1 over the answer's tokens (after the prompt)\n";
+  for (const EvalResults::SharedContext& context : results.shared_contexts) {
+    out << "context group " << context.group << ": sequences ";
+    for (size_t i = 0; i < context.sequences.size(); ++i) out << (i ? ", " : "") << context.sequences[i];
+    out << " answer from sequence " << context.sequences.front() << "'s compression of the context\n";
+  }
   if (results.layer_budget != "uniform") out << "layer budgets: " << results.layer_budget << "\n";
   if (results.protect.on())
     out << "protected: " << protection_text(results.protect)
@@ -217,6 +222,8 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
     sequences.push_back({{"index", results.sequence_index[s]},
                          {"tokens", results.sequence_tokens[s]},
                          {"full_perplexity", results.full_sequence_perplexity[s]}});
+  for (size_t s = 0; s < results.sequence_compressed_by.size(); ++s)  // a shared context's compressing sequence
+    if (results.sequence_compressed_by[s] >= 0) sequences[s]["compressed_by"] = results.sequence_compressed_by[s];
   nlohmann::json cells = nlohmann::json::array();
   for (const EvalCell& cell : results.cells) {
     nlohmann::json per_sequence = nlohmann::json::array();
@@ -283,6 +290,12 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
                         {"proxy_table", proxy_json(results)}};
   if (results.layer_budget != "uniform") out["layer_budget"] = results.layer_budget;
   if (results.protect.on()) out["protect"] = protection_text(results.protect);  // as given: "context:4,..."
+  if (!results.shared_contexts.empty()) {
+    nlohmann::json shared = nlohmann::json::array();
+    for (const EvalResults::SharedContext& context : results.shared_contexts)
+      shared.push_back({{"context_group", context.group}, {"sequences", context.sequences}});
+    out["shared_contexts"] = shared;
+  }
   if (results.question) {
     out["question"] = {{"prompt_tokens", results.sequence_prompt},
                        {"question_tokens", results.sequence_question},

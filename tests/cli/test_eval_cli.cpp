@@ -264,3 +264,29 @@ TEST(CliEval, QuestionProtocolInTheClosedLoop) {
        })
     kvtest::expect_one_line_error(args);
 }
+
+// Three questions of one context, captured: under --question auto the first compresses the
+// context for all three (a table line, compressed_by 0 for each in JSON). --compress-every
+// cannot share (one line, exit 2).
+TEST(CliEval, QuestionsOfOneContextShareItsCompression) {
+  NEED_MODEL();
+  kvtest::TempDir dir;
+  const std::string trace = dir.file("qa.h5");
+  ASSERT_EQ(kvtest::run_kvsim("capture --context 'Lily had a red ball. She lost it in the park.' --question "
+                              "'Who had a ball?' --question 'Where was it lost?' --question 'What colour was it?' "
+                              "--tokens 40 --out " + trace)
+                .code,
+            0);
+  const std::string run = "eval --trace " + trace + " --policies random,snapkv --budgets 6 ";
+  const auto shared = kvtest::run_kvsim(run + "--question auto --json " + dir.file("shared.json"));
+  ASSERT_EQ(shared.code, 0) << shared.output;
+  EXPECT_NE(shared.output.find("context group 0: sequences 0, 1, 2 answer from sequence 0's compression of the context"),
+            std::string::npos)
+      << shared.output;
+  const std::string json = kvtest::slurp(dir.file("shared.json"));
+  size_t found = 0, count = 0;
+  while ((found = json.find("\"compressed_by\": 0", found)) != std::string::npos) ++count, ++found;
+  EXPECT_EQ(count, 3u) << json;
+  EXPECT_NE(json.find("\"shared_contexts\""), std::string::npos);
+  kvtest::expect_one_line_error(run + "--question auto --compress-every 4");
+}

@@ -29,7 +29,10 @@
 // P tokens (the trace's prompt_len, or --prompt-len); its last N are the question. The context
 // (tokens 0..P-N-1) runs with the full cache and is compressed to B_l at its last step; the
 // question's and the answer's tokens join the cache and stay. Only the answer's predictions
-// count then (positions P-1..n-2, predicting tokens P..n-1), the full cache's alike.
+// count then (positions P-1..n-2, predicting tokens P..n-1), the full cache's alike. The
+// sequences of one context_group under the trace's question share one compression of the
+// context per (policy, budget): the first one's runs make it, the others' runs are given it
+// (ClosedLoopOptions::compressed_away), closed loop and replay alike.
 //
 // Metrics over the n-1 predictions of a sequence of n tokens (position i predicts token
 // i+1; every position counts, the prompt's too: stream semantics, as replay's default):
@@ -46,6 +49,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -65,6 +69,15 @@ class Tokenizer;
 namespace kvsim {
 
 // ---- one closed-loop run ----
+
+// A context compressed once for the questions that share it (docs/semantics.md, section 6):
+// per (layer, group) of a run, in ClosedLoopRun::groups' order, the positions the compression
+// at the context's end evicted, ascending.
+using ContextCompression = std::vector<std::shared_ptr<const std::vector<int32_t>>>;
+// What the question protocol's run (without --compress-every, so its only evictions are the
+// context's compression) evicted in each of `records`: the positions with an eviction step.
+std::shared_ptr<const std::vector<int32_t>> evicted_positions(const SimulationResult& result);
+ContextCompression context_compression(std::span<const GroupRecord> records);
 
 struct ClosedLoopOptions {
   Aggregate aggregate = Aggregate::mean;
@@ -88,6 +101,10 @@ struct ClosedLoopOptions {
   // The question protocol: the first prompt_len tokens are the prompt, its last `question` the
   // question (0: none, stream semantics).
   int64_t prompt_len = 0, question = 0;
+  // A shared context's compression made by another run of the same policy, budgets and
+  // protocol (context_compression of its groups): each (layer, group) evicts exactly those
+  // positions at the context's end and its policy decides nothing. Empty: the policy decides.
+  std::span<const std::shared_ptr<const std::vector<int32_t>>> compressed_away;
   // When set, the run throws Cancelled before its next position once it reads true.
   const std::atomic<bool>* cancel = nullptr;
 };
@@ -124,6 +141,9 @@ struct EvalSequence {
   int64_t prompt_len = -1;    // the prompt's tokens (the trace's prompt_len, --prompt-len); -1: unknown
   int64_t question_len = -1;  // the trace's question_len (--question auto); -1: unknown
   std::vector<kvtrace::Span> spans = {};  // the trace's (--protect); none from text
+  // The trace's context_group (-1: none): the sequences of one group share their context's
+  // compression under the trace's question (docs/semantics.md, section 6).
+  int64_t context_group = -1;
 };
 
 // The text encoded once with BOS (llama2.c's encode) and cut into consecutive sequences of
@@ -237,6 +257,14 @@ struct EvalResults {
   bool question = false;                 // the question protocol: only the answer's predictions count
   Protection protect;                    // EvalConfig::protect
   std::vector<int64_t> sequence_prompt, sequence_question;  // with a question: P and N per sequence
+  // Shared contexts (docs/semantics.md, section 6): per sequence, the index (EvalSequence::index)
+  // of the sequence whose runs compressed its context, its own for that one; -1: not shared.
+  std::vector<int> sequence_compressed_by;
+  struct SharedContext {
+    int64_t group = 0;           // the trace's context_group
+    std::vector<int> sequences;  // their indices, the compressing one first
+  };
+  std::vector<SharedContext> shared_contexts;
 };
 
 // The proxy table's rows (replay's retention mean and p5, output error mean, layer- and
