@@ -24,6 +24,7 @@
 #include "views/token_flow.hpp"
 #include "views/token_strip.hpp"
 #include "../support/temp_dir.hpp"
+#include "../support/trace_meta.hpp"
 
 using kvgui::MainWindow;
 
@@ -36,13 +37,7 @@ const double kNone = std::nan("");
 // spans: context [1, 5), needle [6, 8) and tokens 1..12, without: tokens 101..112.
 QString write_trace(const kvtest::TempDir& dir, bool spans) {
   const std::string path = dir.file(spans ? "spans.h5" : "plain.h5");
-  kvtrace::TraceMeta meta;
-  meta.model = "test";
-  meta.source = "test";
-  meta.n_layers = 1;
-  meta.n_heads = 2;
-  meta.n_kv_heads = 1;
-  meta.head_dim = 4;
+  const kvtrace::TraceMeta meta = kvtest::trace_meta(1, 2, 1, 4);
   kvtrace::TraceWriter writer(path, meta);
   std::vector<int32_t> tokens(kTokens);
   for (int32_t t = 0; t < kTokens; ++t) tokens[static_cast<size_t>(t)] = t + (spans ? 1 : 101);

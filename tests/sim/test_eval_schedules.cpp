@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "../support/llama2_files.hpp"
+#include "../support/random_llama2.hpp"
 #include "../support/temp_dir.hpp"
 #include "kvsim/analysis/analysis.hpp"
 #include "kvsim/eval/eval.hpp"
@@ -29,19 +29,6 @@ using kvsim::EvalSequence;
 using kvtrace::Llama2Model;
 
 namespace {
-
-// 2 layers of 2 heads (MHA), vocab 13, seq_len 40, seeded random weights.
-constexpr std::array<int32_t, 7> kHeader{16, 24, 2, 2, 2, 13, 40};
-
-Llama2Model random_model(const kvtest::TempDir& dir) {
-  std::mt19937 engine(20261201);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> weights(static_cast<size_t>(kvtest::llama2_floats(kHeader.data())));
-  for (float& w : weights) w = uniform(engine);
-  const std::string path = dir.file("random.bin");
-  kvtest::write_llama2(path, kHeader.data(), weights);
-  return Llama2Model::load(path);
-}
 
 std::vector<int> tokens_of(int n, uint32_t state = 11) {
   std::vector<int> tokens;
@@ -66,7 +53,7 @@ std::vector<int32_t> occupancy_of_layer(const ClosedLoopRun& run, int layer) {
 // keeps 5: 1..6 then 6; 7 evictions. Budgets {B, B} are the plain budget B bit for bit.
 TEST(ClosedLoopLayerBudgets, EachLayerKeepsItsOwnBudget) {
   kvtest::TempDir dir;
-  const Llama2Model model = random_model(dir);
+  const Llama2Model model = kvtest::random_llama2(dir);
   const std::vector<int> tokens = tokens_of(12);
   const kvsim::PolicyChoice recent = kvsim::choose_policy("recent");
   ClosedLoopOptions options;
@@ -106,7 +93,7 @@ TEST(ClosedLoopLayerBudgets, EachLayerKeepsItsOwnBudget) {
 // so the layers hold 9.5 on average (share 9.5 / 40), what the table reports for the budget.
 TEST(EvalLayerBudgets, BudgetIsTheMeanOfTheLayersBudgets) {
   kvtest::TempDir dir;
-  const Llama2Model model = random_model(dir);
+  const Llama2Model model = kvtest::random_llama2(dir);
   const std::vector<EvalSequence> sequences{{0, tokens_of(40)}};
   EvalConfig config;
   config.policies = {kvsim::choose_policy("h2o")};
@@ -121,7 +108,7 @@ TEST(EvalLayerBudgets, BudgetIsTheMeanOfTheLayersBudgets) {
 
 TEST(EvalLayerBudgets, PyramidBudgetsInTheClosedLoopAndItsReplay) {
   kvtest::TempDir dir;
-  const Llama2Model model = random_model(dir);
+  const Llama2Model model = kvtest::random_llama2(dir);
   const std::vector<EvalSequence> sequences{{0, tokens_of(40)}};
   for (const bool own : {true, false}) {
     EvalConfig config;
@@ -159,7 +146,7 @@ TEST(EvalLayerBudgets, PyramidBudgetsInTheClosedLoopAndItsReplay) {
 // Weights of 1 per layer give B_l = floor(B * 1) = B: the uniform run, every number.
 TEST(EvalLayerBudgets, UnitWeightsAreUniform) {
   kvtest::TempDir dir;
-  const Llama2Model model = random_model(dir);
+  const Llama2Model model = kvtest::random_llama2(dir);
   const std::vector<EvalSequence> sequences{{0, tokens_of(30)}, {1, tokens_of(24, 5)}};
   EvalConfig config;
   config.policies = {kvsim::choose_policy("h2o"), kvsim::choose_policy("tova")};
@@ -173,7 +160,7 @@ TEST(EvalLayerBudgets, UnitWeightsAreUniform) {
 // same cake_measure and cake_budgets replay runs on a trace's rows: B_l = budget + W.
 TEST(EvalLayerBudgets, CakeMeasuresTheFullCacheRunsRows) {
   kvtest::TempDir dir;
-  const Llama2Model model = random_model(dir);
+  const Llama2Model model = kvtest::random_llama2(dir);
   const std::vector<EvalSequence> sequences{{3, tokens_of(40)}};
   EvalConfig config;
   config.policies = {kvsim::choose_policy("cake", {{"window", "4"}})};
@@ -202,7 +189,7 @@ TEST(EvalLayerBudgets, CakeMeasuresTheFullCacheRunsRows) {
 // Only the answer's predictions count: positions P - 1 .. n - 2 = 5..8 (tokens 6..9), 4.
 TEST(EvalQuestion, ContextCompressedOnceQuestionAndAnswerKept) {
   kvtest::TempDir dir;
-  const Llama2Model model = random_model(dir);
+  const Llama2Model model = kvtest::random_llama2(dir);
   const std::vector<int> tokens = tokens_of(10);
   const kvsim::PolicyChoice recent = kvsim::choose_policy("recent");
   ClosedLoopOptions options;
@@ -259,7 +246,7 @@ TEST(EvalQuestion, ContextCompressedOnceQuestionAndAnswerKept) {
 // cake and a question is the same whatever the thread count.
 TEST(EvalLayerBudgets, PersistenceOverEverySequenceSameWhateverTheThreads) {
   kvtest::TempDir dir;
-  const Llama2Model model = random_model(dir);
+  const Llama2Model model = kvtest::random_llama2(dir);
   const std::vector<EvalSequence> sequences{{0, tokens_of(40), 20, -1}, {2, tokens_of(34, 9), 16, -1}};
   EvalConfig config;
   config.policies = {kvsim::choose_policy("h2o"), kvsim::choose_policy("snapkv", {{"window", "4"}})};

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../support/llama2_files.hpp"
+#include "../support/random_llama2.hpp"
 #include "../support/temp_dir.hpp"
 #include "kvsim/eval/eval.hpp"
 #include "kvsim/model/llama2.hpp"
@@ -28,21 +28,10 @@ using kvtrace::Llama2Model;
 
 namespace {
 
-// 2 layers of 2 heads (MHA), vocab 13, seq_len 40, seeded random weights.
-constexpr std::array<int32_t, 7> kHeader{16, 24, 2, 2, 2, 13, 40};
 // A context of 6 tokens, a question of 2 (the prompt P = 8), an answer of 4: n = 12. The
 // context is compressed at its last step, 5.
 constexpr int64_t kPrompt = 8, kQuestion = 2, kCompression = 5;
 
-Llama2Model random_model(const kvtest::TempDir& dir) {
-  std::mt19937 engine(20261201);
-  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  std::vector<float> weights(static_cast<size_t>(kvtest::llama2_floats(kHeader.data())));
-  for (float& w : weights) w = uniform(engine);
-  const std::string path = dir.file("random.bin");
-  kvtest::write_llama2(path, kHeader.data(), weights);
-  return Llama2Model::load(path);
-}
 
 // The shared context 1 4 7 2 9 3, then question and answer tokens of question `q`.
 std::vector<int> question_tokens(int q) {
@@ -95,7 +84,7 @@ double answer_perplexity(const ClosedLoopRun& run) {
 // steps since), as sequence 0's.
 TEST(EvalSharedContext, GivenCompressionEvictsTheFirstRunsPositions) {
   kvtest::TempDir dir;
-  const Llama2Model model = random_model(dir);
+  const Llama2Model model = kvtest::random_llama2(dir);
   const kvsim::PolicyChoice random = kvsim::choose_policy("random");
   const ClosedLoopRun first = kvsim::run_closed_loop(model, question_tokens(0), &random, 3, question_options(0));
   const ClosedLoopRun apart = kvsim::run_closed_loop(model, question_tokens(1), &random, 3, question_options(1));
@@ -132,7 +121,7 @@ TEST(EvalSharedContext, GivenCompressionEvictsTheFirstRunsPositions) {
 // sequence 4 under another index (11) gets 4's numbers bit for bit in a group, not apart.
 TEST(EvalSharedContext, QuestionsOfOneGroupAnswerFromTheFirstsCompression) {
   kvtest::TempDir dir;
-  const Llama2Model model = random_model(dir);
+  const Llama2Model model = kvtest::random_llama2(dir);
   const kvsim::PolicyChoice random = kvsim::choose_policy("random");
   EvalConfig config;
   config.policies = {random, kvsim::choose_policy("snapkv", {{"window", "2"}})};
@@ -191,7 +180,7 @@ TEST(EvalSharedContext, QuestionsOfOneGroupAnswerFromTheFirstsCompression) {
 // --compress-every (each question's own state would be compressed again).
 TEST(EvalSharedContext, SharedOnlyUnderTheTracesQuestion) {
   kvtest::TempDir dir;
-  const Llama2Model model = random_model(dir);
+  const Llama2Model model = kvtest::random_llama2(dir);
   EvalConfig config;
   config.policies = {kvsim::choose_policy("random")};
   config.budgets = kvsim::parse_budgets("3");

@@ -7,6 +7,7 @@
 
 #include "hand_cases.hpp"
 #include "../support/temp_dir.hpp"
+#include "../support/trace_meta.hpp"
 #include "kvsim/core/protect.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
@@ -20,13 +21,7 @@ constexpr int64_t kTokens = 32, kPrompt = 24;
 // sequence's spans: context [1, 18), question [18, 24) (its question_len 6), answer [24, 32).
 std::string write_trace(const kvtest::TempDir& dir, bool spans) {
   const std::string path = dir.file(spans ? "spans.h5" : "plain.h5");
-  kvtrace::TraceMeta meta;
-  meta.model = "test";
-  meta.source = "test";
-  meta.n_layers = 2;
-  meta.n_heads = 4;
-  meta.n_kv_heads = 2;
-  meta.head_dim = 4;
+  const kvtrace::TraceMeta meta = kvtest::trace_meta(2, 4, 2, 4);
   kvtrace::TraceWriter writer(path, meta);
   std::vector<int32_t> tokens(kTokens);
   for (int32_t t = 0; t < kTokens; ++t) tokens[static_cast<size_t>(t)] = t + 1;

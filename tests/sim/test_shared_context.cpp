@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "../support/temp_dir.hpp"
+#include "../support/trace_meta.hpp"
 #include "kvsim/policies/registry.hpp"
 #include "kvsim/replay/replay.hpp"
 #include "kvtrace/error.hpp"
@@ -20,17 +21,6 @@ namespace {
 using namespace kvsim;
 
 constexpr int kContext = 10, kQuestion = 3, kTokens = 18, kDim = 8;
-
-kvtrace::TraceMeta meta() {
-  kvtrace::TraceMeta m;
-  m.model = "tiny";
-  m.source = "test";
-  m.n_layers = 2;
-  m.n_heads = 4;
-  m.n_kv_heads = 2;
-  m.head_dim = kDim;
-  return m;
-}
 
 // A value of head `head`'s tensor at `position`: the same in every sequence inside the shared
 // context unless `differ` (then sequence `seq`'s context rows are its own).
@@ -45,7 +35,7 @@ float value(int seq, int layer, int tensor, int head, int position, int d, bool 
 std::string write_questions(const kvtest::TempDir& dir, int differ_seq = -1,
                             const std::function<void(int, kvtrace::SequenceMarks&)>& mark = {}) {
   const std::string path = dir.file("questions.h5");
-  kvtrace::TraceWriter writer(path, meta());
+  kvtrace::TraceWriter writer(path, kvtest::trace_meta(2, 4, 2, kDim));
   for (int seq = 0; seq < 3; ++seq) {
     std::vector<int32_t> tokens(kTokens);
     for (int p = 0; p < kTokens; ++p) tokens[static_cast<size_t>(p)] = p < kContext ? 10 + p : 100 * (seq + 1) + p;

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "../support/temp_dir.hpp"
+#include "../support/trace_meta.hpp"
 #include "kvsim/replay/replay.hpp"
 #include "kvsim/replay/sweep_table.hpp"
 #include "kvtrace/error.hpp"
@@ -21,13 +22,7 @@ constexpr int kTokens = 12, kPrompt = 8;
 // Two layers of two heads (one per kv head) whose rows are uniform, a_t[p] = 1 / (t + 1);
 // spans context [0, 6), question [6, 8), answer [8, 12).
 std::string write_uniform(const kvtest::TempDir& dir) {
-  kvtrace::TraceMeta meta;
-  meta.model = "tiny";
-  meta.source = "test";
-  meta.n_layers = 2;
-  meta.n_heads = 2;
-  meta.n_kv_heads = 2;
-  meta.head_dim = 4;
+  const kvtrace::TraceMeta meta = kvtest::trace_meta(2, 2, 2, 4);
   const std::string path = dir.file("spans.h5");
   kvtrace::TraceWriter writer(path, meta, kvtrace::WriterOptions{kvtrace::DType::f32, 0});
   std::vector<int32_t> tokens(kTokens);
