@@ -265,8 +265,8 @@ EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan
   out.params = policy.changed;
   out.info = policy.info;
   out.budget = grid.config.budgets[cell % grid.budgets];
-  double nll = 0, recall_nll = 0, occupancy = 0, replay_occupancy = 0;
-  int64_t agreements = 0, recall_agreements = 0, occupancy_steps = 0, replay_steps = 0;
+  double nll = 0, recall_nll = 0, occupancy = 0, replay_occupancy = 0, span_gone = 0;
+  int64_t agreements = 0, recall_agreements = 0, occupancy_steps = 0, replay_steps = 0, spans = 0;
   std::vector<float> retention, output_error;
   HeldSums layer_union, model_union;
   const auto layers = static_cast<size_t>(grid.model.config().n_layers);
@@ -302,6 +302,8 @@ EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan
     replay_steps += reference.occupancy_steps[cell];
     layer_union.add(reference.layer_union[cell]);
     model_union.add(reference.model_union[cell]);
+    span_gone += reference.span_gone_sum[cell];
+    spans += reference.span_gone_count[cell];
     for (size_t l = 0; l < layers; ++l) {
       out.layer_budget_mean[l] += static_cast<double>(held[l]) / static_cast<double>(n_seqs);
       layer_sum[l] += run.layer_occupancy_sum[l];
@@ -332,6 +334,7 @@ EvalCell cell_result(const Grid& grid, const std::vector<eval_plan::SequencePlan
   out.replay_occupancy_mean = replay_steps ? replay_occupancy / static_cast<double>(replay_steps) : NAN;
   out.replay_occupancy_layer_union_mean = layer_union.mean();
   out.replay_occupancy_model_union_mean = model_union.mean();
+  if (spans > 0) out.replay_span_gone = span_gone / static_cast<double>(spans);
   return out;
 }
 

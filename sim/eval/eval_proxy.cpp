@@ -19,6 +19,7 @@ const std::vector<ProxyAxis>& proxy_measures() {
        [](const EvalCell& c, const EvalResults&) { return c.replay_occupancy_layer_union_mean; }},
       {"occupancy_model_union_mean", "model-union occupancy",
        [](const EvalCell& c, const EvalResults&) { return c.replay_occupancy_model_union_mean; }},
+      {"span_gone", "span gone", [](const EvalCell& c, const EvalResults&) { return c.replay_span_gone; }},
   };
   return measures;
 }

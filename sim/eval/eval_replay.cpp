@@ -2,12 +2,14 @@
 // the replay engine over the rows, keys, values and queries the full-cache run recorded.
 #include "eval_replay.hpp"
 
+#include <algorithm>
 #include <memory>
 #include <span>
 #include <utility>
 
 #include "kvsim/policies/registry.hpp"
 #include "kvsim/replay/replay.hpp"
+#include "kvsim/replay/span_metrics.hpp"
 #include "kvtrace/attention_source.hpp"
 
 namespace kvsim::eval_replay {
@@ -30,6 +32,35 @@ void add_unions(const PolicyInfo& info, const std::vector<std::vector<Simulation
   for (LayerHeld& layer : layers) layer_union.add(layout_sums(layer).layer_union);
   for (size_t l = 1; l < layers.size(); ++l) layers.front().merge(layers[l]);
   model_union.add(layers.front().held_by_union(), layers.front().first_step());
+}
+
+// gone at the step of the sequence's spans but questions and answers, from one cell's records
+// (`where`): the share of a span's come positions every cache evicted before the step.
+void add_span_gone(const EvalSequence& sequence, const std::vector<std::vector<SimulationResult>>& results,
+                   const std::vector<std::pair<size_t, size_t>>& where, double& sum, int64_t& count) {
+  kvtrace::SequenceMeta meta;
+  meta.n_tokens = static_cast<int64_t>(sequence.tokens.size());
+  meta.prompt_len = sequence.prompt_len;
+  meta.question_len = sequence.question_len;
+  meta.spans = sequence.spans;
+  const SpanRows rows = span_rows(meta, -1);
+  if (rows.step < 0 || where.empty()) return;
+  for (const kvtrace::Span& span : rows.spans) {
+    if (span.kind == "question" || span.kind == "answer") continue;
+    const int64_t came = std::min(span.end, rows.step + 1) - span.start;
+    if (came <= 0) continue;
+    int64_t gone = 0;
+    for (int64_t p = span.start; p < span.start + came; ++p) {
+      bool everywhere = true;
+      for (const auto& [lane, spec] : where) {
+        const int32_t evicted = results[lane][spec].eviction_step[static_cast<size_t>(p)];
+        everywhere = everywhere && evicted >= 0 && evicted < rows.step;
+      }
+      gone += everywhere;
+    }
+    sum += static_cast<double>(gone) / static_cast<double>(came);
+    ++count;
+  }
 }
 
 }  // namespace
@@ -98,6 +129,8 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
   reference.layer_steps.assign(cells, std::vector<int64_t>(static_cast<size_t>(c.n_layers), 0));
   reference.layer_union.assign(cells, {});
   reference.model_union.assign(cells, {});
+  reference.span_gone_sum.assign(cells, 0.0);
+  reference.span_gone_count.assign(cells, 0);
   if (plan.context.leads) reference.compressions.assign(cells, {});
   for (size_t cell = 0; cell < cells; ++cell) {
     if (plan.context.leads)
@@ -105,6 +138,8 @@ void replay_reference(const kvtrace::Llama2Model& model, const EvalSequence& seq
         reference.compressions[cell].push_back(evicted_positions(results[lane][spec]));
     add_unions(*config.policies[cell / budgets].info, results, where[cell], reference.layer_union[cell],
                reference.model_union[cell]);
+    if (config.policies[cell / budgets].info->engine != Engine::bound)
+      add_span_gone(sequence, results, where[cell], reference.span_gone_sum[cell], reference.span_gone_count[cell]);
     for (const auto& [lane, spec] : where[cell]) {
       const SimulationResult& result = results[lane][spec];
       reference.retention[cell].insert(reference.retention[cell].end(), result.retention.begin(),

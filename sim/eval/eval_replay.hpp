@@ -28,6 +28,10 @@ struct Reference {
   // Per cell: the positions held per recorded step by each layer's union over its cache groups
   // (over the layers) and by the sequence's union over the layers (docs/semantics.md, section 3).
   std::vector<HeldSums> layer_union, model_union;
+  // Per cell: the sum of `gone` at the step over the sequence's evidence spans, and their count
+  // (EvalCell::replay_span_gone).
+  std::vector<double> span_gone_sum;
+  std::vector<int64_t> span_gone_count;
   // Per cell, where the sequence leads a shared context: what its replay's compression evicted.
   std::vector<ContextCompression> compressions;
 };

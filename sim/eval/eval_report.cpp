@@ -195,7 +195,7 @@ std::string eval_csv(const EvalResults& results) {
          "replay_retention_mean,replay_retention_p5,replay_retention_min,replay_output_error_mean,"
          "replay_output_error_p95,replay_occupancy_mean,predictions,recall_distance,recall_tokens,"
          "recall_top1_agreement,recall_perplexity,full_recall_perplexity,replay_occupancy_layer_union_mean,"
-         "replay_occupancy_model_union_mean\n";
+         "replay_occupancy_model_union_mean,replay_span_gone\n";
   for (const EvalCell& cell : results.cells)
     out << (cell.info ? cell.info->name : cell.policy) << "," << csv_field(cell.params) << "," << cell.budget.text
         << "," << number(cell.budget_tokens_mean) << "," << number(cell.budget_share_mean) << ","
@@ -208,7 +208,7 @@ std::string eval_csv(const EvalResults& results) {
         << results.predictions << "," << results.recall_distance << "," << results.recall_tokens << ","
         << number(cell.recall_top1_agreement) << "," << number(cell.recall_perplexity) << ","
         << number(results.full_recall_perplexity) << "," << number(cell.replay_occupancy_layer_union_mean) << ","
-        << number(cell.replay_occupancy_model_union_mean) << "\n";
+        << number(cell.replay_occupancy_model_union_mean) << "," << number(cell.replay_span_gone) << "\n";
   return out.str();
 }
 
@@ -255,7 +255,8 @@ std::string eval_json(const EvalResults& results, const std::string& source, con
                        {"output_error", summary(cell.replay_output_error)},
                        {"occupancy_mean", or_null(cell.replay_occupancy_mean)},
                        {"occupancy_layer_union_mean", or_null(cell.replay_occupancy_layer_union_mean)},
-                       {"occupancy_model_union_mean", or_null(cell.replay_occupancy_model_union_mean)}}},
+                       {"occupancy_model_union_mean", or_null(cell.replay_occupancy_model_union_mean)},
+                       {"span_gone", or_null(cell.replay_span_gone)}}},
                      {"sequences", per_sequence}});
     if (results.layer_budget != "uniform" || scheduled(cell)) {
       nlohmann::json layers = nlohmann::json::array();

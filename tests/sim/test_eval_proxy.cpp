@@ -130,12 +130,17 @@ TEST(ProxyTable, TextAndJson) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("\npolicies at budget 20, 3 points\n"), std::string::npos) << text;
+  // The hand grid has no spans: span gone is not defined.
+  EXPECT_NE(text.find("\nspan gone                         n/a      n/a           n/a               n/a\n"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("\nretention p5                      n/a      n/a           n/a               n/a\n"),
             std::string::npos)
       << text;
   const nlohmann::json json = nlohmann::json::parse(kvsim::eval_json(results, "x", "m"))["proxy_table"];
   EXPECT_EQ(json["measures"], nlohmann::json({"retention_mean", "retention_p5", "output_error_mean",
-                                              "occupancy_layer_union_mean", "occupancy_model_union_mean"}));
+                                              "occupancy_layer_union_mean", "occupancy_model_union_mean",
+                                              "span_gone"}));
   EXPECT_EQ(json["targets"], nlohmann::json({"perplexity_increase", "top1_agreement", "recall_top1_agreement",
                                              "recall_perplexity_increase"}));
   ASSERT_EQ(json["groups"].size(), 3u);
@@ -172,10 +177,50 @@ TEST_F(EvalUnions, AttentionFreePoliciesHoldWhatTheSweepHolds) {
     EXPECT_EQ(cell.replay_occupancy_model_union_mean, swept.cells[c].occupancy_model_union_mean) << cell.policy;
     EXPECT_GE(cell.replay_occupancy_layer_union_mean, cell.replay_occupancy_mean);
   }
+  for (size_t c = 0; c < swept.cells.size(); ++c)  // the bundled trace has no spans
+    EXPECT_TRUE(std::isnan(evaluated.cells[c].replay_span_gone)) << evaluated.cells[c].policy;
   // random's heads keep different positions; recent's all keep the same.
   EXPECT_GT(evaluated.cells[0].replay_occupancy_layer_union_mean, evaluated.cells[0].replay_occupancy_mean);
   EXPECT_EQ(evaluated.cells[1].replay_occupancy_layer_union_mean, evaluated.cells[1].replay_occupancy_mean);
   EXPECT_EQ(evaluated.cells[1].replay_occupancy_model_union_mean, evaluated.cells[1].replay_occupancy_mean);
+}
+
+// Span gone in eval's replay is section 3's `gone` at the step, from the same eviction steps a
+// replay of the trace keeps (attention-free policies decide alike on either's rows).
+TEST_F(EvalUnions, SpanGoneIsWhatTheReplaysRecordsImply) {
+  const kvtrace::TraceReader reader(std::string(KVSIM_TEST_DATA) + "/../../data/traces/stories15M-8x256.h5");
+  const int seq = 3;
+  kvsim::EvalConfig config;
+  config.policies = {kvsim::choose_policy("random", {{"seed", "11"}}), kvsim::choose_policy("recent")};
+  config.budgets = {kvsim::Budget::parse("20%")};
+  std::vector<kvsim::EvalSequence> sequences{kvsim::trace_sequence(reader, seq, 0)};
+  sequences[0].spans = {{"c", "context", 1, 60}, {"e", "evidence", 70, 90}, {"q", "question", 90, 95}};
+  const kvsim::EvalResults evaluated = kvsim::evaluate(*model_, sequences, config);
+  kvsim::ReplayConfig sweep;
+  sweep.policies = config.policies;
+  sweep.budgets = config.budgets;
+  sweep.sequences = {seq};
+  sweep.keep_records = true;
+  const kvsim::ReplayResults swept = kvsim::replay_trace(reader, sweep);
+  const int step = 90;  // the question span's start
+  for (size_t c = 0; c < swept.cells.size(); ++c) {
+    double sum = 0;
+    for (const auto& [start, end] : {std::pair{1, 60}, std::pair{70, 90}}) {
+      int gone = 0;
+      for (int p = start; p < end; ++p) {
+        bool everywhere = true;
+        for (const kvsim::GroupRecord& record : swept.cells[c].records) {
+          const int32_t evicted = record.result.eviction_step[static_cast<size_t>(p)];
+          everywhere = everywhere && evicted >= 0 && evicted < step;
+        }
+        gone += everywhere;
+      }
+      sum += static_cast<double>(gone) / (end - start);
+    }
+    EXPECT_DOUBLE_EQ(evaluated.cells[c].replay_span_gone, sum / 2) << evaluated.cells[c].policy;
+  }
+  // recent at B = 51 keeps [step - 51, step] everywhere: the context before 39 is gone.
+  EXPECT_DOUBLE_EQ(evaluated.cells[1].replay_span_gone, (38.0 / 59 + 0.0) / 2);
 }
 
 }  // namespace

@@ -210,6 +210,10 @@ struct EvalCell {
   // Positions held per recorded step by each layer's union over its cache groups and by the
   // sequence's over its layers (docs/semantics.md, section 3), over every sequence.
   double replay_occupancy_layer_union_mean = NAN, replay_occupancy_model_union_mean = NAN;
+  // Replay's span survival: the mean `gone` at the step (docs/semantics.md, section 3) of the
+  // evaluated sequences' spans other than question and answer, the evidence an answer needs.
+  // NaN without such a span (or for a bound).
+  double replay_span_gone = NAN;
   std::vector<double> sequence_replay_retention, sequence_replay_output_error;  // per-sequence means
 };
 
