@@ -104,6 +104,7 @@ def data_files():
     return [("share/kvsim/models", files("data/models/*.json")),
             ("share/kvsim/gpus", files("data/gpus/*.json")),
             ("share/kvsim/traces", ["data/traces/stories15M-8x256.h5", "data/traces/prompts.txt"]),
+            ("share/kvsim/prompts", ["data/prompts/qa-stories.jsonl"]),
             ("share/kvsim", ["data/README.md"])]
 
 

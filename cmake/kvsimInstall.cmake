@@ -50,6 +50,7 @@ endif()
 
 install(DIRECTORY data/models data/gpus DESTINATION ${KVSIM_INSTALL_DATA_DIR} FILES_MATCHING PATTERN "*.json")
 install(FILES data/traces/stories15M-8x256.h5 data/traces/prompts.txt DESTINATION ${KVSIM_INSTALL_DATA_DIR}/traces)
+install(FILES data/prompts/qa-stories.jsonl DESTINATION ${KVSIM_INSTALL_DATA_DIR}/prompts)
 install(FILES data/README.md DESTINATION ${KVSIM_INSTALL_DATA_DIR})
 
 install(FILES ${KVSIM_PY_SOURCES} DESTINATION ${KVSIM_PYTHON_INSTALL_DIR}/kvsim)
