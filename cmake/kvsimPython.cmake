@@ -36,6 +36,7 @@ if(KVSIM_PYTHON)
       python/module.cpp
       python/module_trace.cpp
       python/module_replay.cpp
+      python/module_replay_cells.cpp
       python/module_analysis.cpp
       python/module_plan.cpp
       python/module_eval.cpp

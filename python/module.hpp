@@ -1,10 +1,10 @@
 #pragma once
 // What the files of the Python module kvsim._kvsim share: numpy arrays that own the library's
 // vectors, the trace handle, attention rows given as numpy arrays, and each area's bindings
-// (module_trace.cpp: the trace; module_replay.cpp: policies, replay and sweep;
-// module_analysis.cpp: persistence analysis; module_plan.cpp: capacity planning;
-// module_eval.cpp: the closed loop; module_policy.cpp: policies written in Python;
-// module_gui.cpp: kvsim-gui's window, with Qt).
+// (module_trace.cpp: the trace; module_replay.cpp: policies, replay and sweep, with
+// module_replay_cells.cpp: a cell's per-sequence and per-span dicts; module_analysis.cpp:
+// persistence analysis; module_plan.cpp: capacity planning; module_eval.cpp: the closed loop;
+// module_policy.cpp: policies written in Python; module_gui.cpp: kvsim-gui's window, with Qt).
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
@@ -20,6 +20,7 @@
 #include "kvtrace/reader.hpp"
 
 namespace kvsim {
+struct CellResult;
 struct GroupRecord;
 struct PolicyChoice;
 }  // namespace kvsim
@@ -38,6 +39,14 @@ using kvtrace::InputError;
 void refuse_repeats(const std::string& option, const std::vector<std::string>& items);
 // The items of one of the library's comma lists (a default grid), as a tuple of str.
 py::tuple list_tuple(const std::string& list);
+
+// ---- a replay cell's parts (module_replay_cells.cpp) ----
+
+// With pools or shared contexts: per sequence, the columns of pool_table and
+// shared_context_table (kvsim/replay/report.hpp).
+py::dict per_sequence_dict(const CellResult& cell);
+// CellResult::spans: a dict per span, the keys of the replay JSON's cells[i].spans.
+py::list span_list(const CellResult& cell);
 
 // ---- numpy arrays that own a vector (no copy) ----
 
