@@ -203,11 +203,7 @@ py::dict sweep(const Trace& trace, const std::vector<std::string>& policy_names,
   }
   for (const std::string& name : span_column_names(results.span_kinds)) {  // after the others, as the CSV
     std::vector<double> values;
-    for (const SweepRow& row : rows) {
-      const auto found = std::find_if(row.spans.begin(), row.spans.end(),
-                                      [&](const SpanColumn& column) { return column.name == name; });
-      values.push_back(found == row.spans.end() ? NAN : found->value);
-    }
+    for (const SweepRow& row : rows) values.push_back(span_column_value(row.spans, name));
     out[py::str(name)] = to_numpy(std::move(values));
   }
   py::list label;

@@ -308,8 +308,7 @@ std::vector<std::string> replay_span_kinds(const kvtrace::TraceReader& reader, c
   std::vector<std::string> kinds;
   if (config.split) return kinds;
   for (int seq : chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path()))
-    for (const kvtrace::Span& span : reader.sequence(seq).spans)
-      if (std::find(kinds.begin(), kinds.end(), span.kind) == kinds.end()) kinds.push_back(span.kind);
+    for (const kvtrace::Span& span : reader.sequence(seq).spans) add_span_kind(kinds, span.kind);
   return kinds;
 }
 

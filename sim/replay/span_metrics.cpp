@@ -145,6 +145,16 @@ std::vector<SpanResult> SpanAggregator::finish(size_t cell) const {
   return out;
 }
 
+double span_column_value(const std::vector<SpanColumn>& columns, const std::string& name) {
+  const auto found =
+      std::find_if(columns.begin(), columns.end(), [&](const SpanColumn& column) { return column.name == name; });
+  return found == columns.end() ? NAN : found->value;
+}
+
+void add_span_kind(std::vector<std::string>& kinds, const std::string& kind) {
+  if (std::find(kinds.begin(), kinds.end(), kind) == kinds.end()) kinds.push_back(kind);
+}
+
 std::vector<std::string> span_column_names(const std::vector<std::string>& kinds) {
   std::vector<std::string> names;
   for (const std::string& kind : kinds) {

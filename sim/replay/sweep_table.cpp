@@ -1,6 +1,5 @@
 #include "kvsim/replay/sweep_table.hpp"
 
-#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -164,8 +163,7 @@ SweepRow sweep_row(const CellResult& cell, Mode mode, int64_t page) {
   row.occupancy_model_union_mean = cell.occupancy_model_union_mean;
   row.occupancy_model_union_peak = cell.occupancy_model_union_peak;
   std::vector<std::string> kinds;
-  for (const SpanResult& span : cell.spans)
-    if (std::find(kinds.begin(), kinds.end(), span.span.kind) == kinds.end()) kinds.push_back(span.span.kind);
+  for (const SpanResult& span : cell.spans) add_span_kind(kinds, span.span.kind);
   row.spans = span_columns(cell.spans, kinds);
   return row;
 }
@@ -237,11 +235,8 @@ std::string sweep_csv_line(const SweepRow& row, SweepExtras extras) {
     else
       out += std::to_string(row.*column.integer);
   }
-  for (const std::string& name : span_column_names(extras.span_kinds)) {
-    const auto found = std::find_if(row.spans.begin(), row.spans.end(),
-                                    [&](const SpanColumn& column) { return column.name == name; });
-    out += ',' + number(found == row.spans.end() ? NAN : found->value);
-  }
+  for (const std::string& name : span_column_names(extras.span_kinds))
+    out += ',' + number(span_column_value(row.spans, name));
   out += '\n';
   return out;
 }

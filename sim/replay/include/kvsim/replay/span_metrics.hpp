@@ -58,5 +58,9 @@ struct SpanColumn {
 };
 std::vector<std::string> span_column_names(const std::vector<std::string>& kinds);
 std::vector<SpanColumn> span_columns(const std::vector<SpanResult>& spans, const std::vector<std::string>& kinds);
+// The value of column `name` among `columns` (NaN when none has that name).
+double span_column_value(const std::vector<SpanColumn>& columns, const std::string& name);
+// Appends `kind` to `kinds` unless it is there: the kinds in order of first appearance.
+void add_span_kind(std::vector<std::string>& kinds, const std::string& kind);
 
 }  // namespace kvsim
