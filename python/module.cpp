@@ -61,6 +61,8 @@ py::list policies_list() {
     d["layer_budget"] =
         info.layer_budget ? py::object(py::str(info.layer_budget(resolve_params(info, {})))) : py::object(py::none());
     d["head_floor"] = info.head_floor >= 0 ? py::object(py::float_(info.head_floor)) : py::object(py::none());
+    const PressAlias* alias = kvpress_alias(info.name);  // the kvpress names it answers to, or None
+    d["kvpress"] = alias ? py::object(py::make_tuple(alias->press, alias->module)) : py::object(py::none());
     d["python"] = is_python_policy(info.name);
     d["params"] = params;
     out.append(d);

@@ -272,7 +272,8 @@ py::dict replay_rows(const py::object& attention, const std::string& policy_name
   origin.seq = origin_in[0];
   origin.layer = origin_in[1];
   origin.first_kv_head = origin_in[2];
-  const int64_t b = budget.resolve(rows.n_tokens);
+  check_ratio_mode({budget}, options.mode);  // a ratio resolves on the prompt, less a question
+  const int64_t b = budget.resolve(rows.n_tokens, options.prompt_len - question);
   const PoliciesInUse in_use({policy});
   std::vector<GroupRecord> records;
   run_interruptibly([&](const std::atomic<bool>& cancel) {

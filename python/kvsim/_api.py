@@ -161,6 +161,24 @@ def _budget(value) -> str:
     raise InputError(f"--budget: {value!r} is not a token count (64) or a share ('20%')")
 
 
+def _ratios(value, budgets, option, many=True) -> list:
+    """compression_ratio= as the budgets 'ratio R' that --compression-ratio gives (kvpress's
+    ratio; docs/semantics.md, section 2). A float is written with at most 6 decimals."""
+    if budgets is not None:
+        raise InputError(f"--compression-ratio and --{option} each set the budget: give one")
+    items = list(value) if isinstance(value, (list, tuple)) else [value]
+    if isinstance(value, str):
+        items = value.split(",")
+    out = []
+    for item in items:
+        if isinstance(item, (float, int, np.floating, np.integer)) and not isinstance(item, bool):
+            item = f"{float(item):.6f}".rstrip("0").rstrip(".")
+        out.append("ratio " + str(item).strip())
+    if not many and len(out) != 1:
+        raise InputError("--compression-ratio: replay takes one ratio (sweep takes a list)")
+    return out
+
+
 def _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                     question=None, compress_every=None, page=0, page_score="mean", head_budget="uniform",
                     head_floor=0.2, share="none", share_score="mean", threshold=None, threshold_window=None,
@@ -300,7 +318,9 @@ def open(path) -> Trace:  # noqa: A001 - kvsim.open reads like open()
 
 def policies() -> list:
     """Every policy: name, summary, grouping, budgeted, bound, selects, cross_layer, reads,
-    layer_budget and head_floor (its own budget mechanisms, or None), params (with defaults)."""
+    layer_budget and head_floor (its own budget mechanisms, or None), kvpress (the press it
+    ports as (class name, module name), names it also answers to, or None), python, params
+    (with defaults)."""
     return _native.policies()
 
 
@@ -403,7 +423,7 @@ def bundled_trace() -> str:
     return os.path.join(data_dir(), "traces", "stories15M-8x256.h5")
 
 
-def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto", seqs=None, layers=None,
+def replay(trace, policy, budget=None, *, compression_ratio=None, mode="stream", aggregate="mean", rows="auto", seqs=None, layers=None,
            output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform", head_floor=0.2,
            threads=0, records=None, params=None, as_frame=None, question=None, compress_every=None, page=0,
            page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None, pool=0,
@@ -411,6 +431,10 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     """Replay one policy at one budget over a trace (kvsim replay).
 
     trace: a kvsim.Trace or a path. budget: tokens (64) or a share of each sequence ('20%').
+    compression_ratio (instead of budget; mode 'prefill'): kvpress's R, B = max(1, floor((1 - R)
+    x the prompt)), the context's length with a question; results carry the budget 'ratio R'.
+    policy: a kvsim name or the kvpress press it ports ('SnapKVPress', 'snapkv_press'); results
+    carry the kvsim name.
     Policy parameters as keyword arguments (w=400, r=10) or params={'w': 400}.
     Options as the CLI's: mode 'stream'|'prefill', aggregate 'mean'|'max'|'sum',
     rows 'auto'|'attn'|'qk', seqs/layers (lists of indices), output_error 'auto'|'on'|'off',
@@ -464,6 +488,10 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
                               question, compress_every, page, page_score, head_budget, head_floor, share,
                               share_score, threshold, threshold_window,
                               pool, protect, span_step)
+    if compression_ratio is not None:
+        budget = _ratios(compression_ratio, budget, "budget", many=False)[0]
+    elif budget is None:
+        raise InputError("--budget: give a budget (or compression_ratio)")
     out = _native._replay(_trace(trace), str(policy), _budget(budget), _params(params, policy_params), options,
                           pandas is None and records is not False)
     if pandas is None:
@@ -486,7 +514,7 @@ def replay(trace, policy, budget, *, mode="stream", aggregate="mean", rows="auto
     return frame
 
 
-def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean", rows="auto", seqs=None,
+def sweep(trace, policies=None, budgets=None, *, compression_ratio=None, mode="stream", aggregate="mean", rows="auto", seqs=None,
           layers=None, output_error="auto", quant=None, layer_budget="uniform", head_budget="uniform",
           head_floor=0.2, threads=0, params=None, as_frame=None, question=None, compress_every=None, page=0,
           page_score="mean", share="none", share_score="mean", threshold=None, threshold_window=None, pool=0,
@@ -496,7 +524,9 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     empty. With as_frame=False a dict of those columns (strings as lists, numbers as numpy
     arrays) plus 'label' (policy and changed parameters).
 
-    policies, budgets: lists or comma-separated strings (defaults as the CLI's). Parameters:
+    policies, budgets: lists or comma-separated strings (defaults as the CLI's); a policy by its
+    kvsim name or its kvpress press's. compression_ratio (instead of budgets; mode 'prefill'):
+    kvpress's ratios, one or a list, as replay()'s (budget column 'ratio R'). Parameters:
     key=value goes to every chosen policy that takes it; params={'scissorhands.w': 200} to one.
     quant: specs added to the unquantized grid (a 'quant' column tells them apart).
     question, compress_every: as replay()'s; with a question the question_retention_* and
@@ -507,7 +537,10 @@ def sweep(trace, policies=None, budgets=None, *, mode="stream", aggregate="mean"
     columns come last, as in the CSV.
     """
     names = _comma_list(policies if policies is not None else DEFAULT_SWEEP_POLICIES, "policies")
-    grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
+    if compression_ratio is not None:
+        grid = _ratios(compression_ratio, budgets, "budgets")
+    else:
+        grid = _comma_list(budgets if budgets is not None else DEFAULT_SWEEP_BUDGETS, "budgets")
     pandas = _pandas(as_frame)
     options = _replay_options(mode, aggregate, rows, seqs, layers, output_error, quant, layer_budget, threads,
                               question, compress_every, page, page_score, head_budget, head_floor, share,
@@ -548,7 +581,7 @@ def replay_rows(attention, policy, budget, *, n_kv_heads=None, mode="stream", pr
                                 [_int(v, "origin") for v in origin])
 
 
-def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggregate="mean", threads=0,  # noqa: A001
+def eval(trace, model, policies=None, budgets=None, *, compression_ratio=None, seqs=None, tokens=0, aggregate="mean", threads=0,  # noqa: A001
          layer_budget="uniform", question=None, prompt_len=0, recall_distance=DEFAULT_RECALL_DISTANCE, params=None,
          protect=None, **policy_params) -> dict:
     """The closed loop (kvsim eval --trace): the llama2.c checkpoint `model` (a path, e.g.
@@ -567,9 +600,14 @@ def eval(trace, model, policies=None, budgets=None, *, seqs=None, tokens=0, aggr
     proxy_table: the Spearman correlation of each replay measure with each closed-loop target
     per group of cells (None: n/a); proxy_table(result) gives it as a table.
     protect: as replay()'s (--protect), for the closed loop and its replay alike.
+    compression_ratio (instead of budgets; needs question): kvpress's ratios, as sweep()'s, of
+    each context's length.
     """
     names = _comma_list(policies if policies is not None else DEFAULT_EVAL_POLICIES, "policies")
-    grid = _comma_list(budgets if budgets is not None else DEFAULT_EVAL_BUDGETS, "budgets")
+    if compression_ratio is not None:
+        grid = _ratios(compression_ratio, budgets, "budgets")
+    else:
+        grid = _comma_list(budgets if budgets is not None else DEFAULT_EVAL_BUDGETS, "budgets")
     return _native._eval(_trace(trace), _path(model, "model"), names, grid, _params(params, policy_params),
                          _indices(seqs, "seqs"), _int(tokens, "--tokens"), str(aggregate), _int(threads, "--threads"),
                          str(layer_budget), "" if question is None else str(question),

@@ -123,4 +123,15 @@ kvtrace::TraceReader open_trace(const std::string& path) {
   return kvtrace::TraceReader(path);
 }
 
+std::vector<Budget> chosen_budgets(const po::variables_map& vm, const std::string& budget_option,
+                                   const std::string& budgets, const std::string& ratios, bool list) {
+  if (!vm.count("compression-ratio")) return list ? parse_budgets(budgets) : std::vector<Budget>{Budget::parse(budgets)};
+  if (!vm[budget_option].defaulted())
+    throw kvtrace::InputError("", "", "--compression-ratio and --" + budget_option + " each set the budget: give one");
+  std::vector<Budget> out = parse_ratios(ratios);
+  if (!list && out.size() > 1)
+    throw kvtrace::InputError("", "", "--compression-ratio: replay takes one ratio (sweep takes a list)");
+  return out;
+}
+
 }  // namespace kvsim::cli

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "kvsim/core/budget.hpp"
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/schema.hpp"
@@ -57,6 +58,11 @@ void prepare_outputs(const std::vector<std::string>& inputs, const std::vector<s
 // A comma list of names; an empty or repeated name ("h2o,,tova", "h2o,", "h2o,h2o") is an
 // error of `option`.
 std::vector<std::string> split_names(const std::string& option, const std::string& text);
+
+// The budgets of --<budget_option> (a list when `list`) or of --compression-ratio (kvpress's
+// ratio, docs/semantics.md section 2), which are not given together: one line, exit 2.
+std::vector<Budget> chosen_budgets(const po::variables_map& vm, const std::string& budget_option,
+                                   const std::string& budgets, const std::string& ratios, bool list);
 
 // Opens a trace after reading its structure in a child process first
 // (kvtrace/isolated_open.hpp): HDF5's own crashes and hangs on corrupt files become one line.

@@ -23,6 +23,7 @@ Budget Budget::parse(const std::string& text) {
   Budget budget;
   budget.text = text;
   if (text.empty()) bad(text, "empty");
+  if (text.rfind("ratio ", 0) == 0) return parse_ratio(text.substr(6));
   if (text.back() == '%') {
     const std::string number = text.substr(0, text.size() - 1);
     const size_t dot = number.find('.');
@@ -51,12 +52,38 @@ Budget Budget::parse(const std::string& text) {
   return budget;
 }
 
-int64_t Budget::resolve(int64_t n_tokens) const {
+Budget Budget::parse_ratio(const std::string& r) {
+  const size_t dot = r.find('.');
+  const std::string whole = r.substr(0, dot);
+  const std::string decimals = dot == std::string::npos ? "" : r.substr(dot + 1);
+  if (!(all_digits(whole) || (whole.empty() && !decimals.empty())) ||
+      (dot != std::string::npos && !all_digits(decimals)))
+    throw kvtrace::InputError("", "", "--compression-ratio: '" + r + "' is not a number (write e.g. 0.5)");
+  if (whole.size() > 6 || decimals.size() > 6)
+    throw kvtrace::InputError("", "", "--compression-ratio: '" + r + "' has too many digits");
+  Budget budget;
+  budget.ratio = true;
+  budget.text = "ratio " + r;
+  budget.numerator = std::stoll(whole.empty() ? "0" : whole);
+  for (char digit : decimals) {
+    budget.numerator = budget.numerator * 10 + (digit - '0');
+    budget.denominator *= 10;
+  }
+  if (budget.numerator >= budget.denominator)
+    throw kvtrace::InputError("", "", "--compression-ratio: '" + r + "' must be in [0, 1)");
+  return budget;
+}
+
+int64_t Budget::resolve(int64_t n_tokens) const { return resolve(n_tokens, n_tokens); }
+
+int64_t Budget::resolve(int64_t n_tokens, int64_t compressed) const {
+  if (ratio) return std::max<int64_t>(1, (denominator - numerator) * compressed / denominator);
   if (!fraction) return tokens;
   return std::max<int64_t>(1, numerator * n_tokens / denominator);
 }
 
 double Budget::share(int64_t n_tokens) const {
+  if (ratio) return static_cast<double>(denominator - numerator) / static_cast<double>(denominator);
   return fraction ? static_cast<double>(numerator) / static_cast<double>(denominator)
                   : static_cast<double>(tokens) / static_cast<double>(n_tokens);
 }
@@ -64,6 +91,13 @@ double Budget::share(int64_t n_tokens) const {
 std::vector<Budget> parse_budgets(const std::string& comma_separated) {
   std::vector<Budget> out;
   for (const std::string& item : parse_name_list("--budgets", comma_separated)) out.push_back(Budget::parse(item));
+  return out;
+}
+
+std::vector<Budget> parse_ratios(const std::string& comma_separated) {
+  std::vector<Budget> out;
+  for (const std::string& item : parse_name_list("--compression-ratio", comma_separated))
+    out.push_back(Budget::parse_ratio(item));
   return out;
 }
 

@@ -182,7 +182,8 @@ RunResult closed_loop(const Grid& grid, size_t s, const eval_replay::Reference& 
   options.pinned = plan.pinned;
   options.prompt_len = plan.protocol.prompt;
   options.question = plan.protocol.question;
-  const int64_t budget = config.budgets[cell % grid.budgets].resolve(static_cast<int64_t>(sequence.tokens.size()));
+  const int64_t budget = config.budgets[cell % grid.budgets].resolve(static_cast<int64_t>(sequence.tokens.size()),
+                                                                     plan.protocol.prompt - plan.protocol.question);
   const ClosedLoopRun run =
       run_closed_loop(grid.model, sequence.tokens, &config.policies[cell / grid.budgets], budget, options);
   if (plan.context.leads) compressions[s * grid.cells + cell] = context_compression(run.groups);

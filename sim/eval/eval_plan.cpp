@@ -17,6 +17,10 @@ namespace kvsim::eval_plan {
 bool check_grid(const kvtrace::Llama2Config& c, std::span<const EvalSequence> sequences, const EvalConfig& config) {
   if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
   if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
+  for (const Budget& budget : config.budgets)
+    if (budget.ratio && config.question <= 0 && !config.question_auto)
+      throw kvtrace::InputError("", "",
+                                "--compression-ratio needs --question (the closed loop compresses only a context)");
   if (sequences.empty()) throw kvtrace::InputError("", "", "no sequence to evaluate");
   if (config.recall_distance < 1) throw kvtrace::InputError("", "", "the recall distance must be at least 1");
   bool needs_future = false;
@@ -205,7 +209,8 @@ std::vector<SequencePlan> sequence_plans(std::span<const EvalSequence> sequences
     }
     for (size_t cell = 0; cell < cells; ++cell)
       plans[s].layer_budgets.push_back(layer_budgets(schedules[cell / budgets],
-                                                     config.budgets[cell % budgets].resolve(n), sequences[s].index, n,
+                                                     config.budgets[cell % budgets].resolve(n, protocols[s].prompt - protocols[s].question),
+                                                     sequences[s].index, n,
                                                      protocols[s], n_layers));
   }
   return plans;

@@ -40,7 +40,7 @@ std::string budget_cell(const PlanRow& row, const PlanSetup& setup) {
   const int64_t context = setup.contexts[0];
   const int64_t tokens = row.budget->resolve(context);
   const std::string share =
-      row.budget->fraction ? row.budget->text : fixed(100.0 * row.budget->share(context), 1) + "%";
+      row.budget->fraction || row.budget->ratio ? row.budget->text : fixed(100.0 * row.budget->share(context), 1) + "%";
   return std::to_string(tokens) + " (" + share + ")";
 }
 

@@ -153,9 +153,10 @@ std::string cell_key(const SweepRow& row) {
 
 std::string budget_key(const std::string& text) {
   const Budget budget = Budget::parse(text);
-  if (!budget.fraction) return std::to_string(budget.tokens);
+  if (!budget.fraction && !budget.ratio) return std::to_string(budget.tokens);
   const int64_t divisor = std::gcd(budget.numerator, budget.denominator);
-  return std::to_string(budget.numerator / divisor) + "/" + std::to_string(budget.denominator / divisor);
+  return (budget.ratio ? "ratio " : "") + std::to_string(budget.numerator / divisor) + "/" +
+         std::to_string(budget.denominator / divisor);
 }
 
 // ---- cards ----

@@ -3,6 +3,8 @@
 #include "list.hpp"
 #include "kvtrace/error.hpp"
 
+#include <cctype>
+
 namespace kvsim {
 
 #define KVSIM_DECLARE_POLICY(id) PolicyInfo id##_policy();
@@ -22,13 +24,51 @@ std::deque<PolicyInfo>& table() {  // a deque: push_back keeps references to the
 constexpr size_t kBuiltIn = 0 KVSIM_POLICIES(KVSIM_POLICY_COUNT);
 #undef KVSIM_POLICY_COUNT
 
+// docs/semantics.md, section 4: the policies that port a kvpress press.
+constexpr PressAlias kPressAliases[] = {
+    {"snapkv", "SnapKVPress", "snapkv_press"},
+    {"streaming", "StreamingLLMPress", "streaming_llm_press"},
+    {"tova", "TOVAPress", "tova_press"},
+    {"observed-attention", "ObservedAttentionPress", "observed_attention_press"},
+    {"knorm", "KnormPress", "knorm_press"},
+    {"keydiff", "KeyDiffPress", "keydiff_press"},
+    {"lagkv", "LagKVPress", "lagkv_press"},
+    {"expected-attention", "ExpectedAttentionPress", "expected_attention_press"},
+    {"pyramidkv", "PyramidKVPress", "pyramidkv_press"},
+    {"random", "RandomPress", "random_press"},
+};
+
+std::string folded(std::string text) {  // lower case, '_' as '-': what a near miss shares
+  for (char& c : text) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
 }  // namespace
 
 const std::deque<PolicyInfo>& policies() { return table(); }
 
+const PressAlias* kvpress_alias(const std::string& policy) {
+  for (const PressAlias& alias : kPressAliases)
+    if (policy == alias.policy) return &alias;
+  return nullptr;
+}
+
+std::string canonical_policy_name(const std::string& name) {
+  for (const PressAlias& alias : kPressAliases)
+    if (name == alias.press || name == alias.module) return alias.policy;
+  return name;
+}
+
 const PolicyInfo& find_policy(const std::string& name) {
+  const std::string canonical = canonical_policy_name(name);
   for (const auto& info : policies())
-    if (info.name == name) return info;
+    if (info.name == canonical) return info;
+  for (const auto& info : policies()) {
+    const PressAlias* alias = kvpress_alias(info.name);
+    if (folded(name) == folded(info.name) || (alias && (folded(name) == folded(alias->press) ||
+                                                        folded(name) == folded(alias->module))))
+      throw kvtrace::InputError("", "", "unknown policy '" + name + "' (did you mean " + info.name + "?)");
+  }
   std::string known;
   for (const auto& info : policies()) {
     if (!known.empty()) known += ", ";
@@ -38,6 +78,9 @@ const PolicyInfo& find_policy(const std::string& name) {
 }
 
 void register_policy(PolicyInfo info) {
+  if (canonical_policy_name(info.name) != info.name)
+    throw kvtrace::InputError("", "", "policy '" + info.name + "' is kvpress's name for the built-in " +
+                                          canonical_policy_name(info.name));
   std::deque<PolicyInfo>& entries = table();
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].name != info.name) continue;

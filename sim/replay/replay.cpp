@@ -24,7 +24,7 @@ PolicyChoice choose_policy(const std::string& name, const std::map<std::string, 
   PolicyChoice choice;
   choice.info = &find_policy(name);
   choice.params = resolve_params(*choice.info, overrides);
-  choice.label = name;
+  choice.label = choice.info->name;  // a kvpress alias is reported under the kvsim name
   std::string changed;
   for (const auto& entry : overrides) {
     // Not a structured binding: clang before 16 cannot capture one in the lambda.

@@ -23,7 +23,7 @@ void route(const std::vector<std::string>& names, std::string key, const std::st
   std::string target;
   const size_t dot = key.find('.');
   if (dot != std::string::npos) {
-    target = key.substr(0, dot);
+    target = canonical_policy_name(key.substr(0, dot));
     key = key.substr(dot + 1);
   }
   bool used = false;
@@ -41,6 +41,18 @@ void route(const std::vector<std::string>& names, std::string key, const std::st
   if (!used)
     bad_option("param", target.empty() ? "no chosen policy takes '" + key + "'"
                                        : "policy '" + target + "' is not among those chosen");
+}
+
+// The kvsim names of `given` (kvpress aliases resolved); one policy named twice is refused.
+std::vector<std::string> canonical_names(const std::vector<std::string>& given) {
+  std::vector<std::string> names;
+  for (const std::string& name : given) {
+    names.push_back(find_policy(name).name);
+    for (size_t p = 0; p + 1 < names.size(); ++p)
+      if (names[p] == names.back())
+        bad_option("policies", "'" + given[p] + "' and '" + name + "' name one policy, " + names.back());
+  }
+  return names;
 }
 
 std::vector<PolicyChoice> choose(const std::vector<std::string>& names, const Overrides& overrides) {
@@ -112,15 +124,17 @@ QuestionOption question_of(const std::string& question) {
   return {positive("question", question, "a token count or auto"), false};
 }
 
-std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
+std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& given,
                                           const std::vector<std::pair<std::string, std::string>>& params) {
+  const std::vector<std::string> names = canonical_names(given);
   Overrides overrides(names.size());
   for (const auto& [key, value] : params) route(names, key, value, overrides);
   return choose(names, overrides);
 }
 
-std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& names,
+std::vector<PolicyChoice> choose_policies(const std::vector<std::string>& given,
                                           const std::vector<std::string>& assignments) {
+  const std::vector<std::string> names = canonical_names(given);
   Overrides overrides(names.size());
   for (const auto& param : assignments) {
     const size_t equals = param.find('=');

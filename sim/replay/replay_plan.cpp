@@ -82,6 +82,12 @@ bool measures_output_error(const kvtrace::TraceReader& reader, const ReplayConfi
   return config.output_error != OutputErrorMode::off && has_values;
 }
 
+// The tokens a compression ratio is a share of: the prompt in prefill mode, less a question.
+int64_t compressed_length(const ReplayConfig& config, int64_t n_tokens, int64_t prompt_len, const Protocol& protocol) {
+  if (config.mode != Mode::prefill) return n_tokens;
+  return std::min(prompt_len, n_tokens) - protocol.question;
+}
+
 // The cells of the grid with their B_l on every replayed (sequence, layer), and their means
 // over those pairs, in (sequence, layer) order.
 std::vector<CellPlan> plan_cells(const ReplayConfig& config, const ReplayPlan& plan,
@@ -103,7 +109,11 @@ std::vector<CellPlan> plan_cells(const ReplayConfig& config, const ReplayPlan& p
       const SequencePlan& compressing =
           sequence.context_from >= 0 ? plan.sequences[static_cast<size_t>(sequence.context_from)] : sequence;
       const std::vector<int64_t> held =
-          held_budgets(*cell.schedule, config.budgets[cell.budget].resolve(compressing.n_tokens), compressing.seq,
+          held_budgets(*cell.schedule,
+                       config.budgets[cell.budget].resolve(
+                           compressing.n_tokens, compressed_length(config, compressing.n_tokens,
+                                                                   compressing.prompt_len, compressing.protocol)),
+                       compressing.seq,
                        compressing.schedule_tokens, n_layers);
       for (int layer : plan.layers) {
         const int64_t budget = held[static_cast<size_t>(layer)];
@@ -193,6 +203,7 @@ std::vector<int64_t> held_budgets(const LayerSchedule& schedule, int64_t budget,
 ReplayPlan plan_replay(const kvtrace::TraceReader& reader, const ReplayConfig& config) {
   if (config.policies.empty()) throw kvtrace::InputError("", "", "no policy given");
   if (config.budgets.empty()) throw kvtrace::InputError("", "", "no budget given");
+  check_ratio_mode(config.budgets, config.mode);
   const kvtrace::TraceMeta& meta = reader.meta();
   ReplayPlan plan;
   const std::vector<int> sequences = chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path());
@@ -241,11 +252,22 @@ std::vector<double> mean_layer_budgets(const kvtrace::TraceReader& reader, const
   for (int seq : sequences) {
     const kvtrace::SequenceMeta& sequence = reader.sequence(seq);
     const std::vector<int64_t> held =
-        held_budgets(schedule, budget.resolve(sequence.n_tokens), seq, schedule_tokens(config, sequence), n_layers);
+        held_budgets(schedule,
+                     budget.resolve(sequence.n_tokens, compressed_length(config, sequence.n_tokens, sequence.prompt_len,
+                                                                         sequence_protocol(reader, config, seq))),
+                     seq, schedule_tokens(config, sequence), n_layers);
     for (size_t l = 0; l < out.size(); ++l) out[l] += static_cast<double>(held[l]);
   }
   for (double& b : out) b /= static_cast<double>(sequences.size());
   return out;
+}
+
+void check_ratio_mode(const std::vector<Budget>& budgets, Mode mode) {
+  if (mode == Mode::prefill) return;
+  for (const Budget& budget : budgets)
+    if (budget.ratio)
+      throw kvtrace::InputError("", "",
+                                "--compression-ratio needs --mode prefill (B is a share of the prompt it compresses)");
 }
 
 Protocol sequence_protocol(const kvtrace::TraceReader& reader, const ReplayConfig& config, int seq) {

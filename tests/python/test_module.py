@@ -173,6 +173,24 @@ class ModuleTest(unittest.TestCase):
         self.assertEqual(no_records["groups"], {})
         self.assertEqual(no_records["retention_mean"], r["retention_mean"])
 
+    def test_kvpress_names_and_compression_ratio(self):
+        # SnapKVPress is snapkv; R 0.5 keeps half of each prompt (docs/semantics.md, section 2).
+        prompt = self.trace.sequence(0)["prompt_len"]
+        r = kvsim.replay(TRACE, "SnapKVPress", compression_ratio=0.5, seqs=0, layers=[5], mode="prefill",
+                         as_frame=False, records=False)
+        self.assertEqual(r["policy"], "snapkv")
+        self.assertEqual(r["budget"], "ratio 0.5")
+        self.assertEqual(r["budget_tokens_mean"], prompt // 2)
+        s = kvsim.sweep(TRACE, ["snapkv_press"], compression_ratio=[0.5, 0.25], seqs=0, layers=[5], mode="prefill",
+                        as_frame=False)
+        self.assertEqual(list(s["budget"]), ["ratio 0.5", "ratio 0.25"])
+        with self.assertRaisesRegex(kvsim.InputError, "needs --mode prefill"):
+            kvsim.replay(TRACE, "snapkv", compression_ratio=0.5, seqs=0)
+        with self.assertRaisesRegex(kvsim.InputError, "give one"):
+            kvsim.sweep(TRACE, ["snapkv"], budgets=[8], compression_ratio=0.5, mode="prefill")
+        with self.assertRaisesRegex(kvsim.InputError, r"\[0, 1\)"):
+            kvsim.replay(TRACE, "snapkv", compression_ratio=1, seqs=0, mode="prefill")
+
     def test_layout_columns_equal_what_survival_implies(self):
         # h2o at 20% on the bundled trace: a position is held by a layer's paged cache at step t
         # while any kv head holds it (evicted at t or later, or never), by the sequence's while

@@ -4,9 +4,14 @@
 // program: the policy it adds would join test_sim's loops over every policy.
 #include <gtest/gtest.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "hand_cases.hpp"
 #include "kvtrace/error.hpp"
 #include "kvsim/policies/registry.hpp"
+#include "kvsim/replay/replay.hpp"
 
 namespace {
 
@@ -61,4 +66,40 @@ TEST(Registry, RunTimePolicyIsFoundListedAndReplayed) {
     EXPECT_STREQ(e.what(), "policy 'h2o' is built in and cannot be replaced");
   }
   EXPECT_EQ(kvsim::find_policy("h2o").summary, h2o.summary);
+}
+
+// kvpress's names of the presses kvsim ports resolve to the kvsim policy (its entry, so its
+// results carry the kvsim name); a near miss is refused with the name it resembles.
+TEST(Registry, KvpressNamesResolveToThePolicy) {
+  for (const auto& [alias, name] : std::vector<std::pair<std::string, std::string>>{
+           {"SnapKVPress", "snapkv"},
+           {"snapkv_press", "snapkv"},
+           {"StreamingLLMPress", "streaming"},
+           {"TOVAPress", "tova"},
+           {"ObservedAttentionPress", "observed-attention"},
+           {"expected_attention_press", "expected-attention"},
+           {"KnormPress", "knorm"},
+           {"KeyDiffPress", "keydiff"},
+           {"LagKVPress", "lagkv"},
+           {"PyramidKVPress", "pyramidkv"},
+           {"RandomPress", "random"}}) {
+    EXPECT_EQ(&kvsim::find_policy(alias), &kvsim::find_policy(name)) << alias;
+    EXPECT_EQ(kvsim::canonical_policy_name(alias), name);
+    ASSERT_NE(kvsim::kvpress_alias(name), nullptr) << name;
+  }
+  EXPECT_EQ(kvsim::choose_policy("SnapKVPress", {{"window", "16"}}).label, "snapkv(window=16)");
+  EXPECT_EQ(kvsim::choose_policies({"KnormPress", "snapkv"}, std::vector<std::string>{"SnapKVPress.window=8"})[1].label,
+            "snapkv(window=8)");
+  EXPECT_THROW(kvsim::choose_policies({"SnapKVPress", "snapkv"}, std::vector<std::string>{}), kvtrace::InputError);
+  EXPECT_EQ(kvsim::kvpress_alias("h2o"), nullptr);  // kvpress has no H2O press
+  EXPECT_EQ(kvsim::canonical_policy_name("nothing"), "nothing");
+  try {
+    kvsim::find_policy("snapkvpress");
+    FAIL() << "a near miss resolved";
+  } catch (const kvtrace::InputError& e) {
+    EXPECT_STREQ(e.what(), "unknown policy 'snapkvpress' (did you mean snapkv?)");
+  }
+  kvsim::PolicyInfo clash = keep_oldest("x");
+  clash.name = "SnapKVPress";
+  EXPECT_THROW(kvsim::register_policy(clash), kvtrace::InputError);
 }

@@ -87,7 +87,7 @@ struct EvalArgs {
   std::string model_path, tokenizer_path, trace_path, text_path, csv, json, plot, proxy_plot, seqs;
   std::string aggregate = "mean", page_score = "mean";
   int64_t page = 0;
-  std::string policies = kDefaultEvalPolicies, budgets = kDefaultEvalBudgets;
+  std::string policies = kDefaultEvalPolicies, budgets = kDefaultEvalBudgets, ratios;
   std::vector<std::string> params, protect;
   int tokens = 0, threads = 0;
   int64_t compress_every = 0;
@@ -109,6 +109,8 @@ void add_eval_options(po::options_description& options, EvalArgs& a) {
       "comma-separated policies (bounds such as oracle cannot run a model)")(
       "budgets", po::value(&a.budgets)->default_value(a.budgets),
       "comma-separated budgets: tokens (64) or % of each sequence (20%)")(
+      "compression-ratio", po::value(&a.ratios),
+      "instead of --budgets, kvpress's compression ratios R (0.5,0.75; with --question): B = (1 - R) x the context")(
       "param", po::value(&a.params)->composing(),
       "policy parameter policy.key=value, or key=value for every policy that takes it; repeatable")(
       "seqs", po::value(&a.seqs), "sequences to evaluate, e.g. 0,2,5 (default: all)")(
@@ -159,7 +161,7 @@ EvalConfig eval_config(const EvalArgs& a, const po::variables_map& vm) {
   config.policies = choose_policies(split_names("policies", a.policies), a.params);
   if (config.policies.empty()) bad_option("policies", "no policy given");
   for (const PolicyChoice& policy : config.policies) check_closed_loop_policy(*policy.info);
-  config.budgets = parse_budgets(a.budgets);
+  config.budgets = chosen_budgets(vm, "budgets", a.budgets, a.ratios, true);
   config.aggregate = parse_aggregate(a.aggregate);
   if (vm.count("compress-every") && a.compress_every < 1) bad_option("compress-every", "must be at least 1");
   config.compress_every = a.compress_every;

@@ -32,6 +32,9 @@ int cmd_policies(const std::vector<std::string>& args) {
                          grouping + (info.budgeted ? "" : ", ignores the budget") +
                          (info.selects ? ", keeps the full cache" : "") + reads + "]\n",
                      100, 23);
+    if (const PressAlias* alias = kvpress_alias(info.name))
+      out += std::string("    kvpress: ") + alias->press + ", " + alias->module + " (names accepted for " + info.name +
+             ")\n";
     for (const auto& param : info.params) {
       std::snprintf(line, sizeof line, "    %-10s = %-6s ", param.name.c_str(),
                     param.default_value.empty() ? "(auto)" : param.default_value.c_str());

@@ -11,11 +11,14 @@ namespace kvsim::cli {
 
 int cmd_replay(const std::vector<std::string>& args) {
   ReplayCliOptions values;
-  std::string policy = "scissorhands", budget = "20%";
+  std::string policy = "scissorhands", budget = "20%", ratio;
   po::options_description options("replay options");
   options.add_options()("policy", po::value(&policy)->default_value(policy),
                         "eviction policy (kvsim policies lists them)")(
-      "budget", po::value(&budget)->default_value(budget), "KV budget: tokens (64) or % of each sequence (20%)");
+      "budget", po::value(&budget)->default_value(budget), "KV budget: tokens (64) or % of each sequence (20%)")(
+      "compression-ratio", po::value(&ratio),
+      "instead of --budget, kvpress's compression ratio R (--mode prefill): B = (1 - R) x the prompt (the context "
+      "with --question)");
   add_replay_options(options, values);
   po::positional_options_description positional;
   positional.add("trace", 1);
@@ -26,7 +29,7 @@ int cmd_replay(const std::vector<std::string>& args) {
   const kvtrace::TraceReader reader = open_trace(values.trace);
   ReplayConfig config;
   config.policies = choose_policies({policy}, values.params);
-  config.budgets = {Budget::parse(budget)};
+  config.budgets = chosen_budgets(vm, "budget", budget, ratio, false);
   apply_replay_options(values, reader, config);
   config.split = work_split();
   if (config.quant.size() > 1) bad_option("quant", "replay takes one quantization spec (sweep takes a list)");

@@ -32,10 +32,13 @@ std::string need_steps(const ReplayConfig& config) {
 
 int cmd_sweep(const std::vector<std::string>& args) {
   ReplayCliOptions values;
-  std::string policies = kDefaultSweepPolicies, budgets = kDefaultSweepBudgets;
+  std::string policies = kDefaultSweepPolicies, budgets = kDefaultSweepBudgets, ratios;
   po::options_description options("sweep options");
   options.add_options()("policies", po::value(&policies)->default_value(policies), "comma-separated policies")(
       "budgets", po::value(&budgets)->default_value(budgets), "comma-separated budgets: tokens (64) or % (20%)")(
+      "compression-ratio", po::value(&ratios),
+      "instead of --budgets, kvpress's compression ratios R (0.5,0.75; --mode prefill): B = (1 - R) x the prompt "
+      "(the context with --question)")(
       "plot", po::value(&values.plot), "write retention vs budget as PNG or SVG (rendered off screen)")(
       "resume",
       "write --csv row by row as each policy finishes, and continue an interrupted sweep from the rows already in it; "
@@ -55,7 +58,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
   const kvtrace::TraceReader reader = open_trace(values.trace);
   ReplayConfig config;
   config.policies = choose_policies(split_names("policies", policies), values.params);
-  config.budgets = parse_budgets(budgets);
+  config.budgets = chosen_budgets(vm, "budgets", budgets, ratios, true);
   apply_replay_options(values, reader, config);
   config.split = work_split();
   if (!config.quant.empty()) config.quant = parse_quant_list("none," + values.quant);  // added to the plain grid

@@ -13,16 +13,27 @@ struct Budget {
   std::string text;  // as the user wrote it
   bool fraction = false;
   int64_t tokens = 0;                      // absolute budget
-  int64_t numerator = 0, denominator = 1;  // fraction of the sequence length
+  int64_t numerator = 0, denominator = 1;  // fraction of the sequence length; ratio: R
+  // kvpress's compression ratio R (docs/semantics.md, section 2): B = max(1, floor((1 - R) c))
+  // of the compressed length c, the prompt (the context with a question). Text "ratio R".
+  bool ratio = false;
 
-  // Throws InputError for anything but a positive integer or a percentage in (0, 100].
+  // Throws InputError for anything but a positive integer, a percentage in (0, 100] or
+  // "ratio R" (as a sweep's CSV writes it back).
   static Budget parse(const std::string& text);
+  // R as --compression-ratio takes it: a decimal in [0, 1).
+  static Budget parse_ratio(const std::string& r);
+  // A ratio resolves on n_tokens as the compressed length.
   int64_t resolve(int64_t n_tokens) const;
-  // The budget as a fraction of n tokens (for plots and tables).
+  // A ratio resolves on `compressed`, the others on n_tokens.
+  int64_t resolve(int64_t n_tokens, int64_t compressed) const;
+  // The budget as a fraction of n tokens (for plots and tables); a ratio: 1 - R.
   double share(int64_t n_tokens) const;
 };
 
 std::vector<Budget> parse_budgets(const std::string& comma_separated);
+// --compression-ratio's comma-separated list of R.
+std::vector<Budget> parse_ratios(const std::string& comma_separated);
 
 // The per-layer budgets B_l a schedule gives for budget B (docs/semantics.md, section 2).
 // "uniform"; a list of weights w_l, normalised to mean 1: B_l = max(1, floor(B * w_l));

@@ -223,6 +223,9 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
 // InputError, one line, when `options` leave none of n_tokens, since every result would be
 // empty. replay_rows and replay_rows_at_budgets check it; replay_trace per sequence.
 void check_decoding_steps(const EngineOptions& options, int64_t n_tokens);
+// A compression ratio (Budget::ratio) is a share of the prompt it compresses: throws
+// InputError, one line, outside prefill mode.
+void check_ratio_mode(const std::vector<Budget>& budgets, Mode mode);
 
 // The protocol sequence `seq` is replayed under (the trace's question_len with
 // question_auto); refuses, naming the sequence, a question the prompt cannot hold, and in
