@@ -24,7 +24,8 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "prefill: the prompt's last N tokens are the question (N, or auto: the trace's question_len); the context "
       "before it is compressed to B, the question and answer tokens are kept")(
       "compress-every", po::value(&v.compress_every),
-      "decode-time compression: the cache grows to B + N and is compressed back to B every N steps")(
+      "decode-time compression: the cache grows to B + N and is compressed back to B every N decode steps; "
+      "N:absolute after the steps t with (t + 1) mod N = 0, the prompt counted (R-KV's phase)")(
       "threshold", po::value(&v.threshold),
       "evict by score, no budget (kvpress's DMSPress): at each eviction step every cached position outside the "
       "last --window whose score is below T goes; B only sets the policy's own parameters (scoring policies)")(

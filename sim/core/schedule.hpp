@@ -39,6 +39,8 @@ class Schedule {
     first_recorded_ = context;
     question_steps_ = protocol.question;
     every_ = protocol.compress_every > 0 ? protocol.compress_every : protocol.question > 0 ? 0 : 1;
+    // The count's origin: step `phase_` is the first of a round of N.
+    phase_ = protocol.compress_counts_prompt ? 0 : decode_from_;
   }
 
   // The first recorded step: the first after the prompt, or with a question its first.
@@ -49,7 +51,7 @@ class Schedule {
     if (t == compress_at_) return Action::compress;
     if (t < decode_from_ || every_ == 0) return Action::keep;
     if (every_ == 1) return Action::evict;
-    return (t - decode_from_ + 1) % every_ == 0 ? Action::compress : Action::keep;
+    return (t - phase_ + 1) % every_ == 0 ? Action::compress : Action::keep;
   }
 
   // How many earlier positions step t may attend under budget B, at most (what a bound
@@ -59,14 +61,14 @@ class Schedule {
     if (every_ == 1 && t >= decode_from_ && t > compress_at_) return budget;  // the per-step rule
     int64_t last = compress_at_ < t ? compress_at_ : -1;                      // the last eviction before t
     if (every_ > 1 && t > decode_from_) {
-      const int64_t rounds = (t - decode_from_) / every_;
-      if (rounds > 0) last = std::max(last, decode_from_ - 1 + rounds * every_);
+      const int64_t round_end = phase_ - 1 + (t - phase_) / every_ * every_;  // the last before t
+      if (round_end >= decode_from_) last = std::max(last, round_end);
     }
     return last < 0 ? t : budget + (t - 1 - last);
   }
 
  private:
-  int64_t compress_at_ = -1, decode_from_ = 0, every_ = 1;  // every_ 0: never
+  int64_t compress_at_ = -1, decode_from_ = 0, every_ = 1, phase_ = 0;  // every_ 0: never
   int64_t first_recorded_ = 0, question_steps_ = 0;
 };
 

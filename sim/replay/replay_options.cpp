@@ -77,8 +77,18 @@ void apply_protocol(const ReplayRequest& request, ReplayConfig& config) {
   config.protocol.question = question.tokens;
   if ((config.protocol.question > 0 || config.question_auto) && config.mode != Mode::prefill)
     bad_option("question", "needs --mode prefill (the context is compressed at its end, before the question)");
-  if (!request.compress_every.empty())
-    config.protocol.compress_every = positive("compress-every", request.compress_every, "a step count");
+  if (!request.compress_every.empty()) {
+    // N, or N:absolute (R-KV's phase: the count starts at position 0, the prompt included).
+    std::string steps = request.compress_every;
+    const size_t colon = steps.find(':');
+    if (colon != std::string::npos) {
+      if (steps.substr(colon + 1) != "absolute")
+        bad_option("compress-every", "'" + steps + "': expected N or N:absolute");
+      steps.resize(colon);
+      config.protocol.compress_counts_prompt = true;
+    }
+    config.protocol.compress_every = positive("compress-every", steps, "a step count");
+  }
   config.threshold = parse_threshold(request.threshold, request.window);
   config.protect = parse_protection(request.protect);
   if (!request.span_step.empty())  // 0 counts: the first row is a row like any other
@@ -105,15 +115,14 @@ void apply_share(const ReplayRequest& request, ReplayConfig& config) {
 // Shared keep-sets, pools and the threshold protocol each take over a simulation's eviction:
 // one at a time.
 void refuse_mixed_couplings(const ReplayConfig& config) {
-  const std::vector<std::pair<bool, const char*>> takers = {{config.share != Share::none, "--share"},
-                                                             {config.pool > 0, "--pool"},
-                                                             {config.threshold.on(), "--threshold"}};
+  const std::vector<std::pair<bool, const char*>> takers = {
+      {config.share != Share::none, "--share"}, {config.pool > 0, "--pool"}, {config.threshold.on(), "--threshold"}};
   std::vector<const char*> on;
   for (const auto& [taken, option] : takers)
     if (taken) on.push_back(option);
   if (on.size() > 1)
-    throw kvtrace::InputError("", "", std::string(on[0]) + " and " + on[1] +
-                                          " each decide which positions go: give one of them");
+    throw kvtrace::InputError(
+        "", "", std::string(on[0]) + " and " + on[1] + " each decide which positions go: give one of them");
 }
 
 }  // namespace

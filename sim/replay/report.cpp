@@ -74,7 +74,9 @@ std::string protocol_text(const ReplayResults& results) {
   else if (results.protocol.question > 0)
     out.append(", question ").append(std::to_string(results.protocol.question));
   if (results.protocol.compress_every > 0)
-    out.append(", compress every ").append(std::to_string(results.protocol.compress_every));
+    out.append(", compress every ")
+        .append(std::to_string(results.protocol.compress_every))
+        .append(results.protocol.compress_counts_prompt ? " (absolute)" : "");
   if (results.threshold.on())
     out.append(", threshold ")
         .append(number(results.threshold.below, "%g"))
@@ -167,8 +169,8 @@ std::string sweep_table(const ReplayResults& results) {
         "peak occupancy", [](const CellResult& c) { return static_cast<double>(c.occupancy_peak); }, 0);
   out << "budget B per sequence and layer, mean:" << budget_means(results, labels, budgets);
   out << "\nmode " << mode_name(results.mode) << protocol_text(results) << paging_text(results.paging)
-      << share_text(results) << pool_text(results) << "; " << results.sequences << " sequences x " << results.layers << " layers x "
-      << results.heads << " heads; " << kTeacherForcedNote << "\n";
+      << share_text(results) << pool_text(results) << "; " << results.sequences << " sequences x " << results.layers
+      << " layers x " << results.heads << " heads; " << kTeacherForcedNote << "\n";
   return wrap_text(out.str());
 }
 
@@ -340,6 +342,7 @@ std::string results_json(const ReplayResults& results, const std::string& trace,
   else if (results.protocol.question > 0)
     out["question"] = results.protocol.question;
   if (results.protocol.compress_every > 0) out["compress_every"] = results.protocol.compress_every;
+  if (results.protocol.compress_counts_prompt) out["compress_phase"] = "absolute";
   if (results.threshold.on()) {
     out["threshold"] = results.threshold.below;
     out["window"] = results.threshold.window;

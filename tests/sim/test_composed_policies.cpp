@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "hand_cases.hpp"
 #include "../support/rows.hpp"
 #include "kvsim/core/engine.hpp"
 #include "kvsim/core/policy.hpp"
@@ -91,6 +92,19 @@ TEST(PyramidKV, ScoresAreSnapKVsAveragePooled) {
   for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(five[j], (std::vector<double>{0.24, 0.26, 0.26, 0.172})[j], 1e-6) << j;
   // snapkv max-pools: s0 = max(0.44, 0.10) = 0.44 with kernel 3.
   EXPECT_NEAR(prompt_scores("snapkv", {{"window", "2"}, {"kernel", "3"}}, {kC6}, 4)[0], 0.44, 1e-6);
+}
+
+TEST(SnapKV, PoolAndKernelParametersGiveTheAuthorsSettings) {
+  // pool=avg is SnapKV's code default (snapkv_utils.py L72-86): the sums 0.44, 0.10, 0.66,
+  // 0.10 averaged as pyramidkv's above; kernel 7 max-pooled (their LongBench runs) reaches
+  // every key from each of the four: all 0.66.
+  const auto avg = prompt_scores("snapkv", {{"window", "2"}, {"kernel", "3"}, {"pool", "avg"}}, {kC6}, 4);
+  const std::vector<double> expected = {0.18, 0.40, 0.86 / 3, 0.76 / 3};
+  for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(avg[j], expected[j], 1e-6) << j;
+  const auto seven = prompt_scores("snapkv", {{"window", "2"}, {"kernel", "7"}}, {kC6}, 4);
+  for (size_t j = 0; j < 4; ++j) EXPECT_NEAR(seven[j], 0.66, 1e-6) << j;
+  EXPECT_EQ(kvsim::find_policy("snapkv").params[2].default_value, "max");
+  EXPECT_EQ(kvsim::find_policy("pyramidkv").params[2].default_value, "avg");
 }
 
 TEST(PyramidKV, DeclaresThePyramidSchedule) {
@@ -197,3 +211,16 @@ TEST(Cake, DeclaresTheCakeSchedule) {
 }
 
 }  // namespace
+
+TEST(ScissorhandsXLayer, RecentWindowKeepsTheNewestOutOfTheChoice) {
+  // One layer of one head: fused = local = the accumulated attention of trace C. B = 3.
+  // recent 0 (the blog as read): at t3 the sums are 0: 2.1, 1: .8, 2: .9, 3: .2, so the new
+  // token 3 goes; every later step's new token has one row (t4 .3, t5 .3, t6 .1, t7 .15)
+  // against 1's .85 and more: the cache freezes on {0, 1, 2}.
+  const auto frozen = hand::replay1(hand::kC, "scissorhands-xlayer", 3);
+  hand::expect_eviction_steps(frozen, {-1, -1, -1, 3, 4, 5, 6, 7});
+  // recent 1: the newest is not a candidate. t3: 1 (.8) goes; t4: 0 2.34, 2 1.26, 3 .25 -> 3;
+  // t5: 0 2.54, 2 1.56, 4 .4 -> 4; t6: 5 .65 -> 5; t7: 6 .18 -> 6.
+  const auto windowed = hand::replay1(hand::kC, "scissorhands-xlayer", 3, {{"recent", "1"}});
+  hand::expect_eviction_steps(windowed, {-1, 3, -1, 4, 5, 6, 7, -1});
+}

@@ -107,6 +107,28 @@ TEST(ProtocolCompressEvery, PrefillCompressesAtThePromptThenEveryN) {
   EXPECT_EQ(r.evictions, 6);
 }
 
+TEST(ProtocolCompressEvery, AbsolutePhaseCountsThePrompt) {
+  // Prefill, prompt 4, TOVA, B=2, N=3. t3: the prompt's compression -> {0, 2} (as above).
+  // Counted from the first decode step, compression at (t - 4 + 1) % 3 = 0: t6.
+  //   t6 {0,2,4,5,6} on a6 (.15 .25 .05 .35 .1): evict 4, 6, 0 -> {2, 5}; t7 {2,5,7} .7.
+  // Counted from position 0 (R-KV's phase), at (t + 1) % 3 = 0: t5.
+  //   t5 {0,2,4,5} on a5 (.2 .3 .1 .3): evict 4, 0 -> {2, 5}; t6 {2,5,6} .7; t7 {2,5,6,7}
+  //   .25+.3+.08+.15 = .78.
+  kvsim::Protocol decode{0, 3};
+  const auto by_decode = run("tova", 2, kvsim::Mode::prefill, 4, decode);
+  EXPECT_EQ(kvtest::cache_after(by_decode, 6), (std::vector<int>{2, 5}));
+  hand::expect_retention(by_decode, 0, {0.9, 0.9, 0.9, 0.7});
+  kvsim::Protocol absolute{0, 3};
+  absolute.compress_counts_prompt = true;
+  const auto r = run("tova", 2, kvsim::Mode::prefill, 4, absolute);
+  hand::expect_caches(r, {{0}, {0, 1}, {0, 1, 2}, {0, 2}, {0, 2, 4}, {2, 5}, {2, 5, 6}, {2, 5, 6, 7}});
+  hand::expect_retention(r, 0, {0.9, 0.9, 0.7, 0.78});
+  hand::expect_occupancy(r, {3, 4, 3, 4});
+  // The oracle holds what that schedule holds: B + 1 at t4 and t5 (last eviction t3), B at t6
+  // (after t5), B + 1 at t7: .3+.36+.24, .3+.3+.2+.1, .1+.35+.25, .15+.3+.25+.12.
+  hand::expect_retention(run("oracle", 2, kvsim::Mode::prefill, 4, absolute), 0, {0.9, 0.9, 0.7, 0.82});
+}
+
 TEST(ProtocolCompressEvery, QuestionThenAnswerCompressedEveryN) {
   // Prompt 6, question 2, TOVA, B=2, N=2: as ContextCompressedOnce... up to t5 ({0,2,4,5}); the
   // answer's compressions at (t - 6 + 1) % 2 = 0: t7 only.

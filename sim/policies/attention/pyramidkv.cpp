@@ -12,14 +12,11 @@ PolicyInfo pyramidkv_policy() {
   PolicyInfo info = snapkv_policy();
   info.name = "pyramidkv";
   info.summary = "PyramidKV: snapkv's scores, average-pooled as the authors pool them";
-  info.params[1].help = "pooling kernel size along positions (odd)";  // snapkv's "kernel"
-  info.params.push_back({"pool",
-                         ParamType::choice,
-                         "avg",
-                         "pooling along positions: avg (the authors') or max",
-                         0,
-                         1e18,
-                         {"avg", "max"}});
+  for (ParamSpec& param : info.params) {
+    if (param.name != "pool") continue;
+    param.default_value = "avg";
+    param.help = "pooling along positions: avg (the authors') or max";
+  }
   info.params.push_back(
       {"beta", ParamType::integer, "20", "the smallest layer keeps (B - W) / beta non-window positions", 1, 1e9, {}});
   info.layer_budget = [](const Params& params) {

@@ -3,7 +3,10 @@
 // i's accumulated â in layer l (averaged over the layer's heads); fused_0 = local_0 and
 // fused_l = alpha * fused_{l-1} + (1 - alpha) * local_l, where fused_{l-1}[i] is 0 once layer
 // l-1 no longer holds i (its eviction at this step included). Each layer evicts its lowest
-// fused score, one per step. The engine steps the layers of a sequence together.
+// fused score, one per step. The engine steps the layers of a sequence together. As read, the
+// new token (one step of attention) nearly always scores lowest and is the one evicted;
+// `recent` protects the r newest cached positions, the reading under which the blog's claims
+// can hold.
 #include <algorithm>
 
 #include "kvsim/policies/scoring.hpp"
@@ -13,6 +16,7 @@ namespace {
 
 struct FusedLayers {
   double alpha = 0.5;
+  int64_t recent = 0;
   std::vector<std::vector<double>> fused;  // [layer][position], valid where held
   std::vector<std::vector<uint8_t>> held;  // [layer][position]
 };
@@ -27,6 +31,7 @@ class ScissorhandsXLayer final : public ScoringPolicy {
   void on_reset(const GroupContext& group) override {
     layers_ = std::static_pointer_cast<FusedLayers>(group.sequence_state);
     layer_ = static_cast<size_t>(group.layer);
+    recent_ = layers_->recent;
     local_.assign(static_cast<size_t>(group.n_tokens), 0.0);
   }
 
@@ -48,8 +53,9 @@ class ScissorhandsXLayer final : public ScoringPolicy {
   }
 
   Ranked rank(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
-    scores.resize(cache.size());
-    for (size_t j = 0; j < cache.size(); ++j) scores[j] = layers_->fused[layer_][static_cast<size_t>(cache[j])];
+    const size_t open = cache.size() - std::min<size_t>(static_cast<size_t>(recent_), cache.size());
+    scores.resize(open);
+    for (size_t j = 0; j < open; ++j) scores[j] = layers_->fused[layer_][static_cast<size_t>(cache[j])];
     return candidates(0, scores);
   }
   void on_forget(std::span<const int32_t> cache, std::span<const size_t> indices) override {
@@ -58,6 +64,7 @@ class ScissorhandsXLayer final : public ScoringPolicy {
 
   std::shared_ptr<FusedLayers> layers_;
   size_t layer_ = 0;
+  int64_t recent_ = 0;
   std::vector<double> local_;  // by position
 };
 
@@ -68,13 +75,17 @@ PolicyInfo scissorhands_xlayer_policy() {
   info.name = "scissorhands-xlayer";
   info.summary =
       "the blog's cross-layer reading: per layer, evict the lowest alpha-fused score of this and earlier layers";
-  info.params = {{"alpha", ParamType::real, "0.5", "weight of the layer below in the fused score", 0, 1, {}}};
+  info.params = {
+      {"alpha", ParamType::real, "0.5", "weight of the layer below in the fused score", 0, 1, {}},
+      {"recent", ParamType::integer, "0", "newest cached positions protected (0: none, the blog as read)", 0, 1e9, {}},
+  };
   info.grouping = Grouping::layer;
   info.engine = Engine::cross_layer;
   set_make<ScissorhandsXLayer>(info);
   info.make_sequence_state = [](const Params& params, int n_layers, int64_t n_tokens) {
     auto state = std::make_shared<FusedLayers>();
     state->alpha = params.real("alpha");
+    state->recent = params.integer("recent");
     state->fused.assign(static_cast<size_t>(n_layers), std::vector<double>(static_cast<size_t>(n_tokens), 0.0));
     state->held.assign(static_cast<size_t>(n_layers), std::vector<uint8_t>(static_cast<size_t>(n_tokens), 0));
     return std::static_pointer_cast<void>(state);

@@ -1,5 +1,7 @@
-// snapkv: SnapKV (Li et al.). A token's score is the attention it received from the last W
-// query rows (the observation window), max-pooled with kernel 5 along the cached positions;
+// snapkv: SnapKV (Li et al.; FasterDecoding/SnapKV at e216ddc, snapkv/monkeypatch/
+// snapkv_utils.py L40-70). A token's score is the attention it received from the last W query
+// rows (the observation window), pooled along the cached positions (kvsim's default: max over
+// 5; the authors' code defaults to avg over 5, their LongBench runs use max over 7);
 // the W most recent positions (the window) are always kept, and the top B-W of the rest by
 // pooled score; applied at the end of the prompt (prefill) and again whenever decode pushes
 // the cache past B. With B <= W the window shrinks to B.
@@ -17,11 +19,8 @@ namespace {
 
 class SnapKV final : public ScoringPolicy {
  public:
-  // `pool` is taken by the policies built on snapkv's scores (pyramidkv); snapkv max-pools.
   explicit SnapKV(const Params& params)
-      : window_(params.integer("window")),
-        kernel_(params.integer("kernel")),
-        average_(params.has("pool") && params.text("pool") == "avg") {
+      : window_(params.integer("window")), kernel_(params.integer("kernel")), average_(params.text("pool") == "avg") {
     align(window_sum_);
     align(slot_of_);
   }
@@ -215,7 +214,14 @@ PolicyInfo snapkv_policy() {
   info.summary = "SnapKV: attention from the last 32 rows, max-pooled (kernel 5); keep the window + top B-W";
   info.params = {
       {"window", ParamType::integer, "32", "observation window W (query rows, and recent positions kept)", 1, 1e9, {}},
-      {"kernel", ParamType::integer, "5", "max-pool kernel size along positions (odd)", 1, 1e9, {}},
+      {"kernel", ParamType::integer, "5", "pooling kernel size along positions (odd)", 1, 1e9, {}},
+      {"pool",
+       ParamType::choice,
+       "max",
+       "pooling along positions: max, or avg (torch's avg_pool1d)",
+       0,
+       1e18,
+       {"max", "avg"}},
   };
   set_make<SnapKV>(info);
   return info;

@@ -3,7 +3,8 @@
 // the last `window` queries of their softmax over those keys (GQA logits max-pooled over the
 // group first); redundancy r_j, a softmax of the column means of the keys' cosine matrix
 // (diagonal, and each row's most recent similar key, zeroed); score lambda a_j - (1-lambda) r_j.
-// Meant with --compress-every 128 (the authors' divide_length); at every step otherwise.
+// Meant with --compress-every 128:absolute (the authors' divide_length, the prompt counted); at
+// every step otherwise.
 // docs/semantics.md, section 4.
 #include <algorithm>
 #include <cmath>
@@ -129,7 +130,7 @@ PolicyInfo rkv_policy() {
   info.name = "r-kv";
   info.summary =
       "R-KV: keep the top lambda*importance - (1-lambda)*redundancy (key cosine) plus a window; meant "
-      "with --compress-every 128";
+      "with --compress-every 128:absolute";
   info.params = {
       {"window", ParamType::integer, "8", "newest entries kept, and the queries that score importance", 1, 1e9, {}},
       {"kernel", ParamType::integer, "7", "importance max-pooled over this many neighbours (odd)", 1, 1e9, {}},

@@ -106,6 +106,9 @@ struct Protocol {
   // grown to B + N, is compressed back to B; no eviction in between. 0: every step without a
   // question (the mode's rule), never with one.
   int64_t compress_every = 0;
+  // R-KV's phase: compress after the steps t with (t + 1) mod N = 0, the sequence's length
+  // counted from position 0 (its prompt included), instead of every N-th decode step.
+  bool compress_counts_prompt = false;
 };
 
 struct EngineOptions {
