@@ -19,6 +19,7 @@
   X(keydiff)               \
   X(lagkv)                 \
   X(expected_attention)    \
+  X(curdkv)                \
   X(rkv)                   \
   X(quest)                 \
   X(recent)                \
