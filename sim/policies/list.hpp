@@ -20,6 +20,7 @@
   X(lagkv)                 \
   X(expected_attention)    \
   X(curdkv)                \
+  X(chunkkv)               \
   X(rkv)                   \
   X(quest)                 \
   X(recent)                \

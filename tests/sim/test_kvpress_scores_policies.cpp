@@ -1,6 +1,6 @@
-// kvpress's scorers of keys, values and chunks (docs/semantics.md, section 4): curdkv on
-// hand-worked cases, and each checked against the authors' code at NVIDIA/kvpress 8bb29b9
-// written literally here.
+// kvpress's scorers of keys, values and chunks (docs/semantics.md, section 4): curdkv and
+// chunkkv on hand-worked cases, and each checked against the authors' code at NVIDIA/kvpress
+// 8bb29b9 written literally here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -124,10 +124,134 @@ TEST(PolicyCurDKV, PrefillMatchesTheAuthorsScore) {
   EXPECT_EQ(evicted_at(c.eviction_steps("CURPress", 20), 39), expected);
 }
 
+// ---- chunkkv: chunks of L cache entries ranked by snapkv's mean score, whole chunks kept ----
+
+TEST(PolicyChunkKV, PrefillKeepsWholeChunks) {
+  // One head, prompt of 6, window 1, kernel 1 (no pooling), chunk 2: at the prompt's end the
+  // scores are row 5 over positions 0-4, 0.3, 0.1, 0.05, 0.25, 0.2, and the window (5) the
+  // highest + 1 = 1.3. Chunks {0,1} 0.2, {2,3} 0.15, {4,5} 0.75.
+  // B = 3: max(1, floor(3 x 3 / 6)) = 1 chunk kept, {4,5}: evict 0-3 (four, the excess is 3).
+  // B = 4 or 5: floor(3 x 4 / 6) = floor(3 x 5 / 6) = 2 chunks, {4,5} and {0,1}: evict 2, 3.
+  Case c;
+  c.rows = {{{1},
+             {0.5, 0.5},
+             {0.4, 0.3, 0.3},
+             {0.25, 0.25, 0.25, 0.25},
+             {0.2, 0.2, 0.2, 0.2, 0.2},
+             {0.3, 0.1, 0.05, 0.25, 0.2, 0.1},
+             std::vector<double>(7, 1.0 / 7)}};  // a decode step, which the replay measures
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 6;
+  const std::map<std::string, std::string> params = {{"window", "1"}, {"kernel", "1"}, {"chunk", "2"}};
+  EXPECT_EQ(evicted_at(c.eviction_steps("chunkkv", 3, params), 5), (std::vector<int>{0, 1, 2, 3}));
+  EXPECT_EQ(evicted_at(c.eviction_steps("chunkkv", 4, params), 5), (std::vector<int>{2, 3}));
+  EXPECT_EQ(evicted_at(c.eviction_steps("chunkkv", 5, params), 5), (std::vector<int>{2, 3}));
+}
+
+TEST(PolicyChunkKV, KeptChunksBeyondTheBudgetLoseTheirLowestTokens) {
+  // Prompt of 8, window 1, kernel 1, chunk 4, B = 3: row 7's scores 0.3, 0.1, 0.1, 0.1, 0.1,
+  //   0.05, 0.15 and the window (7) 1.3. Chunks {0-3} 0.15, {4-7} (0.1 + 0.05 + 0.15 + 1.3) / 4
+  //   = 0.4; max(1, floor(2 x 3 / 8)) = 1 chunk, {4-7}, one entry too many for B: its lowest,
+  //   5 (0.05), goes too. Evict 0, 1, 2, 3, 5.
+  // chunk 20 (more than the cache): the excess (5) lowest tokens, 5 then 1, 2, 3, 4 (0.1 each,
+  //   the lower positions first): keep 0, 6, 7.
+  Case c;
+  c.rows = {{{1},
+             {0.5, 0.5},
+             {0.4, 0.3, 0.3},
+             {0.25, 0.25, 0.25, 0.25},
+             {0.2, 0.2, 0.2, 0.2, 0.2},
+             {0.3, 0.1, 0.05, 0.25, 0.2, 0.1},
+             {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.4},
+             {0.3, 0.1, 0.1, 0.1, 0.1, 0.05, 0.15, 0.1},
+             std::vector<double>(9, 1.0 / 9)}};  // a decode step, which the replay measures
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 8;
+  EXPECT_EQ(evicted_at(c.eviction_steps("chunkkv", 3, {{"window", "1"}, {"kernel", "1"}, {"chunk", "4"}}), 7),
+            (std::vector<int>{0, 1, 2, 3, 5}));
+  EXPECT_EQ(evicted_at(c.eviction_steps("chunkkv", 3, {{"window", "1"}, {"kernel", "1"}}), 7),
+            (std::vector<int>{1, 2, 3, 4, 5}));
+}
+
+TEST(PolicyChunkKV, StreamDropsAChunkAtATime) {
+  // Uniform rows, 5 tokens, B = 3, window 1, kernel 1, chunk 2. t3: cache {0,1,2,3}, chunks
+  // {0,1} (1/4 each) and {2,3} (1/4 and the window, 1/4 + 1 = 1.25): max(1, floor(2 x 3 / 4))
+  // = 1 chunk: evict 0, 1 (one more than the excess). t4: {2,3,4}, within B.
+  Case c;
+  c.n = 5;
+  const auto steps = c.replay("chunkkv", 3, {{"window", "1"}, {"kernel", "1"}, {"chunk", "2"}}).at(0).result;
+  EXPECT_EQ(steps.eviction_step, (std::vector<int32_t>{3, 3, -1, -1, -1}));
+  hand::expect_occupancy(steps, {1, 2, 3, 4, 3});  // the attended cache, before evicting
+}
+
+// chunkkv_press.py `compress` lines 51-125 over SnapKVPress.score (snapkv_press.py lines
+// 71-105, attentions given): per head the mean of the last W rows over the first n - W
+// positions, avg_pool1d (kernel 5, zero padding, divided by 5), the group mean (one head per kv
+// head here), the window padded with the highest score + 1; the sum over kv heads, chunk means,
+// the top int(chunks x (1 - ratio)) chunks kept.
+std::vector<int> authors_chunkkv_dropped(const std::vector<hand::Rows>& heads, int64_t window, int64_t length,
+                                         double ratio) {
+  const auto n = static_cast<int64_t>(heads.front().size()), open = n - window;
+  std::vector<std::vector<double>> per_head;
+  double top = -1e300;
+  for (const hand::Rows& rows : heads) {
+    std::vector<double> mean(static_cast<size_t>(open), 0.0), pooled(static_cast<size_t>(open), 0.0);
+    for (int64_t i = n - window; i < n; ++i)
+      for (int64_t j = 0; j < open; ++j) mean[j] += rows[i][j] / static_cast<double>(window);
+    for (int64_t j = 0; j < open; ++j) {
+      for (int64_t i = j - 2; i <= j + 2; ++i)
+        if (i >= 0 && i < open) pooled[j] += mean[i];
+      pooled[j] /= 5;
+      top = std::max(top, pooled[j]);
+    }
+    per_head.push_back(pooled);
+  }
+  std::vector<double> global(static_cast<size_t>(n), 0.0);
+  for (auto& head : per_head) {
+    head.resize(static_cast<size_t>(n), top + 1);          // F.pad(scores, (0, window), value=max + 1)
+    for (int64_t j = 0; j < n; ++j) global[j] += head[j];  // .sum(dim=1)
+  }
+  const int64_t chunks = n / length;  // n a multiple of the length here
+  std::vector<double> chunk_scores;
+  for (int64_t c = 0; c < chunks; ++c)
+    chunk_scores.push_back(std::accumulate(global.begin() + c * length, global.begin() + (c + 1) * length, 0.0) /
+                           static_cast<double>(length));
+  const auto kept = std::max<int64_t>(1, static_cast<int64_t>(static_cast<double>(chunks) * (1 - ratio)));
+  std::vector<int> order(static_cast<size_t>(chunks));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return chunk_scores[a] > chunk_scores[b]; });
+  std::vector<int> out;
+  for (int64_t c = 0; c < chunks; ++c)
+    if (std::find(order.begin(), order.begin() + kept, c) == order.begin() + kept)
+      for (int64_t j = c * length; j < (c + 1) * length; ++j) out.push_back(static_cast<int>(j));
+  return out;
+}
+
+TEST(PolicyChunkKV, PrefillMatchesTheAuthorsCompress) {
+  // Two kv heads of one query head each, a prompt of 40, window 4, chunks of 4 (the window is
+  // a chunk of its own: kvpress's window value, the sum of 2 x (max + 1), and kvsim's, the
+  // layer mean's max + 1, both rank it first), B = 20 (ratio 0.5): 5 chunks kept.
+  Case c;
+  c.rows = hand::random_rows(2, 41, 5);  // the prompt and one decode step
+  c.n_kv_heads = 2;
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 40;
+  std::vector<hand::Rows> prompt = c.rows;
+  for (hand::Rows& rows : prompt) rows.pop_back();
+  const std::vector<int> expected = authors_chunkkv_dropped(prompt, 4, 4, 0.5);
+  ASSERT_EQ(expected.size(), 20u);
+  EXPECT_EQ(evicted_at(c.eviction_steps("chunkkv", 20, {{"window", "4"}, {"chunk", "4"}}), 39), expected);
+  EXPECT_EQ(evicted_at(c.eviction_steps("ChunkKVPress", 20, {{"window", "4"}, {"chunk", "4"}}), 39), expected);
+}
+
 TEST(KvpressScoresPolicies, DeclareWhatTheyRead) {
   const kvsim::PolicyInfo& cur = kvsim::find_policy("curdkv");
   EXPECT_TRUE(cur.needs_keys && cur.needs_values && !cur.needs_queries && !cur.needs_attention && cur.scoring);
   EXPECT_EQ(kvsim::canonical_policy_name("cur_press"), "curdkv");
+  const kvsim::PolicyInfo& chunk = kvsim::find_policy("chunkkv");
+  EXPECT_TRUE(chunk.needs_attention && !chunk.needs_tensors() && !chunk.scoring);
+  EXPECT_EQ(chunk.grouping, kvsim::Grouping::layer);
+  EXPECT_EQ(kvsim::canonical_policy_name("chunkkv_press"), "chunkkv");
 }
 
 }  // namespace
