@@ -21,6 +21,7 @@
   X(expected_attention)    \
   X(curdkv)                \
   X(chunkkv)               \
+  X(capkv)                 \
   X(rkv)                   \
   X(quest)                 \
   X(recent)                \

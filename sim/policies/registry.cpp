@@ -38,6 +38,7 @@ constexpr PressAlias kPressAliases[] = {
     {"random", "RandomPress", "random_press"},
     {"curdkv", "CURPress", "cur_press"},
     {"chunkkv", "ChunkKVPress", "chunkkv_press"},
+    {"capkv", "CapPress", "cap_press"},
 };
 
 std::string folded(std::string text) {  // lower case, '_' as '-': what a near miss shares

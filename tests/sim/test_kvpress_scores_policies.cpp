@@ -1,6 +1,6 @@
-// kvpress's scorers of keys, values and chunks (docs/semantics.md, section 4): curdkv and
-// chunkkv on hand-worked cases, and each checked against the authors' code at NVIDIA/kvpress
-// 8bb29b9 written literally here.
+// kvpress's scorers of keys, values and chunks (docs/semantics.md, section 4): curdkv,
+// chunkkv and capkv on hand-worked cases, and each checked against the authors' code at
+// NVIDIA/kvpress 8bb29b9 written literally here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +13,7 @@
 
 #include "hand_cases.hpp"
 #include "kvsim/policies/registry.hpp"
+#include "kvtrace/error.hpp"
 
 namespace {
 
@@ -244,6 +245,149 @@ TEST(PolicyChunkKV, PrefillMatchesTheAuthorsCompress) {
   EXPECT_EQ(evicted_at(c.eviction_steps("ChunkKVPress", 20, {{"window", "4"}, {"chunk", "4"}}), 39), expected);
 }
 
+// ---- capkv: w_j v_j^T (I + sum (w + epsilon) v v^T)^-1 v_j, w = exp(tau cos(anchor, k)) ----
+
+// head_dim 2, one interleaved pair, w = pi/2: position p turns by p x 90 degrees.
+kvtrace::RopeMeta quarter_turns() {
+  kvtrace::RopeMeta rope;
+  rope.theta = 10000;
+  rope.scaling_type = "linear";
+  rope.scaling_factor = 2 / M_PI;
+  rope.rotary_dims = 2;
+  rope.pairing = "interleaved";
+  return rope;
+}
+
+TEST(PolicyCapKV, QueryWeightedValueLeverage) {
+  // sinks 1, future 1, epsilon 0, B = 2, 3 tokens: the eviction at t2 scores entries 1 and 2.
+  // Un-rotated queries of positions 1, 2: (1,0) both, stored turned by 90 and 180 degrees:
+  //   (0,1), (-1,0). Anchor: the mean (1,0) turned by 270 degrees (position 3): (0,-1).
+  // k1 = (0,-2): cos 1; k2 = (1,0): cos 0. tau 5: w1 = e^0 = 1, w2 = e^-5 = 0.0067379.
+  // v1 = (1,0), v2 = (0,2): A = diag(1 + 1, 1 + 4 w2) = diag(2, 1.026952).
+  // s1 = 1 x 1/2 = 0.5; s2 = w2 x 4 / 1.026952 = 0.026245: evict 2.
+  // tau 0: w = 1, 1; A = diag(2, 5): s1 = 0.5, s2 = 4/5 = 0.8: evict 1.
+  Case c;
+  c.n = 3;
+  c.keys = {{{5, 5}, {0, -2}, {1, 0}}};
+  c.values = {{{1, 1}, {1, 0}, {0, 2}}};
+  c.queries = {{{7, 7}, {0, 1}, {-1, 0}}};
+  c.rope = quarter_turns();
+  const std::map<std::string, std::string> params = {{"sinks", "1"}, {"future", "1"}, {"epsilon", "0"}};
+  EXPECT_EQ(c.eviction_steps("capkv", 2, params), (std::vector<int32_t>{-1, -1, 2}));
+  std::map<std::string, std::string> flat = params;
+  flat["tau"] = "0";
+  EXPECT_EQ(c.eviction_steps("capkv", 2, flat), (std::vector<int32_t>{-1, 2, -1}));
+}
+
+TEST(PolicyCapKV, RefusesATraceWithoutRopeOrABudgetWithinTheSinks) {
+  const kvsim::PolicyInfo& info = kvsim::find_policy("capkv");
+  ASSERT_TRUE(info.rope_problem);
+  EXPECT_NE(info.rope_problem(kvtrace::RopeMeta{}).find("needs the trace's RoPE attributes"), std::string::npos);
+  Case c;
+  c.n = 3;
+  c.keys = c.values = c.queries = {{{1, 0}, {0, 1}, {1, 1}}};
+  EXPECT_THROW(c.eviction_steps("capkv", 2, {{"sinks", "1"}}), kvtrace::InputError);
+  c.rope = quarter_turns();
+  EXPECT_THROW(c.eviction_steps("capkv", 1, {{"sinks", "1"}}), kvtrace::InputError);
+}
+
+// cap_press.py, written as the authors' tensors do it, for one kv head of `heads.size()` query
+// heads, Hugging Face's rotate_half RoPE (theta, dims (i, i + d/2)): the pre-RoPE queries of
+// positions n_sink..n-1, each times the mean over p = n .. n + F - 1 of cos_p I + sin_p M (M
+// the rotate_half matrix, lines 87-137), their mean, F.normalize; the statistic and weights
+// (lines 184-221), A = I + sum (sqrt(w + eps) v)(sqrt(w + eps) v)^T, solve(A, v) (lines
+// 262-300), w x leverage, the mean over heads, the sinks padded with max + 1.
+std::vector<double> authors_cap_scores(const Vectors& keys, const Vectors& values, const std::vector<Vectors>& pre_rope,
+                                       double theta, double tau, int64_t future, int64_t n_sink, double eps) {
+  const size_t n = keys.size(), d = keys.front().size(), half = d / 2;
+  std::vector<std::vector<double>> rotation(d, std::vector<double>(d, 0.0));
+  for (int64_t p = static_cast<int64_t>(n); p < static_cast<int64_t>(n) + future; ++p)
+    for (size_t i = 0; i < d; ++i) {
+      const double angle = static_cast<double>(p) * std::pow(theta, -static_cast<double>(2 * (i % half)) / d);
+      rotation[i][i] += std::cos(angle) / static_cast<double>(future);
+      if (i >= half) rotation[i][i - half] += std::sin(angle) / static_cast<double>(future);  // M[half:, :half] = I
+      if (i < half) rotation[i][i + half] -= std::sin(angle) / static_cast<double>(future);   // M[:half, half:] = -I
+    }
+  // (the loop adds sin_p[j] M[i][j] with sin_p[j] = sin_p[i mod half]: both halves share a frequency)
+  std::vector<double> scores(n - static_cast<size_t>(n_sink), 0.0);
+  for (const Vectors& queries : pre_rope) {
+    std::vector<double> anchor(d, 0.0);
+    for (size_t t = static_cast<size_t>(n_sink); t < n; ++t)
+      for (size_t a = 0; a < d; ++a)
+        for (size_t b = 0; b < d; ++b)  // query_states @ rotation.T
+          anchor[a] += queries[t][b] * rotation[a][b] / static_cast<double>(n - static_cast<size_t>(n_sink));
+    const double anchor_norm = std::sqrt(std::inner_product(anchor.begin(), anchor.end(), anchor.begin(), 0.0));
+    std::vector<double> w;
+    for (size_t j = static_cast<size_t>(n_sink); j < n; ++j) {
+      const double key_norm = std::sqrt(std::inner_product(keys[j].begin(), keys[j].end(), keys[j].begin(), 0.0));
+      const double dot = std::inner_product(anchor.begin(), anchor.end(), keys[j].begin(), 0.0);
+      w.push_back(tau * std::clamp(dot / anchor_norm / key_norm, -1.0, 1.0));
+    }
+    const double top = *std::max_element(w.begin(), w.end());
+    for (double& x : w) x = std::exp(x - top);
+    std::vector<std::vector<double>> a(d, std::vector<double>(d, 0.0));
+    for (size_t r = 0; r < d; ++r) a[r][r] = 1;
+    for (size_t j = 0; j < w.size(); ++j)
+      for (size_t r = 0; r < d; ++r)
+        for (size_t s = 0; s < d; ++s) {
+          const Vectors::value_type& v = values[j + static_cast<size_t>(n_sink)];
+          a[r][s] += std::sqrt(w[j] + eps) * v[r] * std::sqrt(w[j] + eps) * v[s];
+        }
+    for (size_t j = 0; j < w.size(); ++j) {  // torch.linalg.solve(A, v): Gauss-Jordan
+      std::vector<std::vector<double>> m = a;
+      std::vector<double> x = values[j + static_cast<size_t>(n_sink)];
+      for (size_t r = 0; r < d; ++r) {
+        for (size_t s = 0; s < d; ++s) {
+          if (s == r) continue;
+          const double f = m[s][r] / m[r][r];
+          for (size_t c = 0; c < d; ++c) m[s][c] -= f * m[r][c];
+          x[s] -= f * x[r];
+        }
+      }
+      double leverage = 0;
+      for (size_t r = 0; r < d; ++r) leverage += values[j + static_cast<size_t>(n_sink)][r] * x[r] / m[r][r];
+      scores[j] += w[j] * leverage / static_cast<double>(pre_rope.size());
+    }
+  }
+  const double top = *std::max_element(scores.begin(), scores.end());
+  scores.insert(scores.begin(), static_cast<size_t>(n_sink), top + 1);  // F.pad(scores, (n_sink, 0))
+  return scores;
+}
+
+TEST(PolicyCapKV, PrefillMatchesTheAuthorsScore) {
+  // One kv head of two query heads, head_dim 4, rotate_half RoPE (theta 10000), a prompt of
+  // 24, B = 12, the defaults (tau 5, 512 future positions, 4 sinks, epsilon 1e-6). The trace
+  // stores the queries rotated: q_p = pre-RoPE q turned by p w_i in each pair (i, i + 2).
+  const int64_t n = 24;
+  const double theta = 10000;
+  std::vector<Vectors> pre_rope = {random_vectors(n, 4, 3), random_vectors(n, 4, 9)};
+  Case c;
+  c.n = n;
+  c.keys = {random_vectors(n, 4, 13)};
+  c.values = {random_vectors(n, 4, 17)};
+  for (const Vectors& head : pre_rope) {
+    Vectors rotated = head;
+    for (int64_t p = 0; p < n; ++p)
+      for (size_t i = 0; i < 2; ++i) {
+        const double angle = static_cast<double>(p) * std::pow(theta, -static_cast<double>(2 * i) / 4);
+        const double x = head[p][i], y = head[p][i + 2];
+        rotated[p][i] = x * std::cos(angle) - y * std::sin(angle);
+        rotated[p][i + 2] = y * std::cos(angle) + x * std::sin(angle);
+      }
+    c.queries.push_back(rotated);
+  }
+  c.rope.theta = theta;
+  c.rope.scaling_type = "none";
+  c.rope.rotary_dims = 4;
+  c.rope.pairing = "half";
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = n;
+  const std::vector<int> expected =
+      dropped(authors_cap_scores(c.keys[0], c.values[0], pre_rope, theta, 5, 512, 4, 1e-6), 12);
+  EXPECT_EQ(evicted_at(c.eviction_steps("capkv", 12), static_cast<int32_t>(n - 1)), expected);
+  EXPECT_EQ(evicted_at(c.eviction_steps("CapPress", 12), static_cast<int32_t>(n - 1)), expected);
+}
+
 TEST(KvpressScoresPolicies, DeclareWhatTheyRead) {
   const kvsim::PolicyInfo& cur = kvsim::find_policy("curdkv");
   EXPECT_TRUE(cur.needs_keys && cur.needs_values && !cur.needs_queries && !cur.needs_attention && cur.scoring);
@@ -252,6 +396,9 @@ TEST(KvpressScoresPolicies, DeclareWhatTheyRead) {
   EXPECT_TRUE(chunk.needs_attention && !chunk.needs_tensors() && !chunk.scoring);
   EXPECT_EQ(chunk.grouping, kvsim::Grouping::layer);
   EXPECT_EQ(kvsim::canonical_policy_name("chunkkv_press"), "chunkkv");
+  const kvsim::PolicyInfo& cap = kvsim::find_policy("capkv");
+  EXPECT_TRUE(cap.needs_keys && cap.needs_values && cap.needs_queries && !cap.needs_attention && cap.scoring);
+  EXPECT_EQ(kvsim::canonical_policy_name("cap_press"), "capkv");
 }
 
 }  // namespace
