@@ -22,6 +22,7 @@
   X(curdkv)                \
   X(chunkkv)               \
   X(capkv)                 \
+  X(kvcompose)             \
   X(rkv)                   \
   X(quest)                 \
   X(recent)                \

@@ -39,6 +39,7 @@ constexpr PressAlias kPressAliases[] = {
     {"curdkv", "CURPress", "cur_press"},
     {"chunkkv", "ChunkKVPress", "chunkkv_press"},
     {"capkv", "CapPress", "cap_press"},
+    {"kvcompose", "KVComposePress", "kvcompose_press"},
 };
 
 std::string folded(std::string text) {  // lower case, '_' as '-': what a near miss shares

@@ -1,6 +1,6 @@
 // kvpress's scorers of keys, values and chunks (docs/semantics.md, section 4): curdkv,
-// chunkkv and capkv on hand-worked cases, and each checked against the authors' code at
-// NVIDIA/kvpress 8bb29b9 written literally here.
+// chunkkv, capkv and kvcompose on hand-worked cases, and each checked against the authors'
+// code at NVIDIA/kvpress 8bb29b9 written literally here.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -388,6 +388,73 @@ TEST(PolicyCapKV, PrefillMatchesTheAuthorsScore) {
   EXPECT_EQ(evicted_at(c.eviction_steps("CapPress", 12), static_cast<int32_t>(n - 1)), expected);
 }
 
+// ---- kvcompose: per head the max of the renormalised rows, the group's mean ----
+
+TEST(PolicyKVCompose, MaxOfEachEntrysRows) {
+  // One head, prompt of 4, B = 2: at t3 the rows seen by each entry:
+  //   j0: 1, 0.3, 0.3, 0.2 (max 1, mean 0.45); j1: 0.7, 0.1, 0.1 (max 0.7, mean 0.3);
+  //   j2: 0.6, 0.5 (max 0.6, mean 0.55); j3: 0.2.
+  // task max: evict 3 and 2. task mean: evict 3 and 1. (Row 4 is a decode step, which the
+  // replay measures.)
+  Case c;
+  c.rows = {{{1}, {0.3, 0.7}, {0.3, 0.1, 0.6}, {0.2, 0.1, 0.5, 0.2}, std::vector<double>(5, 0.2)}};
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 4;
+  EXPECT_EQ(evicted_at(c.eviction_steps("kvcompose", 2), 3), (std::vector<int>{2, 3}));
+  EXPECT_EQ(evicted_at(c.eviction_steps("kvcompose", 2, {{"task", "mean"}}), 3), (std::vector<int>{1, 3}));
+}
+
+TEST(PolicyKVCompose, EachHeadsMaxThenTheGroupsMean) {
+  // Two query heads on one kv head, prompt of 3, B = 2: at t2,
+  //   head 0 rows (1), (0.5, 0.5), (0.1, 0.1, 0.8): max 1, 0.5, 0.8;
+  //   head 1 rows (1), (0.9, 0.1), (0.2, 0.7, 0.1): max 1, 0.7, 0.1.
+  // Mean of the maxes: 1, 0.6, 0.45: evict 2. (The max of the heads' mean rows, (0.7, 0.3) at
+  // t1 and (0.15, 0.4, 0.45) at t2, would give 1, 0.4, 0.45 and evict 1.) group max: 1, 0.7,
+  // 0.8: evict 1.
+  Case c;
+  const std::vector<double> decode(4, 0.25);  // a decode step, which the replay measures
+  c.rows = {{{1}, {0.5, 0.5}, {0.1, 0.1, 0.8}, decode}, {{1}, {0.9, 0.1}, {0.2, 0.7, 0.1}, decode}};
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 3;
+  EXPECT_EQ(evicted_at(c.eviction_steps("kvcompose", 2), 2), (std::vector<int>{2}));
+  EXPECT_EQ(evicted_at(c.eviction_steps("kvcompose", 2, {{"group", "max"}}), 2), (std::vector<int>{1}));
+}
+
+// kvcompose_press.py as its aggregators compute it over the rows a trace holds: per head a
+// MaxAggregator (lines 67-75, neutral -inf) fitted with each row's entries, per kv head a
+// MeanAggregator (lines 78-92) over its heads' results, then each kv head's top count by
+// argsort (lines 306-312).
+std::vector<int> authors_kvcompose_dropped(const std::vector<hand::Rows>& heads, int64_t kept) {
+  const size_t n = heads.front().size();
+  std::vector<double> sum(n, 0.0), count(n, 0.0);
+  for (const hand::Rows& rows : heads) {
+    std::vector<double> data(n, -INFINITY);
+    for (const auto& row : rows)
+      for (size_t j = 0; j < row.size(); ++j) data[j] = std::max(data[j], row[j]);
+    for (size_t j = 0; j < n; ++j) sum[j] += data[j], count[j] += 1;
+  }
+  std::vector<double> scores(n);
+  for (size_t j = 0; j < n; ++j) scores[j] = sum[j] / count[j];
+  return dropped(scores, kept);
+}
+
+TEST(PolicyKVCompose, PrefillMatchesTheAuthorsAggregators) {
+  // Two kv heads of two query heads each, a prompt of 30, B = 15.
+  Case c;
+  c.rows = hand::random_rows(4, 31, 21);  // the prompt and one decode step
+  c.n_kv_heads = 2;
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 30;
+  std::vector<hand::Rows> prompt = c.rows;
+  for (hand::Rows& rows : prompt) rows.pop_back();
+  const auto records = c.replay("KVComposePress", 15);
+  ASSERT_EQ(records.size(), 2u);
+  for (size_t g = 0; g < 2; ++g)
+    EXPECT_EQ(evicted_at(records[g].result.eviction_step, 29),
+              authors_kvcompose_dropped({prompt[2 * g], prompt[2 * g + 1]}, 15))
+        << "kv head " << g;
+}
+
 TEST(KvpressScoresPolicies, DeclareWhatTheyRead) {
   const kvsim::PolicyInfo& cur = kvsim::find_policy("curdkv");
   EXPECT_TRUE(cur.needs_keys && cur.needs_values && !cur.needs_queries && !cur.needs_attention && cur.scoring);
@@ -399,6 +466,9 @@ TEST(KvpressScoresPolicies, DeclareWhatTheyRead) {
   const kvsim::PolicyInfo& cap = kvsim::find_policy("capkv");
   EXPECT_TRUE(cap.needs_keys && cap.needs_values && cap.needs_queries && !cap.needs_attention && cap.scoring);
   EXPECT_EQ(kvsim::canonical_policy_name("cap_press"), "capkv");
+  const kvsim::PolicyInfo& compose = kvsim::find_policy("kvcompose");
+  EXPECT_TRUE(compose.needs_full_rows && !compose.needs_tensors() && compose.scoring);
+  EXPECT_EQ(kvsim::canonical_policy_name("kvcompose_press"), "kvcompose");
 }
 
 }  // namespace
