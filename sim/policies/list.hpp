@@ -19,6 +19,10 @@
   X(keydiff)               \
   X(lagkv)                 \
   X(expected_attention)    \
+  X(curdkv)                \
+  X(chunkkv)               \
+  X(capkv)                 \
+  X(kvcompose)             \
   X(rkv)                   \
   X(quest)                 \
   X(recent)                \

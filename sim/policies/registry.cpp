@@ -36,6 +36,10 @@ constexpr PressAlias kPressAliases[] = {
     {"expected-attention", "ExpectedAttentionPress", "expected_attention_press"},
     {"pyramidkv", "PyramidKVPress", "pyramidkv_press"},
     {"random", "RandomPress", "random_press"},
+    {"curdkv", "CURPress", "cur_press"},
+    {"chunkkv", "ChunkKVPress", "chunkkv_press"},
+    {"capkv", "CapPress", "cap_press"},
+    {"kvcompose", "KVComposePress", "kvcompose_press"},
 };
 
 std::string folded(std::string text) {  // lower case, '_' as '-': what a near miss shares

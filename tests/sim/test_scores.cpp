@@ -51,10 +51,13 @@ struct Driver {
       keys.push_back(static_cast<float>(t % 2));
       queries.push_back(static_cast<float>(t % 2));  // queries: (t mod 2, t mod 5 - 2)
       queries.push_back(static_cast<float>(t % 5 - 2));
+      values.push_back(static_cast<float>(t % 4 + 1));  // values: (t mod 4 + 1, 1)
+      values.push_back(1.0f);
     }
     tensors.head_dim = 2;
     tensors.keys = {keys.data()};
     tensors.queries = {queries.data()};
+    tensors.values = {values.data()};
     kvsim::GroupContext context;
     context.n_tokens = n;
     context.budget = budget;
@@ -83,7 +86,7 @@ struct Driver {
   kvsim::Params params;
   const hand::Rows& rows;
   RowsFuture future;
-  std::vector<float> keys, queries;
+  std::vector<float> keys, queries, values;
   kvsim::GroupTensors tensors;
   std::unique_ptr<kvsim::Policy> policy;
   int64_t budget = 0;
@@ -141,6 +144,7 @@ TEST(ScoresHook, EveryScoringPolicyNamesItsOwnVictims) {
       expect_consistent("tova", {}, *rows, budget);
       expect_consistent("knorm", {}, *rows, budget);
       expect_consistent("keydiff", {}, *rows, budget);
+      expect_consistent("curdkv", {{"sinks", "1"}, {"window", "2"}}, *rows, budget);
       expect_consistent("observed-attention", {}, *rows, budget);
       expect_consistent("r-kv", {}, *rows, budget);
       expect_consistent("r-kv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);
@@ -168,8 +172,9 @@ TEST(ScoresHook, EveryPolicyDeclaresWhetherItScores) {
     const auto policy = info.make(kvsim::resolve_params(info, {}));
     EXPECT_EQ(info.scoring, dynamic_cast<const kvsim::ScoringPolicy*>(policy.get()) != nullptr) << info.name;
   }
-  for (const char* name : {"h2o", "tova", "snapkv", "scissorhands", "scissorhands-xlayer", "observed-attention", "cake",
-                           "knorm", "keydiff", "expected-attention", "r-kv", "lookahead", "pyramidkv", "ada-h2o"})
+  for (const char* name :
+       {"h2o", "tova", "snapkv", "scissorhands", "scissorhands-xlayer", "observed-attention", "cake", "knorm",
+        "keydiff", "expected-attention", "curdkv", "capkv", "r-kv", "lookahead", "pyramidkv", "ada-h2o"})
     EXPECT_TRUE(kvsim::find_policy(name).scoring) << name;
 }
 
