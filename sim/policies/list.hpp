@@ -22,6 +22,7 @@
   X(rkv)                   \
   X(quest)                 \
   X(nacl)                  \
+  X(defensivekv)           \
   X(recent)                \
   X(random)                \
   X(oracle)                \

@@ -1,5 +1,6 @@
 // Policies ported from their authors' repositories (docs/semantics.md, section 4): nacl
-// (KVCache-Factory), on hand-worked cases and against the authors' rule written literally.
+// (KVCache-Factory) and defensivekv (FFY0/DefensiveKV), on hand-worked cases and against
+// the authors' rule written literally.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -121,6 +122,122 @@ TEST(PolicyNacl, DrawsAreTheGroupsOwnAndRepeat) {
   const kvsim::SimulationResult top = hand::replay1(rows, "nacl", 12, {{"proxy", "4"}});
   EXPECT_NE(a.eviction_step, top.eviction_step) << "6 of 8 candidate places drawn change the victims";
   for (int64_t t = 0; t < 40; ++t) EXPECT_LE(kvtest::cache_after(a, t).size(), 12u);
+}
+
+// ---- defensivekv: the max over heads and rows of pooled rows, floored at its mean ----
+
+// Prompt of 6 and a decode step, W = 2 (rows 4 and 5; positions 4, 5 kept), kernel 1 (no
+// pooling: y = x, the row at the candidates 0-3). Rows 0-3 uniform, unread.
+// The cache after the prompt's compression (step 5).
+std::vector<int> after_prompt(const Case& c, int64_t budget, const std::map<std::string, std::string>& params) {
+  return kvtest::cache_after(c.replay("defensivekv", budget, params).at(0).result, 5);
+}
+
+Case defensive_prompt(const std::vector<std::vector<std::vector<double>>>& last_two) {
+  Case c;
+  for (const auto& rows : last_two) {
+    hand::Rows head = {{1}, {0.5, 0.5}, {1. / 3, 1. / 3, 1. / 3}, {0.25, 0.25, 0.25, 0.25}};
+    head.insert(head.end(), rows.begin(), rows.end());
+    head.push_back(std::vector<double>(7, 1. / 7));
+    c.rows.push_back(head);
+  }
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 6;
+  return c;
+}
+
+TEST(PolicyDefensiveKV, MaxOverHeadsAndRowsFlooredAtTheMean) {
+  // Two query heads on one kv head.
+  //   head 0: row 4 (0.4, 0.1, 0.1, 0.1 | 0.3), row 5 (0.3, 0.05, 0.05, 0.1 | 0.3, 0.2)
+  //   head 1: row 4 (0.1, 0.1, 0.4, 0.1 | 0.3), row 5 (0.1, 0.25, 0.05, 0.1 | 0.3, 0.2)
+  // m = the max of the four rows at each candidate: 0.4, 0.25, 0.4, 0.1; mean 0.2875; score
+  // = max(m, 0.2875): 0.4, 0.2875, 0.4, 0.2875. Stage 1 (mass 0.9): sums over heads and rows
+  // 0.9, 0.5, 0.6, 0.4 (of 2.4): shares 0.375, 0.2083, 0.25, 0.1667; the rows' mean mass on
+  // the 2 candidates nearest the window (2, 3): (0.2 + 0.15 + 0.5 + 0.15) / 4 = 0.25;
+  // threshold 0.9 - 0.25 = 0.65, reached at the third share (0.375 + 0.25 + 0.2083 =
+  // 0.8333): 0 and 2 kept by attention (at most B - W of them).
+  // B = 5: evict one of 1 and 3, tied at the mean: the lower position, 1 (the sums over heads
+  // and rows, 0.5 and 0.4, would evict 3). B = 4: evict both.
+  const Case c = defensive_prompt({{{0.4, 0.1, 0.1, 0.1, 0.3}, {0.3, 0.05, 0.05, 0.1, 0.3, 0.2}},
+                                   {{0.1, 0.1, 0.4, 0.1, 0.3}, {0.1, 0.25, 0.05, 0.1, 0.3, 0.2}}});
+  const std::map<std::string, std::string> params = {{"window", "2"}, {"kernel", "1"}};
+  EXPECT_EQ(after_prompt(c, 5, params), (std::vector<int>{0, 2, 3, 4, 5}));
+  EXPECT_EQ(after_prompt(c, 4, params), (std::vector<int>{0, 2, 4, 5}));
+}
+
+TEST(PolicyDefensiveKV, CriticalStageKeepsTheShareOfTheMass) {
+  // One head, B = 3: one candidate kept. Row 4 (0.25, 0.45, 0.05, 0.05 | 0.2), row 5 (0.3,
+  // 0.05, 0.1, 0.05 | 0.2, 0.3). m = 0.3, 0.45, 0.1, 0.05: by score 1 is kept.
+  // Stage 1: sums 0.55, 0.5, 0.15, 0.1 (of 1.3): shares 0.4231, 0.3846, 0.1154, 0.0769; mass
+  // on candidates 2, 3: (0.1 + 0.15) / 2 = 0.125; threshold 0.9 - 0.125 = 0.775, reached at
+  // the second share (0.8077): 0 is kept by attention (c = 1 <= B - W = 1).
+  const Case c = defensive_prompt({{{0.25, 0.45, 0.05, 0.05, 0.2}, {0.3, 0.05, 0.1, 0.05, 0.2, 0.3}}});
+  EXPECT_EQ(after_prompt(c, 3, {{"window", "2"}, {"kernel", "1"}}), (std::vector<int>{0, 4, 5}));
+  EXPECT_EQ(after_prompt(c, 3, {{"window", "2"}, {"kernel", "1"}, {"mass", "0"}}), (std::vector<int>{1, 4, 5}));
+}
+
+// The authors' score (efficient_defensivekv_press.py L192-215, and L94-110 without W_o) over
+// the prompt's full rows of the group's heads, one kv head: the kept positions, the window
+// and the top B - W (ties, which the mean's floor makes and W_o would break: the higher
+// position kept).
+std::vector<int> authors_defensive(const std::vector<hand::Rows>& heads, int window, int kernel, double mass,
+                                   int budget) {
+  const int n = static_cast<int>(heads.front().size()), open = n - window, half = kernel / 2;
+  std::vector<double> m(static_cast<size_t>(open), 0.0), ave(static_cast<size_t>(open), 0.0);
+  double bias = 0;
+  for (const hand::Rows& rows : heads)
+    for (int q = n - window; q < n; ++q) {
+      std::vector<double> x(static_cast<size_t>(open)), pooled(static_cast<size_t>(open), 0.0);
+      double base = 0, total = 0;
+      for (int j = 0; j < open; ++j) base += x[j] = static_cast<float>(rows[q][j]);
+      for (int j = 0; j < open; ++j) {
+        for (int i = std::max(0, j - half); i <= std::min(open - 1, j + half); ++i) pooled[j] += x[i] / kernel;
+        total += pooled[j];
+      }
+      for (int j = 0; j < open; ++j) {
+        m[j] = std::max(m[j], pooled[j] / total * base);  // scores.max(dim=2).max(dim=-2)
+        ave[j] += x[j];
+      }
+      for (int j = open - window; j < open; ++j) bias += x[j];  // attn_weights[..., -W:] after [..., :-W]
+    }
+  double mean = 0, sum = 0;
+  for (int j = 0; j < open; ++j) mean += m[j] / open, sum += ave[j];
+  std::vector<double> score(static_cast<size_t>(open));
+  for (int j = 0; j < open; ++j) score[j] = std::max(m[j], mean);  // clamp(min = mean)
+  std::vector<int> order(static_cast<size_t>(open));
+  for (int j = 0; j < open; ++j) order[j] = j;
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return ave[a] > ave[b]; });
+  const double threshold = mass - bias / (heads.size() * window);
+  double cumsum = 0;
+  int count = 0;
+  for (int k = 0; k < open; ++k)
+    if ((cumsum += ave[order[k]] / sum) >= threshold) {
+      count = k;
+      break;
+    }
+  for (int k = 0; k < std::min(count, budget - window); ++k) score[order[k]] = INFINITY;  // scores.max()
+  std::vector<int> kept;
+  for (int j = 0; j < open; ++j) kept.push_back(j);
+  std::stable_sort(kept.begin(), kept.end(),
+                   [&](int a, int b) { return score[a] > score[b] || (score[a] == score[b] && a > b); });
+  kept.resize(static_cast<size_t>(budget - window));
+  for (int j = open; j < n; ++j) kept.push_back(j);
+  std::sort(kept.begin(), kept.end());
+  return kept;
+}
+
+TEST(PolicyDefensiveKV, PrefillEqualsTheAuthorsScore) {
+  const int n = 30;  // the prompt, and one decode step
+  const std::vector<hand::Rows> heads = hand::random_rows(2, n + 1, 19);
+  std::vector<hand::Rows> prompt = heads;
+  for (hand::Rows& rows : prompt) rows.pop_back();
+  for (const double mass : {0.9, 0.0})
+    for (const int budget : {6, 10, 17}) {
+      const auto records = hand::replay(heads, 1, "defensivekv", budget,
+                                        {{"window", "4"}, {"mass", std::to_string(mass)}}, kvsim::Mode::prefill, n);
+      EXPECT_EQ(kvtest::cache_after(records.at(0).result, n - 1), authors_defensive(prompt, 4, 5, mass, budget))
+          << "mass " << mass << " budget " << budget;
+    }
 }
 
 }  // namespace

@@ -168,8 +168,9 @@ TEST(ScoresHook, EveryPolicyDeclaresWhetherItScores) {
     const auto policy = info.make(kvsim::resolve_params(info, {}));
     EXPECT_EQ(info.scoring, dynamic_cast<const kvsim::ScoringPolicy*>(policy.get()) != nullptr) << info.name;
   }
-  for (const char* name : {"h2o", "tova", "snapkv", "scissorhands", "scissorhands-xlayer", "observed-attention", "cake",
-                           "knorm", "keydiff", "expected-attention", "r-kv", "lookahead", "pyramidkv", "ada-h2o"})
+  for (const char* name :
+       {"h2o", "tova", "snapkv", "scissorhands", "scissorhands-xlayer", "observed-attention", "cake", "knorm",
+        "keydiff", "expected-attention", "r-kv", "lookahead", "pyramidkv", "ada-h2o", "defensivekv"})
     EXPECT_TRUE(kvsim::find_policy(name).scoring) << name;
 }
 
