@@ -23,6 +23,7 @@
   X(quest)                 \
   X(nacl)                  \
   X(defensivekv)           \
+  X(kvcrush)               \
   X(recent)                \
   X(random)                \
   X(oracle)                \

@@ -1,6 +1,6 @@
 // Policies ported from their authors' repositories (docs/semantics.md, section 4): nacl
-// (KVCache-Factory) and defensivekv (FFY0/DefensiveKV), on hand-worked cases and against
-// the authors' rule written literally.
+// (KVCache-Factory), defensivekv (FFY0/DefensiveKV) and kvcrush (OpenVINO GenAI), on
+// hand-worked cases and against the authors' rule written literally.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 
 #include "../support/rows.hpp"
 #include "hand_cases.hpp"
+#include "kvtrace/error.hpp"
 
 namespace {
 
@@ -238,6 +239,146 @@ TEST(PolicyDefensiveKV, PrefillEqualsTheAuthorsScore) {
       EXPECT_EQ(kvtest::cache_after(records.at(0).result, n - 1), authors_defensive(prompt, 4, 5, mass, budget))
           << "mass " << mass << " budget " << budget;
     }
+}
+
+// ---- kvcrush: blocks by importance; of the lowest, K kept by their binary pattern ----
+
+// start 1, recent 1, block 2, pool 1, B = 6 (the least: 1 + 1 + (1 + 1) x 2). At t6 the cache
+// {0..6} holds 7: entry 0 is the start, 6 the recent, 5 a partial block; blocks A = {1, 2} and
+// B = {3, 4}. Sums of â (no eviction before t6, so â = a) and rows counted:
+//   1: 0.3 + 0.2 + 0.1 + 0.05 + 0.05 + 0.05 = 0.75 over 6 rows: 0.125
+//   2: 0.3 + 0.1 + 0.05 + 0.05 + 0.05 = 0.55 over 5: 0.11
+//   3: 0.4 + 0.3 + 0.2 + 0.2 = 1.1 over 4: 0.275
+//   4: 0.3 + 0.3 + 0.3 = 0.9 over 3: 0.3
+// Importance A = 0.235, B = 0.575; one block must go (excess 1).
+const hand::Rows kBlocks = {
+    {1},
+    {0.7, 0.3},
+    {0.5, 0.2, 0.3},
+    {0.4, 0.1, 0.1, 0.4},
+    {0.3, 0.05, 0.05, 0.3, 0.3},
+    {0.2, 0.05, 0.05, 0.2, 0.3, 0.2},
+    {0.15, 0.05, 0.05, 0.2, 0.3, 0.05, 0.2},
+};
+
+std::vector<int32_t> crush_steps(const std::string& blocks, const std::string& anchor) {
+  return hand::replay1(
+             kBlocks, "kvcrush", 6,
+             {{"start", "1"}, {"recent", "1"}, {"block", "2"}, {"pool", "1"}, {"blocks", blocks}, {"anchor", anchor}})
+      .eviction_step;
+}
+
+TEST(PolicyKVCrush, KeepsTheLowBlocksByTheirPattern) {
+  // K = 0: the lowest importance, A, goes.
+  EXPECT_EQ(crush_steps("0", "random"), (std::vector<int32_t>{-1, 6, 6, -1, -1, -1, -1}));
+  // K = 1: the 2 lowest blocks (both) are eligible, one kept by pattern. Bits: the top half
+  // (2) of the 4 sums are 3 (1.1) and 4 (0.9): A = 00, B = 11. Every (2 / 1)-th by distance
+  // to the anchor is kept, i.e. the nearest.
+  //   ones: A 2, B 0: B kept, A goes. zeros: A kept, B goes. alternating (01): 1 and 1, the
+  //   lower block A kept. mean: per bit (0 + 1) / 2 = 0.5, not above 0.5: 00, A kept.
+  EXPECT_EQ(crush_steps("1", "ones"), (std::vector<int32_t>{-1, 6, 6, -1, -1, -1, -1}));
+  EXPECT_EQ(crush_steps("1", "zeros"), (std::vector<int32_t>{-1, -1, -1, 6, 6, -1, -1}));
+  EXPECT_EQ(crush_steps("1", "alternating"), (std::vector<int32_t>{-1, -1, -1, 6, 6, -1, -1}));
+  EXPECT_EQ(crush_steps("1", "mean"), (std::vector<int32_t>{-1, -1, -1, 6, 6, -1, -1}));
+}
+
+TEST(PolicyKVCrush, RefusesABudgetBelowItsAreas) {
+  EXPECT_THROW(hand::replay1(kBlocks, "kvcrush", 5, {{"start", "1"}, {"recent", "1"}, {"block", "2"}, {"blocks", "1"}}),
+               kvtrace::InputError);
+}
+
+// OpenVINO GenAI's loop, written from cache_eviction.cpp and kvcrush.cpp literally, with a
+// prompt fed one token at a time (snapkv_window_size 0) and no eviction inside it: per step
+// the row over the cache past the start area, max-pooled forward (_max_pool, L54-69),
+// added to the scores, counters + 1 and 1 for the new token (L210-225); once the cache
+// reaches max + block (L321, L297-303), evict the lowest (ties: lower block) of the evictable
+// blocks (L448-455, L487-518) but the evictable size; KVCrush (L364-394, kvcrush.cpp L14-147,
+// anchor `mean`) keeps K of them. kvsim's B = max + block - 1 + K x block: the prompt's
+// eviction keeps K blocks beyond max, and each later one keeps them. Returns each position's
+// eviction step.
+std::vector<int> openvino_loop(const hand::Rows& rows, int prompt, int start, int recent, int max, int block, int kept,
+                               int pool) {
+  const int n = static_cast<int>(rows.size());
+  std::vector<int> cache, evicted(static_cast<size_t>(n), -1), counter;
+  std::vector<double> scores;  // past the start area
+  for (int t = 0; t < n; ++t) {
+    cache.push_back(t);
+    double mass = 0;
+    for (int p : cache) mass += static_cast<float>(rows[t][p]);
+    std::vector<float> hh;
+    for (size_t i = static_cast<size_t>(start); i < cache.size(); ++i)
+      hh.push_back(static_cast<float>(static_cast<float>(rows[t][cache[i]]) / mass));
+    if (cache.size() <= static_cast<size_t>(start)) continue;
+    for (size_t i = 0; i < hh.size(); ++i) {
+      float best = hh[i];
+      for (size_t w = 1; w < static_cast<size_t>(pool) && i + w < hh.size(); ++w) best = std::max(best, hh[i + w]);
+      if (i < scores.size())
+        scores[i] += best, counter[i] += 1;
+      else
+        scores.push_back(best), counter.push_back(1);
+    }
+    if (t < prompt - 1 || static_cast<int>(cache.size()) <= max + block - 1) continue;
+    const int n_evictable = static_cast<int>(cache.size()) / block - recent / block - start / block;
+    const int to_evict = n_evictable - (max - start - recent) / block;
+    std::vector<std::pair<double, int>> pairs;
+    for (int b = 0; b < n_evictable; ++b) {
+      double s = 0;
+      for (int j = 0; j < block; ++j) s += scores[b * block + j] / counter[b * block + j];
+      pairs.emplace_back(s, b);
+    }
+    std::sort(pairs.begin(), pairs.end());
+    std::vector<int> out;
+    for (int k = 0; k < to_evict; ++k) out.push_back(pairs[k].second);
+    std::sort(out.begin(), out.end());
+    if (kept > 0 && static_cast<int>(out.size()) >= kept) {
+      const int tokens = n_evictable * block;
+      std::vector<int> idx(static_cast<size_t>(tokens)), ind(static_cast<size_t>(tokens), 0), anchor(block);
+      for (int i = 0; i < tokens; ++i) idx[i] = i;
+      std::stable_sort(idx.begin(), idx.end(), [&](int i, int j) { return scores[i] > scores[j]; });
+      for (int i = 0; i < tokens / 2; ++i) ind[idx[i]] = 1;
+      for (int p = 0; p < block; ++p) {  // MEAN
+        int sum = 0;
+        for (int b = 0; b < n_evictable; ++b) sum += ind[b * block + p];
+        anchor[p] = static_cast<double>(sum) / n_evictable > 0.5 ? 1 : 0;
+      }
+      std::vector<int> distance(static_cast<size_t>(n_evictable), 0), filtered = out;
+      for (int b = 0; b < n_evictable; ++b)
+        for (int j = 0; j < block; ++j) distance[b] += ind[b * block + j] != anchor[j];
+      std::stable_sort(filtered.begin(), filtered.end(), [&](int a, int b) { return distance[a] < distance[b]; });
+      const int retain = std::min(static_cast<int>(filtered.size()), kept),
+                step = static_cast<int>(filtered.size()) / retain;
+      for (int i = 0; i < retain; ++i) out.erase(std::find(out.begin(), out.end(), filtered[i * step]));
+    }
+    for (int k = static_cast<int>(out.size()) - 1; k >= 0; --k) {
+      const int from = out[k] * block;
+      for (int j = 0; j < block; ++j) evicted[cache[start + from + j]] = t;
+      cache.erase(cache.begin() + start + from, cache.begin() + start + from + block);
+      scores.erase(scores.begin() + from, scores.begin() + from + block);
+      counter.erase(counter.begin() + from, counter.begin() + from + block);
+    }
+  }
+  return evicted;
+}
+
+TEST(PolicyKVCrush, PrefillAndDecodeEqualOpenVinosLoop) {
+  const hand::Rows rows = hand::random_rows(1, 120, 23).front();
+  int evictions = 0;
+  for (const auto& [kept, pool] : std::vector<std::pair<int, int>>{{2, 7}, {0, 7}, {3, 1}}) {
+    const int start = 4, recent = 8, block = 4, max = 32;
+    const int budget = max + block - 1 + kept * block;
+    const kvsim::SimulationResult r = hand::replay1(rows, "kvcrush", budget,
+                                                    {{"start", std::to_string(start)},
+                                                     {"recent", std::to_string(recent)},
+                                                     {"block", std::to_string(block)},
+                                                     {"blocks", std::to_string(kept)},
+                                                     {"anchor", "mean"},
+                                                     {"pool", std::to_string(pool)}},
+                                                    kvsim::Mode::prefill, 80);
+    const std::vector<int> expected = openvino_loop(rows, 80, start, recent, max, block, kept, pool);
+    EXPECT_EQ(std::vector<int>(r.eviction_step.begin(), r.eviction_step.end()), expected) << "K " << kept;
+    for (int step : expected) evictions += step >= 0;
+  }
+  EXPECT_GT(evictions, 150);
 }
 
 }  // namespace
