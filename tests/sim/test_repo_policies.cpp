@@ -8,11 +8,11 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "../support/rows.hpp"
 #include "hand_cases.hpp"
-#include "kvtrace/error.hpp"
 
 namespace {
 
@@ -282,9 +282,23 @@ TEST(PolicyKVCrush, KeepsTheLowBlocksByTheirPattern) {
   EXPECT_EQ(crush_steps("1", "mean"), (std::vector<int32_t>{-1, -1, -1, 6, 6, -1, -1}));
 }
 
-TEST(PolicyKVCrush, RefusesABudgetBelowItsAreas) {
-  EXPECT_THROW(hand::replay1(kBlocks, "kvcrush", 5, {{"start", "1"}, {"recent", "1"}, {"block", "2"}, {"blocks", "1"}}),
-               kvtrace::InputError);
+TEST(PolicyKVCrush, AreasShrinkWithABudgetBelowThem) {
+  // The defaults (start 32, recent 128, block 32, K 2) need B >= 256. B = 128 halves them:
+  // start 16, recent 64, blocks of 16, K = min(2, (128 - 16 - 64) / 16 - 1) = 2. B = 25
+  // scales them by 25/256: start 3, recent 12, blocks of 3, K = min(2, 10 / 3 - 1) = 2.
+  const hand::Rows rows = hand::random_rows(1, 300, 5).front();
+  for (const auto& [budget, start, block] : std::vector<std::tuple<int, int, int>>{{128, 16, 16}, {25, 3, 3}}) {
+    const kvsim::SimulationResult r = hand::replay1(rows, "kvcrush", budget);
+    std::vector<int> gone(rows.size(), 0);
+    for (int32_t step : r.eviction_step)
+      if (step >= 0) ++gone[static_cast<size_t>(step)];
+    for (size_t t = 0; t < rows.size(); ++t) {
+      EXPECT_EQ(gone[t] % block, 0) << "whole blocks, step " << t;
+      EXPECT_LE(kvtest::cache_after(r, static_cast<int64_t>(t)).size(), static_cast<size_t>(budget));
+    }
+    for (int p = 0; p < start; ++p) EXPECT_EQ(r.eviction_step[static_cast<size_t>(p)], -1) << "start " << p;
+    EXPECT_GT(*std::max_element(gone.begin(), gone.end()), 0);
+  }
 }
 
 // OpenVINO GenAI's loop, written from cache_eviction.cpp and kvcrush.cpp literally, with a

@@ -10,11 +10,11 @@
 // their binary pattern: a token's bit is 1 when its summed importance is in the top half of
 // the evictable tokens', the anchor a pattern of `block` bits (`anchor`), the blocks ranked by
 // their Hamming distance to it, and every (n / K)-th of that ranking kept; the others go.
+// Below start + recent + (K + 1) x block the areas shrink with B in proportion.
 #include <algorithm>
 #include <string>
 
 #include "kvsim/core/policy.hpp"
-#include "kvtrace/error.hpp"
 #include "../select.hpp"
 
 namespace kvsim {
@@ -31,12 +31,18 @@ class KVCrush final : public PinningPolicy {
         anchor_(params.text("anchor")),
         seed_(static_cast<uint64_t>(params.integer("seed"))) {}
 
+  // Below the least budget its areas need, start + recent + (K + 1) x block, they shrink with
+  // B in proportion (block to 1 at least) and K to the blocks left, so that a cache over B
+  // always holds K + ceil(excess / block) evictable blocks.
   void reset(const GroupContext& group) override {
-    const int64_t least = start_ + recent_ + (kept_ + 1) * block_;
-    if (group.budget < least)
-      throw kvtrace::InputError("", "",
-                                "policy kvcrush needs a budget of at least start + recent + (blocks + 1) x block = " +
-                                    std::to_string(least) + " (got B = " + std::to_string(group.budget) + ")");
+    const int64_t least = start_ + recent_ + (kept_ + 1) * block_, budget = group.budget;
+    start_now_ = start_, recent_now_ = recent_, block_now_ = block_, kept_now_ = kept_;
+    if (budget < least) {
+      start_now_ = start_ * budget / least;
+      recent_now_ = recent_ * budget / least;
+      block_now_ = std::max<int64_t>(1, block_ * budget / least);
+      kept_now_ = std::min(kept_, (budget - start_now_ - recent_now_) / block_now_ - 1);
+    }
     state_ = seed_ ^ (group.seed * 0x9e3779b97f4a7c15ull);
     sum_.clear();
     count_.clear();
@@ -49,12 +55,12 @@ class KVCrush final : public PinningPolicy {
     return true;
   }
 
-  // The row, max-pooled forward (the entry and the pool - 1 after it), is added past the start area.
+  // The row, max-pooled forward (the entry and the pool - 1 after it), is added to the sums.
   void observe(int64_t, std::span<const int32_t> cache, std::span<const float> attention) override {
     sum_.push_back(0);
     count_.push_back(0);
     const size_t size = cache.size();
-    for (size_t j = first(size); j < size; ++j) {
+    for (size_t j = 0; j < size; ++j) {  // the start area's sums too: never read, kept budget-free
       float pooled = attention[j];
       for (size_t i = j + 1; i < std::min(size, j + static_cast<size_t>(pool_)); ++i)
         pooled = std::max(pooled, attention[i]);
@@ -66,8 +72,8 @@ class KVCrush final : public PinningPolicy {
   void evict(int64_t, std::span<const int32_t> cache, int64_t excess, bool, std::vector<int32_t>& victims) override {
     if (excess <= 0) return;
     const size_t from = first(cache.size()), size = cache.size();
-    const auto block = static_cast<size_t>(block_);
-    const size_t n_blocks = size > from + static_cast<size_t>(recent_) ? (size - from - recent_) / block : 0;
+    const auto block = static_cast<size_t>(block_now_);
+    const size_t n_blocks = size > from + static_cast<size_t>(recent_now_) ? (size - from - recent_now_) / block : 0;
     std::vector<std::pair<double, size_t>> lowest;  // (importance, block) of the blocks without a pinned entry
     for (size_t b = 0; b < n_blocks; ++b) {
       double importance = 0;
@@ -78,15 +84,15 @@ class KVCrush final : public PinningPolicy {
       }
       if (free) lowest.emplace_back(importance, b);
     }
-    const auto need = static_cast<size_t>((excess + block_ - 1) / block_);
-    const size_t n = std::min(lowest.size(), need + static_cast<size_t>(kept_));
+    const auto need = static_cast<size_t>((excess + block_now_ - 1) / block_now_);
+    const size_t n = std::min(lowest.size(), need + static_cast<size_t>(kept_now_));
     std::sort(lowest.begin(), lowest.end());  // ties: the lower block
     lowest.resize(n);
     std::vector<size_t> evicted;
     for (const auto& entry : lowest) evicted.push_back(entry.second);
     std::sort(evicted.begin(), evicted.end());
-    const size_t keep = std::min(static_cast<size_t>(kept_), n > need ? n - need : 0);
-    if (keep > 0 && n >= static_cast<size_t>(kept_)) crush(from, n_blocks, keep, evicted);
+    const size_t keep = std::min(static_cast<size_t>(kept_now_), n > need ? n - need : 0);
+    if (keep > 0 && n >= static_cast<size_t>(kept_now_)) crush(from, n_blocks, keep, evicted);
     std::vector<size_t> indices;
     for (size_t b : evicted)
       for (size_t j = from + b * block; j < from + (b + 1) * block; ++j) {
@@ -100,12 +106,12 @@ class KVCrush final : public PinningPolicy {
   }
 
  private:
-  size_t first(size_t size) const { return std::min(size, static_cast<size_t>(start_)); }
+  size_t first(size_t size) const { return std::min(size, static_cast<size_t>(start_now_)); }
 
   // KVCrush's choice among `eligible` (ascending): bits, anchor, Hamming distances, then every
   // (n / keep)-th of the eligible blocks by distance (ties: the lower block) is taken out.
   void crush(size_t from, size_t n_blocks, size_t keep, std::vector<size_t>& eligible) {
-    const auto block = static_cast<size_t>(block_);
+    const auto block = static_cast<size_t>(block_now_);
     const size_t tokens = n_blocks * block;
     std::vector<size_t> order(tokens);
     for (size_t i = 0; i < tokens; ++i) order[i] = i;
@@ -143,6 +149,7 @@ class KVCrush final : public PinningPolicy {
   }
 
   int64_t start_, recent_, block_, kept_, pool_;
+  int64_t start_now_ = 0, recent_now_ = 0, block_now_ = 1, kept_now_ = 0;  // this budget's
   std::string anchor_;
   uint64_t seed_, state_ = 0;
   std::vector<double> sum_;     // per cached entry, in cache order: the pooled rows summed
