@@ -25,6 +25,9 @@
   X(kvcompose)             \
   X(rkv)                   \
   X(quest)                 \
+  X(nacl)                  \
+  X(defensivekv)           \
+  X(kvcrush)               \
   X(recent)                \
   X(random)                \
   X(oracle)                \

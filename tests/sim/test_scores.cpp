@@ -174,7 +174,8 @@ TEST(ScoresHook, EveryPolicyDeclaresWhetherItScores) {
   }
   for (const char* name :
        {"h2o", "tova", "snapkv", "scissorhands", "scissorhands-xlayer", "observed-attention", "cake", "knorm",
-        "keydiff", "expected-attention", "curdkv", "capkv", "r-kv", "lookahead", "pyramidkv", "ada-h2o"})
+        "keydiff", "expected-attention", "curdkv", "capkv", "r-kv", "lookahead", "pyramidkv", "ada-h2o",
+        "defensivekv"})
     EXPECT_TRUE(kvsim::find_policy(name).scoring) << name;
 }
 
