@@ -21,11 +21,10 @@ namespace {
 class ChunkKV final : public Policy {
  public:
   explicit ChunkKV(const Params& params) : chunk_(params.integer("chunk")) {
-    Params inner;
-    inner.set("window", std::to_string(params.integer("window")));
-    inner.set("kernel", std::to_string(params.integer("kernel")));
-    inner.set("pool", "avg");
-    scorer_ = find_policy("snapkv").make(inner);
+    const PolicyInfo& snapkv = find_policy("snapkv");
+    scorer_ = snapkv.make(resolve_params(snapkv, {{"window", std::to_string(params.integer("window"))},
+                                                  {"kernel", std::to_string(params.integer("kernel"))},
+                                                  {"pool", "avg"}}));
   }
 
   void reset(const GroupContext& group) override { scorer_->reset(group); }

@@ -35,10 +35,9 @@ class Nacl final : public Policy {
       : random_(params.integer("random")),
         temperature_(params.real("temperature")),
         seed_(static_cast<uint64_t>(params.integer("seed"))) {
-    Params proxy;
-    proxy.set("window", std::to_string(params.integer("proxy")));
-    proxy.set("kernel", "1");
-    proxy_ = snapkv_policy().make(proxy);
+    const PolicyInfo snapkv = snapkv_policy();
+    proxy_ =
+        snapkv.make(resolve_params(snapkv, {{"window", std::to_string(params.integer("proxy"))}, {"kernel", "1"}}));
   }
 
   void reset(const GroupContext& group) override {
