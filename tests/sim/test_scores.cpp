@@ -38,7 +38,8 @@ class RowsFuture final : public kvsim::FutureAttention {
   mutable std::vector<double> row_;
 };
 
-// One policy instance on one head's rows, with keys (knorm), queries (r-kv) and the future
+// One policy instance on one head's rows, with keys (knorm), values, queries (r-kv), a RoPE
+// (the policies that un-rotate: head_dim 2, one interleaved pair, theta 10000) and the future
 // (lookahead).
 struct Driver {
   Driver(const std::string& name, const std::map<std::string, std::string>& overrides, const hand::Rows& rows,
@@ -51,10 +52,15 @@ struct Driver {
       keys.push_back(static_cast<float>(t % 2));
       queries.push_back(static_cast<float>(t % 2));  // queries: (t mod 2, t mod 5 - 2)
       queries.push_back(static_cast<float>(t % 5 - 2));
+      values.push_back(static_cast<float>(t % 4));  // values: (t mod 4, 1)
+      values.push_back(1.0f);
     }
     tensors.head_dim = 2;
     tensors.keys = {keys.data()};
     tensors.queries = {queries.data()};
+    tensors.values = {values.data()};
+    tensors.rope.theta = 10000;
+    tensors.rope.pairing = "interleaved";
     kvsim::GroupContext context;
     context.n_tokens = n;
     context.budget = budget;
@@ -83,7 +89,7 @@ struct Driver {
   kvsim::Params params;
   const hand::Rows& rows;
   RowsFuture future;
-  std::vector<float> keys, queries;
+  std::vector<float> keys, queries, values;
   kvsim::GroupTensors tensors;
   std::unique_ptr<kvsim::Policy> policy;
   int64_t budget = 0;
@@ -141,6 +147,7 @@ TEST(ScoresHook, EveryScoringPolicyNamesItsOwnVictims) {
       expect_consistent("tova", {}, *rows, budget);
       expect_consistent("knorm", {}, *rows, budget);
       expect_consistent("keydiff", {}, *rows, budget);
+      expect_consistent("leverage", {}, *rows, budget);
       expect_consistent("observed-attention", {}, *rows, budget);
       expect_consistent("r-kv", {}, *rows, budget);
       expect_consistent("r-kv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);
