@@ -22,6 +22,7 @@
   X(rkv)                   \
   X(quest)                 \
   X(leverage)              \
+  X(non_causal_attention)  \
   X(recent)                \
   X(random)                \
   X(oracle)                \

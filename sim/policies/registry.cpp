@@ -36,6 +36,7 @@ constexpr PressAlias kPressAliases[] = {
     {"expected-attention", "ExpectedAttentionPress", "expected_attention_press"},
     {"pyramidkv", "PyramidKVPress", "pyramidkv_press"},
     {"leverage", "LeverageScorePress", "leverage_press"},
+    {"non-causal-attention", "NonCausalAttnPress", "non_causal_attention_press"},
     {"random", "RandomPress", "random_press"},
 };
 

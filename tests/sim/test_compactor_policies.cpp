@@ -179,4 +179,85 @@ TEST(PolicyLeverage, RefusesATraceWithoutRope) {
   EXPECT_EQ(kvsim::find_policy("leverage_press").name, "leverage");
 }
 
+// ---- non-causal-attention ----
+
+// non_causal_attention_press.py lines 63-93 and 107-122 literally, one kv head, head_dim 2:
+// q (per query head) and k padded with zero rows to a multiple of `chunk`, dots within each
+// chunk, the last chunk's padded query rows set to 0 and then its padded key columns to -1e-9
+// (where S is a multiple of `chunk` the masks are empty), softmax per row, the column sums
+// trimmed to S; the mean over heads, times |v|, avg_pool1d(3, padding 1), z-scores.
+std::vector<double> authors_non_causal(const std::vector<Vectors>& q, const Vectors& k, const Vectors& v,
+                                       size_t chunk) {
+  const size_t s = k.size(), s_pad = (s + chunk - 1) / chunk * chunk;
+  std::vector<double> a(s, 0.0);
+  for (const Vectors& head : q) {
+    Vectors qp = head, kp = k;
+    qp.resize(s_pad, {0, 0});
+    kp.resize(s_pad, {0, 0});
+    const size_t last_chunk_start = s_pad > s ? s / chunk * chunk : (s - 1) / chunk * chunk;
+    for (size_t c = 0; c < s_pad / chunk; ++c) {
+      std::vector<std::vector<double>> dots(chunk, std::vector<double>(chunk));
+      for (size_t i = 0; i < chunk; ++i)
+        for (size_t j = 0; j < chunk; ++j)
+          dots[i][j] = qp[c * chunk + i][0] * kp[c * chunk + j][0] + qp[c * chunk + i][1] * kp[c * chunk + j][1];
+      if (c == s_pad / chunk - 1) {
+        for (size_t i = 0; i < chunk; ++i)
+          if (last_chunk_start + i >= s) std::fill(dots[i].begin(), dots[i].end(), 0.0);
+        for (size_t i = 0; i < chunk; ++i)
+          for (size_t j = 0; j < chunk; ++j)
+            if (last_chunk_start + j >= s) dots[i][j] = -1e-9;
+      }
+      for (size_t i = 0; i < chunk; ++i) {
+        double total = 0;
+        for (size_t j = 0; j < chunk; ++j) total += std::exp(dots[i][j]);
+        for (size_t j = 0; j < chunk; ++j)
+          if (c * chunk + j < s) a[c * chunk + j] += std::exp(dots[i][j]) / total / static_cast<double>(q.size());
+      }
+    }
+  }
+  std::vector<double> scores(s), pooled(s);
+  for (size_t j = 0; j < s; ++j) scores[j] = a[j] * std::hypot(v[j][0], v[j][1]);
+  for (size_t j = 0; j < s; ++j)
+    pooled[j] = ((j > 0 ? scores[j - 1] : 0) + scores[j] + (j + 1 < s ? scores[j + 1] : 0)) / 3;
+  return z_scores(pooled);
+}
+
+TEST(PolicyNonCausalAttention, ChunkedAttentionTimesValueNormPooled) {
+  // chunk 2, B = 2, 3 tokens: at t2, chunks {0,1} and {2, padding}. k0 = (1,0), k1 = (0,1),
+  // k2 = (1,1); q0 = (0,0), q1 = (2,0), q2 = (1,1) (unscaled dots).
+  // Chunk {0,1}: row q0: logits 0, 0: (0.5, 0.5); row q1: 2, 0: (0.880797, 0.119203). Column
+  //   sums: 1.380797, 0.619203.
+  // Chunk {2, pad}: row q2: logits q2.k2 = 2 and -1e-9 (the padded key): 0.880797; the padded
+  //   row: 0 and -1e-9: 0.5. Column sum of 2: 1.380797.
+  // x |v| (2, 1, 1): 2.761594, 0.619203, 1.380797 (this alone would evict 1). Pooled, zeros
+  //   outside: (0 + 2.761594 + 0.619203)/3 = 1.126932, 4.761594/3 = 1.587198, 2.0/3 =
+  //   0.666667. z-scores keep the order: evict 2.
+  Case c;
+  c.n = 3;
+  c.keys = {{{1, 0}, {0, 1}, {1, 1}}};
+  c.queries = {{{0, 0}, {2, 0}, {1, 1}}};
+  c.values = {{{2, 0}, {0, 1}, {1, 0}}};
+  EXPECT_EQ(c.eviction_steps("non-causal-attention", 2, {{"chunk", "2"}}), (std::vector<int32_t>{-1, -1, 2}));
+  const Direct direct(c.keys[0], c.values[0], c.queries, {});
+  const std::vector<double> pooled = {1.126932, 1.587198, 0.666667};
+  expect_near(direct.scores("non-causal-attention", 2, {{"chunk", "2"}}), z_scores(pooled), 1e-5);
+}
+
+TEST(PolicyNonCausalAttention, ScoresAreTheAuthorsFormula) {
+  // Two query heads on one kv head, 7 tokens: chunk 3 pads the last chunk, 7 does not, 256
+  // makes one padded chunk.
+  const Vectors k = {{0.5, -1}, {2, 0.25}, {-1.5, 1}, {0.75, 3}, {1, -2}, {-0.25, 0.5}, {2.5, 1.5}};
+  const Vectors v = {{1, 2}, {0.5, 0}, {-1, 1}, {3, 0.25}, {0, -0.5}, {1.5, 1.5}, {-2, 0}};
+  const std::vector<Vectors> q = {{{1, 1}, {-0.5, 2}, {0.25, -1}, {2, 0}, {-1, -1}, {0.5, 0.5}, {1.5, -0.75}},
+                                  {{0, 1}, {1, 0}, {-2, 0.5}, {0.5, 1.5}, {1, -1}, {-0.25, 2}, {0.75, 0.75}}};
+  const Direct direct(k, v, q, {});
+  for (int chunk : {3, 7, 256})
+    expect_near(direct.scores("non-causal-attention", 3, {{"chunk", std::to_string(chunk)}}),
+                authors_non_causal(q, k, v, static_cast<size_t>(chunk)));
+  const kvsim::PolicyInfo& info = kvsim::find_policy("NonCausalAttnPress");
+  EXPECT_EQ(info.name, "non-causal-attention");
+  EXPECT_TRUE(info.needs_keys && info.needs_values && info.needs_queries && !info.needs_attention);
+  EXPECT_FALSE(info.rope_problem);
+}
+
 }  // namespace

@@ -33,6 +33,37 @@ bool cholesky(const std::vector<double>& g, size_t k, std::vector<double>& l) {
   return true;
 }
 
+// Column sums of one query head's chunked softmax (non_causal_chunked_attn, lines 63-93),
+// added to `sums`.
+void chunked_column_sums(const GroupTensors& tensors, size_t head, size_t kv, std::span<const int32_t> positions,
+                         size_t chunk, std::vector<double>& sums) {
+  const size_t m = positions.size(), d = static_cast<size_t>(tensors.head_dim);
+  const size_t padded = (m + chunk - 1) / chunk * chunk;
+  std::vector<double> logits(chunk);
+  for (size_t start = 0; start < padded; start += chunk) {
+    const size_t real = std::min(chunk, m - start);  // the rest of the chunk is padding
+    for (size_t i = 0; i < chunk; ++i) {
+      for (size_t j = 0; j < chunk; ++j) {
+        if (j >= real) {
+          logits[j] = -1e-9;  // a padded key (padded queries' rows too)
+        } else if (i >= real) {
+          logits[j] = 0;  // a padded query's row
+        } else {
+          const std::span<const float> q = tensors.query(head, positions[start + i]);
+          const std::span<const float> k = tensors.key(kv, positions[start + j]);
+          double dot = 0;
+          for (size_t a = 0; a < d; ++a) dot += static_cast<double>(q[a]) * k[a];
+          logits[j] = dot;
+        }
+      }
+      const double top = *std::max_element(logits.begin(), logits.end());
+      double total = 0;
+      for (double& x : logits) total += x = std::exp(x - top);
+      for (size_t j = 0; j < real; ++j) sums[start + j] += logits[j] / total;
+    }
+  }
+}
+
 }  // namespace
 
 std::vector<double> gaussian_sketch(uint64_t seed, size_t d, size_t k) {
@@ -94,6 +125,23 @@ void leverage_scores(std::span<const double> keys, size_t d, std::span<const dou
     }
     out[j] = std::max(score, 0.0);
   }
+}
+
+void non_causal_scores(const GroupTensors& tensors, std::span<const int32_t> positions, size_t chunk,
+                       std::vector<double>& out) {
+  const size_t m = positions.size(), heads = tensors.queries.size();
+  std::vector<double> sums(m, 0.0);
+  for (size_t h = 0; h < heads; ++h) chunked_column_sums(tensors, h, h * tensors.keys.size() / heads, positions, chunk, sums);
+  std::vector<double> weighted(m);
+  for (size_t j = 0; j < m; ++j) {
+    double squares = 0;
+    for (float x : tensors.value(0, positions[j])) squares += static_cast<double>(x) * x;
+    weighted[j] = sums[j] / static_cast<double>(heads) * std::sqrt(squares);
+  }
+  out.assign(m, 0.0);
+  for (size_t j = 0; j < m; ++j)  // avg_pool1d(kernel 3, padding 1): the zeros outside count
+    out[j] = ((j > 0 ? weighted[j - 1] : 0.0) + weighted[j] + (j + 1 < m ? weighted[j + 1] : 0.0)) / 3;
+  z_normalise(out);
 }
 
 void z_normalise(std::vector<double>& scores) {

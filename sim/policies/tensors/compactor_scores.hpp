@@ -6,6 +6,8 @@
 #include <span>
 #include <vector>
 
+#include "kvsim/core/policy.hpp"
+
 namespace kvsim {
 
 // The right Gaussian sketch of leverage_press.py lines 67-74: a d x k matrix (row-major) of
@@ -18,6 +20,16 @@ std::vector<double> gaussian_sketch(uint64_t seed, size_t d, size_t k);
 // clamped at 0. In double. Throws NanScore when every jitter fails (a NaN key).
 void leverage_scores(std::span<const double> keys, size_t d, std::span<const double> sketch, size_t k,
                      std::vector<double>& out);
+
+// non_causal_attention_press.py lines 47-122 over the cache entries `positions` (in order):
+// per query head of the group, the entries in chunks of `chunk` (the last padded with zero
+// rows), dots q_i . k_j of the stored post-RoPE query and key (unscaled) within a chunk, the
+// last chunk's padded rows set to 0 and its padded columns to -1e-9 (kvpress's mask, which
+// is not -1e9), softmax per row over the chunk, summed over the rows (padded ones included);
+// the mean over the group's heads, times |v_j|, average-pooled (kernel 3, padding 1, zeros
+// counted), z-normalised. In double.
+void non_causal_scores(const GroupTensors& tensors, std::span<const int32_t> positions, size_t chunk,
+                       std::vector<double>& out);
 
 // (s - mean) / max(std, 1e-6), std with divisor m - 1 (torch's std), in place; one entry: 0.
 void z_normalise(std::vector<double>& scores);
