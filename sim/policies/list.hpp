@@ -23,6 +23,7 @@
   X(quest)                 \
   X(leverage)              \
   X(non_causal_attention)  \
+  X(compactor)             \
   X(recent)                \
   X(random)                \
   X(oracle)                \

@@ -37,6 +37,7 @@ constexpr PressAlias kPressAliases[] = {
     {"pyramidkv", "PyramidKVPress", "pyramidkv_press"},
     {"leverage", "LeverageScorePress", "leverage_press"},
     {"non-causal-attention", "NonCausalAttnPress", "non_causal_attention_press"},
+    {"compactor", "CompactorPress", "compactor_press"},
     {"random", "RandomPress", "random_press"},
 };
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -258,6 +259,55 @@ TEST(PolicyNonCausalAttention, ScoresAreTheAuthorsFormula) {
   EXPECT_EQ(info.name, "non-causal-attention");
   EXPECT_TRUE(info.needs_keys && info.needs_values && info.needs_queries && !info.needs_attention);
   EXPECT_FALSE(info.rope_problem);
+}
+
+// ---- compactor ----
+
+TEST(PolicyCompactor, BlendsLeverageAndNonCausalAttentionBetweenSinks) {
+  // start 1, end 1, chunk 3, B = 4, 5 tokens: at t4 the entries 0 and 4 are kept, 1..3 scored.
+  // Leverage over 1..3: pre-RoPE keys (1,1), (2,1), (3,1) centre to (-1,0), (0,0), (1,0); G =
+  //   diag(2, 0) + 1e-2 I: 1/2.01, 0, 1/2.01 (any sketch: x and -x score alike, 0 scores 0);
+  //   z-scores of (a, 0, a): (1, -2, 1)/sqrt 3 = 0.57735, -1.15470, 0.57735.
+  // Non-causal attention over 1..3 (one chunk of 3, no padding): every query is (0,0), so each
+  //   row is uniform (1/3) and each key's sum is 1; x |v| (3, 0, 0): 3, 0, 0; pooled: (0 + 3 +
+  //   0)/3 = 1, (3 + 0 + 0)/3 = 1, 0; z-scores 0.57735, 0.57735, -1.15470.
+  // Blending = 1 - B/m = 1 - 4/5 = 0.2: 0.69282, 0.34641, -1.03923: evict 3.
+  // Blending 5: 3.46410, -5.19615, 1.73205: evict 2.
+  Case c;
+  c.n = 5;
+  c.keys = {rotated({{5, 5}, {1, 1}, {2, 1}, {3, 1}, {0, 3}})};
+  c.queries = {{{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}}};
+  c.values = {{{1, 1}, {3, 0}, {0, 0}, {0, 0}, {1, 1}}};
+  c.rope = quarter_turns();
+  std::map<std::string, std::string> params = {{"start", "1"}, {"end", "1"}, {"chunk", "3"}};
+  EXPECT_EQ(c.eviction_steps("compactor", 4, params), (std::vector<int32_t>{-1, -1, -1, 4, -1}));
+  params["blending"] = "5";
+  EXPECT_EQ(c.eviction_steps("compactor", 4, params), (std::vector<int32_t>{-1, -1, 4, -1, -1}));
+  EXPECT_THROW(c.eviction_steps("compactor", 1, params), kvtrace::InputError);  // B < start + end
+}
+
+TEST(PolicyCompactor, ScoresAreTheAuthorsFormula) {
+  // compactor_press.py lines 97-122: left_keep = 2, right_keep = 1; both scorers over entries
+  // 2..5; blending = compression_ratio = 1 - B/m = 1 - 3/7; the kept ends +infinity (kvpress
+  // pads them with the maximum, which topk keeps).
+  const Vectors pre = {{0.5, -1}, {2, 0.25}, {-1.5, 1}, {0.75, 3}, {1, -2}, {-0.25, 0.5}, {2.5, 1.5}};
+  const Vectors v = {{1, 2}, {0.5, 0}, {-1, 1}, {3, 0.25}, {0, -0.5}, {1.5, 1.5}, {-2, 0}};
+  const std::vector<Vectors> q = {{{1, 1}, {-0.5, 2}, {0.25, -1}, {2, 0}, {-1, -1}, {0.5, 0.5}, {1.5, -0.75}}};
+  const Vectors k = rotated(pre);
+  const Direct direct(k, v, q, quarter_turns());
+  const auto inner = [](const Vectors& x) { return Vectors(x.begin() + 2, x.end() - 1); };
+  const std::vector<double> leverage = authors_leverage(inner(pre));
+  const std::vector<double> attention = authors_non_causal({inner(q[0])}, inner(k), inner(v), 3);
+  std::vector<double> expected(7, std::numeric_limits<double>::infinity());
+  for (size_t j = 0; j < 4; ++j) expected[j + 2] = (1 - 3.0 / 7) * leverage[j] + attention[j];
+  const std::vector<double> got =
+      direct.scores("compactor", 3, {{"start", "2"}, {"end", "1"}, {"chunk", "3"}, {"sketch", "0"}});
+  ASSERT_EQ(got.size(), 7u);
+  for (size_t j : {0, 1, 6}) EXPECT_EQ(got[j], expected[j]);
+  expect_near(std::vector<double>(got.begin() + 2, got.end() - 1),
+              std::vector<double>(expected.begin() + 2, expected.end() - 1));
+  EXPECT_EQ(kvsim::find_policy("CompactorPress").name, "compactor");
+  EXPECT_EQ(kvsim::find_policy("compactor_press").name, "compactor");
 }
 
 }  // namespace

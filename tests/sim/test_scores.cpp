@@ -149,6 +149,7 @@ TEST(ScoresHook, EveryScoringPolicyNamesItsOwnVictims) {
       expect_consistent("keydiff", {}, *rows, budget);
       expect_consistent("leverage", {}, *rows, budget);
       expect_consistent("non-causal-attention", {{"chunk", "2"}}, *rows, budget);
+      expect_consistent("compactor", {{"start", "0"}, {"end", "1"}, {"chunk", "2"}}, *rows, budget);
       expect_consistent("observed-attention", {}, *rows, budget);
       expect_consistent("r-kv", {}, *rows, budget);
       expect_consistent("r-kv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);
