@@ -28,6 +28,9 @@
   X(nacl)                  \
   X(defensivekv)           \
   X(kvcrush)               \
+  X(leverage)              \
+  X(non_causal_attention)  \
+  X(compactor)             \
   X(recent)                \
   X(random)                \
   X(oracle)                \

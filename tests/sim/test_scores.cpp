@@ -38,7 +38,8 @@ class RowsFuture final : public kvsim::FutureAttention {
   mutable std::vector<double> row_;
 };
 
-// One policy instance on one head's rows, with keys (knorm), queries (r-kv) and the future
+// One policy instance on one head's rows, with keys (knorm), values, queries (r-kv), a RoPE
+// (the policies that un-rotate: head_dim 2, one interleaved pair, theta 10000) and the future
 // (lookahead).
 struct Driver {
   Driver(const std::string& name, const std::map<std::string, std::string>& overrides, const hand::Rows& rows,
@@ -58,6 +59,8 @@ struct Driver {
     tensors.keys = {keys.data()};
     tensors.queries = {queries.data()};
     tensors.values = {values.data()};
+    tensors.rope.theta = 10000;
+    tensors.rope.pairing = "interleaved";
     kvsim::GroupContext context;
     context.n_tokens = n;
     context.budget = budget;
@@ -145,6 +148,9 @@ TEST(ScoresHook, EveryScoringPolicyNamesItsOwnVictims) {
       expect_consistent("knorm", {}, *rows, budget);
       expect_consistent("keydiff", {}, *rows, budget);
       expect_consistent("curdkv", {{"sinks", "1"}, {"window", "2"}}, *rows, budget);
+      expect_consistent("leverage", {}, *rows, budget);
+      expect_consistent("non-causal-attention", {{"chunk", "2"}}, *rows, budget);
+      expect_consistent("compactor", {{"start", "0"}, {"end", "1"}, {"chunk", "2"}}, *rows, budget);
       expect_consistent("observed-attention", {}, *rows, budget);
       expect_consistent("r-kv", {}, *rows, budget);
       expect_consistent("r-kv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);

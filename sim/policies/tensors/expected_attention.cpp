@@ -8,21 +8,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../rope.hpp"
 #include "kvsim/policies/scoring.hpp"
 #include "kvtrace/error.hpp"
 
 namespace kvsim {
 namespace {
 
-std::string rope_problem(const kvtrace::RopeMeta& rope) {
-  if (rope.theta <= 0 || rope.pairing.empty())
-    return "needs the trace's RoPE attributes rope_theta and rope_pairing to un-rotate the queries; the trace "
-           "declares " +
-           (rope.declared() ? rope.describe() : std::string("none"));
-  if (!rope.scaling_type.empty() && rope.scaling_type != "none" && rope.scaling_type != "linear")
-    return "supports RoPE scaling none or linear, not " + rope.scaling_type;
-  return "";
-}
+std::string queries_rope_problem(const kvtrace::RopeMeta& rope) { return rope_problem(rope, "the queries"); }
 
 class ExpectedAttention final : public ScoringPolicy {
  public:
@@ -45,21 +38,13 @@ class ExpectedAttention final : public ScoringPolicy {
  private:
   void on_reset(const GroupContext& group) override {
     tensors_ = group.tensors;
-    if (const std::string problem = rope_problem(tensors_->rope); !problem.empty())
+    if (const std::string problem = queries_rope_problem(tensors_->rope); !problem.empty())
       throw kvtrace::InputError("", "", "policy expected-attention " + problem);
     if (group.budget <= sinks_)
       throw kvtrace::InputError(
           "", "", "policy expected-attention needs a budget above its " + std::to_string(sinks_) + " sinks");
     d_ = static_cast<size_t>(tensors_->head_dim);
-    const kvtrace::RopeMeta& rope = tensors_->rope;
-    const auto rotary = static_cast<size_t>(rope.rotary_dims > 0 ? rope.rotary_dims : tensors_->head_dim);
-    const double scale = rope.scaling_type == "linear" ? rope.scaling_factor : 1.0;
-    frequency_.resize(rotary / 2);
-    pair_.resize(rotary / 2);
-    for (size_t i = 0; i < rotary / 2; ++i) {
-      frequency_[i] = std::pow(rope.theta, -static_cast<double>(2 * i) / static_cast<double>(rotary)) / scale;
-      pair_[i] = rope.pairing == "interleaved" ? std::pair{2 * i, 2 * i + 1} : std::pair{i, i + rotary / 2};
-    }
+    rope_ = Rope(tensors_->rope, tensors_->head_dim);
     heads_ = tensors_->queries.size();
     sum_.assign(heads_ * d_, 0.0);
     products_.assign(heads_ * d_ * d_, 0.0);
@@ -72,13 +57,7 @@ class ExpectedAttention final : public ScoringPolicy {
     for (size_t h = 0; h < heads_; ++h) {
       const std::span<const float> q = tensors_->query(h, step);
       std::copy(q.begin(), q.end(), query_.begin());
-      for (size_t i = 0; i < pair_.size(); ++i) {
-        const double angle = static_cast<double>(step) * frequency_[i], c = std::cos(angle), s = std::sin(angle);
-        const auto [a, b] = pair_[i];
-        const double x = query_[a], y = query_[b];
-        query_[a] = c * x + s * y;
-        query_[b] = c * y - s * x;
-      }
+      rope_.unrotate(query_.data(), step);
       double* sum = sum_.data() + h * d_;
       double* products = products_.data() + h * d_ * d_;
       for (size_t a = 0; a < d_; ++a) {
@@ -145,11 +124,11 @@ class ExpectedAttention final : public ScoringPolicy {
   // Per rotated pair, the mean over positions p = first .. first + future - 1 of cos and sin
   // of p w: the Dirichlet kernel's closed form of the sums, in double.
   void average_rope(int64_t first) const {
-    cos_.resize(pair_.size());
-    sin_.resize(pair_.size());
+    cos_.resize(rope_.pair.size());
+    sin_.resize(rope_.pair.size());
     const auto f = static_cast<double>(future_);
-    for (size_t i = 0; i < pair_.size(); ++i) {
-      const double w = frequency_[i];
+    for (size_t i = 0; i < rope_.pair.size(); ++i) {
+      const double w = rope_.frequency[i];
       const double kernel = std::sin(f * w / 2) / std::sin(w / 2) / f;
       const double middle = (static_cast<double>(first) + (f - 1) / 2) * w;
       cos_[i] = kernel * std::cos(middle);
@@ -160,8 +139,8 @@ class ExpectedAttention final : public ScoringPolicy {
   // x <- R x for the vector x[0], x[stride], ..., x[(d-1) stride]: each pair (a, b) turns by
   // the averaged rotation [[cos, -sin], [sin, cos]]; unrotated dims stay.
   void rotate(double* x, size_t stride) const {
-    for (size_t i = 0; i < pair_.size(); ++i) {
-      const auto [a, b] = pair_[i];
+    for (size_t i = 0; i < rope_.pair.size(); ++i) {
+      const auto [a, b] = rope_.pair[i];
       const double u = x[a * stride], v = x[b * stride];
       x[a * stride] = cos_[i] * u - sin_[i] * v;
       x[b * stride] = sin_[i] * u + cos_[i] * v;
@@ -173,8 +152,7 @@ class ExpectedAttention final : public ScoringPolicy {
   bool covariance_, vnorm_;
   const GroupTensors* tensors_ = nullptr;
   size_t d_ = 0, heads_ = 0;
-  std::vector<double> frequency_;
-  std::vector<std::pair<size_t, size_t>> pair_;
+  Rope rope_;
   std::vector<double> sum_, products_;  // per head: sum of q, sum of q q^T (un-rotated)
   int64_t count_ = 0;
   std::vector<double> query_;
@@ -204,7 +182,7 @@ PolicyInfo expected_attention_policy() {
   info.needs_keys = true;
   info.needs_values = true;
   info.needs_queries = true;
-  info.rope_problem = rope_problem;
+  info.rope_problem = queries_rope_problem;
   set_make<ExpectedAttention>(info);
   return info;
 }
