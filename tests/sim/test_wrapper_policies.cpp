@@ -1,0 +1,178 @@
+// The wrappers (docs/semantics.md, section 4, "Wrappers"): block, chunk and dms over scoring
+// policies, on hand-worked cases, against kvpress's loops at NVIDIA/kvpress 8bb29b9 written
+// literally, and the names and refusals of `<policy>+<wrapper>`.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <map>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "hand_cases.hpp"
+#include "kvsim/core/engine.hpp"
+#include "kvsim/policies/registry.hpp"
+#include "kvsim/replay/replay.hpp"
+#include "kvtrace/error.hpp"
+
+namespace {
+
+using hand::Case;
+using hand::Vectors;
+
+// Pseudo-random keys in [-1, 1), n positions of dimension d.
+Vectors random_keys(int n, int d, uint32_t state) {
+  Vectors keys(static_cast<size_t>(n));
+  for (auto& key : keys)
+    for (int c = 0; c < d; ++c)
+      key.push_back(2.0 * static_cast<double>(hand::next_random(state) >> 8) / static_cast<double>(1u << 24) - 1.0);
+  return keys;
+}
+
+// KeyDiffPress's score over the candidates `set`, literally (kvpress/presses/keydiff_press.py):
+// anchor = mean of F.normalize(k), score = -cosine_similarity(k, anchor).
+std::vector<double> keydiff_scores(const Vectors& keys, const std::vector<int>& set) {
+  const size_t d = keys.front().size();
+  std::vector<double> anchor(d, 0.0), out;
+  for (int p : set) {
+    double norm = 0;
+    for (double x : keys[static_cast<size_t>(p)]) norm += x * x;
+    for (size_t c = 0; c < d; ++c) anchor[c] += keys[static_cast<size_t>(p)][c] / std::max(std::sqrt(norm), 1e-12);
+  }
+  for (double& x : anchor) x /= static_cast<double>(set.size());
+  const double anchor_norm = std::sqrt(std::inner_product(anchor.begin(), anchor.end(), anchor.begin(), 0.0));
+  for (int p : set) {
+    const auto& k = keys[static_cast<size_t>(p)];
+    const double norm = std::sqrt(std::inner_product(k.begin(), k.end(), k.begin(), 0.0));
+    out.push_back(-std::inner_product(k.begin(), k.end(), anchor.begin(), 0.0) / std::max(norm * anchor_norm, 1e-8));
+  }
+  return out;
+}
+
+// The `keep` highest-scored of `set` (scores.topk(keep).indices), ascending.
+std::vector<int> top(const std::vector<int>& set, const std::vector<double>& scores, int64_t keep) {
+  std::vector<size_t> order(set.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return scores[a] > scores[b]; });
+  std::vector<int> out;
+  for (int64_t i = 0; i < keep; ++i) out.push_back(set[order[static_cast<size_t>(i)]]);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Evicted (eviction step >= 0) positions.
+std::vector<int> evicted(const std::vector<int32_t>& steps) {
+  std::vector<int> out;
+  for (size_t p = 0; p < steps.size(); ++p)
+    if (steps[p] >= 0) out.push_back(static_cast<int>(p));
+  return out;
+}
+
+std::vector<int> complement(int n, const std::vector<int>& kept) {
+  std::vector<int> out;
+  for (int p = 0; p < n; ++p)
+    if (!std::binary_search(kept.begin(), kept.end(), p)) out.push_back(p);
+  return out;
+}
+
+// ---- block: BlockPress ----
+
+// Five prompt tokens and one decode step, one head. snapkv with window 1 and kernel 1 scores a set by the last
+// row of the set (restricted to it; renormalising keeps the order) and keeps its last position.
+const hand::Rows kBlockRows = {
+    {1.0},
+    {0.5, 0.5},
+    {0.3, 0.3, 0.4},
+    {0.1, 0.2, 0.6, 0.1},
+    {0.3, 0.1, 0.2, 0.15, 0.25},
+    {0.1, 0.1, 0.3, 0.1, 0.2, 0.2},
+};
+
+TEST(WrapperBlock, ScoresKeptPlusEachBlockAlone) {
+  // Prefill, prompt 5, B = 2, block_size 2. kept = {0,1}.
+  // Block {2,3}: S = {0,1,2,3}, row a_3 over S: 0.1, 0.2, 0.6, (3 protected): keep 3 and 2.
+  // Block {4}: S = {2,3,4}, row a_4 over S: 0.2, 0.15, (4 protected): keep 4 and 2.
+  // Kept {2,4}: 0, 1 and 3 go at the prompt's last step, 4. Step 5 is snapkv's own: a_5 over
+  // {2,4}: 0.3, 0.2 (5 protected): 4 goes.
+  // snapkv alone ranks the whole prompt by a_4: 0.3, 0.1, 0.2, 0.15: keeps 0 and 4; at step 5
+  // a_5 over {0,4}: 0.1, 0.2: 0 goes.
+  Case c;
+  c.rows = {kBlockRows};
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 5;
+  const std::map<std::string, std::string> snapkv = {{"window", "1"}, {"kernel", "1"}};
+  std::map<std::string, std::string> block = snapkv;
+  block["block_size"] = "2";
+  EXPECT_EQ(c.eviction_steps("snapkv+block", 2, block), (std::vector<int32_t>{4, 4, -1, 4, 5, -1}));
+  EXPECT_EQ(c.eviction_steps("snapkv", 2, snapkv), (std::vector<int32_t>{5, 4, 4, 4, -1, -1}));
+  // A block as long as the prompt: one set, the whole prompt, as snapkv alone.
+  block["block_size"] = "128";
+  EXPECT_EQ(c.eviction_steps("snapkv+block", 2, block), (std::vector<int32_t>{5, 4, 4, 4, -1, -1}));
+}
+
+TEST(WrapperBlock, StreamEvictionsAreTheWrappedPolicys) {
+  Case c;
+  c.rows = hand::random_rows(1, 24, 7);
+  for (int64_t budget : {3, 8})
+    EXPECT_EQ(c.eviction_steps("snapkv+block", budget, {{"block_size", "4"}}), c.eviction_steps("snapkv", budget));
+}
+
+// BlockPress.compress (block_press.py lines 63-92) with KeyDiffPress's score, literally.
+TEST(WrapperBlock, MatchesBlockPressOverKeyDiff) {
+  const int n = 40, d = 4;
+  Case c;
+  c.n = n;
+  c.keys = {random_keys(n, d, 11)};
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = n;
+  for (int64_t budget : {4, 9})
+    for (int64_t block_size : {3, 7, 64}) {
+      const int64_t size = std::min<int64_t>(block_size, n);
+      std::vector<int> kept(static_cast<size_t>(budget));
+      std::iota(kept.begin(), kept.end(), 0);
+      for (int64_t i = budget; i < n; i += size) {
+        std::vector<int> current = kept;
+        for (int64_t p = i; p < std::min<int64_t>(i + size, n); ++p) current.push_back(static_cast<int>(p));
+        kept = top(current, keydiff_scores(c.keys[0], current), budget);
+      }
+      const std::map<std::string, std::string> params = {{"block", "0"}, {"block_size", std::to_string(block_size)}};
+      EXPECT_EQ(evicted(c.eviction_steps("keydiff+block", budget, params)), complement(n, kept))
+          << "B " << budget << ", block " << block_size;
+      // keydiff's own `block` parameter follows the same protocol.
+      EXPECT_EQ(evicted(c.eviction_steps("keydiff", budget, {{"block", std::to_string(block_size)}})),
+                complement(n, kept));
+    }
+}
+
+// ---- names and refusals ----
+
+TEST(Wrappers, NamesAndKvpressNames) {
+  EXPECT_EQ(kvsim::find_policy("snapkv+block").name, "snapkv+block");
+  EXPECT_EQ(kvsim::find_policy("SnapKVPress+BlockPress").name, "snapkv+block");
+  EXPECT_EQ(kvsim::find_policy("snapkv_press+block_press").name, "snapkv+block");
+  EXPECT_EQ(kvsim::canonical_policy_name("SnapKVPress+block_press"), "snapkv+block");
+  const kvsim::PolicyInfo& info = kvsim::find_policy("snapkv+block");
+  EXPECT_FALSE(info.scoring);
+  EXPECT_TRUE(info.budgeted);
+  EXPECT_EQ(info.params.back().name, "block_size");
+  ASSERT_NE(kvsim::find_wrapper("BlockPress"), nullptr);
+  EXPECT_EQ(kvsim::find_wrapper("block_press")->name, "block");
+}
+
+TEST(Wrappers, RefuseWhatHasNoScores) {
+  for (const char* name : {"recent+block", "full+block", "oracle+block", "quest+block", "ada-snapkv+block",
+                           "scissorhands-xlayer+block", "snapkv+nothing", "snapkv+block+block"})
+    EXPECT_THROW(kvsim::find_policy(name), kvtrace::InputError) << name;
+  try {
+    kvsim::find_policy("recent+block");
+  } catch (const kvtrace::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("policy recent has no per-position scores; the block wrapper (BlockPress) "
+                                         "needs a scoring policy"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+}  // namespace
