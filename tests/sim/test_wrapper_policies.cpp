@@ -146,6 +146,57 @@ TEST(WrapperBlock, MatchesBlockPressOverKeyDiff) {
     }
 }
 
+// ---- chunk: ChunkPress ----
+
+TEST(WrapperChunk, EachChunkScoredAloneKeepsItsShare) {
+  // tova (the lowest entry of the last row, the newest a candidate) on the block trace:
+  // prefill, prompt 5, B = 3, chunk_length 2: chunks {0,1}, {2,3}, {4}, shares
+  // floor(2 x 3 / 5) = 1, 1, floor(3 / 5) = 0; max(1, .) gives 1 + 1 + 1 = 3 <= B: one each.
+  // {0,1} alone: a_1 over it 0.5, 0.5, a tie: the lower, 0, goes. {2,3} alone: a_3 over it
+  // 0.6 / 0.7, 0.1 / 0.7: 3 goes. {4}: keeps its one. Kept {1,2,4}; 0 and 3 go at step 4.
+  // Step 5 is tova's own: a_5 over {1,2,4,5}: 0.1, 0.3, 0.2, 0.2: 1 goes.
+  // tova alone at step 4: the 2 lowest of a_4, 1 (0.1) and 3 (0.15); at step 5 over
+  // {0,2,4,5}: 0.1, 0.3, 0.2, 0.2: 0 goes.
+  Case c;
+  c.rows = {kBlockRows};
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 5;
+  EXPECT_EQ(c.eviction_steps("tova+chunk", 3, {{"chunk_length", "2"}}), (std::vector<int32_t>{4, 5, -1, 4, -1, -1}));
+  EXPECT_EQ(c.eviction_steps("tova", 3), (std::vector<int32_t>{5, 4, -1, 4, -1, -1}));
+  // B = 2: shares 0, 0, 0; with the ones 3 > B, so every chunk keeps floor(n_c B / n) = 0:
+  // the whole prompt goes at step 4 (step 5 then has only itself).
+  EXPECT_EQ(c.eviction_steps("tova+chunk", 2, {{"chunk_length", "2"}}), (std::vector<int32_t>{4, 4, 4, 4, 4, -1}));
+  // snapkv, window 2, kernel 1, B = 3: each chunk keeps 1 but snapkv protects min(2, 3) = 2
+  // of it, both +infinity: the lower goes ({0,1}: 0; {2,3}: 2). Kept {1,3,4}. Step 5,
+  // snapkv's own: window {4,5}; sums of the last two rows: 1: a_4[1] + a_5[1] / 0.6 = 0.1 +
+  // 0.1667, 3: 0.15 + 0.1667: 1 goes.
+  EXPECT_EQ(c.eviction_steps("snapkv+chunk", 3, {{"window", "2"}, {"kernel", "1"}, {"chunk_length", "2"}}),
+            (std::vector<int32_t>{4, 5, 4, -1, -1, -1}));
+}
+
+// ChunkPress.compress (chunk_press.py lines 65-84) with KeyDiffPress's score, literally.
+TEST(WrapperChunk, MatchesChunkPressOverKeyDiff) {
+  const int n = 40, d = 4;
+  Case c;
+  c.n = n;
+  c.keys = {random_keys(n, d, 23)};
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = n;
+  for (int64_t budget : {8, 20})
+    for (int64_t length : {6, 16, 1024}) {
+      std::vector<int> kept;
+      for (int64_t i = 0; i < n; i += length) {
+        std::vector<int> chunk;
+        for (int64_t p = i; p < std::min<int64_t>(i + length, n); ++p) chunk.push_back(static_cast<int>(p));
+        const auto n_kept = std::max<int64_t>(1, static_cast<int64_t>(chunk.size()) * budget / n);
+        for (int p : top(chunk, keydiff_scores(c.keys[0], chunk), n_kept)) kept.push_back(p);
+      }
+      const std::map<std::string, std::string> params = {{"block", "0"}, {"chunk_length", std::to_string(length)}};
+      EXPECT_EQ(evicted(c.eviction_steps("keydiff+chunk", budget, params)), complement(n, kept))
+          << "B " << budget << ", chunk " << length;
+    }
+}
+
 // ---- names and refusals ----
 
 TEST(Wrappers, NamesAndKvpressNames) {
@@ -159,6 +210,8 @@ TEST(Wrappers, NamesAndKvpressNames) {
   EXPECT_EQ(info.params.back().name, "block_size");
   ASSERT_NE(kvsim::find_wrapper("BlockPress"), nullptr);
   EXPECT_EQ(kvsim::find_wrapper("block_press")->name, "block");
+  EXPECT_EQ(kvsim::find_policy("KnormPress+ChunkPress").name, "knorm+chunk");
+  EXPECT_EQ(kvsim::find_policy("knorm+chunk").params.back().name, "chunk_length");
 }
 
 TEST(Wrappers, RefuseWhatHasNoScores) {

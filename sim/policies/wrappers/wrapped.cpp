@@ -1,6 +1,10 @@
 #include "wrapped.hpp"
 
 #include <algorithm>
+#include <iterator>
+#include <stdexcept>
+
+#include "../select.hpp"
 
 namespace kvsim {
 
@@ -61,7 +65,17 @@ void Wrapped::evict_from_set(std::span<const int32_t> set, int64_t count, std::v
     }
     fresh->observe(set[i], prefix, restricted_);
   }
+  const size_t before = out.size();
   fresh->evict(set.back(), set, count, true, out);
+  const auto named = static_cast<int64_t>(out.size() - before);
+  if (named >= count) return;
+  // It protects more of the set than may stay (a window longer than K): the rest go by its
+  // scores of what is left, the protected (+infinity) ones the lower position first.
+  std::vector<int32_t> gone(out.begin() + static_cast<std::ptrdiff_t>(before), out.end()), left;
+  std::sort(gone.begin(), gone.end());
+  std::set_difference(set.begin(), set.end(), gone.begin(), gone.end(), std::back_inserter(left));
+  if (!fresh->scores(left.back(), left, scores_)) throw std::logic_error("a wrapped policy gave no scores");
+  evict_lowest(left, scores_, count - named, out, nullptr);
 }
 
 void Wrapped::evict_all_but(std::span<const int32_t> cache, std::span<const int32_t> kept,

@@ -56,6 +56,7 @@ class Wrapped : public Policy {
   GroupContext group_;
   std::vector<Row> rows_;  // by step; emptied when the step's position is evicted
   std::vector<float> restricted_;
+  std::vector<double> scores_;
   std::vector<size_t> indices_;
 };
 

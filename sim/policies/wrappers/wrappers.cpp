@@ -9,7 +9,7 @@
 
 namespace kvsim {
 
-#define KVSIM_WRAPPERS(X) X(block)
+#define KVSIM_WRAPPERS(X) X(block) X(chunk)
 
 #define KVSIM_DECLARE_WRAPPER(id) WrapperInfo id##_wrapper();
 KVSIM_WRAPPERS(KVSIM_DECLARE_WRAPPER)
