@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <map>
 #include <numeric>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "hand_cases.hpp"
 #include "kvsim/core/engine.hpp"
+#include "kvsim/core/threshold.hpp"
 #include "kvsim/policies/registry.hpp"
 #include "kvsim/replay/replay.hpp"
 #include "kvtrace/error.hpp"
@@ -195,6 +197,100 @@ TEST(WrapperChunk, MatchesChunkPressOverKeyDiff) {
       EXPECT_EQ(evicted(c.eviction_steps("keydiff+chunk", budget, params)), complement(n, kept))
           << "B " << budget << ", chunk " << length;
     }
+}
+
+// ---- dms: DMSPress ----
+
+kvsim::SimulationResult run_rows(const hand::Rows& rows, const std::string& policy, int64_t budget,
+                                 const std::map<std::string, std::string>& params, const kvsim::Threshold& threshold,
+                                 kvsim::Mode mode = kvsim::Mode::stream, int64_t prompt_len = 0) {
+  kvtrace::PackedAttentionSource source(static_cast<int64_t>(rows.size()), hand::pack({rows}));
+  kvsim::EngineOptions options;
+  options.threshold = threshold;
+  options.mode = mode;
+  options.prompt_len = prompt_len;
+  return kvsim::replay_rows(source, 1, kvsim::choose_policy(policy, params), budget, options).at(0).result;
+}
+
+TEST(WrapperDMS, EvictsOutsideTheWindowBelowTheThreshold) {
+  // h2o at B = 1 (nothing of its own protected) on trace C, T = 1, W = 2: the threshold
+  // protocol's case worked in test_threshold.cpp (EvictsOutsideTheWindowBelowT): 1 goes at
+  // t3 (.8 < 1), 3 at t5 (.3053), 4 at t6 (.4766); the cache holds five with B = 1.
+  const auto r = run_rows(hand::kC, "h2o+dms", 1, {{"dms_threshold", "1"}, {"sliding_window_size", "2"}}, {});
+  hand::expect_eviction_steps(r, {-1, 3, -1, 5, 6, -1, -1, -1});
+  hand::expect_occupancy(r, {1, 2, 3, 4, 4, 5, 5, 5});
+}
+
+TEST(WrapperDMS, EachBudgetRunsApart) {
+  // No cap, but B sets h2o's protected floor(B/2) newest: B = 8 and B = 1 differ
+  // (test_threshold.cpp's EachBudgetSetsOnlyThePolicysParameters: 5 and 7 go at B = 8), and
+  // run together each gives what it gives alone, the smaller not following the larger.
+  const std::map<std::string, std::string> params = {{"dms_threshold", "1"}, {"sliding_window_size", "2"}};
+  const auto alone8 = run_rows(hand::kC, "h2o+dms", 8, params, {});
+  hand::expect_eviction_steps(alone8, {-1, 5, -1, 7, -1, -1, -1, -1});
+  kvtrace::PackedAttentionSource source(static_cast<int64_t>(hand::kC.size()), hand::pack({hand::kC}));
+  const std::vector<kvsim::CacheGroup> groups = kvsim::layer_cache_groups(1, 1, 0, 0);
+  const kvsim::PolicyChoice dms = kvsim::choose_policy("h2o+dms", params);
+  const std::vector<kvsim::SimulationSpec> specs = {kvsim::simulation_spec(dms, 8, 0, 0),
+                                                    kvsim::simulation_spec(dms, 1, 0, 0)};
+  const auto both = kvsim::run_engine(source, groups, specs, kvsim::EngineOptions{});
+  EXPECT_EQ(both.at(0).eviction_step, alone8.eviction_step);
+  EXPECT_EQ(both.at(1).eviction_step, run_rows(hand::kC, "h2o+dms", 1, params, {}).eviction_step);
+}
+
+TEST(WrapperDMS, IsTheThresholdProtocolAsAPolicy) {
+  const hand::Rows rows = hand::random_rows(1, 30, 5).at(0);
+  for (const char* policy : {"snapkv", "h2o", "tova"})
+    for (double below : {0.02, 0.2})
+      for (kvsim::Mode mode : {kvsim::Mode::stream, kvsim::Mode::prefill}) {
+        kvsim::Threshold threshold;
+        threshold.below = below;
+        threshold.window = 4;
+        const std::map<std::string, std::string> params = {{"dms_threshold", std::to_string(below)},
+                                                           {"sliding_window_size", "4"}};
+        const auto wrapped = run_rows(rows, std::string(policy) + "+dms", 6, params, {}, mode, 10);
+        const auto protocol = run_rows(rows, policy, 6, {}, threshold, mode, 10);
+        EXPECT_EQ(wrapped.eviction_step, protocol.eviction_step) << policy << " " << below;
+        EXPECT_EQ(wrapped.retention, protocol.retention) << policy << " " << below;
+      }
+}
+
+// DMSPress's forward_hook (dms_press.py lines 88-120), literally, over KnormPress's score
+// (-|k|, fixed at the token's step): each token is judged once, when it leaves the window
+// of the last W, and masked when its score is below T.
+TEST(WrapperDMS, MatchesDMSPressOverKnorm) {
+  const int n = 30;
+  Case c;
+  c.n = n;
+  c.keys = {random_keys(n, 4, 31)};
+  for (int64_t window : {0, 3})
+    for (double below : {-1.2, -0.9}) {
+      std::vector<int32_t> expected(n, -1);
+      std::vector<std::pair<int, double>> buffer;  // scores_buffer: (position, score)
+      for (int t = 0; t < n; ++t) {
+        const auto& k = c.keys[0][static_cast<size_t>(t)];
+        buffer.emplace_back(t, -std::sqrt(std::inner_product(k.begin(), k.end(), k.begin(), 0.0)));
+        while (static_cast<int64_t>(buffer.size()) > window) {
+          if (buffer.front().second < below) expected[static_cast<size_t>(buffer.front().first)] = t;
+          buffer.erase(buffer.begin());
+        }
+      }
+      const std::map<std::string, std::string> params = {{"dms_threshold", std::to_string(below)},
+                                                         {"sliding_window_size", std::to_string(window)}};
+      EXPECT_EQ(c.eviction_steps("knorm+dms", 4, params), expected) << window << " " << below;
+    }
+}
+
+TEST(WrapperDMS, NeedsItsThreshold) {
+  EXPECT_FALSE(kvsim::find_policy("snapkv+dms").budgeted);
+  try {
+    run_rows(hand::kC, "snapkv+dms", 2, {}, {});
+    ADD_FAILURE() << "not refused";
+  } catch (const kvtrace::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("dms_threshold"), std::string::npos) << e.what();
+  }
+  // r-kv and scissorhands have a `threshold` of their own; the wrapper's is dms_threshold.
+  EXPECT_EQ(kvsim::find_policy("r-kv+DMSPress").name, "r-kv+dms");
 }
 
 // ---- names and refusals ----

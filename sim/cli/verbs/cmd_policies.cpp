@@ -44,7 +44,7 @@ int cmd_policies(const std::vector<std::string>& args) {
   out += "\nwrappers (any scoring policy: NAME+WRAPPER, e.g. snapkv+block)\n";
   for (const WrapperInfo& wrapper : wrappers()) {
     out += wrap_text(wrapper.name + std::string(std::max<size_t>(1, 23 - wrapper.name.size()), ' ') + wrapper.summary +
-                         (wrapper.budgeted ? "" : " [ignores the budget]") + "\n",
+                         (wrapper.budgeted ? "" : " [no budget cap]") + "\n",
                      100, 23);
     out += std::string("    kvpress: ") + wrapper.press + ", " + wrapper.module + " (names accepted for " +
            wrapper.name + ")\n";
