@@ -61,12 +61,24 @@ const PressAlias* kvpress_alias(const std::string& policy) {
 }
 
 std::string canonical_policy_name(const std::string& name) {
+  if (const size_t plus = name.find('+'); plus != std::string::npos) {
+    const WrapperInfo* wrapper = find_wrapper(name.substr(plus + 1));
+    return canonical_policy_name(name.substr(0, plus)) + "+" + (wrapper ? wrapper->name : name.substr(plus + 1));
+  }
   for (const PressAlias& alias : kPressAliases)
     if (name == alias.press || name == alias.module) return alias.policy;
   return name;
 }
 
 const PolicyInfo& find_policy(const std::string& name) {
+  if (const size_t plus = name.find('+'); plus != std::string::npos) {
+    const PolicyInfo& inner = find_policy(name.substr(0, plus));
+    const std::string wrapper = name.substr(plus + 1);
+    if (const WrapperInfo* found = find_wrapper(wrapper)) return wrapped_policy(inner, *found);
+    std::string known;
+    for (const WrapperInfo& info : wrappers()) known += (known.empty() ? "" : ", ") + info.name;
+    throw kvtrace::InputError("", "", "unknown wrapper '" + wrapper + "' in policy '" + name + "' (known: " + known + ")");
+  }
   const std::string canonical = canonical_policy_name(name);
   for (const auto& info : policies())
     if (info.name == canonical) return info;
@@ -85,6 +97,8 @@ const PolicyInfo& find_policy(const std::string& name) {
 }
 
 void register_policy(PolicyInfo info) {
+  if (info.name.find('+') != std::string::npos)
+    throw kvtrace::InputError("", "", "policy '" + info.name + "': '+' joins a policy to a wrapper (snapkv+block)");
   if (canonical_policy_name(info.name) != info.name)
     throw kvtrace::InputError("", "", "policy '" + info.name + "' is kvpress's name for the built-in " +
                                           canonical_policy_name(info.name));

@@ -41,6 +41,19 @@ int cmd_policies(const std::vector<std::string>& args) {
       out += line + param.help + "\n";
     }
   }
+  out += "\nwrappers (any scoring policy: NAME+WRAPPER, e.g. snapkv+block)\n";
+  for (const WrapperInfo& wrapper : wrappers()) {
+    out += wrap_text(wrapper.name + std::string(std::max<size_t>(1, 23 - wrapper.name.size()), ' ') + wrapper.summary +
+                         (wrapper.budgeted ? "" : " [no budget cap]") + "\n",
+                     100, 23);
+    out += std::string("    kvpress: ") + wrapper.press + ", " + wrapper.module + " (names accepted for " +
+           wrapper.name + ")\n";
+    for (const auto& param : wrapper.params) {
+      std::snprintf(line, sizeof line, "    %-10s = %-6s ", param.name.c_str(),
+                    param.default_value.empty() ? "(given)" : param.default_value.c_str());
+      out += line + param.help + "\n";
+    }
+  }
   std::fputs(wrap_text(out).c_str(), stdout);
   return 0;
 }

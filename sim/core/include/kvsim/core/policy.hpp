@@ -184,6 +184,9 @@ struct PolicyInfo {
   Grouping grouping = Grouping::kv_head;
   Engine engine = Engine::cache;
   bool budgeted = true;  // false: ignores the budget (full, scissorhands-official)
+  // Unbudgeted, yet the budget sets its parameters (the dms wrapper: no cap, but snapkv's window
+  // clipped to B): each budget runs apart instead of following the largest.
+  bool budget_sets_params = false;
   // Engine::bound only: a selection method, not an upper bound (quest): the whole cache stays
   // in memory (occupancy and plans count it) and bound() picks what each step reads.
   bool selects = false;

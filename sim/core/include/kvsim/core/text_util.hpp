@@ -33,9 +33,11 @@ inline std::string number(double value, const char* format = "%.10g") {
 // A table cell: `width` wide with `decimals` decimals; NaN as a right-aligned "-".
 inline std::string fixed(double value, int width, int decimals) {
   if (std::isnan(value)) return std::string(static_cast<size_t>(width - 1), ' ') + "-";
-  char buffer[48];
-  std::snprintf(buffer, sizeof buffer, "%*.*f", width, decimals, value);
-  return buffer;
+  char buffer[48];  // the number alone, then padded: a wide column (a long label) keeps it
+  std::snprintf(buffer, sizeof buffer, "%.*f", decimals, value);
+  const std::string number = buffer;
+  return std::string(number.size() < static_cast<size_t>(width) ? static_cast<size_t>(width) - number.size() : 0, ' ') +
+         number;
 }
 
 // Padded with spaces to `width`: text on the left, or on the right.
