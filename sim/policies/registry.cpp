@@ -36,6 +36,7 @@ constexpr PressAlias kPressAliases[] = {
     {"expected-attention", "ExpectedAttentionPress", "expected_attention_press"},
     {"pyramidkv", "PyramidKVPress", "pyramidkv_press"},
     {"random", "RandomPress", "random_press"},
+    {"cam", "CAMPress", "cam_press"},
 };
 
 std::string folded(std::string text) {  // lower case, '_' as '-': what a near miss shares

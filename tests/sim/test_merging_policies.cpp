@@ -1,8 +1,10 @@
-// Merging policies (docs/semantics.md, section 3: the metrics of a merged cache). Every
-// expected number is derived by hand in the comments from that definition, not from kvsim's
-// sources.
+// Merging policies (docs/semantics.md, section 3 for the metrics of a merged cache, section 4
+// for cam). Every expected number is derived by hand in the comments from those definitions
+// and from the authors' code (NVIDIA/kvpress at 8bb29b9), not from kvsim's sources.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 #include <vector>
@@ -10,6 +12,8 @@
 #include "hand_cases.hpp"
 #include "kvsim/core/engine.hpp"
 #include "kvsim/core/policy.hpp"
+#include "kvsim/policies/registry.hpp"
+#include "kvsim/replay/replay.hpp"
 
 namespace {
 
@@ -88,6 +92,120 @@ TEST(MergedCacheMetrics, OutputErrorReadsTheMergedValues) {
     EXPECT_NEAR(hand::output_error(dropped, 0, 3), 0.196918, 2e-6);
     EXPECT_NEAR(hand::output_error(dropped, 0, 4), 0.485913, 2e-6);
     EXPECT_EQ(dropped.retention, merged.retention);
+  }
+}
+
+// A registered policy on one query head and one kv head with stored keys and values, output
+// error recorded (the meters the engine chooses: the reference one for a merging policy).
+kvsim::SimulationResult run_policy(const std::string& name, const std::map<std::string, std::string>& params,
+                                   const hand::Rows& rows, const hand::Vectors& keys, const hand::Vectors& values,
+                                   int64_t budget) {
+  const auto n = static_cast<int64_t>(rows.size());
+  std::vector<std::vector<float>> k = {hand::flat_values(keys)}, v = {hand::flat_values(values)};
+  const int d = static_cast<int>(values.front().size());
+  kvtrace::PackedAttentionSource source(n, hand::pack({rows}));
+  std::vector<kvsim::CacheGroup> groups = kvsim::layer_cache_groups(1, 1, 0, 0, v, d);
+  kvsim::attach_group_tensors(groups, 1, 1, {k, v, {}, d, {}});
+  const kvsim::PolicyChoice choice = kvsim::choose_policy(name, params);
+  const std::vector<kvsim::SimulationSpec> specs = {kvsim::simulation_spec(choice, budget, 0, 0)};
+  kvsim::EngineOptions options;
+  options.output_error = true;
+  return kvsim::run_engine(source, groups, specs, options).front();
+}
+
+TEST(CamPolicy, HandWorkedMergeIntoTheKeptAfter) {
+  // cam, scorer knorm, merge_budget 2, B = 2, trace A's rows and values (v0 (1,0), v1 (0,1),
+  // v2 (1,1), v3 (2,-1), v4 (-1,2)). Key norms: k0 1, k1 2, k2 1.5, k3 0.5, k4 0.1.
+  // t = 2: cache {0,1,2} (the rows are a_t: nothing evicted yet). knorm's victim: 1 (norm 2).
+  //   Steps since the last eviction: 3, so k = min(3, 1) = 1: 1 is the merge candidate. Its
+  //   window: the kept after it, {2} (n = 1 < merge_budget). A_1 = 0.3 + 0.1 = 0.4, A_2 = 0.4:
+  //   p = 0.4 / 0.4 = 1, merged whatever the draw. v'2 = v2 + v1 / 1 = (1, 2).
+  // t = 3: cache {0,2,3}, a_3 = (0.4, 0.05, 0.15, 0.4), mass 0.95 (retention); o_3 = (1.35, -0.2).
+  //   merged: (0.4 (1,0) + 0.15 (1,2) + 0.4 (2,-1)) / 0.95 = (1.421053, -0.105263), error
+  //   sqrt((0.071053^2 + 0.094737^2) / 1.8625) = 0.086772; dropped: (1.421053, -0.263158),
+  //   error sqrt((0.071053^2 + 0.063158^2) / 1.8625) = 0.069658.
+  //   Victim 2 (norm 1.5); k = 1; window {3}; A_2 = 0.4 + 0.15 / 0.95 = 0.557895 > A_3 =
+  //   0.4 / 0.95: p = 1. v'3 = v3 + v'2 = (3, 1): the merges compound.
+  // t = 4: cache {0,3,4}, a_4 = (0.3, 0.1, 0.2, 0.1, 0.3), mass 0.7, o_4 = (0.4, 0.8):
+  //   (0.3 (1,0) + 0.1 (3,1) + 0.3 (-1,2)) / 0.7 = (0.428571, 1): error
+  //   sqrt((0.028571^2 + 0.2^2) / 0.8) = 0.225877.
+  const hand::Rows rows(hand::kA.begin(), hand::kA.begin() + 5);
+  const hand::Vectors keys = {{1, 0}, {2, 0}, {1.5, 0}, {0.5, 0}, {0.1, 0}};
+  const hand::Vectors values(hand::kValuesA.begin(), hand::kValuesA.begin() + 5);
+  const kvsim::SimulationResult merged = run_policy("cam", {{"merge_budget", "2"}}, rows, keys, values, 2);
+  hand::expect_eviction_steps(merged, {4, 2, 3, -1, -1});  // t = 4: 0 goes (norm 1)
+  EXPECT_NEAR(hand::retention(merged, 0, 3), 0.95, 1e-6);
+  EXPECT_NEAR(hand::output_error(merged, 0, 3), 0.086772, 2e-6);
+  EXPECT_NEAR(hand::output_error(merged, 0, 4), 0.225877, 2e-6);
+  const kvsim::SimulationResult dropped = run_policy("knorm", {}, rows, keys, values, 2);
+  EXPECT_EQ(dropped.eviction_step, merged.eviction_step);
+  EXPECT_NEAR(hand::output_error(dropped, 0, 3), 0.069658, 2e-6);
+}
+
+// Pseudo-random vectors in [-1, 1) for n positions of dimension d.
+hand::Vectors random_vectors(int n, int d, uint32_t state) {
+  hand::Vectors out(static_cast<size_t>(n), std::vector<double>(static_cast<size_t>(d)));
+  for (auto& v : out)
+    for (double& x : v) x = static_cast<float>(2.0 * (hand::next_random(state) >> 8) / (1u << 24) - 1.0);
+  return out;
+}
+
+// A policy driven by hand over n positions with uniform observed rows (the prompt, nothing
+// evicted), then one eviction of `excess` at the last step; returns its victims.
+std::vector<int32_t> compress_once(kvsim::Policy& policy, const hand::Vectors& keys, const hand::Vectors& values,
+                                   std::vector<float>& k, std::vector<float>& v, int64_t excess) {
+  const auto n = static_cast<int64_t>(keys.size());
+  k = hand::flat_values(keys), v = hand::flat_values(values);
+  static kvsim::GroupTensors tensors;
+  tensors.head_dim = static_cast<int>(keys.front().size());
+  tensors.keys = {k.data()}, tensors.values = {v.data()};
+  kvsim::GroupContext context;
+  context.n_tokens = n;
+  context.budget = n - excess;
+  context.tensors = &tensors;
+  policy.reset(context);
+  std::vector<int32_t> cache, victims;
+  for (int64_t t = 0; t < n; ++t) {
+    cache.push_back(static_cast<int32_t>(t));
+    const std::vector<float> row(cache.size(), 1.0f / static_cast<float>(cache.size()));
+    policy.observe(t, cache, row);
+  }
+  policy.evict(n - 1, cache, excess, true, victims);
+  std::sort(victims.begin(), victims.end());
+  return victims;
+}
+
+TEST(CamPolicy, MergedValuesAreTheAuthorsMerge) {
+  // cam_press.py lines 140-202 written out, on 10 positions of dimension 3 with uniform rows,
+  // knorm evicting 6 at once (k = 10 steps since the last eviction: every victim merges).
+  // A_j = sum over s = j..9 of 1/(s+1) falls with j, so A_i exceeds the mean of any window after
+  // i: every merge probability is 1 and no draw matters.
+  const hand::Vectors keys = random_vectors(10, 3, 7), values = random_vectors(10, 3, 8);
+  const kvsim::PolicyInfo& info = kvsim::find_policy("CAMPress");
+  auto policy = info.make(kvsim::resolve_params(info, {{"merge_budget", "2"}}));
+  std::vector<float> k, v;
+  const std::vector<int32_t> victims = compress_once(*policy, keys, values, k, v, 6);
+  std::vector<int32_t> kept;
+  for (int32_t i = 0; i < 10; ++i)
+    if (!std::binary_search(victims.begin(), victims.end(), i)) kept.push_back(i);
+  std::vector<std::vector<double>> expected;
+  for (int32_t j : kept) expected.push_back(values[static_cast<size_t>(j)]);
+  for (int32_t i : victims) {  // merge_indices: all victims, sorted
+    const auto start = static_cast<size_t>(std::upper_bound(kept.begin(), kept.end(), i) - kept.begin());
+    size_t actual_budget = 0;
+    for (size_t o = 0; o < 2; ++o) actual_budget += start + o < kept.size() ? 1 : 0;
+    if (actual_budget == 0) continue;  // scale 0 (line 193)
+    for (size_t o = 0; o < actual_budget; ++o)
+      for (size_t c = 0; c < 3; ++c)
+        expected[start + o][c] += values[static_cast<size_t>(i)][c] / static_cast<double>(actual_budget);
+  }
+  for (size_t j = 0; j < kept.size(); ++j) {
+    const std::span<const double> got = policy->merged_value(0, kept[j]);
+    if (got.empty()) {
+      EXPECT_EQ(expected[j], values[static_cast<size_t>(kept[j])]) << "position " << kept[j];
+      continue;
+    }
+    for (size_t c = 0; c < 3; ++c) EXPECT_NEAR(got[c], expected[j][c], 1e-12) << "position " << kept[j];
   }
 }
 
