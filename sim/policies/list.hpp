@@ -22,6 +22,7 @@
   X(rkv)                   \
   X(quest)                 \
   X(cam)                   \
+  X(merging)               \
   X(recent)                \
   X(random)                \
   X(oracle)                \

@@ -37,6 +37,7 @@ constexpr PressAlias kPressAliases[] = {
     {"pyramidkv", "PyramidKVPress", "pyramidkv_press"},
     {"random", "RandomPress", "random_press"},
     {"cam", "CAMPress", "cam_press"},
+    {"merging", "MergingPress", "merging_press"},
 };
 
 std::string folded(std::string text) {  // lower case, '_' as '-': what a near miss shares

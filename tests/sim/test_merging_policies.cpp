@@ -1,6 +1,6 @@
 // Merging policies (docs/semantics.md, section 3 for the metrics of a merged cache, section 4
-// for cam). Every expected number is derived by hand in the comments from those definitions
-// and from the authors' code (NVIDIA/kvpress at 8bb29b9), not from kvsim's sources.
+// for cam and merging). Every expected number is derived by hand in the comments from those
+// definitions and from the authors' code (NVIDIA/kvpress at 8bb29b9), not from kvsim's sources.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -113,6 +113,38 @@ kvsim::SimulationResult run_policy(const std::string& name, const std::map<std::
   return kvsim::run_engine(source, groups, specs, options).front();
 }
 
+hand::Rows uniform_rows(int n) {
+  hand::Rows rows;
+  for (int t = 0; t < n; ++t) rows.push_back(std::vector<double>(static_cast<size_t>(t + 1), 1.0 / (t + 1)));
+  return rows;
+}
+
+TEST(MergingPolicy, HandWorkedMergeIntoTheMostSimilarKey) {
+  // merging, scorer knorm, B = 2, uniform rows. Keys k0 (2,0), k1 (0,1), k2 (1,1), k3 (0,0.5);
+  // values v0 (2,0), v1 (1,0), v2 (0,1), v3 (1,1).
+  // t = 2: cache {0,1,2}, knorm evicts the largest norm, 0 (2 > 1.414 > 1). Unit keys: u0 =
+  //   (1,0); u0.u1 = 0, u0.u2 = 0.707107: target 2, s = 0.707107 >= 0 (threshold). w = 0.707107
+  //   |v0| / (|v0| + |v2| + 1e-6) = 0.707107 x 2 / 3.000001 = 0.471404. v'2 = (v2 + w v0) / (1 + w)
+  //   = (0.942809, 1) / 1.471404 = (0.640754, 0.679623).
+  // t = 3 (recorded before its eviction): cache {1,2,3}, a_3 = 1/4 each, retention 0.75.
+  //   o_3 = (v0 + v1 + v2 + v3) / 4 = (1, 0.5), |o_3|^2 = 1.25.
+  //   merged: (v1 + v'2 + v3) / 3 = (0.880251, 0.559874): error 0.119749.
+  //   dropped (knorm, the same evictions): (v1 + v2 + v3) / 3 = (2/3, 2/3): error 0.333333.
+  //   Then knorm evicts 2 (1.414 > 1 > 0.5).
+  const hand::Vectors keys = {{2, 0}, {0, 1}, {1, 1}, {0, 0.5}}, values = {{2, 0}, {1, 0}, {0, 1}, {1, 1}};
+  const kvsim::SimulationResult merged = run_policy("merging", {}, uniform_rows(4), keys, values, 2);
+  hand::expect_eviction_steps(merged, {2, -1, 3, -1});
+  EXPECT_NEAR(hand::retention(merged, 0, 3), 0.75, 1e-6);
+  EXPECT_NEAR(hand::output_error(merged, 0, 3), 0.119749, 2e-6);
+  const kvsim::SimulationResult dropped = run_policy("knorm", {}, uniform_rows(4), keys, values, 2);
+  EXPECT_EQ(dropped.eviction_step, merged.eviction_step);
+  EXPECT_NEAR(hand::output_error(dropped, 0, 3), 1.0 / 3, 2e-6);
+  // similarity_threshold 0.8 > 0.707107: no merge, the dropped cache's error.
+  const kvsim::SimulationResult gated =
+      run_policy("MergingPress", {{"similarity_threshold", "0.8"}}, uniform_rows(4), keys, values, 2);
+  EXPECT_NEAR(hand::output_error(gated, 0, 3), 1.0 / 3, 2e-6);
+}
+
 TEST(CamPolicy, HandWorkedMergeIntoTheKeptAfter) {
   // cam, scorer knorm, merge_budget 2, B = 2, trace A's rows and values (v0 (1,0), v1 (0,1),
   // v2 (1,1), v3 (2,-1), v4 (-1,2)). Key norms: k0 1, k1 2, k2 1.5, k3 0.5, k4 0.1.
@@ -173,6 +205,58 @@ std::vector<int32_t> compress_once(kvsim::Policy& policy, const hand::Vectors& k
   policy.evict(n - 1, cache, excess, true, victims);
   std::sort(victims.begin(), victims.end());
   return victims;
+}
+
+double norm(const std::vector<double>& x) {
+  double s = 0;
+  for (double c : x) s += c * c;
+  return std::sqrt(s);
+}
+
+TEST(MergingPolicy, MergedValuesAreTheAuthorsMerge) {
+  // merging_press.py lines 117-177 written out, per evicted token, on 10 positions of
+  // dimension 4, knorm evicting 6 (the 6 largest key norms).
+  const hand::Vectors keys = random_vectors(10, 4, 5), values = random_vectors(10, 4, 6);
+  const kvsim::PolicyInfo& info = kvsim::find_policy("merging");
+  auto policy = info.make(kvsim::resolve_params(info, {}));
+  std::vector<float> k, v;
+  const std::vector<int32_t> victims = compress_once(*policy, keys, values, k, v, 6);
+  std::vector<size_t> by_norm(10);
+  for (size_t i = 0; i < 10; ++i) by_norm[i] = i;
+  std::sort(by_norm.begin(), by_norm.end(), [&](size_t a, size_t b) { return norm(keys[a]) > norm(keys[b]); });
+  std::vector<int32_t> expected_victims(by_norm.begin(), by_norm.begin() + 6);
+  std::sort(expected_victims.begin(), expected_victims.end());
+  ASSERT_EQ(victims, expected_victims);
+  std::vector<size_t> kept;
+  for (size_t i = 0; i < 10; ++i)
+    if (!std::binary_search(victims.begin(), victims.end(), static_cast<int32_t>(i))) kept.push_back(i);
+  std::vector<std::vector<double>> accum(kept.size(), std::vector<double>(4, 0.0));
+  std::vector<double> weight_accum(kept.size(), 0.0);
+  for (int32_t e : victims) {
+    double max_sim = -1e300;
+    size_t target = 0;
+    for (size_t j = 0; j < kept.size(); ++j) {
+      double dot = 0;
+      for (size_t c = 0; c < 4; ++c)
+        dot += keys[static_cast<size_t>(e)][c] / std::max(norm(keys[static_cast<size_t>(e)]), 1e-6) *
+               keys[kept[j]][c] / std::max(norm(keys[kept[j]]), 1e-6);
+      if (dot > max_sim) max_sim = dot, target = j;
+    }
+    const bool merge_ok = max_sim >= 0.0;
+    const double evict_norm = norm(values[static_cast<size_t>(e)]), target_norm = norm(values[kept[target]]);
+    const double w = std::max(max_sim, 0.0) * (merge_ok ? 1.0 : 0.0) * evict_norm / (evict_norm + target_norm + 1e-6);
+    for (size_t c = 0; c < 4; ++c) accum[target][c] += w * values[static_cast<size_t>(e)][c];
+    weight_accum[target] += w;
+  }
+  int merged = 0;
+  for (size_t j = 0; j < kept.size(); ++j) {
+    const std::span<const double> got = policy->merged_value(0, static_cast<int32_t>(kept[j]));
+    ASSERT_EQ(got.empty(), !(weight_accum[j] > 0)) << "position " << kept[j];
+    merged += got.empty() ? 0 : 1;
+    for (size_t c = 0; c < got.size(); ++c)
+      EXPECT_NEAR(got[c], (values[kept[j]][c] + accum[j][c]) / (1.0 + weight_accum[j]), 1e-12);
+  }
+  EXPECT_GT(merged, 0);
 }
 
 TEST(CamPolicy, MergedValuesAreTheAuthorsMerge) {
