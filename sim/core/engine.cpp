@@ -13,6 +13,7 @@
 #include "pooled_eviction.hpp"
 #include "simulation.hpp"
 #include "step_rows.hpp"
+#include "kvtrace/error.hpp"
 #include "kvtrace/schema.hpp"
 
 namespace kvsim {
@@ -325,6 +326,10 @@ SteppedEngine::SteppedEngine(int n_heads, std::vector<CacheGroup> groups, std::v
   state.futures.resize(state.groups.size());
   for (const auto& spec : state.specs) {
     if (spec.quant >= 0) throw std::logic_error("the stepped engine has no quantized views");
+    if (spec.policy->merges)  // the model would attend the true values, not the merged ones
+      throw kvtrace::InputError("", "",
+                                "policy " + spec.policy->name +
+                                    " merges evicted values into kept ones, which the closed loop does not model");
     auto& future_of_group = state.futures[static_cast<size_t>(spec.group)];
     if (spec.policy->needs_future && !future_of_group) {
       if (!future) throw std::logic_error("policy " + spec.policy->name + " needs the future rows");

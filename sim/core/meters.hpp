@@ -81,6 +81,7 @@ struct MeterSetup {
   int group_index = 0;                       // in the lane (StepRows::full_output, quad_rows)
   const QuantizedView* quantized = nullptr;  // null at full precision
   bool bound = false;                        // the positions are per head (MeterStep::per_head)
+  const Policy* merging = nullptr;           // a merging policy (PolicyInfo::merges): its values
 };
 
 // The values a quantized cache stores for head k of the group, or null (the true values).

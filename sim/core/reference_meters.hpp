@@ -40,7 +40,8 @@ class ReferenceRetention final : public Meter {
 
 // Output error of each head: o_t = sum over i <= t of a_t[i] v_i (the true row and values)
 // against the model's output over its cache, sum over cached i of b_t[i] v'_i divided by
-// sum over cached i of b_t[i] (v': the values the cache stores), as |o_t - approx| / |o_t|.
+// sum over cached i of b_t[i] (v': the values the cache stores: quantized, or merged by a
+// merging policy), as |o_t - approx| / |o_t|.
 class ReferenceOutputError final : public Meter {
  public:
   explicit ReferenceOutputError(const MeterSetup& setup) : setup_(setup) {}
@@ -60,7 +61,10 @@ class ReferenceOutputError final : public Meter {
       double mass = 0;
       for (int32_t i : step.positions(k)) {
         mass += model[i];
-        for (size_t c = 0; c < d; ++c) approx[c] += static_cast<double>(model[i]) * cached_value(i)[c];
+        const std::span<const double> merged =
+            setup_.merging ? setup_.merging->merged_value(k, i) : std::span<const double>();
+        for (size_t c = 0; c < d; ++c)
+          approx[c] += static_cast<double>(model[i]) * (merged.empty() ? cached_value(i)[c] : merged[c]);
       }
       double difference = 0, norm = 0;
       for (size_t c = 0; c < d; ++c) {

@@ -53,6 +53,9 @@ inline std::vector<std::unique_ptr<Meter>> make_meters(const MeterSetup& setup, 
     return meters;
   }
   meters.push_back(std::make_unique<FastRetention>(setup));
+  // The accelerated output error sums the true values; a merging policy's cache holds others.
+  if (options.output_error && setup.merging) meters.push_back(std::make_unique<ReferenceOutputError>(setup));
+  if (options.output_error && setup.merging) return meters;
   if (options.output_error && setup.bound) meters.push_back(std::make_unique<BoundOutputError>(setup));
   if (options.output_error && !setup.bound)
     meters.push_back(std::make_unique<CacheOutputError>(setup, options.interleave));
@@ -73,7 +76,7 @@ class Simulation {
         cache_(spec, *policy_, options, n_tokens),
         observation_(spec, group, options, cache_capacity(spec, n_tokens)),
         full_rows_(group.heads),
-        meters_(make_meters({&group, spec.group, quantized, bound_ != nullptr}, options)) {
+        meters_(make_meters({&group, spec.group, quantized, bound_ != nullptr, merging(spec, quantized)}, options)) {
     GroupContext context;
     context.n_tokens = n_tokens;
     context.budget = spec.budget;
@@ -191,6 +194,17 @@ class Simulation {
   // The most positions the cache holds at once.
   static size_t cache_capacity(const SimulationSpec& spec, int64_t n_tokens) {
     return static_cast<size_t>(spec.policy->budgeted ? std::min(n_tokens, spec.budget + 1) : n_tokens);
+  }
+
+  // A merging policy's values, for output error. Quantization would store the merged values
+  // quantized, which kvsim does not model: refused, one line.
+  const Policy* merging(const SimulationSpec& spec, const QuantizedView* quantized) const {
+    if (!spec.policy->merges) return nullptr;
+    if (quantized)
+      throw kvtrace::InputError("", "",
+                                "policy " + spec.policy->name +
+                                    " merges evicted values into kept ones; --quant does not model merged values");
+    return policy_.get();
   }
 
   // The caller (replay, eval) refuses a trace without what the policy needs, with a line for

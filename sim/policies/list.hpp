@@ -31,6 +31,8 @@
   X(leverage)              \
   X(non_causal_attention)  \
   X(compactor)             \
+  X(cam)                   \
+  X(merging)               \
   X(recent)                \
   X(random)                \
   X(oracle)                \

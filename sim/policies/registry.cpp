@@ -43,6 +43,8 @@ constexpr PressAlias kPressAliases[] = {
     {"chunkkv", "ChunkKVPress", "chunkkv_press"},
     {"capkv", "CapPress", "cap_press"},
     {"kvcompose", "KVComposePress", "kvcompose_press"},
+    {"cam", "CAMPress", "cam_press"},
+    {"merging", "MergingPress", "merging_press"},
 };
 
 std::string folded(std::string text) {  // lower case, '_' as '-': what a near miss shares

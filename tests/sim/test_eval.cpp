@@ -77,7 +77,9 @@ std::vector<int> random_tokens(int n) {
 // Not bounds (such as oracle: not caches; check_closed_loop_policy refuses them). Policies
 // with their own layer budgets run here at the uniform B (run_closed_loop's layer_budgets
 // empty; kvsim::evaluate gives them their schedule: test_eval_schedules.cpp).
-bool closed_loop_runs(const kvsim::PolicyInfo& info) { return info.engine != kvsim::Engine::bound; }
+// Bounds are not caches; a merging policy's cache holds values the model never computed, which
+// the closed loop refuses (its own test is in test_merging_policies.cpp).
+bool closed_loop_runs(const kvsim::PolicyInfo& info) { return info.engine != kvsim::Engine::bound && !info.merges; }
 
 // Every registered policy a model can run with (bounds such as oracle are not caches), at its
 // defaults (streaming's sinks adapted to B), and a few with small windows that make them
@@ -328,6 +330,15 @@ TEST(ClosedLoopRandomModel, PoliciesDecideAsInTheReplayEngineOnTheSameRows) {
   kvtest::TempDir dir;
   const Llama2Model model = random_model(dir);
   for (int64_t budget : {3, 8}) expect_engines_agree(model, random_tokens(36), budget);
+}
+
+TEST(ClosedLoopRandomModel, MergingPoliciesAreRefused) {
+  kvtest::TempDir dir;
+  const Llama2Model model = random_model(dir);
+  for (const char* name : {"cam", "merging"}) {
+    const PolicyChoice policy = kvsim::choose_policy(name);
+    EXPECT_THROW(kvsim::run_closed_loop(model, random_tokens(12), &policy, 4, {}), kvtrace::InputError) << name;
+  }
 }
 
 TEST(ClosedLoopRandomModel, GridIsDeterministicWhateverTheThreads) {

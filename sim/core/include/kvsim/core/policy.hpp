@@ -119,6 +119,12 @@ class Policy {
   // evict() at this step: `cache` is the cache before they go, `indices` their indices in it
   // (ascending). Drop their state as evict() would have dropped it.
   virtual void forget(std::span<const int32_t> /*cache*/, std::span<const size_t> /*indices*/) {}
+
+  // Merging policies (PolicyInfo::merges): the value the cache holds at the cached `position`
+  // for the group's query head `head` (0..n_heads-1) when evictions merged other values into
+  // it (docs/semantics.md, section 3); empty: the true value. Read between one step's evict()
+  // and the next.
+  virtual std::span<const double> merged_value(size_t /*head*/, int32_t /*position*/) const { return {}; }
 };
 
 // Thrown where a policy ranks its scores and one is NaN (evict_lowest does it): NaN has no
@@ -214,6 +220,10 @@ struct PolicyInfo {
   // (kvsim/policies/scoring.hpp). Page mode and head-adaptive budgets rank the scores
   // themselves and refuse a policy without them.
   bool scoring = false;
+  // make() gives a policy that merges evicted values into kept ones (Policy::merged_value):
+  // output error reads the merged values (the reference meter); --quant and the closed loop
+  // refuse it.
+  bool merges = false;
   std::function<std::shared_ptr<void>(const Params&, int n_layers, int64_t n_tokens)>
       make_sequence_state;  // cross_layer
 };
