@@ -145,7 +145,7 @@ class Simulation {
   // Under a threshold the budget caps nothing but may set the policy's parameters: none follows.
   bool follow(Simulation& leader) {
     if (options_.threshold.on()) return false;
-    if (spec_.policy->budgeted && !policy_->adopt(*leader.policy_)) return false;
+    if (!spec_.policy->ignores_budget() && !policy_->adopt(*leader.policy_)) return false;
     leader_ = &leader;
     leader.followers_.push_back(this);
     return true;

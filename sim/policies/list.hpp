@@ -21,6 +21,8 @@
   X(expected_attention)    \
   X(rkv)                   \
   X(quest)                 \
+  X(simlayerkv)            \
+  X(duoattention)          \
   X(recent)                \
   X(random)                \
   X(oracle)                \

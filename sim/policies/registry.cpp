@@ -36,6 +36,8 @@ constexpr PressAlias kPressAliases[] = {
     {"expected-attention", "ExpectedAttentionPress", "expected_attention_press"},
     {"pyramidkv", "PyramidKVPress", "pyramidkv_press"},
     {"random", "RandomPress", "random_press"},
+    {"simlayerkv", "SimLayerKVPress", "simlayerkv_press"},
+    {"duoattention", "DuoAttentionPress", "duo_attention_press"},
 };
 
 std::string folded(std::string text) {  // lower case, '_' as '-': what a near miss shares

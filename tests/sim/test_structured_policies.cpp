@@ -1,0 +1,180 @@
+// Policies that decide per layer or per head (docs/semantics.md, section 4): simlayerkv and
+// duoattention on hand-worked cases, and against kvpress's presses written literally
+// (NVIDIA/kvpress at 8bb29b9: kvpress/presses/simlayerkv_press.py lines 52-116,
+// kvpress/presses/duo_attention_press.py lines 83-118).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <numeric>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "hand_cases.hpp"
+
+namespace {
+
+using hand::Case;
+using hand::Rows;
+
+// Uniform rows for steps 0..4, then the rows of steps 5 and 6 given per head.
+Rows with_last_rows(std::vector<double> row5, std::vector<double> row6) {
+  Rows rows;
+  for (int t = 0; t < 5; ++t) rows.push_back(std::vector<double>(static_cast<size_t>(t + 1), 1.0 / (t + 1)));
+  rows.push_back(std::move(row5));
+  rows.push_back(std::move(row6));
+  return rows;
+}
+
+Case two_head_prefill() {
+  Case c;
+  c.rows = {with_last_rows({0.4, 0.05, 0.05, 0.1, 0.1, 0.3}, {0.1, 0.3, 0.1, 0.1, 0.1, 0.1, 0.2}),
+            with_last_rows({0.2, 0.1, 0.1, 0.2, 0.2, 0.2}, {0.1, 0.3, 0.1, 0.1, 0.1, 0.1, 0.2})};
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 6;
+  return c;
+}
+
+TEST(PolicySimLayerKV, LazyLayerKeepsSinksAndRecent) {
+  // B = 3, initial 1: n_recent = B - 1 + 1 = 3. Prompt's end (t5), nothing evicted yet, so the
+  // observed row is the mean of the heads' full rows: 0.3, 0.075, 0.075, 0.15, 0.15, 0.25.
+  // Judged: entry 0 and the last 3 (3, 4, 5): 0.3 + 0.15 + 0.15 + 0.25 = 0.85 > 0.8: lazy;
+  // keep entry 0 and the last B - 1 = 2 (4, 5): evict 1, 2, 3 at step 5.
+  // t6: cache {0, 4, 5, 6}, m = 4: judged entry 0 and the last 3, the whole row (1 > 0.8):
+  // evict entry 1 (position 4), keeping 0, 5, 6.
+  const Case c = two_head_prefill();
+  const std::map<std::string, std::string> params = {{"threshold", "0.8"}, {"initial", "1"}};
+  EXPECT_EQ(c.eviction_steps("simlayerkv", 3, params), (std::vector<int32_t>{-1, 5, 5, 5, 6, -1, -1}));
+}
+
+TEST(PolicySimLayerKV, OtherLayerKeepsEverything) {
+  // As above with threshold 0.9: 0.85 is not above it, nothing goes at t5. t6: the full row
+  // 0.1, 0.3, 0.1, 0.1, 0.1, 0.1, 0.2; judged entry 0 and the last 3: 0.1 + 0.4 = 0.5: not
+  // lazy, nothing goes; the cache holds 7 > B.
+  const Case c = two_head_prefill();
+  const std::map<std::string, std::string> params = {{"threshold", "0.9"}, {"initial", "1"}};
+  EXPECT_EQ(c.eviction_steps("simlayerkv", 3, params), (std::vector<int32_t>(7, -1)));
+  // Threshold 1: the press compresses nothing (its line 103).
+  EXPECT_EQ(c.eviction_steps("simlayerkv", 3, {{"threshold", "1"}, {"initial", "1"}}), (std::vector<int32_t>(7, -1)));
+}
+
+TEST(PolicySimLayerKV, StreamStepsAreStreamingLLM) {
+  // In stream mode the cache exceeds B by one; the judged entries are then the whole row
+  // (sum 1 > 0.65), so every step is lazy: StreamingLLM with `initial` sinks.
+  Case c;
+  c.rows = hand::random_rows(2, 12, 7);
+  for (int64_t budget : {3, 5, 8}) {
+    const auto got = c.replay("simlayerkv", budget, {{"initial", "2"}});
+    const auto want = c.replay("streaming", budget, {{"sinks", "2"}});
+    EXPECT_EQ(got.at(0).result.eviction_step, want.at(0).result.eviction_step) << budget;
+  }
+}
+
+// SimLayerKVPress.compress literally (n_last = 1): attn is the last query's row averaged
+// over heads; the layer is lazy when attn[:n_initial].sum() + attn[-n_recent:].sum() >
+// threshold, and then keys[:n_initial] + keys[-n_recent + n_last:] are kept.
+std::vector<int> press_kept(const std::vector<double>& attn, double threshold, int n_initial, int n_recent) {
+  const int n_last = 1, k_len = static_cast<int>(attn.size());
+  std::vector<int> kept;
+  for (int i = 0; i < k_len; ++i) kept.push_back(i);
+  if (threshold == 1.0 || k_len <= n_initial + n_recent + n_last) return kept;
+  double score = 0;
+  for (int i = 0; i < n_initial; ++i) score += attn[static_cast<size_t>(i)];
+  for (int i = k_len - n_recent; i < k_len; ++i) score += attn[static_cast<size_t>(i)];
+  if (!(score > threshold)) return kept;
+  kept.clear();
+  for (int i = 0; i < n_initial; ++i) kept.push_back(i);
+  for (int i = k_len - n_recent + n_last; i < k_len; ++i) kept.push_back(i);
+  return kept;
+}
+
+TEST(PolicySimLayerKV, PromptCompressionIsThePress) {
+  // Random rows of 3 heads, prompt 20: at the prompt's end kvsim keeps what the press keeps
+  // with n_recent = B - n_initial + 1, wherever the press compresses (k_len > B + 2).
+  Case c;
+  c.rows = hand::random_rows(3, 21, 11);
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 20;
+  std::vector<double> mean(20, 0.0);
+  for (const Rows& head : c.rows)
+    for (size_t i = 0; i < 20; ++i) mean[i] += head[19][i] / 3;
+  int lazy = 0;
+  for (double threshold : {0.3, 0.5, 0.65, 0.8})
+    for (int64_t budget : {6, 10, 15}) {
+      const std::vector<int> want = press_kept(mean, threshold, 4, static_cast<int>(budget - 4 + 1));
+      lazy += want.size() < 20;
+      const auto steps = c.eviction_steps("simlayerkv", budget, {{"threshold", std::to_string(threshold)}});
+      std::vector<int> kept;
+      for (int p = 0; p < 20; ++p)
+        if (steps[static_cast<size_t>(p)] != 19) kept.push_back(p);
+      EXPECT_EQ(kept, want) << threshold << " " << budget;
+    }
+  EXPECT_GT(lazy, 0);
+  EXPECT_LT(lazy, 12);
+}
+
+// ---- duoattention ----
+
+TEST(PolicyDuoAttention, StreamingHeadsFollowTheCalibration) {
+  // Two kv heads (MHA), ratio 0.5: round(2 x 0.5) = 1 streaming head. sinks 1, B = 2: a
+  // streaming head attends at step s to position 0 and the last B + 1 - 1 = 2 positions, so
+  // its outside mass is a_s[1 .. s - 2] (empty for s <= 2).
+  // t2 (first eviction, m = 3): scores over steps < 2 are 0, 0: the tie makes head 0 streaming:
+  //   it keeps 0 and the newest B - 1 = 1: evicts 1 at t2; head 1 keeps all.
+  // t3: scores over steps < 3 still 0, 0: head 0 evicts 2 (cache {0, 2, 3} -> {0, 3}).
+  // t4: step 3 counted: head 0's a_3[1] = 0.5, head 1's 0.1: head 1 is now the streaming one:
+  //   cache {0, 1, 2, 3, 4} -> {0, 4}: evicts 1, 2, 3 at t4; head 0 (retrieval) keeps {0, 3, 4}.
+  const Rows head0 = {{1}, {0.5, 0.5}, {0.4, 0.3, 0.3}, {0.2, 0.5, 0.1, 0.2}, {0.2, 0.2, 0.2, 0.2, 0.2}};
+  const Rows head1 = {{1}, {0.5, 0.5}, {0.4, 0.3, 0.3}, {0.4, 0.1, 0.2, 0.3}, {0.2, 0.2, 0.2, 0.2, 0.2}};
+  const auto records = hand::replay({head0, head1}, 2, "duoattention", 2, {{"sinks", "1"}});
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_EQ(records[0].result.eviction_step, (std::vector<int32_t>{-1, 2, 3, -1, -1}));
+  EXPECT_EQ(records[1].result.eviction_step, (std::vector<int32_t>{-1, 4, 4, 4, -1}));
+  // Ratio 0: no streaming head, nothing evicted; ratio 1: both stream (streaming, sinks 1).
+  for (const auto& record : hand::replay({head0, head1}, 2, "duoattention", 2, {{"sinks", "1"}, {"ratio", "0"}}))
+    EXPECT_EQ(record.result.eviction_step, (std::vector<int32_t>(5, -1)));
+  const auto streaming = hand::replay({head0, head1}, 2, "streaming", 2, {{"sinks", "1"}});
+  const auto all = hand::replay({head0, head1}, 2, "duoattention", 2, {{"sinks", "1"}, {"ratio", "1"}});
+  for (size_t g = 0; g < 2; ++g) EXPECT_EQ(all[g].result.eviction_step, streaming[g].result.eviction_step);
+}
+
+// DuoAttentionPress.post_init_from_model and compress literally: n_pruned =
+// round(heads x ratio) (Python's round: half to even), the streaming mask on
+// argsort(head_scores)[:n_pruned], and a streaming head's keys [sink_size : -recent_size]
+// masked; here head_scores are kvsim's calibration at the prompt's end (steps < P - 1).
+TEST(PolicyDuoAttention, PromptCompressionIsThePress) {
+  const int heads = 4, prompt = 16, sinks = 4;
+  Case c;
+  c.rows = hand::random_rows(heads, prompt + 1, 5);
+  c.n_kv_heads = heads;
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = prompt;
+  for (double ratio : {0.25, 0.5, 0.75})
+    for (int budget : {6, 9}) {
+      std::vector<double> score(heads, 0.0);
+      for (int h = 0; h < heads; ++h)
+        for (int s = 0; s < prompt - 1; ++s)
+          for (int i = sinks; i < s - budget + sinks; ++i)
+            score[static_cast<size_t>(h)] +=
+                c.rows[static_cast<size_t>(h)][static_cast<size_t>(s)][static_cast<size_t>(i)];
+      const auto n_pruned = static_cast<size_t>(std::nearbyint(heads * ratio));
+      std::vector<size_t> order(heads);
+      std::iota(order.begin(), order.end(), size_t{0});
+      std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return score[a] < score[b]; });
+      const int recent = budget - sinks;
+      const auto records = c.replay("duoattention", budget, {{"ratio", std::to_string(ratio)}});
+      for (size_t h = 0; h < heads; ++h) {
+        const bool streaming = std::find(order.begin(), order.begin() + static_cast<long>(n_pruned), h) !=
+                               order.begin() + static_cast<long>(n_pruned);
+        for (int p = 0; p < prompt; ++p) {
+          const bool masked = streaming && p >= sinks && p < prompt - recent;
+          EXPECT_EQ(records[h].result.eviction_step[static_cast<size_t>(p)] == prompt - 1, masked)
+              << ratio << " " << budget << " head " << h << " position " << p;
+        }
+      }
+    }
+}
+
+}  // namespace
