@@ -13,6 +13,10 @@
 #include <vector>
 
 #include "hand_cases.hpp"
+#include "kvsim/core/engine.hpp"
+#include "kvsim/policies/registry.hpp"
+#include "kvsim/replay/replay.hpp"
+#include "kvtrace/attention_source.hpp"
 
 namespace {
 
@@ -138,6 +142,26 @@ TEST(PolicyDuoAttention, StreamingHeadsFollowTheCalibration) {
   const auto streaming = hand::replay({head0, head1}, 2, "streaming", 2, {{"sinks", "1"}});
   const auto all = hand::replay({head0, head1}, 2, "duoattention", 2, {{"sinks", "1"}, {"ratio", "1"}});
   for (size_t g = 0; g < 2; ++g) EXPECT_EQ(all[g].result.eviction_step, streaming[g].result.eviction_step);
+}
+
+TEST(PolicyDuoAttention, AStateRunAgainStartsOver) {
+  // The heads of the case above sharing one sequence state, run twice with the same specs (as
+  // the accelerated and the reference meters are): the second run resets the calibration and
+  // evicts as the first, the same steps as above.
+  const Rows head0 = {{1}, {0.5, 0.5}, {0.4, 0.3, 0.3}, {0.2, 0.5, 0.1, 0.2}, {0.2, 0.2, 0.2, 0.2, 0.2}};
+  const Rows head1 = {{1}, {0.5, 0.5}, {0.4, 0.3, 0.3}, {0.4, 0.1, 0.2, 0.3}, {0.2, 0.2, 0.2, 0.2, 0.2}};
+  const kvsim::PolicyChoice choice = kvsim::choose_policy("duoattention", {{"sinks", "1"}});
+  const auto state = choice.info->make_sequence_state(choice.params, 1, 5);
+  const std::vector<kvsim::CacheGroup> groups = kvsim::layer_cache_groups(2, 2, 0, 0);
+  const std::vector<kvsim::SimulationSpec> specs = {kvsim::simulation_spec(choice, 2, 0, 0, state),
+                                                    kvsim::simulation_spec(choice, 2, 1, 0, state)};
+  for (int run = 0; run < 2; ++run) {
+    kvtrace::PackedAttentionSource source(5, hand::pack({head0, head1}));
+    const auto results = kvsim::run_engine(source, groups, specs, kvsim::EngineOptions{});
+    ASSERT_EQ(results.size(), 2u);
+    EXPECT_EQ(results[0].eviction_step, (std::vector<int32_t>{-1, 2, 3, -1, -1})) << "run " << run;
+    EXPECT_EQ(results[1].eviction_step, (std::vector<int32_t>{-1, 4, 4, 4, -1})) << "run " << run;
+  }
 }
 
 // DuoAttentionPress.post_init_from_model and compress literally: n_pruned =

@@ -22,7 +22,10 @@ namespace {
 
 // The heads of one sequence (every kv head of every replayed layer), in the order they were
 // reset: layer by layer, kv heads ascending. Contributions of step t wait in `pending` until
-// the first head observes step t + 1, so every head ranks on the steps before t.
+// the first head observes step t + 1, so every head ranks on the steps before t. The engine
+// resets every head of a run before any steps; a reset after steps is another run given the
+// same state (a replay run again, the accelerated meters and the reference ones): the
+// calibration starts over, so every run ranks the same heads on the same steps.
 struct DuoHeads {
   double ratio = 0.5;
   std::vector<double> total, pending;
@@ -30,6 +33,10 @@ struct DuoHeads {
   int64_t step = -1, ranked_at = -1;
 
   size_t add() {
+    if (step >= 0) {
+      total.clear(), pending.clear(), streaming.clear();
+      step = ranked_at = -1;
+    }
     total.push_back(0);
     pending.push_back(0);
     return total.size() - 1;
