@@ -23,6 +23,7 @@
   X(quest)                 \
   X(simlayerkv)            \
   X(duoattention)          \
+  X(fastgen)               \
   X(recent)                \
   X(random)                \
   X(oracle)                \

@@ -1,7 +1,8 @@
-// Policies that decide per layer or per head (docs/semantics.md, section 4): simlayerkv and
-// duoattention on hand-worked cases, and against kvpress's presses written literally
-// (NVIDIA/kvpress at 8bb29b9: kvpress/presses/simlayerkv_press.py lines 52-116,
-// kvpress/presses/duo_attention_press.py lines 83-118).
+// Policies that decide per layer or per head (docs/semantics.md, section 4): simlayerkv,
+// duoattention and fastgen on hand-worked cases, and against their authors' code written
+// literally (NVIDIA/kvpress at 8bb29b9: kvpress/presses/simlayerkv_press.py lines 52-116,
+// kvpress/presses/duo_attention_press.py lines 83-118; AnswerDotAI/cold-compress at 15bb300,
+// cache.py lines 142-149 and 1066-1187).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -199,6 +200,137 @@ TEST(PolicyDuoAttention, PromptCompressionIsThePress) {
         }
       }
     }
+}
+
+// ---- fastgen ----
+
+// Prompt rows of steps 0..4, then the full rows of decode steps 5 and 6.
+Case fastgen_case() {
+  Case c;
+  c.rows = {{{1},
+             {0.5, 0.5},
+             {0.4, 0.4, 0.2},
+             {0.3, 0.1, 0.1, 0.5},
+             {0.3, 0.1, 0.1, 0.1, 0.4},
+             {0.2, 0.1, 0.1, 0.2, 0.2, 0.2},
+             {0.1, 0.1, 0.1, 0.1, 0.1, 0.1, 0.4}}};
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = 5;
+  return c;
+}
+
+TEST(PolicyFastGen, ProfileChoosesTheCheapestStrategyThatRecovers) {
+  // global 1, heavy 0.2, window 0.2; P = 5, N = 7. Profile (sizes of P): window 1, one heavy
+  // hitter. cum = column sums over the rows that see j / (P - j): 2.5/5 = 0.5, 1.1/4 = 0.275,
+  // 0.4/3 = 0.133, 0.6/2 = 0.3, 0.4. Recovery, mean over the 5 rows:
+  //   special (position 0): 1 + .5 + .4 + .3 + .3 = 2.5 / 5 = 0.5;
+  //   + heavy hitter (top cum of 1..4: 4): row 4 adds .4: 2.9 / 5 = 0.58;
+  //   + window (each row's own position; heavy hitter of 1..3: 3): 1 + 1 + .6 + .8 + .8 = 0.84.
+  const std::map<std::string, std::string> base = {{"global", "1"}, {"heavy", "0.2"}, {"window", "0.2"}};
+  auto with = [&](const char* recovery) {
+    auto params = base;
+    params["recovery"] = recovery;
+    return fastgen_case().eviction_steps("fastgen", 3, params);
+  };
+  // 0.9: only full recovers it: nothing goes, whatever B.
+  EXPECT_EQ(with("0.9"), (std::vector<int32_t>(7, -1)));
+  // 0.45: special (0.5) keeps position 0; a new token goes at its step (it holds 1 = global).
+  EXPECT_EQ(with("0.45"), (std::vector<int32_t>{-1, 4, 4, 4, 4, 5, 6}));
+  // 0.55: heavy hitter. Kept (sizes of N = 7): 0 and ceil(1.4) = 2 heavy hitters, 4 and 3.
+  // Cap 1 + round(1.4) = 2 <= 3 held: each step evicts the lowest mean record past position 0.
+  //   t5: records 3: 0.3, 4: 0.4: 3 goes. â5 over {0, 3, 4, 5} = 0.25 each; without 3:
+  //   1/3 each. Means: 4: (0.4 + 1/3) / 2 = 0.367, 5: 0.333: t6 evicts 5.
+  EXPECT_EQ(with("0.55"), (std::vector<int32_t>{-1, 4, 4, 5, -1, 6, -1}));
+  // 0.8: heavy hitter + window. Kept: 0, window int(1.4) = 1 (4), 2 heavy hitters of 1..3
+  // (3: 0.3, 1: 0.275): {0, 1, 3, 4}. Cap 1 + 1 + 1 = 3 <= 4 held; window round(1.4) = 1
+  // spares positions > t - 1. t5: 1 (0.275) goes. â5 over {0, 1, 3, 4, 5} without 1: 0.25
+  // each. t6: means 3: 0.275, 4: 0.325, 5: 0.25 (not > 5): 5 goes.
+  EXPECT_EQ(with("0.8"), (std::vector<int32_t>{-1, 5, 4, -1, -1, 6, -1}));
+}
+
+TEST(PolicyFastGen, StreamModeProfilesAOneTokenPrompt) {
+  // Step 0 is the prompt: its one row recovers everything with special, which keeps the first
+  // 4 (global) tokens and drops each later one at its step.
+  Case c;
+  c.rows = hand::random_rows(2, 9, 3);
+  const auto steps = c.eviction_steps("fastgen", 3);
+  EXPECT_EQ(steps, (std::vector<int32_t>{-1, -1, -1, -1, 4, 5, 6, 7, 8}));
+}
+
+// cold-compress's build_masks and profile_attn_heads literally, one head, strategies in
+// fastgen.yaml's order: masks[s][i][j] over the P x P prompt, global tokens in every one,
+// create_window_attention_mask(P, max(1, int(w total)), global) for the window, heavy hitters
+// the top ceil(min(h total, |avail|)) of cum_attn among the last row's unmasked keys; the
+// strategy the first whose mean over rows of the kept mass is >= min_recovery_frac; the kept
+// prompt the chosen mask's last row with total = N (masks_for_filling).
+std::vector<int> cold_compress_kept(const Rows& rows, int p, int n, double recovery) {
+  const int global = 4;
+  const double h = 0.3, w = 0.3;
+  std::vector<double> cum(static_cast<size_t>(p), 0.0);
+  for (int i = 0; i < p; ++i)
+    for (int j = 0; j <= i; ++j) cum[static_cast<size_t>(j)] += rows[static_cast<size_t>(i)][static_cast<size_t>(j)];
+  for (int j = 0; j < p; ++j) cum[static_cast<size_t>(j)] /= p - j;
+  using Mask = std::vector<std::vector<bool>>;
+  auto build = [&](int s, int total) {
+    Mask m(static_cast<size_t>(p), std::vector<bool>(static_cast<size_t>(p), false));
+    for (auto& row : m)
+      for (int j = 0; j < std::min(global, p); ++j) row[static_cast<size_t>(j)] = true;
+    if (s == 3)
+      for (int i = 0; i < p; ++i)
+        for (int j = std::max(0, i + 1 - std::max(1, static_cast<int>(w * total))); j <= i; ++j)
+          m[static_cast<size_t>(i)][static_cast<size_t>(j)] = true;
+    if (s >= 2 && s < 4) {
+      std::vector<int> avail;
+      for (int j = 0; j < p; ++j)
+        if (!m.back()[static_cast<size_t>(j)]) avail.push_back(j);
+      const auto k = static_cast<size_t>(std::ceil(std::min(h * total, static_cast<double>(avail.size()))));
+      std::stable_sort(avail.begin(), avail.end(),
+                       [&](int a, int b) { return cum[static_cast<size_t>(a)] > cum[static_cast<size_t>(b)]; });
+      for (size_t x = 0; x < k; ++x)
+        for (auto& row : m) row[static_cast<size_t>(avail[x])] = true;
+    }
+    if (s == 4)
+      for (auto& row : m) row.assign(row.size(), true);
+    return m;
+  };
+  int chosen = 4;
+  for (int s = 0; s < 4 && chosen == 4; ++s) {
+    const Mask m = build(s, p);
+    double score = 0;
+    for (int i = 0; i < p; ++i)
+      for (int j = 0; j <= i; ++j)
+        if (m[static_cast<size_t>(i)][static_cast<size_t>(j)])
+          score += rows[static_cast<size_t>(i)][static_cast<size_t>(j)];
+    if (score / p >= recovery) chosen = s;
+  }
+  const Mask fill = build(chosen, n);
+  std::vector<int> kept;
+  for (int j = 0; j < p; ++j)
+    if (fill.back()[static_cast<size_t>(j)]) kept.push_back(j);
+  return kept;
+}
+
+TEST(PolicyFastGen, PromptIsColdCompressProfile) {
+  // Three heads (MHA) of random rows, prompt 24 of 40 tokens: at the prompt's end each kv
+  // head keeps the prompt positions cold-compress's profile keeps.
+  const int heads = 3, prompt = 24, n = 40;
+  Case c;
+  c.rows = hand::random_rows(heads, n, 17);
+  c.n_kv_heads = heads;
+  c.mode = kvsim::Mode::prefill;
+  c.prompt_len = prompt;
+  std::map<size_t, int> sizes;
+  for (double recovery : {0.3, 0.5, 0.7, 0.8, 0.9, 0.95}) {
+    const auto records = c.replay("fastgen", 8, {{"recovery", std::to_string(recovery)}});
+    for (size_t h = 0; h < heads; ++h) {
+      std::vector<int> kept;
+      for (int p = 0; p < prompt; ++p)
+        if (records[h].result.eviction_step[static_cast<size_t>(p)] != prompt - 1) kept.push_back(p);
+      EXPECT_EQ(kept, cold_compress_kept(c.rows[h], prompt, n, recovery)) << recovery << " head " << h;
+      ++sizes[kept.size()];
+    }
+  }
+  EXPECT_GE(sizes.size(), 3u);  // several strategies were chosen
 }
 
 }  // namespace
