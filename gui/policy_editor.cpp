@@ -40,7 +40,8 @@ bool valid(const QLineEdit& line) {
 QString describe(const kvsim::PolicyInfo& info) {
   QString text = QString::fromStdString(info.summary);
   if (info.engine == kvsim::Engine::bound) text += QObject::tr(" \u2014 an upper bound, not a cache.");
-  if (!info.budgeted) text += QObject::tr(" \u2014 ignores the budget.");
+  if (info.ignores_budget()) text += QObject::tr(" \u2014 ignores the budget.");
+  else if (!info.budgeted) text += QObject::tr(" \u2014 may hold more than the budget.");
   if (info.grouping == kvsim::Grouping::layer) text += QObject::tr(" \u2014 one cache for the whole layer.");
   return text;
 }

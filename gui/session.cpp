@@ -197,7 +197,7 @@ ReplayKey Session::replayKeyOf(int seq, int layer, int head, const kvsim::Policy
                                const kvsim::EngineOptions& options, int64_t budget, const kvtrace::TraceMeta& meta) {
   const ReplayHeads heads = replayHeads(policy, meta, head, options);
   // A policy that ignores the budget (full, scissorhands-official) replays the same at every B.
-  const int64_t keyed = policy.info->budgeted ? budget : -1;
+  const int64_t keyed = policy.info->ignores_budget() ? -1 : budget;
   return ReplayKey{seq, layer, heads.first, heads.count, policy.label, options.mode, engineKey(options), keyed};
 }
 

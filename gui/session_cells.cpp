@@ -66,7 +66,7 @@ QString Session::cellsKey(CellMetric metric, int64_t budget) const {
   QString key = path_ + "|" + QString::number(seq_) + "|" + QString::number(static_cast<int>(metric));
   if (metric != CellMetric::persistence)
     key += "|" + QString::fromStdString(policy_.label) + "|" +
-           (policy_.info->budgeted ? QString::number(budget) : QString("any")) + "|" +
+           (policy_.info->ignores_budget() ? QString("any") : QString::number(budget)) + "|" +
            QString::fromStdString(engineKey(engineOptions())) + "|" + QString::fromStdString(schedule_.name);
   return key;
 }
@@ -112,7 +112,7 @@ void Session::requestCells(CellMetric metric) {
   const int64_t base = baseBudgetTokens();
   plan->budget = layerBudget(base);
   plan->all_base = {base};
-  for (int64_t b : policy_.info->budgeted ? neighbourBudgets(budget_, nTokens()) : std::vector<int64_t>{}) {
+  for (int64_t b : !policy_.info->ignores_budget() ? neighbourBudgets(budget_, nTokens()) : std::vector<int64_t>{}) {
     const int64_t layer_b = layerBudget(b);
     if (layer_b == plan->budget || std::find(plan->ahead.begin(), plan->ahead.end(), layer_b) != plan->ahead.end())
       continue;
@@ -234,7 +234,7 @@ void Session::makeNeighbourCells(std::shared_ptr<const CellsPlan> plan) {
 void Session::makeCellsAhead(CellMetric metric) {
   if (!reader_ || metric == CellMetric::persistence || isHeldMetric(metric) || !optionsError().isEmpty()) return;
   const kvsim::PolicyChoice policy = policy_;
-  if (!policy.info->budgeted) return;  // one key for every budget: requestCells makes it
+  if (policy.info->ignores_budget()) return;  // one key for every budget: requestCells makes it
   const auto rows = rows_for(rows_, seq_, policy);
   if (!rows) return;
   const int shown = rows->layer();

@@ -145,10 +145,10 @@ class Simulation {
   // but smaller budgets keep exactly the same cache as this one until the first step at which
   // they must evict: until then they follow it, dormant, and then take over its state.
   // A policy that ignores the budget (full, scissorhands-official) follows to the end.
-  // Under a threshold (or the dms wrapper) the budget caps nothing but may set the policy's
-  // parameters: none follows.
+  // Under a threshold, or for a policy that reads B without being capped by it
+  // (PolicyInfo::reads_budget), the budget caps nothing but may set the rule: none follows.
   bool follow(Simulation& leader) {
-    if (options_.threshold.on() || spec_.policy->budget_sets_params) return false;
+    if (options_.threshold.on() || spec_.policy->reads_budget) return false;
     if (spec_.policy->budgeted && !policy_->adopt(*leader.policy_)) return false;
     leader_ = &leader;
     leader.followers_.push_back(this);

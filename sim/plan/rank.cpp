@@ -130,7 +130,8 @@ Ranking rank_sweep(const SweepTable& table, const std::string& sweep, const Rank
       continue;
     }
     const PolicyInfo* info = known_policy(choice.policy);
-    RankEntry entry{choice.policy, choice.params, choice.quant, choice.mode, info && info->upper_bound(), {}, 0, {}};
+    const bool bound = info && info->upper_bound(), reads_budget = info && info->reads_budget;
+    RankEntry entry{choice.policy, choice.params, choice.quant, choice.mode, bound, {}, 0, {}, reads_budget};
     for (const auto& row : choice.rows) entry.points.push_back({row.budget, row.budget_share_mean, row.metric});
     (info && !info->budgeted ? ranking.apart : ranking.ranked).push_back(std::move(entry));
   }

@@ -82,8 +82,8 @@ std::vector<std::string> explanations(const Ranking& r) {
   if (any_bound(r)) out.push_back("* an upper bound, not a policy");
   for (const auto& entry : r.apart)
     out.push_back(entry.name() + (r.has_quant ? " (" + (entry.quant.empty() ? "none" : entry.quant) + ")" : "") +
-                  ": ignores the budget, not ranked (" + r.metric + " " + decimals(entry.mean, 4) +
-                  ", the mean of its rows)");
+                  (entry.reads_budget ? ": may hold more than the budget" : ": ignores the budget") + ", not ranked (" +
+                  r.metric + " " + decimals(entry.mean, 4) + ", the mean of its rows)");
   out.insert(out.end(), r.notes.begin(), r.notes.end());
   return out;
 }
@@ -200,7 +200,7 @@ std::string rank_csv(const Ranking& r) {
       out << ",";
     out << "\n";
   }
-  // Policies that ignore the budget: no rank, the mean of their rows, no curve.
+  // Policies apart (ignoring the budget or holding more): no rank, the mean of their rows, no curve.
   for (const auto& e : r.apart)
     out << "," << text::csv_field(e.policy) << "," << text::csv_field(e.params) << "," << text::csv_field(e.quant)
         << "," << text::csv_field(e.mode) << ",false" << common << text::number(e.mean) << ",,," << e.points.size()

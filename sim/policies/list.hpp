@@ -33,6 +33,9 @@
   X(compactor)             \
   X(cam)                   \
   X(merging)               \
+  X(simlayerkv)            \
+  X(duoattention)          \
+  X(fastgen)               \
   X(recent)                \
   X(random)                \
   X(oracle)                \

@@ -45,6 +45,8 @@ constexpr PressAlias kPressAliases[] = {
     {"kvcompose", "KVComposePress", "kvcompose_press"},
     {"cam", "CAMPress", "cam_press"},
     {"merging", "MergingPress", "merging_press"},
+    {"simlayerkv", "SimLayerKVPress", "simlayerkv_press"},
+    {"duoattention", "DuoAttentionPress", "duo_attention_press"},
 };
 
 std::string folded(std::string text) {  // lower case, '_' as '-': what a near miss shares

@@ -252,9 +252,10 @@ std::vector<GroupRecord> replay_rows(kvtrace::AttentionSource& source, int n_kv_
   std::vector<SimulationSpec> specs;
   std::vector<GroupRecord> records;
   const GroupRange range = policy_groups(*policy.info, n_kv_heads);
+  // One sequence state for the layer's cache groups (duoattention ranks its kv heads together).
+  std::shared_ptr<void> state;
+  if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, 1, source.n_tokens());
   for (int g = range.first; g < range.last; ++g) {
-    std::shared_ptr<void> state;
-    if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, 1, source.n_tokens());
     specs.push_back(simulation_spec(policy, budget, g, state ? 0 : origin.layer, state));
     GroupRecord record;
     record.group = layer_wide ? 0 : g;

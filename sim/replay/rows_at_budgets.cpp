@@ -23,11 +23,10 @@ std::vector<std::vector<GroupRecord>> replay_rows_at_budgets(kvtrace::AttentionS
   const GroupRange range = policy_groups(*policy.info, n_kv_heads);
   std::vector<SimulationSpec> specs;
   std::vector<std::vector<GroupRecord>> records(budgets.size());
-  for (size_t b = 0; b < budgets.size(); ++b)
+  for (size_t b = 0; b < budgets.size(); ++b) {
+    std::shared_ptr<void> state;  // one per budget, for the layer's cache groups
+    if (policy.info->make_sequence_state) state = policy.info->make_sequence_state(policy.params, 1, source.n_tokens());
     for (int g = range.first; g < range.last; ++g) {
-      std::shared_ptr<void> state;
-      if (policy.info->make_sequence_state)
-        state = policy.info->make_sequence_state(policy.params, 1, source.n_tokens());
       specs.push_back(simulation_spec(policy, budgets[b], g, state ? 0 : origin.layer, state));
       GroupRecord record;
       record.group = layer_wide ? 0 : g;
@@ -35,6 +34,7 @@ std::vector<std::vector<GroupRecord>> replay_rows_at_budgets(kvtrace::AttentionS
       record.heads = groups[static_cast<size_t>(g)].heads;
       records[b].push_back(std::move(record));
     }
+  }
   std::vector<SimulationResult> results = run_engine(source, groups, specs, engine_options);
   size_t r = 0;
   for (auto& of_budget : records)

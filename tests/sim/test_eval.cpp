@@ -91,7 +91,8 @@ std::vector<PolicyChoice> runnable_policies(int64_t budget, bool few = false) {
     if (few && !info.needs_attention && !info.needs_full_rows && !info.needs_future) continue;
     std::map<std::string, std::string> params;
     for (const auto& param : info.params)
-      if (param.name == "sinks") params["sinks"] = budget > 4 ? "4" : std::to_string(std::max<int64_t>(0, budget - 1));
+      if (param.name == "sinks" || param.name == "initial")  // fewer than B (simlayerkv's initial too)
+        params[param.name] = budget > 4 ? "4" : std::to_string(std::max<int64_t>(0, budget - 1));
     if (info.name == "compactor") params = {{"start", "1"}, {"end", "1"}};  // 8 + 4 sinks exceed B = 3 and 8
     chosen.push_back(kvsim::choose_policy(info.name, params));
   }

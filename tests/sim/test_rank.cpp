@@ -116,6 +116,22 @@ TEST(Rank, PoliciesThatIgnoreTheBudgetAreListedApart) {
       << kvsim::rank_text(r);
 }
 
+TEST(Rank, PoliciesThatMayHoldMoreThanTheBudgetAreListedApart) {
+  // simlayerkv reads B (a lazy layer keeps B) but a layer that is not lazy keeps everything:
+  // equal budgets are not equal memory, so it is not ranked, and not said to ignore B.
+  const kvsim::Ranking r = rank(kHandSweep +
+                                "simlayerkv,,32,32,0.125,0.5,0\n"
+                                "simlayerkv,,64,64,0.25,0.7,0\n"
+                                "simlayerkv,,128,128,0.5,0.9,0\n");
+  ASSERT_EQ(r.apart.size(), 1u);
+  EXPECT_TRUE(r.apart[0].reads_budget);
+  EXPECT_DOUBLE_EQ(r.apart[0].mean, 0.7);
+  EXPECT_NE(kvsim::rank_text(r).find("simlayerkv: may hold more than the budget, not ranked (retention_mean 0.7000, "
+                                     "the mean of its rows)"),
+            std::string::npos)
+      << kvsim::rank_text(r);
+}
+
 TEST(Rank, BudgetsNotEveryPolicyHasAreLeftOutWithANote) {
   // tova lacks 128: both are compared at 32 and 64 only; h2o's 128 row is left out.
   const kvsim::Ranking r = rank(

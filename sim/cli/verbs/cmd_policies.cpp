@@ -29,7 +29,7 @@ int cmd_policies(const std::vector<std::string>& args) {
       reads += line;
     }
     out += wrap_text(info.name + std::string(std::max<size_t>(1, 23 - info.name.size()), ' ') + info.summary + " [" +
-                         grouping + (info.budgeted ? "" : ", ignores the budget") +
+                         grouping + (info.budgeted ? "" : info.reads_budget ? ", may hold more than B" : ", ignores the budget") +
                          (info.selects ? ", keeps the full cache" : "") + reads + "]\n",
                      100, 23);
     if (const PressAlias* alias = kvpress_alias(info.name))

@@ -40,7 +40,7 @@ PolicyInfo compose(const PolicyInfo& inner, const WrapperInfo& wrapper) {
   info.summary = wrapper.summary + ", of " + inner.name + "'s scores";
   info.params.insert(info.params.end(), wrapper.params.begin(), wrapper.params.end());
   info.budgeted = inner.budgeted && wrapper.budgeted;
-  info.budget_sets_params = !wrapper.budgeted;  // the wrapped policy still reads B
+  info.reads_budget = !wrapper.budgeted;  // the wrapped policy still reads B
   info.scoring = false;  // its rule is not "the lowest scores first" at every step
   std::vector<std::string> own;
   for (const ParamSpec& spec : wrapper.params) own.push_back(spec.name);

@@ -190,9 +190,11 @@ struct PolicyInfo {
   Grouping grouping = Grouping::kv_head;
   Engine engine = Engine::cache;
   bool budgeted = true;  // false: ignores the budget (full, scissorhands-official)
-  // Unbudgeted, yet the budget sets its parameters (the dms wrapper: no cap, but snapkv's window
-  // clipped to B): each budget runs apart instead of following the largest.
-  bool budget_sets_params = false;
+  // budgeted = false only: B sets the rule of the part it compresses (simlayerkv's lazy
+  // layers, duoattention's streaming heads, the dms wrapper's inner policy) while the rest keeps
+  // every position, so the cache may hold more than B and each budget is replayed on its own.
+  bool reads_budget = false;
+  bool ignores_budget() const { return !budgeted && !reads_budget; }
   // Engine::bound only: a selection method, not an upper bound (quest): the whole cache stays
   // in memory (occupancy and plans count it) and bound() picks what each step reads.
   bool selects = false;

@@ -43,6 +43,7 @@ struct RankEntry {
   std::vector<RankPoint> points;   // at the budgets the ranking compares, ascending by share
   double mean = 0;                 // mean_over_shares(points); a budget-free entry: the mean of its rows' values
   std::optional<size_t> smallest;  // the first point meeting the target
+  bool reads_budget = false;       // apart: B sets its rule, but its cache may hold more (simlayerkv)
   std::string name() const;        // policy, or policy(params)
 };
 
@@ -55,7 +56,9 @@ struct Ranking {
   std::vector<std::string> budgets;             // the budgets compared, ascending by share
   double share_low = 0, share_high = 0;         // the span of the first entry's shares
   std::vector<RankEntry> ranked;                // best first; ties by name, quant, mode
-  std::vector<RankEntry> apart;  // policies that ignore the budget (full, scissorhands-official): not ranked
+  // Not ranked: policies that ignore the budget (full, scissorhands-official) or whose cache may
+  // hold more than it (simlayerkv, duoattention), so equal budgets are not equal memory.
+  std::vector<RankEntry> apart;
   std::vector<std::string> notes;
 };
 
