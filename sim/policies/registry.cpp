@@ -35,6 +35,7 @@ constexpr PressAlias kPressAliases[] = {
     {"lagkv", "LagKVPress", "lagkv_press"},
     {"expected-attention", "ExpectedAttentionPress", "expected_attention_press"},
     {"pyramidkv", "PyramidKVPress", "pyramidkv_press"},
+    {"finch", "FinchPress", "finch_press"},
     {"random", "RandomPress", "random_press"},
 };
 
