@@ -36,6 +36,7 @@
   X(simlayerkv)            \
   X(duoattention)          \
   X(fastgen)               \
+  X(finch)                 \
   X(recent)                \
   X(random)                \
   X(oracle)                \

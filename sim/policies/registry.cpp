@@ -38,6 +38,7 @@ constexpr PressAlias kPressAliases[] = {
     {"leverage", "LeverageScorePress", "leverage_press"},
     {"non-causal-attention", "NonCausalAttnPress", "non_causal_attention_press"},
     {"compactor", "CompactorPress", "compactor_press"},
+    {"finch", "FinchPress", "finch_press"},
     {"random", "RandomPress", "random_press"},
     {"curdkv", "CURPress", "cur_press"},
     {"chunkkv", "ChunkKVPress", "chunkkv_press"},

@@ -158,6 +158,8 @@ TEST(ScoresHook, EveryScoringPolicyNamesItsOwnVictims) {
       expect_consistent("scissorhands-xlayer", {}, *rows, budget);
       expect_consistent("snapkv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);
       expect_consistent("snapkv", {{"window", "2"}, {"kernel", "5"}}, *rows, budget);
+      expect_consistent("finch", {{"window", "1"}}, *rows, budget);
+      expect_consistent("finch", {{"window", "2"}, {"normalize", "off"}}, *rows, budget);
       expect_consistent("scissorhands", {{"w", "3"}, {"r", "1"}, {"m", "1"}}, *rows, budget, 1);
       expect_consistent("scissorhands", {{"w", "2"}, {"r", "0"}}, *rows, budget, std::max<int64_t>(1, budget / 2));
     }
