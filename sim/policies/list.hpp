@@ -21,6 +21,7 @@
   X(expected_attention)    \
   X(rkv)                   \
   X(quest)                 \
+  X(triattention)          \
   X(recent)                \
   X(random)                \
   X(oracle)                \
