@@ -55,6 +55,9 @@ struct Driver {
     tensors.head_dim = 2;
     tensors.keys = {keys.data()};
     tensors.queries = {queries.data()};
+    tensors.rope.theta = 10000;  // triattention un-rotates q and k: one pair, w = 1
+    tensors.rope.rotary_dims = 2;
+    tensors.rope.pairing = "interleaved";
     kvsim::GroupContext context;
     context.n_tokens = n;
     context.budget = budget;
@@ -145,6 +148,8 @@ TEST(ScoresHook, EveryScoringPolicyNamesItsOwnVictims) {
       expect_consistent("r-kv", {}, *rows, budget);
       expect_consistent("r-kv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);
       expect_consistent("lookahead", {}, *rows, budget);
+      expect_consistent("triattention", {}, *rows, budget);
+      expect_consistent("triattention", {{"horizon", "4"}, {"offsets", "max"}}, *rows, budget);
       expect_consistent("scissorhands-xlayer", {}, *rows, budget);
       expect_consistent("snapkv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);
       expect_consistent("snapkv", {{"window", "2"}, {"kernel", "5"}}, *rows, budget);
@@ -169,7 +174,8 @@ TEST(ScoresHook, EveryPolicyDeclaresWhetherItScores) {
     EXPECT_EQ(info.scoring, dynamic_cast<const kvsim::ScoringPolicy*>(policy.get()) != nullptr) << info.name;
   }
   for (const char* name : {"h2o", "tova", "snapkv", "scissorhands", "scissorhands-xlayer", "observed-attention", "cake",
-                           "knorm", "keydiff", "expected-attention", "r-kv", "lookahead", "pyramidkv", "ada-h2o"})
+                           "knorm", "keydiff", "expected-attention", "r-kv", "lookahead", "pyramidkv", "ada-h2o",
+                           "triattention"})
     EXPECT_TRUE(kvsim::find_policy(name).scoring) << name;
 }
 
