@@ -37,6 +37,7 @@
   X(duoattention)          \
   X(fastgen)               \
   X(finch)                 \
+  X(triattention)          \
   X(recent)                \
   X(random)                \
   X(oracle)                \

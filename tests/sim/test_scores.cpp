@@ -59,7 +59,8 @@ struct Driver {
     tensors.keys = {keys.data()};
     tensors.queries = {queries.data()};
     tensors.values = {values.data()};
-    tensors.rope.theta = 10000;
+    tensors.rope.theta = 10000;  // one pair, w = 1 (triattention, capkv un-rotate q and k)
+    tensors.rope.rotary_dims = 2;
     tensors.rope.pairing = "interleaved";
     kvsim::GroupContext context;
     context.n_tokens = n;
@@ -155,6 +156,8 @@ TEST(ScoresHook, EveryScoringPolicyNamesItsOwnVictims) {
       expect_consistent("r-kv", {}, *rows, budget);
       expect_consistent("r-kv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);
       expect_consistent("lookahead", {}, *rows, budget);
+      expect_consistent("triattention", {}, *rows, budget);
+      expect_consistent("triattention", {{"horizon", "4"}, {"offsets", "max"}}, *rows, budget);
       expect_consistent("scissorhands-xlayer", {}, *rows, budget);
       expect_consistent("snapkv", {{"window", "1"}, {"kernel", "3"}}, *rows, budget);
       expect_consistent("snapkv", {{"window", "2"}, {"kernel", "5"}}, *rows, budget);
@@ -183,7 +186,7 @@ TEST(ScoresHook, EveryPolicyDeclaresWhetherItScores) {
   for (const char* name :
        {"h2o", "tova", "snapkv", "scissorhands", "scissorhands-xlayer", "observed-attention", "cake", "knorm",
         "keydiff", "expected-attention", "curdkv", "capkv", "r-kv", "lookahead", "pyramidkv", "ada-h2o",
-        "defensivekv"})
+        "defensivekv", "triattention"})
     EXPECT_TRUE(kvsim::find_policy(name).scoring) << name;
 }
 
