@@ -13,7 +13,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/kvsim-policies.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 SOURCE_DATE_EPOCH=1735689600 "$kvsim" synth "$tmp/gqa.h5" --layers 2 --heads 8 --kv-heads 2 --head-dim 32 \
   --tokens 512 --seqs 1 --seed 7 >/dev/null
-mapfile -t policies < <("$kvsim" policies | sed -n 's/^\([a-z0-9][a-z0-9-]*\) .*/\1/p')
+mapfile -t policies < <("$kvsim" policies | sed -n '/^wrappers /q; s/^\([a-z0-9][a-z0-9-]*\) .*/\1/p')
+# Each wrapper once, over snapkv (dms has no default threshold: kvpress's None).
+rows=("${policies[@]}" "snapkv+block" "snapkv+chunk" "snapkv+dms --param dms_threshold=0.1")
 percent=10%,20%,30%,40%,50%,60%,70%,80%,90%
 
 # table TITLE TRACE BUDGETS [sweep options...]: one row per policy, one column per budget.
@@ -25,16 +27,20 @@ table() {
   echo
   echo "| policy | ${budgets//,/ | } |"
   echo "| --- |$(tr ',' '\n' <<<"$budgets" | sed 's/.*/ ---: |/' | paste -sd '' -)"
-  for policy in "${policies[@]}"; do
-    if "$kvsim" sweep "$trace" --policies "$policy" --budgets "$budgets" "$@" --csv "$tmp/p.csv" \
+  local row policy extra label
+  for row in "${rows[@]}"; do
+    read -r policy extra <<<"$row"
+    label=$policy${extra:+ (${extra#--param })}
+    # shellcheck disable=SC2086 # extra is words: --param key=value
+    if "$kvsim" sweep "$trace" --policies "$policy" $extra --budgets "$budgets" "$@" --csv "$tmp/p.csv" \
       >/dev/null 2>"$tmp/err"; then
-      /usr/bin/python3 - "$tmp/p.csv" "$policy" <<'EOF'
+      /usr/bin/python3 - "$tmp/p.csv" "$label" <<'EOF'
 import csv, sys
 rows = list(csv.DictReader(open(sys.argv[1])))
 print(f"| {sys.argv[2]} | " + " | ".join(f"{float(r['retention_mean']):.4f}" for r in rows) + " |")
 EOF
     else
-      echo "| $policy | refused: $(sed "s/^kvsim sweep: //; s#$tmp/##g; s/|/\\\\|/g" "$tmp/err" | head -1) |"
+      echo "| $label | refused: $(sed "s/^kvsim sweep: //; s#$tmp/##g; s/|/\\\\|/g" "$tmp/err" | head -1) |"
     fi
   done
 }
