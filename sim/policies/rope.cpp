@@ -35,4 +35,26 @@ void Rope::unrotate(double* x, int64_t position) const {
   }
 }
 
+void Rope::mean_rotation(int64_t first, int64_t count, std::vector<double>& cos, std::vector<double>& sin) const {
+  cos.resize(pair.size());
+  sin.resize(pair.size());
+  const auto f = static_cast<double>(count);
+  for (size_t i = 0; i < pair.size(); ++i) {
+    const double w = frequency[i];
+    const double kernel = std::sin(f * w / 2) / std::sin(w / 2) / f;
+    const double middle = (static_cast<double>(first) + (f - 1) / 2) * w;
+    cos[i] = kernel * std::cos(middle);
+    sin[i] = kernel * std::sin(middle);
+  }
+}
+
+void Rope::rotate(double* x, size_t stride, const std::vector<double>& cos, const std::vector<double>& sin) const {
+  for (size_t i = 0; i < pair.size(); ++i) {
+    const auto [a, b] = pair[i];
+    const double u = x[a * stride], v = x[b * stride];
+    x[a * stride] = cos[i] * u - sin[i] * v;
+    x[b * stride] = sin[i] * u + cos[i] * v;
+  }
+}
+
 }  // namespace kvsim

@@ -9,21 +9,14 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../rope.hpp"
 #include "kvsim/policies/scoring.hpp"
 #include "kvtrace/error.hpp"
 
 namespace kvsim {
 namespace {
 
-std::string rope_problem(const kvtrace::RopeMeta& rope) {
-  if (rope.theta <= 0 || rope.pairing.empty())
-    return "needs the trace's RoPE attributes rope_theta and rope_pairing to un-rotate the queries; the trace "
-           "declares " +
-           (rope.declared() ? rope.describe() : std::string("none"));
-  if (!rope.scaling_type.empty() && rope.scaling_type != "none" && rope.scaling_type != "linear")
-    return "supports RoPE scaling none or linear, not " + rope.scaling_type;
-  return "";
-}
+std::string queries_rope_problem(const kvtrace::RopeMeta& rope) { return rope_problem(rope, "the queries"); }
 
 // x / max(|x|, 1e-12), F.normalize's.
 void normalize(std::vector<double>& x) {
@@ -52,20 +45,13 @@ class CapKV final : public ScoringPolicy {
  private:
   void on_reset(const GroupContext& group) override {
     tensors_ = group.tensors;
-    if (const std::string problem = rope_problem(tensors_->rope); !problem.empty())
+    if (const std::string problem = queries_rope_problem(tensors_->rope); !problem.empty())
       throw kvtrace::InputError("", "", "policy capkv " + problem);
     if (group.budget <= sinks_)
       throw kvtrace::InputError("", "", "policy capkv needs a budget above its " + std::to_string(sinks_) + " sinks");
     d_ = static_cast<size_t>(tensors_->head_dim);
-    const kvtrace::RopeMeta& rope = tensors_->rope;
-    const auto rotary = static_cast<size_t>(rope.rotary_dims > 0 ? rope.rotary_dims : tensors_->head_dim);
-    const double scale = rope.scaling_type == "linear" ? rope.scaling_factor : 1.0;
-    frequency_.resize(rotary / 2);
-    pair_.resize(rotary / 2);
-    for (size_t i = 0; i < rotary / 2; ++i) {
-      frequency_[i] = std::pow(rope.theta, -static_cast<double>(2 * i) / static_cast<double>(rotary)) / scale;
-      pair_[i] = rope.pairing == "interleaved" ? std::pair{2 * i, 2 * i + 1} : std::pair{i, i + rotary / 2};
-    }
+    rope_ = Rope(tensors_->rope, tensors_->head_dim);
+    query_.resize(d_);
     heads_ = tensors_->queries.size();
     sum_.assign(heads_ * d_, 0.0);
     count_ = 0;
@@ -76,15 +62,10 @@ class CapKV final : public ScoringPolicy {
     if (step < sinks_) return;
     for (size_t h = 0; h < heads_; ++h) {
       const std::span<const float> q = tensors_->query(h, step);
+      query_.assign(q.begin(), q.end());
+      rope_.unrotate(query_.data(), step);
       double* sum = sum_.data() + h * d_;
-      for (size_t c = 0; c < d_; ++c) sum[c] += q[c];
-      for (size_t i = 0; i < pair_.size(); ++i) {  // un-rotate: remove what was added, add back
-        const double angle = static_cast<double>(step) * frequency_[i], c = std::cos(angle), s = std::sin(angle);
-        const auto [a, b] = pair_[i];
-        const double x = q[a], y = q[b];
-        sum[a] += c * x + s * y - x;
-        sum[b] += c * y - s * x - y;
-      }
+      for (size_t c = 0; c < d_; ++c) sum[c] += query_[c];
     }
     ++count_;
   }
@@ -99,7 +80,7 @@ class CapKV final : public ScoringPolicy {
   // scores_[j]: the score of open[j], the cache after the sinks, at `step`.
   void score(int64_t step, std::span<const int32_t> open) const {
     const size_t m = open.size();
-    average_rope(step + 1);
+    rope_.mean_rotation(step + 1, future_, cos_, sin_);
     scores_.assign(m, 0.0);
     weights_.resize(m);
     const size_t kv_heads = tensors_->keys.size();
@@ -107,7 +88,7 @@ class CapKV final : public ScoringPolicy {
       anchor_.assign(sum_.begin() + static_cast<std::ptrdiff_t>(h * d_),
                      sum_.begin() + static_cast<std::ptrdiff_t>((h + 1) * d_));
       for (double& x : anchor_) x /= static_cast<double>(std::max<int64_t>(count_, 1));  // no query yet: 0
-      rotate(anchor_);
+      rope_.rotate(anchor_.data(), 1, cos_, sin_);
       normalize(anchor_);
       const size_t kv = h * kv_heads / heads_;
       for (size_t j = 0; j < m; ++j) {
@@ -159,39 +140,14 @@ class CapKV final : public ScoringPolicy {
     }
   }
 
-  // Per rotated pair, the mean over positions p = first .. first + future - 1 of cos and sin
-  // of p w: the Dirichlet kernel's closed form of the sums.
-  void average_rope(int64_t first) const {
-    cos_.resize(pair_.size());
-    sin_.resize(pair_.size());
-    const auto f = static_cast<double>(future_);
-    for (size_t i = 0; i < pair_.size(); ++i) {
-      const double w = frequency_[i];
-      const double kernel = std::sin(f * w / 2) / std::sin(w / 2) / f;
-      const double middle = (static_cast<double>(first) + (f - 1) / 2) * w;
-      cos_[i] = kernel * std::cos(middle);
-      sin_[i] = kernel * std::sin(middle);
-    }
-  }
-
-  // x <- R x: each pair (a, b) turns by the averaged [[cos, -sin], [sin, cos]].
-  void rotate(std::vector<double>& x) const {
-    for (size_t i = 0; i < pair_.size(); ++i) {
-      const auto [a, b] = pair_[i];
-      const double u = x[a], v = x[b];
-      x[a] = cos_[i] * u - sin_[i] * v;
-      x[b] = sin_[i] * u + cos_[i] * v;
-    }
-  }
-
   double tau_;
   int64_t future_, sinks_;
   double epsilon_;
   const GroupTensors* tensors_ = nullptr;
   size_t d_ = 0, heads_ = 0;
-  std::vector<double> frequency_;
-  std::vector<std::pair<size_t, size_t>> pair_;
+  Rope rope_;
   std::vector<double> sum_;  // per head: the sum of the un-rotated queries
+  std::vector<double> query_;
   int64_t count_ = 0;
   mutable std::vector<double> anchor_, key_, weights_, chol_, y_, leverage_, cos_, sin_, scores_;  // score()'s
 };
@@ -212,7 +168,7 @@ PolicyInfo capkv_policy() {
   info.needs_keys = true;
   info.needs_values = true;
   info.needs_queries = true;
-  info.rope_problem = rope_problem;
+  info.rope_problem = queries_rope_problem;
   set_make<CapKV>(info);
   return info;
 }

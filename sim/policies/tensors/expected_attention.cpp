@@ -78,7 +78,7 @@ class ExpectedAttention final : public ScoringPolicy {
 
   // scores_[j]: the score of open[j], the cache after the sinks, at `step`.
   void score(int64_t step, std::span<const int32_t> open) const {
-    average_rope(step + 1);
+    rope_.mean_rotation(step + 1, future_, cos_, sin_);
     scores_.assign(open.size(), 0.0);
     logits_.resize(open.size());
     const double n = static_cast<double>(count_), root = std::sqrt(static_cast<double>(d_));
@@ -89,9 +89,9 @@ class ExpectedAttention final : public ScoringPolicy {
       cov_.resize(d_ * d_);
       for (size_t a = 0; a < d_; ++a)
         for (size_t b = 0; b < d_; ++b) cov_[a * d_ + b] = products_[(h * d_ + a) * d_ + b] / n - mean_[a] * mean_[b];
-      rotate(mean_.data(), 1);
-      for (size_t a = 0; a < d_; ++a) rotate(cov_.data() + a, d_);      // R Sigma: each column
-      for (size_t a = 0; a < d_; ++a) rotate(cov_.data() + a * d_, 1);  // (R Sigma) R^T: each row
+      rope_.rotate(mean_.data(), 1, cos_, sin_);
+      for (size_t a = 0; a < d_; ++a) rope_.rotate(cov_.data() + a, d_, cos_, sin_);      // R Sigma: each column
+      for (size_t a = 0; a < d_; ++a) rope_.rotate(cov_.data() + a * d_, 1, cos_, sin_);  // (R Sigma) R^T: each row
       const size_t kv = h * tensors_->keys.size() / heads_;
       for (size_t j = 0; j < open.size(); ++j) {
         const std::span<const float> stored = tensors_->key(kv, open[j]);
@@ -118,32 +118,6 @@ class ExpectedAttention final : public ScoringPolicy {
       double squares = 0;
       for (float x : tensors_->value(0, open[j])) squares += static_cast<double>(x) * x;
       scores_[j] = (scores_[j] + epsilon_) * std::sqrt(squares);
-    }
-  }
-
-  // Per rotated pair, the mean over positions p = first .. first + future - 1 of cos and sin
-  // of p w: the Dirichlet kernel's closed form of the sums, in double.
-  void average_rope(int64_t first) const {
-    cos_.resize(rope_.pair.size());
-    sin_.resize(rope_.pair.size());
-    const auto f = static_cast<double>(future_);
-    for (size_t i = 0; i < rope_.pair.size(); ++i) {
-      const double w = rope_.frequency[i];
-      const double kernel = std::sin(f * w / 2) / std::sin(w / 2) / f;
-      const double middle = (static_cast<double>(first) + (f - 1) / 2) * w;
-      cos_[i] = kernel * std::cos(middle);
-      sin_[i] = kernel * std::sin(middle);
-    }
-  }
-
-  // x <- R x for the vector x[0], x[stride], ..., x[(d-1) stride]: each pair (a, b) turns by
-  // the averaged rotation [[cos, -sin], [sin, cos]]; unrotated dims stay.
-  void rotate(double* x, size_t stride) const {
-    for (size_t i = 0; i < rope_.pair.size(); ++i) {
-      const auto [a, b] = rope_.pair[i];
-      const double u = x[a * stride], v = x[b * stride];
-      x[a * stride] = cos_[i] * u - sin_[i] * v;
-      x[b * stride] = sin_[i] * u + cos_[i] * v;
     }
   }
 

@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "../rope.hpp"
 #include "kvsim/policies/scoring.hpp"
 #include "kvtrace/error.hpp"
 
@@ -28,15 +29,7 @@ namespace {
 
 using Complex = std::complex<double>;
 
-std::string rope_problem(const kvtrace::RopeMeta& rope) {
-  if (rope.theta <= 0 || rope.pairing.empty())
-    return "needs the trace's RoPE attributes rope_theta and rope_pairing to un-rotate the keys and queries; the "
-           "trace declares " +
-           (rope.declared() ? rope.describe() : std::string("none"));
-  if (!rope.scaling_type.empty() && rope.scaling_type != "none" && rope.scaling_type != "linear")
-    return "supports RoPE scaling none or linear, not " + rope.scaling_type;
-  return "";
-}
+std::string keys_rope_problem(const kvtrace::RopeMeta& rope) { return rope_problem(rope, "the keys and queries"); }
 
 class TriAttention final : public ScoringPolicy {
  public:
@@ -59,47 +52,41 @@ class TriAttention final : public ScoringPolicy {
  private:
   void on_reset(const GroupContext& group) override {
     tensors_ = group.tensors;
-    if (const std::string problem = rope_problem(tensors_->rope); !problem.empty())
+    if (const std::string problem = keys_rope_problem(tensors_->rope); !problem.empty())
       throw kvtrace::InputError("", "", "policy triattention " + problem);
     const kvtrace::RopeMeta& rope = tensors_->rope;
     if (rope.rotary_dims > 0 && rope.rotary_dims != tensors_->head_dim)
-      throw kvtrace::InputError("", "", "policy triattention needs RoPE on the whole head (rotary_dims " +
-                                            std::to_string(rope.rotary_dims) + ", head_dim " +
-                                            std::to_string(tensors_->head_dim) + ")");
-    const auto d = static_cast<size_t>(tensors_->head_dim);
-    const double scale = rope.scaling_type == "linear" ? rope.scaling_factor : 1.0;
-    frequency_.resize(d / 2);
-    pair_.resize(d / 2);
-    for (size_t f = 0; f < d / 2; ++f) {
-      frequency_[f] = std::pow(rope.theta, -static_cast<double>(2 * f) / static_cast<double>(d)) / scale;
-      pair_[f] = rope.pairing == "interleaved" ? std::pair{2 * f, 2 * f + 1} : std::pair{f, f + d / 2};
-    }
+      throw kvtrace::InputError("", "",
+                                "policy triattention needs RoPE on the whole head (rotary_dims " +
+                                    std::to_string(rope.rotary_dims) + ", head_dim " +
+                                    std::to_string(tensors_->head_dim) + ")");
+    rope_ = Rope(rope, tensors_->head_dim);
     offsets_.clear();
     for (int64_t o = 1; o <= horizon_; o *= 2) offsets_.push_back(static_cast<double>(o));
-    turn_.resize(pair_.size() * offsets_.size());
-    for (size_t f = 0; f < pair_.size(); ++f)
+    turn_.resize(rope_.pair.size() * offsets_.size());
+    for (size_t f = 0; f < rope_.pair.size(); ++f)
       for (size_t o = 0; o < offsets_.size(); ++o)
-        turn_[f * offsets_.size() + o] = std::polar(1.0, offsets_[o] * frequency_[f]);
+        turn_[f * offsets_.size() + o] = std::polar(1.0, offsets_[o] * rope_.frequency[f]);
     heads_ = tensors_->queries.size();
-    centre_.assign(heads_ * pair_.size(), Complex());
-    magnitude_.assign(heads_ * pair_.size(), 0.0);
+    centre_.assign(heads_ * rope_.pair.size(), Complex());
+    magnitude_.assign(heads_ * rope_.pair.size(), 0.0);
     count_ = 0;
   }
 
   // Pair f of the vector x at position p, un-rotated: (x_a + i x_b) e^{-i p w_f}.
   Complex unrotated(std::span<const float> x, int64_t p, size_t f) const {
-    const auto [a, b] = pair_[f];
-    return Complex(x[a], x[b]) * std::polar(1.0, -static_cast<double>(p) * frequency_[f]);
+    const auto [a, b] = rope_.pair[f];
+    return Complex(x[a], x[b]) * std::polar(1.0, -static_cast<double>(p) * rope_.frequency[f]);
   }
 
   // Each query head's query at `step`, un-rotated, joins the calibration sums.
   void on_observe(int64_t step, std::span<const int32_t>, std::span<const float>) override {
     for (size_t h = 0; h < heads_; ++h) {
       const std::span<const float> q = tensors_->query(h, step);
-      for (size_t f = 0; f < pair_.size(); ++f) {
+      for (size_t f = 0; f < rope_.pair.size(); ++f) {
         const Complex z = unrotated(q, step, f);
-        centre_[h * pair_.size() + f] += z;
-        magnitude_[h * pair_.size() + f] += std::abs(z);
+        centre_[h * rope_.pair.size() + f] += z;
+        magnitude_[h * rope_.pair.size() + f] += std::abs(z);
       }
     }
     ++count_;
@@ -127,7 +114,7 @@ class TriAttention final : public ScoringPolicy {
   // per_head_[h * m + j]: head h's score of cache[j] at `step` (the round starts at t + 1).
   // amp cos(x + phi) = Re(qbar conj(k) e^{ix}); the offsets' turns e^{i o w_f} are turn_.
   void head_scores(int64_t step, std::span<const int32_t> cache) const {
-    const size_t m = cache.size(), pairs = pair_.size(), offsets = offsets_.size();
+    const size_t m = cache.size(), pairs = rope_.pair.size(), offsets = offsets_.size();
     const double n = static_cast<double>(count_);
     per_head_.assign(heads_ * m, 0.0);
     base_.resize(offsets);
@@ -143,9 +130,10 @@ class TriAttention final : public ScoringPolicy {
           const double spread = magnitude_[h * pairs + f] / n - (mlr_ ? std::abs(centre) : 0.0);
           extra += spread * std::abs(key);
           if (!trig_) continue;
-          const Complex phase = centre * std::conj(key) * std::polar(1.0, delta * frequency_[f]);
+          const Complex phase = centre * std::conj(key) * std::polar(1.0, delta * rope_.frequency[f]);
           const Complex* turn = turn_.data() + f * offsets;
-          for (size_t o = 0; o < offsets; ++o) base_[o] += phase.real() * turn[o].real() - phase.imag() * turn[o].imag();
+          for (size_t o = 0; o < offsets; ++o)
+            base_[o] += phase.real() * turn[o].real() - phase.imag() * turn[o].imag();
         }
         double total = 0, top = -std::numeric_limits<double>::infinity();
         for (double b : base_) {
@@ -161,10 +149,10 @@ class TriAttention final : public ScoringPolicy {
   bool max_offsets_, normalize_, mlr_, trig_;
   const GroupTensors* tensors_ = nullptr;
   size_t heads_ = 0;
-  std::vector<double> frequency_, offsets_;
-  std::vector<std::pair<size_t, size_t>> pair_;
-  std::vector<Complex> turn_;     // per pair and offset: e^{i o w_f}
-  std::vector<Complex> centre_;   // per head and pair: the sum of the un-rotated queries
+  Rope rope_;
+  std::vector<double> offsets_;
+  std::vector<Complex> turn_;      // per pair and offset: e^{i o w_f}
+  std::vector<Complex> centre_;    // per head and pair: the sum of the un-rotated queries
   std::vector<double> magnitude_;  // per head and pair: the sum of their moduli
   int64_t count_ = 0;
   mutable std::vector<double> per_head_, base_;  // scratch of rank()
@@ -180,14 +168,19 @@ PolicyInfo triattention_policy() {
       {"horizon", ParamType::integer, "65536", "offsets 1, 2, 4, ... up to this many positions ahead", 1, 1e9, {}},
       {"offsets", ParamType::choice, "mean", "mean or max of the score over the offsets", 0, 0, {"mean", "max"}},
       {"normalize", ParamType::choice, "on", "z-normalise each head's scores over the cache", 0, 0, {"on", "off"}},
-      {"mlr", ParamType::choice, "on", "off: the norm term uses mean |q_f|, not mean |q_f| - |mean q_f|", 0, 0,
+      {"mlr",
+       ParamType::choice,
+       "on",
+       "off: the norm term uses mean |q_f|, not mean |q_f| - |mean q_f|",
+       0,
+       0,
        {"on", "off"}},
       {"trig", ParamType::choice, "on", "off: the norm term alone, no position-dependent series", 0, 0, {"on", "off"}},
   };
   info.needs_attention = false;
   info.needs_keys = true;
   info.needs_queries = true;
-  info.rope_problem = rope_problem;
+  info.rope_problem = keys_rope_problem;
   set_make<TriAttention>(info);
   return info;
 }
