@@ -6,7 +6,6 @@
 // ratio, 1 - B/m. Evict the lowest. docs/semantics.md, section 4.
 #include <algorithm>
 
-#include "../rope.hpp"
 #include "compactor_scores.hpp"
 #include "kvsim/policies/scoring.hpp"
 #include "kvtrace/error.hpp"
@@ -14,23 +13,19 @@
 namespace kvsim {
 namespace {
 
-std::string keys_rope_problem(const kvtrace::RopeMeta& rope) { return rope_problem(rope, "the keys"); }
-
 class Compactor final : public ScoringPolicy {
  public:
   explicit Compactor(const Params& params)
       : start_(static_cast<size_t>(params.integer("start"))),
         end_(static_cast<size_t>(params.integer("end"))),
         chunk_(static_cast<size_t>(params.integer("chunk"))),
-        sketch_(static_cast<size_t>(params.integer("sketch"))),
-        seed_(static_cast<uint64_t>(params.integer("seed"))),
-        blending_(params.has("blending") ? params.real("blending") : -1) {}
+        blending_(params.has("blending") ? params.real("blending") : -1),
+        keys_(static_cast<size_t>(params.integer("sketch")), static_cast<uint64_t>(params.integer("seed"))) {}
 
   bool adopt(const Policy& other) override {  // budget_ stays this budget's
     ScoringPolicy::adopt(other);
     const auto& from = static_cast<const Compactor&>(other);
     keys_ = from.keys_;
-    phi_ = from.phi_;
     return true;
   }
 
@@ -40,30 +35,19 @@ class Compactor final : public ScoringPolicy {
     if (const std::string problem = keys_rope_problem(tensors_->rope); !problem.empty())
       throw kvtrace::InputError("", "", "policy compactor " + problem);
     if (static_cast<size_t>(group.budget) < start_ + end_)
-      throw kvtrace::InputError("", "", "policy compactor needs a budget of at least its " +
-                                            std::to_string(start_ + end_) + " kept sinks (start + end)");
+      throw kvtrace::InputError("", "",
+                                "policy compactor needs a budget of at least its " + std::to_string(start_ + end_) +
+                                    " kept sinks (start + end)");
     budget_ = group.budget;
-    d_ = static_cast<size_t>(tensors_->head_dim);
-    rope_ = Rope(tensors_->rope, tensors_->head_dim);
-    keys_.assign(static_cast<size_t>(group.n_tokens) * d_, 0.0);
-    phi_ = sketch_ > 0 ? gaussian_sketch(seed_ ^ (group.seed * 0x9e3779b97f4a7c15ull), d_, sketch_)
-                       : std::vector<double>();
+    keys_.reset(group);
   }
-  void on_observe(int64_t step, std::span<const int32_t>, std::span<const float>) override {
-    const std::span<const float> key = tensors_->key(0, step);
-    double* out = keys_.data() + static_cast<size_t>(step) * d_;
-    std::copy(key.begin(), key.end(), out);
-    rope_.unrotate(out, step);
-  }
+  void on_observe(int64_t step, std::span<const int32_t>, std::span<const float>) override { keys_.observe(step); }
   // compactor_press.py lines 97-122: the sinks at both ends kept, the entries between scored.
   Ranked rank(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
     const size_t m = cache.size(), left = std::min(start_, m), right = std::min(end_, m - left);
     const std::span<const int32_t> inner = cache.subspan(left, m - left - right);
     if (inner.empty()) return candidates(left, std::span<const double>());
-    gathered_.resize(inner.size() * d_);
-    for (size_t j = 0; j < inner.size(); ++j)
-      std::copy_n(keys_.data() + static_cast<size_t>(inner[j]) * d_, d_, gathered_.data() + j * d_);
-    leverage_scores(gathered_, d_, phi_, sketch_, leverage_);
+    keys_.leverage(inner, leverage_);
     z_normalise(leverage_);
     non_causal_scores(*tensors_, inner, chunk_, scores);
     const double blending =
@@ -72,16 +56,12 @@ class Compactor final : public ScoringPolicy {
     return candidates(left, scores);
   }
 
-  size_t start_, end_, chunk_, sketch_;
-  uint64_t seed_;
+  size_t start_, end_, chunk_;
   double blending_;  // < 0: kvpress's compression ratio
   const GroupTensors* tensors_ = nullptr;
   int64_t budget_ = 0;
-  size_t d_ = 0;
-  Rope rope_;
-  std::vector<double> keys_;  // by position: the pre-RoPE key
-  std::vector<double> phi_;
-  mutable std::vector<double> gathered_, leverage_;
+  PreRopeKeys keys_;
+  mutable std::vector<double> leverage_;
 };
 
 }  // namespace

@@ -131,7 +131,8 @@ void non_causal_scores(const GroupTensors& tensors, std::span<const int32_t> pos
                        std::vector<double>& out) {
   const size_t m = positions.size(), heads = tensors.queries.size();
   std::vector<double> sums(m, 0.0);
-  for (size_t h = 0; h < heads; ++h) chunked_column_sums(tensors, h, h * tensors.keys.size() / heads, positions, chunk, sums);
+  for (size_t h = 0; h < heads; ++h)
+    chunked_column_sums(tensors, h, h * tensors.keys.size() / heads, positions, chunk, sums);
   std::vector<double> weighted(m);
   for (size_t j = 0; j < m; ++j) {
     double squares = 0;
@@ -156,6 +157,31 @@ void z_normalise(std::vector<double>& scores) {
   for (double s : scores) squares += (s - mean) * (s - mean);
   const double deviation = std::max(std::sqrt(squares / (m - 1)), 1e-6);
   for (double& s : scores) s = (s - mean) / deviation;
+}
+
+std::string keys_rope_problem(const kvtrace::RopeMeta& rope) { return rope_problem(rope, "the keys"); }
+
+void PreRopeKeys::reset(const GroupContext& group) {
+  tensors_ = group.tensors;
+  d_ = static_cast<size_t>(tensors_->head_dim);
+  rope_ = Rope(tensors_->rope, tensors_->head_dim);
+  keys_.assign(static_cast<size_t>(group.n_tokens) * d_, 0.0);
+  phi_ =
+      sketch_ > 0 ? gaussian_sketch(seed_ ^ (group.seed * 0x9e3779b97f4a7c15ull), d_, sketch_) : std::vector<double>();
+}
+
+void PreRopeKeys::observe(int64_t step) {
+  const std::span<const float> key = tensors_->key(0, step);
+  double* out = keys_.data() + static_cast<size_t>(step) * d_;
+  std::copy(key.begin(), key.end(), out);
+  rope_.unrotate(out, step);
+}
+
+void PreRopeKeys::leverage(std::span<const int32_t> positions, std::vector<double>& out) const {
+  gathered_.resize(positions.size() * d_);
+  for (size_t j = 0; j < positions.size(); ++j)
+    std::copy_n(keys_.data() + static_cast<size_t>(positions[j]) * d_, d_, gathered_.data() + j * d_);
+  leverage_scores(gathered_, d_, phi_, sketch_, out);
 }
 
 }  // namespace kvsim

@@ -4,8 +4,10 @@
 // policies leverage, non-causal-attention and compactor: docs/semantics.md, section 4.
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
+#include "../rope.hpp"
 #include "kvsim/core/policy.hpp"
 
 namespace kvsim {
@@ -30,6 +32,31 @@ void leverage_scores(std::span<const double> keys, size_t d, std::span<const dou
 // counted), z-normalised. In double.
 void non_causal_scores(const GroupTensors& tensors, std::span<const int32_t> positions, size_t chunk,
                        std::vector<double>& out);
+
+// "" when the trace's RoPE lets the keys be un-rotated (rope.hpp), else the problem.
+std::string keys_rope_problem(const kvtrace::RopeMeta& rope);
+
+// The state leverage's scores read (leverage, compactor): each position's stored key of the
+// group's kv head, un-rotated as it arrives, and the group's sketch (drawn once per cache
+// group from the seed).
+class PreRopeKeys {
+ public:
+  PreRopeKeys(size_t sketch, uint64_t seed) : sketch_(sketch), seed_(seed) {}
+  void reset(const GroupContext& group);  // its keys_rope_problem checked
+  void observe(int64_t step);
+  // leverage_scores of the keys at `positions`, in order.
+  void leverage(std::span<const int32_t> positions, std::vector<double>& out) const;
+
+ private:
+  size_t sketch_;
+  uint64_t seed_;
+  const GroupTensors* tensors_ = nullptr;
+  size_t d_ = 0;
+  Rope rope_;
+  std::vector<double> keys_;  // by position: the pre-RoPE key
+  std::vector<double> phi_;   // d x sketch
+  mutable std::vector<double> gathered_;
+};
 
 // (s - mean) / max(std, 1e-6), std with divisor m - 1 (torch's std), in place; one entry: 0.
 void z_normalise(std::vector<double>& scores);

@@ -7,7 +7,6 @@
 // docs/semantics.md, section 4.
 #include <algorithm>
 
-#include "../rope.hpp"
 #include "compactor_scores.hpp"
 #include "kvsim/policies/scoring.hpp"
 #include "kvtrace/error.hpp"
@@ -15,56 +14,33 @@
 namespace kvsim {
 namespace {
 
-std::string keys_rope_problem(const kvtrace::RopeMeta& rope) { return rope_problem(rope, "the keys"); }
-
 class Leverage final : public ScoringPolicy {
  public:
   explicit Leverage(const Params& params)
-      : sketch_(static_cast<size_t>(params.integer("sketch"))), seed_(static_cast<uint64_t>(params.integer("seed"))) {}
+      : keys_(static_cast<size_t>(params.integer("sketch")), static_cast<uint64_t>(params.integer("seed"))) {}
 
   bool adopt(const Policy& other) override {  // nothing here depends on the budget
     ScoringPolicy::adopt(other);
     const auto& from = static_cast<const Leverage&>(other);
     keys_ = from.keys_;
-    phi_ = from.phi_;
     return true;
   }
 
  private:
   void on_reset(const GroupContext& group) override {
-    tensors_ = group.tensors;
-    if (const std::string problem = keys_rope_problem(tensors_->rope); !problem.empty())
+    if (const std::string problem = keys_rope_problem(group.tensors->rope); !problem.empty())
       throw kvtrace::InputError("", "", "policy leverage " + problem);
-    d_ = static_cast<size_t>(tensors_->head_dim);
-    rope_ = Rope(tensors_->rope, tensors_->head_dim);
-    keys_.assign(static_cast<size_t>(group.n_tokens) * d_, 0.0);
-    phi_ = sketch_ > 0 ? gaussian_sketch(seed_ ^ (group.seed * 0x9e3779b97f4a7c15ull), d_, sketch_)
-                       : std::vector<double>();
+    keys_.reset(group);
   }
   // The new token's key, un-rotated by its position.
-  void on_observe(int64_t step, std::span<const int32_t>, std::span<const float>) override {
-    const std::span<const float> key = tensors_->key(0, step);
-    double* out = keys_.data() + static_cast<size_t>(step) * d_;
-    std::copy(key.begin(), key.end(), out);
-    rope_.unrotate(out, step);
-  }
+  void on_observe(int64_t step, std::span<const int32_t>, std::span<const float>) override { keys_.observe(step); }
   Ranked rank(int64_t, std::span<const int32_t> cache, std::vector<double>& scores) const override {
-    gathered_.resize(cache.size() * d_);
-    for (size_t j = 0; j < cache.size(); ++j)
-      std::copy_n(keys_.data() + static_cast<size_t>(cache[j]) * d_, d_, gathered_.data() + j * d_);
-    leverage_scores(gathered_, d_, phi_, sketch_, scores);
+    keys_.leverage(cache, scores);
     z_normalise(scores);
     return candidates(0, scores);
   }
 
-  size_t sketch_;
-  uint64_t seed_;
-  const GroupTensors* tensors_ = nullptr;
-  size_t d_ = 0;
-  Rope rope_;
-  std::vector<double> keys_;  // by position: the pre-RoPE key
-  std::vector<double> phi_;   // d x sketch
-  mutable std::vector<double> gathered_;
+  PreRopeKeys keys_;
 };
 
 }  // namespace
