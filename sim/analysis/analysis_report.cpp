@@ -18,11 +18,15 @@ using text::number;
 using text::or_null;
 using text::right;
 
-// Token text for a table: control characters escaped, at most 14 characters shown.
+// Token text for a table: control characters escaped, at most 14 characters shown; a
+// marker such as llama2.c's BOS piece "\n<s>\n" as the marker alone, <s>.
 std::string token_label(const std::vector<std::string>& text, int32_t position) {
   if (static_cast<size_t>(position) >= text.size()) return "";
+  std::string piece = text[static_cast<size_t>(position)];
+  if (const std::string bare = text::trim(piece); bare.size() > 2 && bare.front() == '<' && bare.back() == '>')
+    piece = bare;
   std::string out;
-  for (char c : text[static_cast<size_t>(position)]) {
+  for (char c : piece) {
     if (c == '\n')
       out += "\\n";
     else if (c == '\t')
@@ -79,7 +83,7 @@ void write_repetitive_attention(std::ostringstream& out, const TraceAnalysis& a,
   const size_t pairs = static_cast<size_t>(a.n_heads) * steps.size();
   out << "\nRepetitive attention in sequence " << seq << " at sampled steps t =";
   for (const RepeatStep& step : steps) out << " " << step.step;
-  out << ": |S_t| (positions above 1/(t+1)),\nthe share of them in the first half (positions <= t* = " << oldest
+  out << ": |S_t| (positions above 1/(t+1)), the share of them in the first half (positions <= t* = " << oldest
       << "), and the first-half positions above 1/(t+1) in the most (head, step) pairs (of " << pairs
       << "); --json lists every sequence, head and step\n";
   const std::vector<std::string> empty;

@@ -8,8 +8,9 @@
 
 #include <unistd.h>
 
-#include <cstdio>
+#include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <sstream>
@@ -17,16 +18,53 @@
 
 namespace kvsim::cli {
 
+namespace {
+
+// An option the verb does not take, named with the verb's nearest option when one is a letter
+// or two off; else boost's line, which points to --help.
+void suggest_option(const po::unknown_option& e, const po::options_description& options) {
+  const std::string given = e.get_option_name();
+  if (given.rfind("--", 0) != 0) return;
+  std::vector<std::string> names;
+  for (const auto& option : options.options()) names.push_back(option->long_name());
+  if (const size_t near = nearest_name(given.substr(2), names); near < names.size())
+    throw kvtrace::InputError("", "", "unrecognised option '" + given + "' (did you mean --" + names[near] + "?)");
+}
+
+// A required option the verb takes by its place (the trace) is named as its usage line names it.
+void name_missing_argument(const po::required_option& e, const po::positional_options_description& positional,
+                           const std::string& verb, const std::string& usage) {
+  std::string name = e.get_option_name();
+  name.erase(0, name.find_first_not_of('-'));
+  for (unsigned i = 0; i < std::min(positional.max_total_count(), 16u); ++i)
+    if (positional.name_for_position(i) == name) {
+      for (char& c : name) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+      throw kvtrace::InputError("", "", "missing " + name + " (usage: kvsim " + verb + " " + usage + ")");
+    }
+}
+
+}  // namespace
+
 bool parse_options(const std::string& verb, const std::string& usage, const std::vector<std::string>& args,
                    po::options_description& options, const po::positional_options_description& positional,
                    po::variables_map& vm) {
   options.add_options()("help,h", "show this help");
-  po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+  try {
+    po::store(po::command_line_parser(args).options(options).positional(positional).run(), vm);
+  } catch (const po::unknown_option& e) {
+    suggest_option(e, options);
+    throw;
+  }
   if (vm.count("help")) {
     std::cout << "usage: kvsim " << verb << " " << usage << "\n\n" << options << "\n";
     return false;
   }
-  po::notify(vm);
+  try {
+    po::notify(vm);
+  } catch (const po::required_option& e) {
+    name_missing_argument(e, positional, verb, usage);
+    throw;
+  }
   return true;
 }
 
@@ -126,7 +164,8 @@ kvtrace::TraceReader open_trace(const std::string& path) {
 std::vector<Budget> chosen_budgets(const po::variables_map& vm, const std::string& budget_option,
                                    const std::string& budgets, const std::string& ratios, bool list) {
   if (!vm.count("compression-ratio")) return list ? parse_budgets(budgets) : std::vector<Budget>{Budget::parse(budgets)};
-  if (!vm[budget_option].defaulted())
+  const std::string other = budget_option == "budget" ? "budgets" : "budget";  // the other verb's spelling
+  if (!vm[budget_option].defaulted() || vm.count(other))
     throw kvtrace::InputError("", "", "--compression-ratio and --" + budget_option + " each set the budget: give one");
   std::vector<Budget> out = parse_ratios(ratios);
   if (!list && out.size() > 1)

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iostream>
 #include <sstream>
 
 #include "kvsim/analysis/analysis.hpp"
+#include "kvsim/core/lists.hpp"
 #include "kvsim/replay/report.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/reader.hpp"
@@ -103,6 +105,39 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   config.keep_records = !v.survival.empty();
   check_plot_path("plot", v.plot);
   prepare_outputs({v.trace}, {v.csv, v.json, v.survival}, {v.plot});
+}
+
+void add_other_spelling(po::options_description& options, const std::string& other, const std::string& name) {
+  options.add_options()(other.c_str(), po::value<std::string>(), ("the same as --" + name).c_str());
+}
+
+std::string either_spelling(const po::variables_map& vm, const std::string& name, const std::string& other,
+                            const std::string& value) {
+  if (!vm.count(other)) return value;
+  if (!vm[name].defaulted())
+    throw kvtrace::InputError("", "", "--" + name + " and --" + other + " are one option: give one of them");
+  return vm[other].as<std::string>();
+}
+
+void warn_whole_sequence_budgets(const std::string& verb, const kvtrace::TraceReader& reader,
+                                 const ReplayConfig& config) {
+  if (config.threshold.on() || (config.split && config.split->rank() != 0)) return;
+  int64_t shortest = 0, longest = 0;
+  for (const int s : chosen_or_all(config.sequences, reader.n_sequences(), "sequence", reader.path())) {
+    const int64_t n = reader.sequence(s).n_tokens;
+    shortest = shortest == 0 ? n : std::min(shortest, n);
+    longest = std::max(longest, n);
+  }
+  std::vector<std::string> whole;
+  for (const Budget& budget : config.budgets)
+    if (!budget.fraction && !budget.ratio && budget.tokens >= longest) whole.push_back(budget.text);
+  if (whole.empty()) return;
+  std::string list;
+  for (const std::string& text : whole) list += (list.empty() ? "" : ", ") + text;
+  std::cerr << "kvsim " << verb << ": warning: " << (whole.size() == 1 ? "budget " : "budgets ") << list
+            << (whole.size() == 1 ? " is" : " are") << " at least the length of every sequence replayed ("
+            << (shortest == longest ? "" : "at most ") << longest
+            << " tokens): a cache of that many tokens holds the whole sequence\n";
 }
 
 void write_outputs(const ReplayCliOptions& v, const kvtrace::TraceReader& reader, const ReplayResults& results,

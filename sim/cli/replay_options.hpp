@@ -35,6 +35,16 @@ struct ReplayCliOptions {
 void add_replay_options(po::options_description& options, ReplayCliOptions& values);
 // Fills everything in config but the policies and budgets.
 void apply_replay_options(const ReplayCliOptions& values, const kvtrace::TraceReader& reader, ReplayConfig& config);
+// Each verb's --policy/--budget or --policies/--budgets takes the other verb's spelling too:
+// `other` is added with no default ("the same as --name").
+void add_other_spelling(po::options_description& options, const std::string& other, const std::string& name);
+// The value of --name, or of --other when that was given instead; both given: one line, exit 2.
+std::string either_spelling(const po::variables_map& vm, const std::string& name, const std::string& other,
+                            const std::string& value);
+// One line on stderr when a token budget is at least the length of every sequence replayed (a
+// cache of B tokens then holds the whole sequence); the run goes on as asked.
+void warn_whole_sequence_budgets(const std::string& verb, const kvtrace::TraceReader& reader,
+                                 const ReplayConfig& config);
 // Writes the --csv/--json/--survival/--plot files asked for.
 void write_outputs(const ReplayCliOptions& values, const kvtrace::TraceReader& reader, const ReplayResults& results,
                    bool sweep);

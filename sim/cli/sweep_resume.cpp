@@ -152,17 +152,19 @@ std::string read_settings(const std::string& sidecar, size_t expected) {
   return recorded;
 }
 
-// A resume continues only the sweep that wrote the rows: same trace, same settings.
-void check_settings(const std::string& path, const std::string& settings, bool has_rows) {
+// A resume continues only the sweep that wrote the rows: same trace, same settings. False
+// when there are no settings to check (none written yet, or a sweep run without --resume
+// that finished: `missing_ok`).
+bool check_settings(const std::string& path, const std::string& settings, bool has_rows, bool missing_ok) {
   const std::string sidecar = path + ".settings";
   struct stat link {};
   if (::lstat(sidecar.c_str(), &link) != 0 && errno == ENOENT) {
-    if (has_rows)
+    if (has_rows && !missing_ok)
       throw kvtrace::InputError(path, "",
                                 "--resume: " + sidecar +
                                     " is missing, so these rows cannot be checked against "
                                     "this sweep; start it again without --resume");
-    return;
+    return false;
   }
   const std::string recorded = read_settings(sidecar, settings.size());
   std::istringstream a(recorded), b(settings);
@@ -179,6 +181,36 @@ void check_settings(const std::string& path, const std::string& settings, bool h
       throw kvtrace::InputError(path, "",
                                 "--resume: the rows were made with '" + was +
                                     "', this sweep has no such setting; start it again without --resume");
+  return true;
+}
+
+// The file holds the header and `rows` and nothing more (no line cut short).
+bool holds_only(const std::string& path, const std::string& header, const std::vector<std::string>& rows) {
+  std::error_code error;
+  uintmax_t size = header.size();
+  for (const auto& row : rows) size += row.size();
+  return std::filesystem::file_size(path, error) == size && !error;
+}
+
+// The sweep's results as its CSV holds them, for the table printed at the end.
+ReplayResults results_of_csv(const kvtrace::TraceReader& reader, const ReplayConfig& config, const std::string& path,
+                             const std::string& header, SweepExtras extras) {
+  ReplayResults all;
+  all.mode = config.mode;
+  all.protocol = config.protocol;
+  all.question = extras.question;
+  all.question_auto = config.question_auto;
+  all.paging = config.paging;
+  all.threshold = config.threshold;
+  all.protect = config.protect;
+  all.sequences = config.sequences.empty() ? reader.n_sequences() : static_cast<int64_t>(config.sequences.size());
+  all.layers = config.layers.empty() ? reader.meta().n_layers : static_cast<int64_t>(config.layers.size());
+  all.heads = reader.meta().n_heads;
+  for (const SweepRow& row : read_rows(path, header, complete_rows(path, header), extras)) {
+    all.cells.push_back(cell_of_sweep_row(row));
+    all.output_error = all.output_error || all.cells.back().output_error.count > 0;
+  }
+  return all;
 }
 
 }  // namespace
@@ -205,7 +237,9 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   }
   std::vector<std::string> rows = complete_rows(path, header);
   const std::string settings = settings_of(reader, config, values);
-  check_settings(path, settings, !rows.empty());
+  // A finished sweep may have been run without --resume: its rows are then checked alone.
+  const bool complete = rows.size() == total && holds_only(path, header, rows);
+  const bool checked = check_settings(path, settings, !rows.empty(), complete);
   std::vector<SweepRow> found = read_rows(path, header, rows, extras);
   size_t done = 0;
   while (done < found.size() && done < total && same_cell(found[done], expected[done])) ++done;
@@ -213,6 +247,12 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
     throw kvtrace::InputError(path, "",
                               "--resume: row " + std::to_string(done + 1) +
                                   " is not this sweep's (other policies, budgets or quantization?)");
+  if (complete) {  // nothing to do: the file stays as it is, byte for byte
+    std::cerr << "kvsim sweep: " << path << " holds every row of this sweep already"
+              << (checked ? "" : " (no " + path + ".settings to check its trace and settings against)")
+              << "; nothing to resume\n";
+    return results_of_csv(reader, config, path, header, extras);
+  }
   rows.resize(done);
   found.resize(done);
 
@@ -259,22 +299,7 @@ ReplayResults resumable_sweep(const kvtrace::TraceReader& reader, const ReplayCo
   sigaction(SIGINT, &previous_int, nullptr);
   sigaction(SIGTERM, &previous_term, nullptr);
 
-  ReplayResults all;
-  all.mode = config.mode;
-  all.protocol = config.protocol;
-  all.question = question;
-  all.question_auto = config.question_auto;
-  all.paging = config.paging;
-  all.threshold = config.threshold;
-  all.protect = config.protect;
-  all.sequences = config.sequences.empty() ? reader.n_sequences() : static_cast<int64_t>(config.sequences.size());
-  all.layers = config.layers.empty() ? reader.meta().n_layers : static_cast<int64_t>(config.layers.size());
-  all.heads = reader.meta().n_heads;
-  for (const SweepRow& row : read_rows(path, header, complete_rows(path, header), extras)) {
-    all.cells.push_back(cell_of_sweep_row(row));
-    all.output_error = all.output_error || all.cells.back().output_error.count > 0;
-  }
-  return all;
+  return results_of_csv(reader, config, path, header, extras);
 }
 
 }  // namespace kvsim::cli

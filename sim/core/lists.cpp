@@ -1,6 +1,7 @@
 #include "kvsim/core/lists.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <cstdlib>
 
@@ -97,6 +98,33 @@ bool index_selected(const std::string& set, int index) {
   if (set == "all") return true;
   const std::vector<int> indices = parse_index_list("index set", set);
   return std::find(indices.begin(), indices.end(), index) != indices.end();
+}
+
+// Optimal string alignment distance over lower-cased text.
+static size_t edit_distance(const std::string& a, const std::string& b) {
+  auto low = [](char c) { return static_cast<char>(std::tolower(static_cast<unsigned char>(c))); };
+  std::vector<std::vector<size_t>> d(a.size() + 1, std::vector<size_t>(b.size() + 1));
+  for (size_t i = 0; i <= a.size(); ++i) d[i][0] = i;
+  for (size_t j = 0; j <= b.size(); ++j) d[0][j] = j;
+  for (size_t i = 1; i <= a.size(); ++i)
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t cost = low(a[i - 1]) == low(b[j - 1]) ? 0 : 1;
+      d[i][j] = std::min({d[i - 1][j] + 1, d[i][j - 1] + 1, d[i - 1][j - 1] + cost});
+      if (i > 1 && j > 1 && low(a[i - 1]) == low(b[j - 2]) && low(a[i - 2]) == low(b[j - 1]))
+        d[i][j] = std::min(d[i][j], d[i - 2][j - 2] + 1);
+    }
+  return d[a.size()][b.size()];
+}
+
+size_t nearest_name(const std::string& given, const std::vector<std::string>& known) {
+  const size_t limit = std::clamp<size_t>(given.size() / 3, 1, 3);
+  size_t best = known.size(), best_distance = limit + 1;
+  for (size_t i = 0; i < known.size(); ++i)
+    if (const size_t distance = edit_distance(given, known[i]); distance < best_distance) {
+      best = i;
+      best_distance = distance;
+    }
+  return best;
 }
 
 }  // namespace kvsim

@@ -1,6 +1,7 @@
 #include "kvsim/policies/registry.hpp"
 
 #include "list.hpp"
+#include "kvsim/core/lists.hpp"
 #include "kvtrace/error.hpp"
 
 #include <cctype>
@@ -50,6 +51,11 @@ constexpr PressAlias kPressAliases[] = {
     {"duoattention", "DuoAttentionPress", "duo_attention_press"},
 };
 
+std::string lower(std::string text) {
+  for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return text;
+}
+
 std::string folded(std::string text) {  // lower case, '_' as '-': what a near miss shares
   for (char& c : text) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return text;
@@ -72,6 +78,14 @@ std::string canonical_policy_name(const std::string& name) {
   }
   for (const PressAlias& alias : kPressAliases)
     if (name == alias.press || name == alias.module) return alias.policy;
+  for (const auto& info : policies())
+    if (info.name == name) return name;
+  // Whatever the case (H2O, SNAPKVPRESS): kvsim's names and kvpress's differ in more than case.
+  const std::string lowered = lower(name);
+  for (const auto& info : policies())
+    if (lower(info.name) == lowered) return info.name;
+  for (const PressAlias& alias : kPressAliases)
+    if (lowered == lower(alias.press) || lowered == lower(alias.module)) return alias.policy;
   return name;
 }
 
@@ -87,12 +101,20 @@ const PolicyInfo& find_policy(const std::string& name) {
   const std::string canonical = canonical_policy_name(name);
   for (const auto& info : policies())
     if (info.name == canonical) return info;
+  // A near miss: the same name but for '_' and '-', else the nearest a letter or two off.
+  std::vector<std::string> names, known_as;
   for (const auto& info : policies()) {
     const PressAlias* alias = kvpress_alias(info.name);
     if (folded(name) == folded(info.name) || (alias && (folded(name) == folded(alias->press) ||
                                                         folded(name) == folded(alias->module))))
       throw kvtrace::InputError("", "", "unknown policy '" + name + "' (did you mean " + info.name + "?)");
+    names.push_back(info.name);
+    known_as.push_back(info.name);
+    if (alias) names.insert(names.end(), {alias->press, alias->module});
+    if (alias) known_as.insert(known_as.end(), 2, info.name);
   }
+  if (const size_t near = nearest_name(name, names); near < names.size())
+    throw kvtrace::InputError("", "", "unknown policy '" + name + "' (did you mean " + known_as[near] + "?)");
   std::string known;
   for (const auto& info : policies()) {
     if (!known.empty()) known += ", ";
@@ -104,9 +126,11 @@ const PolicyInfo& find_policy(const std::string& name) {
 void register_policy(PolicyInfo info) {
   if (info.name.find('+') != std::string::npos)
     throw kvtrace::InputError("", "", "policy '" + info.name + "': '+' joins a policy to a wrapper (snapkv+block)");
-  if (canonical_policy_name(info.name) != info.name)
-    throw kvtrace::InputError("", "", "policy '" + info.name + "' is kvpress's name for the built-in " +
-                                          canonical_policy_name(info.name));
+  if (const std::string canonical = canonical_policy_name(info.name); canonical != info.name)
+    throw kvtrace::InputError("", "", "policy '" + info.name + "' " +
+                                          (lower(canonical) == lower(info.name)
+                                               ? "differs from " + canonical + " only in case (names match whatever their case)"
+                                               : "is kvpress's name for the built-in " + canonical));
   std::deque<PolicyInfo>& entries = table();
   for (size_t i = 0; i < entries.size(); ++i) {
     if (entries[i].name != info.name) continue;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "../support/cli_checks.hpp"
 #include "../support/run_cli.hpp"
@@ -33,6 +35,23 @@ TEST(CliAnalyze, PrintsPersistenceLagsCrossLayerAndRepeats) {
   EXPECT_TRUE(has(result.output, "   4-5 ")) << result.output;  // cross-layer pairs
   EXPECT_TRUE(has(result.output, "Repetitive attention in sequence 0")) << result.output;
   EXPECT_TRUE(has(result.output, "budget weights by persistence")) << result.output;
+}
+
+// The repetitive-attention paragraph wraps as one paragraph (no line ends mid-sentence short
+// of the width), and the BOS piece "\n<s>\n" shows as <s>.
+TEST(CliAnalyze, RepeatsParagraphWrapsWholeAndBosShowsBare) {
+  const auto result = kvtest::run_kvsim("analyze " + kTrace + " --seqs 0 --layers 0");
+  ASSERT_EQ(result.code, 0) << result.output;
+  const size_t begin = result.output.find("Repetitive attention in sequence 0");
+  const size_t end = result.output.find("layer  |S_t|", begin);
+  ASSERT_NE(end, std::string::npos) << result.output;
+  std::vector<std::string> lines;
+  for (size_t at = begin; at < end; at = result.output.find('\n', at) + 1)
+    lines.push_back(result.output.substr(at, result.output.find('\n', at) - at));
+  ASSERT_GE(lines.size(), 2u) << result.output;
+  for (size_t i = 0; i + 1 < lines.size(); ++i) EXPECT_GT(lines[i].size(), 80u) << "a short line: " << lines[i];
+  EXPECT_TRUE(has(result.output, " 0 '<s>' ")) << result.output;
+  EXPECT_FALSE(has(result.output, "\\n<s>")) << result.output;
 }
 
 TEST(CliAnalyze, WritesCsvJsonAndPlotsTheSameWhateverTheThreadCount) {

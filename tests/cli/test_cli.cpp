@@ -58,3 +58,19 @@ TEST(Cli, BadInputIsOneLineAndExitTwo) {
   }
   EXPECT_FALSE(std::ifstream(dir.file("x.h5")).good()) << "no output file after a failure";
 }
+
+// A parameter's help that runs past the width goes on under the help, not under the name.
+TEST(Cli, PoliciesWrapParameterHelpUnderItself) {
+  const Result result = run("policies");
+  ASSERT_EQ(result.code, 0) << result.output;
+  const std::string layers = "    layers     = all    layers it compresses: all, or a list such as 5-35";
+  const size_t at = result.output.find(layers);
+  ASSERT_NE(at, std::string::npos) << result.output;
+  const size_t next = result.output.find('\n', at) + 1;
+  EXPECT_EQ(result.output.substr(next, 24), std::string(24, ' ')) << result.output.substr(at, 300);
+  for (size_t line = 0; line < result.output.size(); line = result.output.find('\n', line) + 1) {
+    const std::string text = result.output.substr(line, result.output.find('\n', line) - line);
+    EXPECT_LE(text.size(), 100u) << text;
+    if (result.output.find('\n', line) == std::string::npos) break;
+  }
+}

@@ -33,9 +33,8 @@ TEST(CliKvpressNames, PressNamesRunThePolicyUnderItsName) {
   EXPECT_TRUE(has(listed.output, "    kvpress: SnapKVPress, snapkv_press (names accepted for snapkv)\n"))
       << listed.output;
   EXPECT_TRUE(has(listed.output, "    kvpress: StreamingLLMPress, streaming_llm_press")) << listed.output;
-  const auto near = kvtest::expect_one_line_error("replay " + kTrace + " --policy snapkvpress --budget 64");
+  const auto near = kvtest::expect_one_line_error("replay " + kTrace + " --policy snapkv-press --budget 64");
   EXPECT_TRUE(has(near.output, "(did you mean snapkv?)")) << near.output;
-  kvtest::expect_one_line_error("replay " + kTrace + " --policy SnapKV --budget 64");
   kvtest::expect_one_line_error("sweep " + kTrace + " --policies snapkv,SnapKVPress --budgets 64");
 }
 

@@ -130,6 +130,38 @@ TEST_F(Resume, RowsOfAnotherSweepAreRefused) {
   EXPECT_NE(result.output.find("'policies: h2o'"), std::string::npos) << result.output;
 }
 
+// A sweep that finished (with --resume or without) resumes to nothing: exit 0, the CSV as it
+// was, byte for byte, and one line on stderr; its rows are still checked against the grid.
+TEST_F(Resume, AFinishedSweepIsLeftAsItIs) {
+  const std::string csv = dir_.file("finished.csv");
+  for (const bool with_settings : {false, true}) {
+    {
+      std::ofstream out(csv, std::ios::binary);
+      out << whole_;
+    }
+    if (with_settings) {  // finished by a run with --resume: its settings lie beside it
+      std::remove(csv.c_str());
+      ASSERT_EQ(kvtest::run_kvsim("sweep " + trace_ + grid_args() + " --csv " + csv + " --resume").code, 0);
+    }
+    const std::string settings = kvtest::slurp(csv + ".settings");
+    const std::string err = dir_.file("err.txt");
+    const auto again =
+        kvtest::run_shell(std::string("(") + KVSIM_EXE + " sweep " + trace_ + grid_args() + " --csv " + csv +
+                          " --resume >/dev/null 2>" + err + ")");
+    ASSERT_EQ(again.code, 0) << kvtest::slurp(err);
+    EXPECT_EQ(kvtest::slurp(csv), whole_) << with_settings;
+    EXPECT_EQ(kvtest::slurp(csv + ".settings"), settings) << with_settings;
+    const std::string note = kvtest::slurp(err);
+    EXPECT_EQ(kvtest::count_lines(note), 1) << note;
+    EXPECT_NE(note.find("kvsim sweep: " + csv + " holds every row of this sweep already"), std::string::npos) << note;
+  }
+  std::remove((csv + ".settings").c_str());
+  const auto other = kvtest::expect_one_line_error("sweep " + trace_ + " --policies h2o,tova --budgets 10% --csv " +
+                                                   csv + " --resume");  // complete, but another grid's rows
+  EXPECT_NE(other.output.find("finished.csv.settings is missing"), std::string::npos) << other.output;
+  EXPECT_EQ(kvtest::slurp(csv), whole_);
+}
+
 // Every setting that changes a row, and the trace itself, must match.
 TEST_F(Resume, OtherSettingsOrAnotherTraceAreRefused) {
   const std::string csv = dir_.file("settings.csv");

@@ -5,8 +5,13 @@ on after a trailing backslash; `#` starts a comment) followed by its output, eit
 - a plain ``` block right after it, or
 - a paragraph with the word "prints" ending in a colon, then a block indented by 4 spaces.
 The commands run in order from the repository root (build/kvsim meaning the kvsim under
-test, KVSIM_EXE; out/ is created), and every line of the output, in order, must be a line
-of what they print together. A line starting with "..." marks an elision and is skipped.
+test, KVSIM_EXE; out/ is created). The output shown is
+- after a paragraph ending in "prints:", the whole output: the lines printed that are not
+  blank must be the lines shown that are not blank, all of them, in order;
+- else an excerpt (a plain block; "prints (excerpt):", "prints, among other lines:",
+  "prints (after the generated text):"; or a block with a line starting with "...", an
+  elision, skipped): every line shown, in order, must be a line of what the commands print
+  together.
 """
 
 import glob
@@ -36,7 +41,7 @@ def commands_of(body):
 
 
 def claims(path):
-    """(line number, commands, expected lines) for each command block shown with its output."""
+    """(line number, commands, expected lines, excerpt) for each command block shown with its output."""
     with open(path, encoding="utf-8") as f:
         lines = f.read().split("\n")
     out = []
@@ -55,8 +60,8 @@ def claims(path):
         j = i
         while j < len(lines) and not lines[j].strip():
             j += 1
-        expected = None
-        if j < len(lines) and lines[j].strip() == "```":  # a plain block: the output
+        expected, excerpt = None, True
+        if j < len(lines) and lines[j].strip() == "```":  # a plain block: the output, or part of it
             j += 1
             expected = []
             while j < len(lines) and lines[j].strip() != "```":
@@ -67,7 +72,9 @@ def claims(path):
             while j < len(lines) and lines[j].strip() and not lines[j].startswith("    "):
                 prose.append(lines[j])
                 j += 1
-            if prose and re.search(r"\bprints\b", " ".join(prose)) and prose[-1].rstrip().endswith(":"):
+            said = " ".join(prose)
+            excerpt = not re.search(r"\bprints:$", said.rstrip())
+            if prose and re.search(r"\bprints\b", said) and prose[-1].rstrip().endswith(":"):
                 while j < len(lines) and not lines[j].strip():
                     j += 1
                 expected = []
@@ -76,9 +83,10 @@ def claims(path):
                     j += 1
         if expected is None:
             continue
+        excerpt = excerpt or any(line.lstrip().startswith("...") for line in expected)
         expected = [line for line in expected if line.strip() and not line.lstrip().startswith("...")]
         if expected:
-            out.append((start + 1, commands_of(body), expected))
+            out.append((start + 1, commands_of(body), expected, excerpt))
     return out
 
 
@@ -88,7 +96,7 @@ class DocsOutputs(unittest.TestCase):
         os.makedirs(os.path.join(ROOT, "out"), exist_ok=True)
         checked = 0
         for path in files:
-            for line, commands, expected in claims(path):
+            for line, commands, expected, excerpt in claims(path):
                 where = f"{os.path.relpath(path, ROOT)}:{line}"
                 printed = []
                 for command in commands:
@@ -97,6 +105,10 @@ class DocsOutputs(unittest.TestCase):
                     result = subprocess.run([EXE] + args[1:], cwd=ROOT, capture_output=True, text=True)
                     self.assertEqual(result.returncode, 0, f"{where}: {command}\n{result.stderr}")
                     printed += [p.rstrip() for p in result.stdout.split("\n")]
+                if not excerpt:
+                    whole = [p for p in printed if p.strip()]
+                    shown = [want.rstrip() for want in expected]
+                    self.assertEqual(whole, shown, f"{where}: shows the whole output (say 'prints (excerpt):' if not)")
                 at = 0
                 for want in expected:
                     while at < len(printed) and printed[at] != want.rstrip():
@@ -104,7 +116,7 @@ class DocsOutputs(unittest.TestCase):
                     self.assertLess(at, len(printed), f"{where}: expected the line\n{want}\nin\n" + "\n".join(printed))
                     at += 1
                 checked += 1
-                print(f"ok {where}: {len(commands)} command(s), {len(expected)} lines")
+                print(f"ok {where}: {len(commands)} command(s), {len(expected)} lines{' (excerpt)' if excerpt else ''}")
         self.assertGreater(checked, 0)
 
 

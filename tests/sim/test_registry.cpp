@@ -94,12 +94,45 @@ TEST(Registry, KvpressNamesResolveToThePolicy) {
   EXPECT_EQ(kvsim::kvpress_alias("h2o"), nullptr);  // kvpress has no H2O press
   EXPECT_EQ(kvsim::canonical_policy_name("nothing"), "nothing");
   try {
-    kvsim::find_policy("snapkvpress");
+    kvsim::find_policy("snapkv-press");
     FAIL() << "a near miss resolved";
   } catch (const kvtrace::InputError& e) {
-    EXPECT_STREQ(e.what(), "unknown policy 'snapkvpress' (did you mean snapkv?)");
+    EXPECT_STREQ(e.what(), "unknown policy 'snapkv-press' (did you mean snapkv?)");
   }
   kvsim::PolicyInfo clash = keep_oldest("x");
   clash.name = "SnapKVPress";
+  EXPECT_THROW(kvsim::register_policy(clash), kvtrace::InputError);
+}
+
+// A name matches whatever its case (H2O, SnapKVPress, SNAPKV_PRESS, SnapKV+Block) and the
+// results carry the kvsim name; a name a letter or two off is refused with the nearest one.
+TEST(Registry, NamesMatchWhateverTheirCase) {
+  EXPECT_EQ(&kvsim::find_policy("H2O"), &kvsim::find_policy("h2o"));
+  EXPECT_EQ(&kvsim::find_policy("SNAPKVPRESS"), &kvsim::find_policy("snapkv"));
+  EXPECT_EQ(&kvsim::find_policy("Snapkv_Press"), &kvsim::find_policy("snapkv"));
+  EXPECT_EQ(kvsim::canonical_policy_name("H2O"), "h2o");
+  EXPECT_EQ(kvsim::canonical_policy_name("SnapKV+BLOCK"), "snapkv+block");
+  EXPECT_EQ(&kvsim::find_policy("SnapKV+Block"), &kvsim::find_policy("snapkv+block"));
+  EXPECT_EQ(kvsim::choose_policy("H2O", {}).label, "h2o");
+  EXPECT_EQ(kvsim::choose_policies({"SnapKV"}, std::vector<std::string>{"SNAPKV.window=8"}).front().label,
+            "snapkv(window=8)");
+  EXPECT_THROW(kvsim::choose_policies({"H2O", "h2o"}, std::vector<std::string>{}), kvtrace::InputError);
+  for (const auto& [given, nearest] : std::vector<std::pair<std::string, std::string>>{
+           {"h2", "h2o"}, {"scisorhands", "scissorhands"}, {"Streamng", "streaming"}, {"snapkvpres", "snapkv"}}) {
+    try {
+      kvsim::find_policy(given);
+      FAIL() << given << " resolved";
+    } catch (const kvtrace::InputError& e) {
+      EXPECT_EQ(std::string(e.what()), "unknown policy '" + given + "' (did you mean " + nearest + "?)");
+    }
+  }
+  try {
+    kvsim::find_policy("zzzzzzzz");
+    FAIL() << "a name far from every policy resolved";
+  } catch (const kvtrace::InputError& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("unknown policy 'zzzzzzzz' (known: ", 0), 0u) << e.what();
+  }
+  kvsim::PolicyInfo clash = keep_oldest("x");
+  clash.name = "H2O";  // would shadow h2o, whose name it matches
   EXPECT_THROW(kvsim::register_policy(clash), kvtrace::InputError);
 }

@@ -11,6 +11,9 @@
 
 namespace kvsim::cli {
 
+// A parameter's help goes on under itself: the line's indent (4) and this make column 24.
+constexpr size_t kParamHang = 20;
+
 int cmd_policies(const std::vector<std::string>& args) {
   po::options_description options("policies options");
   po::positional_options_description positional;
@@ -38,7 +41,7 @@ int cmd_policies(const std::vector<std::string>& args) {
     for (const auto& param : info.params) {
       std::snprintf(line, sizeof line, "    %-10s = %-6s ", param.name.c_str(),
                     param.default_value.empty() ? "(auto)" : param.default_value.c_str());
-      out += line + param.help + "\n";
+      out += wrap_text(line + param.help + "\n", 100, kParamHang);
     }
   }
   out += "\nwrappers (any scoring policy: NAME+WRAPPER, e.g. snapkv+block)\n";
@@ -51,7 +54,7 @@ int cmd_policies(const std::vector<std::string>& args) {
     for (const auto& param : wrapper.params) {
       std::snprintf(line, sizeof line, "    %-10s = %-6s ", param.name.c_str(),
                     param.default_value.empty() ? "(given)" : param.default_value.c_str());
-      out += line + param.help + "\n";
+      out += wrap_text(line + param.help + "\n", 100, kParamHang);
     }
   }
   std::fputs(wrap_text(out).c_str(), stdout);

@@ -19,13 +19,21 @@ int cmd_replay(const std::vector<std::string>& args) {
       "compression-ratio", po::value(&ratio),
       "instead of --budget, kvpress's compression ratio R (--mode prefill): B = (1 - R) x the prompt (the context "
       "with --question)");
+  add_other_spelling(options, "policies", "policy");
+  add_other_spelling(options, "budgets", "budget");
   add_replay_options(options, values);
   po::positional_options_description positional;
   positional.add("trace", 1);
   po::variables_map vm;
-  if (!parse_options("replay", "TRACE --policy NAME --budget B [--param k=v ...] [options]", args, options, positional,
-                     vm))
-    return 0;
+  const std::string usage = "TRACE [--policy NAME (default " + policy + ")] [--budget B (default " + budget +
+                            ")] [--param k=v ...] [options]";
+  if (!parse_options("replay", usage, args, options, positional, vm)) return 0;
+  policy = either_spelling(vm, "policy", "policies", policy);
+  budget = either_spelling(vm, "budget", "budgets", budget);
+  if (policy.find(',') != std::string::npos)
+    bad_option(vm.count("policies") ? "policies" : "policy", "replay takes one policy (sweep takes a list)");
+  if (budget.find(',') != std::string::npos)
+    bad_option(vm.count("budgets") ? "budgets" : "budget", "replay takes one budget (sweep takes a list)");
   const kvtrace::TraceReader reader = open_trace(values.trace);
   ReplayConfig config;
   config.policies = choose_policies({policy}, values.params);
@@ -33,6 +41,7 @@ int cmd_replay(const std::vector<std::string>& args) {
   apply_replay_options(values, reader, config);
   config.split = work_split();
   if (config.quant.size() > 1) bad_option("quant", "replay takes one quantization spec (sweep takes a list)");
+  warn_whole_sequence_budgets("replay", reader, config);
   ReplayResults results;
   {
     Progress progress("replay");

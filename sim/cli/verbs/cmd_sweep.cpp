@@ -44,6 +44,8 @@ int cmd_sweep(const std::vector<std::string>& args) {
       "write --csv row by row as each policy finishes, and continue an interrupted sweep from the rows already in it; "
       "the settings and the trace's identity go to CSV.settings, and a resume with other settings or another trace is "
       "refused");
+  add_other_spelling(options, "policy", "policies");
+  add_other_spelling(options, "budget", "budgets");
   std::string need;
   options.add_options()("need", po::value(&need),
                         "also the attention need at these masses (0.9,0.95,0.99) over the recorded steps: printed per "
@@ -52,15 +54,18 @@ int cmd_sweep(const std::vector<std::string>& args) {
   po::positional_options_description positional;
   positional.add("trace", 1);
   po::variables_map vm;
-  if (!parse_options("sweep", "TRACE [--policies a,b] [--budgets 10%,20%] [--csv F] [--plot F.png] [options]", args,
-                     options, positional, vm))
-    return 0;
+  const std::string usage = "TRACE [--policies a,b (default " + policies + ")] [--budgets B,B (default " + budgets +
+                            ")] [--csv F] [--plot F.png] [options]";
+  if (!parse_options("sweep", usage, args, options, positional, vm)) return 0;
+  policies = either_spelling(vm, "policies", "policy", policies);
+  budgets = either_spelling(vm, "budgets", "budget", budgets);
   const kvtrace::TraceReader reader = open_trace(values.trace);
   ReplayConfig config;
   config.policies = choose_policies(split_names("policies", policies), values.params);
   config.budgets = chosen_budgets(vm, "budgets", budgets, ratios, true);
   apply_replay_options(values, reader, config);
   config.split = work_split();
+  warn_whole_sequence_budgets("sweep", reader, config);
   if (!config.quant.empty()) config.quant = parse_quant_list("none," + values.quant);  // added to the plain grid
   const std::vector<double> masses = need.empty() ? std::vector<double>{} : parse_need_masses(need);
   if (!masses.empty() && vm.count("resume"))

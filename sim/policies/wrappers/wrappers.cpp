@@ -1,6 +1,7 @@
 // The wrappers (docs/semantics.md, section 4, "Wrappers") and `<policy>+<wrapper>`: the
 // wrapped policy's PolicyInfo, made on first use and kept for the process.
 #include <algorithm>
+#include <cctype>
 #include <deque>
 #include <mutex>
 
@@ -63,8 +64,13 @@ const std::vector<WrapperInfo>& wrappers() {
 }
 
 const WrapperInfo* find_wrapper(const std::string& name) {
-  for (const WrapperInfo& wrapper : wrappers())
-    if (name == wrapper.name || name == wrapper.press || name == wrapper.module) return &wrapper;
+  auto lower = [](std::string text) {
+    for (char& c : text) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return text;
+  };
+  for (const WrapperInfo& wrapper : wrappers())  // whatever the case, as policy names
+    if (lower(name) == wrapper.name || lower(name) == lower(wrapper.press) || lower(name) == lower(wrapper.module))
+      return &wrapper;
   return nullptr;
 }
 

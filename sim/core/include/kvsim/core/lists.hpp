@@ -29,4 +29,10 @@ std::vector<int> chosen_or_all(const std::vector<int>& chosen, int count, const 
 // passed parse_index_list (or be "all").
 bool index_selected(const std::string& set, int index);
 
+// Of `known` (option or policy names), the index of the one nearest to `given` as people
+// mistype names: the fewest insertions, deletions, substitutions and swaps of two neighbours,
+// case ignored, and only when at most a third of `given` is off (at least 1, at most 3
+// edits). The first of equally near ones; known.size() when none is near.
+size_t nearest_name(const std::string& given, const std::vector<std::string>& known);
+
 }  // namespace kvsim
