@@ -15,7 +15,9 @@ ProgressMode mode = ProgressMode::automatic;
 constexpr double kTerminalInterval = 0.25;  // seconds between redraws on a terminal
 constexpr double kLogInterval = 5;          // seconds between lines on a file or pipe
 
+// Units a second; below 0.1 a second, the time one unit takes ("2m00s each").
 std::string rate_text(double per_second) {
+  if (per_second < 0.1) return duration_text(1 / per_second) + " each";
   char text[32];
   std::snprintf(text, sizeof text, per_second >= 100 ? "%.0f/s" : per_second >= 10 ? "%.1f/s" : "%.2f/s", per_second);
   return text;

@@ -28,8 +28,9 @@ bool progress_shown();
 
 // A duration for people: "0s", "45s", "12m05s", "3h02m"; "?" when unknown (negative, NaN, inf).
 std::string duration_text(double seconds);
-// One reading of the meter: "sweep  40% 12/30, 2.5/s, 7s left" ("? left" before the first
-// unit is done); at the end "sweep 100% 30/30 in 12s".
+// One reading of the meter: "sweep  40% 12/30, 2.50/s, 7s left" ("? left" before the first
+// unit is done; below 0.1 unit a second the rate reads "2m00s each"); at the end
+// "sweep 100% 30/30 in 12s".
 std::string progress_line(const std::string& label, int64_t done, int64_t total, double elapsed_seconds);
 
 // A meter on standard error for one piece of work. On a terminal the line is redrawn in place

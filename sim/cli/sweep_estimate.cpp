@@ -71,7 +71,8 @@ SweepSize sweep_size(const kvtrace::TraceReader& reader, const ReplayConfig& con
     tokens += t;
     size.row_entries += t * (t + 1) / 2;
     size.longest = std::max(size.longest, sequence.n_tokens);
-    const kvtrace::LayerForm& form = sequence.layers.at(static_cast<size_t>(layers.front()));
+    if (layers.empty() || static_cast<size_t>(layers.front()) >= sequence.layers.size()) continue;
+    const kvtrace::LayerForm& form = sequence.layers[static_cast<size_t>(layers.front())];
     if (config.rows == kvtrace::RowsFrom::attn || (config.rows == kvtrace::RowsFrom::automatic && form.has_attn))
       size.qk_rows = false;
   }

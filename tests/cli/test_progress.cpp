@@ -31,8 +31,10 @@ TEST(Progress, LineWithRateAndTimeLeft) {
   EXPECT_EQ(progress_line("sweep", 12, 30, 4.8), "sweep  40% 12/30, 2.50/s, 7s left");
   // 300 of 1000 in 2 s: 150/s, 700 left take 4.67 s.
   EXPECT_EQ(progress_line("replay", 300, 1000, 2), "replay  30% 300/1000, 150/s, 5s left");
-  // 1 of 64 in 20 s: 0.05/s, 63 left take 1260 s.
-  EXPECT_EQ(progress_line("eval", 1, 64, 20), "eval   1% 1/64, 0.05/s, 21m00s left");
+  // 1 of 64 in 20 s: 0.05/s, shown as 20 s a unit; 63 left take 1260 s.
+  EXPECT_EQ(progress_line("eval", 1, 64, 20), "eval   1% 1/64, 20s each, 21m00s left");
+  // 1 of 4 in 10 s: 0.1/s, the slowest rate shown as a rate.
+  EXPECT_EQ(progress_line("sweep", 1, 4, 10), "sweep  25% 1/4, 0.10/s, 30s left");
   // 25 of 40 in 2 s: 12.5/s, 15 left take 1.2 s.
   EXPECT_EQ(progress_line("synth", 25, 40, 2), "synth  62% 25/40, 12.5/s, 1s left");
 }
