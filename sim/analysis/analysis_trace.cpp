@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <mutex>
 #include <thread>
 
 #include "kvsim/analysis/analysis.hpp"
@@ -90,8 +91,8 @@ TraceAnalysis analyze_trace(const kvtrace::TraceReader& reader, const AnalysisCo
     }
   const int threads = worker_threads(config.threads);
   const size_t count = analysis.items.size();
-  const auto caller = std::this_thread::get_id();
-  std::atomic<int64_t> done{0};
+  int64_t done = 0;
+  std::mutex progress_mutex;
   parallel_for(
       count, threads,
       [&](size_t i) {
@@ -102,9 +103,10 @@ TraceAnalysis analyze_trace(const kvtrace::TraceReader& reader, const AnalysisCo
         result.layer = item.layer;
         item = std::move(result);
       },
-      [&] {  // the calling thread reports progress
-        const int64_t finished = ++done;
-        if (progress && std::this_thread::get_id() == caller) progress(finished, static_cast<int64_t>(count));
+      [&] {  // each item's thread reports it, one at a time
+        if (!progress) return;
+        const std::lock_guard<std::mutex> lock(progress_mutex);
+        progress(++done, static_cast<int64_t>(count));
       });
 
   // Means in (layer, head) and layer order over sequences in ascending order.

@@ -65,6 +65,7 @@ bool parse_options(const std::string& verb, const std::string& usage, const std:
     name_missing_argument(e, positional, verb, usage);
     throw;
   }
+  set_progress_mode(progress_mode_of(vm));
   return true;
 }
 
@@ -135,25 +136,6 @@ void require_model_file(const std::string& path, const std::string& what, const 
   if (!std::filesystem::is_regular_file(path))
     throw kvtrace::InputError(
         path, "", what + " not found; run scripts/fetch-model.sh to download stories15M (or " + instead + ")");
-}
-
-Progress::Progress(std::string label) : label_(std::move(label)), enabled_(::isatty(STDERR_FILENO) != 0) {}
-
-Progress::~Progress() {
-  if (drawn_) std::fprintf(stderr, "\r\033[K");
-}
-
-void Progress::update(int64_t done, int64_t total) {
-  if (!enabled_ || total <= 0) return;
-  const int percent = static_cast<int>(100 * done / total);
-  if (percent == last_percent_) return;
-  last_percent_ = percent;
-  constexpr int kWidth = 30;
-  const int filled = percent * kWidth / 100;
-  std::fprintf(stderr, "\r%s [%.*s%*s] %3d%%", label_.c_str(), filled,
-               "==============================", kWidth - filled, "", percent);
-  std::fflush(stderr);
-  drawn_ = true;
 }
 
 kvtrace::TraceReader open_trace(const std::string& path) {

@@ -3,7 +3,6 @@
 // mapping of errors to exit codes (2: bad input, one line), and small formatting helpers.
 #include <boost/program_options.hpp>
 #include <cstdint>
-#include <functional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -12,6 +11,7 @@
 #include "kvtrace/error.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvtrace/schema.hpp"
+#include "progress.hpp"
 
 namespace kvsim::cli {
 
@@ -25,7 +25,8 @@ struct Verb {
 
 const std::vector<Verb>& verbs();
 
-// Parses args into vm. Returns false after printing help when --help was given.
+// Parses args into vm and applies --progress/--no-progress (progress.hpp). Returns false
+// after printing help when --help was given.
 bool parse_options(const std::string& verb, const std::string& usage, const std::vector<std::string>& args,
                    po::options_description& options, const po::positional_options_description& positional,
                    po::variables_map& vm);
@@ -74,22 +75,5 @@ kvtrace::TraceReader open_trace(const std::string& path);
 std::string default_model_dir();
 // Throws InputError telling the user how to get the model when `path` is not a file.
 void require_model_file(const std::string& path, const std::string& what, const std::string& instead);
-
-// A progress bar on stderr, shown only when stderr is a terminal.
-class Progress {
- public:
-  explicit Progress(std::string label);
-  ~Progress();
-  void update(int64_t done, int64_t total);
-  std::function<void(int64_t, int64_t)> callback() {
-    return [this](int64_t done, int64_t total) { update(done, total); };
-  }
-
- private:
-  std::string label_;
-  bool enabled_;
-  bool drawn_ = false;
-  int last_percent_ = -1;
-};
 
 }  // namespace kvsim::cli

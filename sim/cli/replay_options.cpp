@@ -72,6 +72,7 @@ void add_replay_options(po::options_description& options, ReplayCliOptions& v) {
       "one pool for a batch: the sequences, N at a time, share N x B per layer and kv head, the lowest scores "
       "across them going first (scoring policies only); 0: every sequence alone");
   add_threads_option(options, v.threads);
+  add_progress_options(options);
   options.add_options()("csv", po::value(&v.csv), "write results as CSV")("json", po::value(&v.json),
                                                                           "write results as JSON")(
       "survival", po::value(&v.survival), "write per token, group and policy the step it was evicted (CSV; -1: kept)");

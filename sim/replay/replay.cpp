@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <exception>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -90,8 +91,8 @@ std::vector<SweepAggregator::Expected> expected_values(const ReplayConfig& confi
 }
 
 // The items this process replays (all of them, or its share under a split), on `threads`
-// threads (parallel_for.hpp); progress from the calling thread only, between its items, since
-// a progress callback need not be thread-safe. Returns their indices.
+// threads (parallel_for.hpp); progress after each item, from the thread that ran it, one call
+// at a time. Returns their indices.
 std::vector<size_t> run_own_items(const kvtrace::TraceReader& reader, const ReplayConfig& config,
                                   const ReplayPlan& plan, std::vector<WorkItem>& items, int threads,
                                   SweepAggregator* streaming, SpanAggregator* spans,
@@ -99,8 +100,8 @@ std::vector<size_t> run_own_items(const kvtrace::TraceReader& reader, const Repl
   std::vector<size_t> own;
   for (size_t i = 0; i < items.size(); ++i)
     if (!config.split || config.split->mine(i)) own.push_back(i);
-  std::atomic<int64_t> done{0};
-  const std::thread::id caller = std::this_thread::get_id();
+  int64_t done = 0;
+  std::mutex progress_mutex;
   const auto run = [&](const std::vector<size_t>& batch) {
     parallel_for(
         batch.size(), threads,
@@ -111,8 +112,9 @@ std::vector<size_t> run_own_items(const kvtrace::TraceReader& reader, const Repl
           if (streaming) streaming->item_done(item.cells, item.layers);
         },
         [&]() {
-          const int64_t finished = ++done;
-          if (progress && std::this_thread::get_id() == caller) progress(finished, static_cast<int64_t>(own.size()));
+          if (!progress) return;
+          const std::lock_guard<std::mutex> lock(progress_mutex);
+          progress(++done, static_cast<int64_t>(own.size()));
         });
   };
   if (!plan.shares_contexts()) {

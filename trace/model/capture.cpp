@@ -242,6 +242,7 @@ CaptureSummary capture_trace(const std::string& path, const Llama2Model& model, 
     }
     ++summary.sequences;
     summary.tokens += static_cast<int64_t>(ids.size());
+    if (progress) progress(done + options.n_tokens, total);  // written; a story that ended early counts whole
     if (on_sequence) on_sequence(captured);
   }
   writer.close();

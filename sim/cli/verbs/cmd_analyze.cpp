@@ -240,6 +240,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
       "rows", po::value(&rows)->default_value(rows),
       "attention rows from: auto (stored attn if present, else q/k), attn or qk");
   add_threads_option(options, threads);
+  add_progress_options(options);
   options.add_options()("csv", po::value(&csv), "write per layer and head, per-layer and overall means as CSV")(
       "json", po::value(&json), "write everything, per sequence too, as JSON")(
       "plot", po::value(&plot),

@@ -99,6 +99,7 @@ int cmd_capture(const std::vector<std::string>& args) {
       "when the model ends its story (predicts BOS), feed the BOS and go on with a new "
       "story until --tokens; without it a sequence ends there")(
       "model-name", po::value(&o.model_name), "model name stored in the trace (default: the checkpoint's file stem)");
+  add_progress_options(options);
   po::positional_options_description positional;
   po::variables_map vm;
   const std::string usage =

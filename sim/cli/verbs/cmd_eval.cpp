@@ -144,6 +144,7 @@ void add_eval_options(po::options_description& options, EvalArgs& a) {
       "KIND:N: the first and last N positions of every span of that kind (the trace's spans) are never evicted, "
       "closed loop and replay; they count toward B (repeatable)");
   add_threads_option(options, a.threads);
+  add_progress_options(options);
   options.add_options()("csv", po::value(&a.csv), "write one row per (policy, budget) as CSV")(
       "json", po::value(&a.json), "write results, per-sequence values and correlations as JSON")(
       "plot", po::value(&a.plot), "write perplexity increase vs budget as PNG or SVG, one line per policy")(

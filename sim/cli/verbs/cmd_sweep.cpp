@@ -10,6 +10,7 @@
 #include "kvtrace/reader.hpp"
 #include "../mpi_split.hpp"
 #include "../replay_options.hpp"
+#include "../sweep_estimate.hpp"
 #include "../sweep_resume.hpp"
 
 namespace kvsim::cli {
@@ -79,6 +80,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
     if (names_a_stream(values.csv))
       bad_option("resume", "reads its CSV back and appends to it; --csv must name a regular file");
     kvtrace::check_distinct_paths({values.trace}, {values.csv, values.csv + ".settings"});
+    announce_sweep(reader, config);  // the whole grid's, the rows done included
     results = resumable_sweep(reader, config, values);
     ReplayCliOptions rest = values;
     rest.csv.clear();  // written already, row by row
@@ -86,6 +88,7 @@ int cmd_sweep(const std::vector<std::string>& args) {
     std::cout << reader.meta().model << " (" << reader.path() << ")\n\n" << sweep_table(results);
     return 0;
   }
+  if (!config.split) announce_sweep(reader, config);  // under MPI the ranks share the work
   {
     Progress progress("sweep");
     results = replay_trace(reader, config, progress.callback());

@@ -24,6 +24,7 @@ int cmd_synth(const std::vector<std::string>& args) {
       "seed", po::value(&o.seed)->default_value(o.seed), "random seed")(
       "model", po::value(&o.model)->default_value(o.model), "model name stored in the trace")(
       "compress", po::value(&o.compression)->default_value(0), "gzip level 0-9");
+  add_progress_options(options);
   po::positional_options_description positional;
   positional.add("out", 1);
   po::variables_map vm;

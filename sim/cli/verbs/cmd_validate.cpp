@@ -9,6 +9,7 @@ namespace kvsim::cli {
 int cmd_validate(const std::vector<std::string>& args) {
   po::options_description options("validate options");
   options.add_options()("trace", po::value<std::string>()->required(), "trace file (HDF5, schema v1)");
+  add_progress_options(options);
   po::positional_options_description positional;
   positional.add("trace", 1);
   po::variables_map vm;
