@@ -158,13 +158,39 @@ QValueAxis* y_axis_for(const LinePlot& plot, double lo, double hi) {
   return value_axis(round_ticks(plot.y_from_zero && lo == 0 ? 0 : lo - pad, hi + pad, plot.y_integer, false));
 }
 
-QString title_html(const LinePlot& plot) {
-  QString html = "<b>" + QString::fromStdString(plot.title).toHtmlEscaped() + "</b>";
-  if (!plot.subtitle.empty())
-    html += QString("<br><span style=\"font-size:%1px; font-weight:normal\">")
-                .arg(std::lround(plot.layout.font_pt * 0.85)) +
-            QString::fromStdString(plot.subtitle).toHtmlEscaped() + "</span>";
-  return html;
+// The title and subtitle, across the whole figure above the chart, wrapped when long.
+struct Heading {
+  QFont title_font, subtitle_font;
+  QString title, subtitle;
+  QRectF title_box, subtitle_box;
+  double height = 0;
+};
+
+Heading heading_for(const LinePlot& plot, double width, double gap) {
+  Heading h;
+  h.title_font = font_at(plot.layout.font_pt * 1.1, true);
+  h.subtitle_font = font_at(plot.layout.font_pt * 0.85, false);
+  h.title = QString::fromStdString(plot.title);
+  h.subtitle = QString::fromStdString(plot.subtitle);
+  const QRectF room(gap / 2, gap / 2, width - gap, 1e4);
+  const int flags = Qt::TextWordWrap | Qt::AlignLeft | Qt::AlignTop;
+  h.title_box = h.title.isEmpty() ? QRectF(room.topLeft(), QSizeF(0, 0))
+                                  : QFontMetricsF(h.title_font).boundingRect(room, flags, h.title);
+  h.subtitle_box = h.subtitle.isEmpty()
+                       ? QRectF(h.title_box.bottomLeft(), QSizeF(0, 0))
+                       : QFontMetricsF(h.subtitle_font).boundingRect(room.translated(0, h.title_box.height()), flags, h.subtitle);
+  h.height = h.subtitle_box.bottom() + gap / 2;
+  return h;
+}
+
+void draw_heading(QPainter& painter, const Heading& h) {
+  const int flags = Qt::TextWordWrap | Qt::AlignLeft | Qt::AlignTop;
+  painter.setPen(Qt::black);
+  painter.setFont(h.title_font);
+  painter.drawText(h.title_box, flags, h.title);
+  painter.setPen(QColor(70, 70, 70));
+  painter.setFont(h.subtitle_font);
+  painter.drawText(h.subtitle_box, flags, h.subtitle);
 }
 
 // The legend: one column (more when the entries do not fit the height), each entry a short
@@ -207,8 +233,11 @@ void draw_legend(QPainter& painter, const LinePlot& plot, const Legend& legend, 
     const double x = top_left.x() + static_cast<double>(static_cast<int>(i) / legend.rows) * legend.column + 4;
     const double y = top_left.y() + legend.row * 0.15 + static_cast<double>(static_cast<int>(i) % legend.rows) * legend.row;
     const double mid = y + legend.row / 2, line_end = x + legend.swatch - plot.layout.font_pt * 0.6;
-    painter.setPen(line_pen(style, pen));
-    painter.drawLine(QPointF(x, mid), QPointF(line_end, mid));
+    // A series of one point (plan's dots) draws no line, so its entry shows the marker alone.
+    if (plot.series[i].points.size() != 1) {
+      painter.setPen(line_pen(style, pen));
+      painter.drawLine(QPointF(x, mid), QPointF(line_end, mid));
+    }
     draw_marker(painter, style, QPointF((x + line_end) / 2, mid), marker);
     painter.setPen(Qt::black);
     painter.drawText(QRectF(x + legend.swatch - 2, y, legend.column, legend.row), Qt::AlignLeft | Qt::AlignVCenter,
@@ -237,13 +266,11 @@ std::string draw_line_plot(const LinePlot& plot, PlotFormat format) {
   auto* chart = new QChart();
   chart->setBackgroundRoundness(0);
   chart->layout()->setContentsMargins(0, 0, 0, 0);
-  chart->setTitleFont(font_at(layout.font_pt * 1.1, true));
-  chart->setTitle(title_html(plot));
-  chart->setTitleBrush(Qt::black);
   chart->legend()->hide();
   const Legend legend = legend_for(plot, width, height);
   const double gap = layout.font_pt;
-  chart->setMargins(QMargins(static_cast<int>(gap / 2), static_cast<int>(gap / 3),
+  const Heading heading = heading_for(plot, width, gap);
+  chart->setMargins(QMargins(static_cast<int>(gap / 2), static_cast<int>(std::ceil(heading.height)),
                              static_cast<int>(legend.width() + gap * 1.2), static_cast<int>(gap / 3)));
   double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
   const double pen_width = layout.font_pt * 0.15;
@@ -289,11 +316,17 @@ std::string draw_line_plot(const LinePlot& plot, PlotFormat format) {
     const auto series = chart->series();
     for (size_t i = 0; i < plot.series.size(); ++i) {
       const PlotStyle style = series_style(plot.series, i);
-      for (const QPointF& point : static_cast<QLineSeries*>(series[static_cast<qsizetype>(i)])->points()) {
-        const QPointF at = chart->mapToPosition(point, series[static_cast<qsizetype>(i)]);
+      // Every point of a short series; about 12 spread over a long one (each series starting
+      // at its own offset, so markers of close lines do not sit on each other).
+      const QList<QPointF> points = static_cast<QLineSeries*>(series[static_cast<qsizetype>(i)])->points();
+      const qsizetype n = points.size(), stride = n > 30 ? (n + 11) / 12 : 1;
+      const qsizetype first = stride * static_cast<qsizetype>(i) / static_cast<qsizetype>(plot.series.size());
+      for (qsizetype k = stride > 1 ? first : 0; k < n; k += stride) {
+        const QPointF at = chart->mapToPosition(points[k], series[static_cast<qsizetype>(i)]);
         if (area.adjusted(-1, -1, 1, 1).contains(at)) draw_marker(painter, style, at, layout.font_pt * 0.6);
       }
     }
+    draw_heading(painter, heading);
     draw_legend(painter, plot, legend, QPointF(width - legend.width() - gap * 0.6, area.top()));
   });
 }

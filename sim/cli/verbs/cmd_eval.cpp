@@ -79,7 +79,7 @@ void write_proxy_plot(const EvalResults& results, const std::string& model, cons
                 static_cast<long long>(results.correlations.front().pairs), results.correlations.front().retention);
   plot.subtitle = subtitle;
   // Retention is a share from 0 to 1 here as in every table, CSV and plot of kvsim.
-  plot.x_label = "attention-mass retention, mean, teacher-forced replay";
+  plot.x_label = "mean attention-mass retention (teacher-forced replay)";
   plot.y_label = "perplexity increase over the full cache, closed loop";
   plot.y_min = plot.y_max = 0;
   plot.y_from_zero = true;
