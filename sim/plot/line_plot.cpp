@@ -193,14 +193,24 @@ void draw_heading(QPainter& painter, const Heading& h) {
   painter.drawText(h.subtitle_box, flags, h.subtitle);
 }
 
-// The legend: one column (more when the entries do not fit the height), each entry a short
+// The legend: right of the plot in one column (more when the entries do not fit the height),
+// or below it in rows when a column would take more than 30% of the width (a figure for a
+// paper's column); each entry a short
 // line in the series' pen with its marker on it, then the name.
 struct Legend {
   QFont font;
   double row = 0, swatch = 0, column = 0;
   int rows = 0, columns = 0;
+  bool below = false;
   std::vector<QString> names;
   double width() const { return columns * column; }
+  double height() const { return rows * row + row * 0.3; }
+  // Entry i's cell: down the columns at the right, along the rows below.
+  QPointF cell(size_t i) const {
+    const int k = static_cast<int>(i);
+    const int r = below ? k / columns : k % rows, c = below ? k % columns : k / rows;
+    return {c * column, r * row};
+  }
 };
 
 Legend legend_for(const LinePlot& plot, double width, double height) {
@@ -220,18 +230,23 @@ Legend legend_for(const LinePlot& plot, double width, double height) {
   legend.columns = n == 0 ? 0 : (n + fit - 1) / fit;
   legend.rows = legend.columns == 0 ? 0 : (n + legend.columns - 1) / legend.columns;
   legend.column = legend.swatch + widest + plot.layout.font_pt * 1.2;
+  if (legend.column > 0.3 * width && n > 0) {
+    legend.below = true;
+    legend.columns = std::clamp(static_cast<int>((width - plot.layout.font_pt) / legend.column), 1, n);
+    legend.rows = (n + legend.columns - 1) / legend.columns;
+  }
   return legend;
 }
 
 void draw_legend(QPainter& painter, const LinePlot& plot, const Legend& legend, QPointF top_left) {
   const double marker = plot.layout.font_pt * 0.75, pen = plot.layout.font_pt * 0.15;
   painter.setPen(QPen(QColor(200, 200, 200), 0.6));
-  painter.drawRect(QRectF(top_left, QSizeF(legend.width(), legend.rows * legend.row + legend.row * 0.3)));
+  painter.drawRect(QRectF(top_left, QSizeF(legend.width(), legend.height())));
   painter.setFont(legend.font);
   for (size_t i = 0; i < plot.series.size(); ++i) {
     const PlotStyle style = series_style(plot.series, i);
-    const double x = top_left.x() + static_cast<double>(static_cast<int>(i) / legend.rows) * legend.column + 4;
-    const double y = top_left.y() + legend.row * 0.15 + static_cast<double>(static_cast<int>(i) % legend.rows) * legend.row;
+    const double x = top_left.x() + legend.cell(i).x() + 4;
+    const double y = top_left.y() + legend.row * 0.15 + legend.cell(i).y();
     const double mid = y + legend.row / 2, line_end = x + legend.swatch - plot.layout.font_pt * 0.6;
     // A series of one point (plan's dots) draws no line, so its entry shows the marker alone.
     if (plot.series[i].points.size() != 1) {
@@ -271,7 +286,8 @@ std::string draw_line_plot(const LinePlot& plot, PlotFormat format) {
   const double gap = layout.font_pt;
   const Heading heading = heading_for(plot, width, gap);
   chart->setMargins(QMargins(static_cast<int>(gap / 2), static_cast<int>(std::ceil(heading.height)),
-                             static_cast<int>(legend.width() + gap * 1.2), static_cast<int>(gap / 3)));
+                             static_cast<int>(legend.below ? gap / 2 : legend.width() + gap * 1.2),
+                             static_cast<int>(legend.below ? legend.height() + gap * 0.8 : gap / 3)));
   double x_lo = INFINITY, x_hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
   const double pen_width = layout.font_pt * 0.15;
   for (size_t i = 0; i < plot.series.size(); ++i) {
@@ -327,7 +343,9 @@ std::string draw_line_plot(const LinePlot& plot, PlotFormat format) {
       }
     }
     draw_heading(painter, heading);
-    draw_legend(painter, plot, legend, QPointF(width - legend.width() - gap * 0.6, area.top()));
+    draw_legend(painter, plot, legend,
+                legend.below ? QPointF((width - legend.width()) / 2, height - legend.height() - gap / 3)
+                             : QPointF(width - legend.width() - gap * 0.6, area.top()));
   });
 }
 
