@@ -104,7 +104,7 @@ std::string draw_heatmap(const Heatmap& map, PlotFormat format) {
   ensure_application();
   // Cells sized to the data: as large as 640 pixels allow for the longer side, within 14..60.
   const int cell = std::clamp(640 / std::max(1, std::max(map.rows, map.columns)), 14, 60);
-  const int top = 70, right = 130, bottom = 70;
+  const int right = 130, bottom = 70;
   const int bar_h = std::max(cell * map.rows, 120);  // the colour bar, below which its label goes
   // Wide enough for the title and subtitle; the grid is centred when they are wider.
   // The grid is laid out in pixels at 100 per inch; fonts in points (1 px = 0.72 pt).
@@ -112,6 +112,9 @@ std::string draw_heatmap(const Heatmap& map, PlotFormat format) {
   const double font_pt = map.layout.font_pt;
   const QFont title_font = font_at(font_pt * 1.1, true, kUnitPt), subtitle_font = font_at(font_pt * 0.9, false, kUnitPt);
   const QFont label_font = font_at(font_pt, false, kUnitPt), cell_font = font_at(font_pt * 0.8, false, kUnitPt);
+  // The title's and subtitle's lines as tall as their fonts; the grid below them.
+  const int title_h = QFontMetrics(title_font).height() + 4, subtitle_h = QFontMetrics(subtitle_font).height() + 4;
+  const int top = std::max(70, 8 + title_h + subtitle_h + 14);
   const int text_width = std::max(QFontMetrics(title_font).horizontalAdvance(QString::fromStdString(map.title)),
                                   QFontMetrics(subtitle_font).horizontalAdvance(QString::fromStdString(map.subtitle))) +
                          40;
@@ -125,9 +128,9 @@ std::string draw_heatmap(const Heatmap& map, PlotFormat format) {
   return draw_image(format, width, height, 100, map.layout.dpi, [&](QPainter& painter) {
     painter.fillRect(0, 0, width, height, Qt::white);
     painter.setFont(title_font);
-    painter.drawText(QRect(0, 8, width, 24), Qt::AlignCenter, QString::fromStdString(map.title));
+    painter.drawText(QRect(0, 8, width, title_h), Qt::AlignCenter, QString::fromStdString(map.title));
     painter.setFont(subtitle_font);
-    painter.drawText(QRect(0, 32, width, 20), Qt::AlignCenter, QString::fromStdString(map.subtitle));
+    painter.drawText(QRect(0, 8 + title_h, width, subtitle_h), Qt::AlignCenter, QString::fromStdString(map.subtitle));
     painter.setFont(cell_font);
     for (int r = 0; r < map.rows; ++r)
       for (int c = 0; c < map.columns; ++c) {
@@ -150,22 +153,23 @@ std::string draw_heatmap(const Heatmap& map, PlotFormat format) {
     for (int r = 0; r < map.rows; ++r)
       painter.drawText(QRect(0, top + r * cell, left - 6, cell), Qt::AlignRight | Qt::AlignVCenter,
                        label(map.row_labels, r));
+    const int label_h = QFontMetrics(label_font).height() + 2;  // a line of labels
     for (int c = 0; c < map.columns; ++c)
-      painter.drawText(QRect(left + c * cell, top + map.rows * cell + 2, cell, 18), Qt::AlignCenter,
+      painter.drawText(QRect(left + c * cell, top + map.rows * cell + 2, cell, label_h), Qt::AlignCenter,
                        label(map.column_labels, c));
-    painter.drawText(QRect(left, top + map.rows * cell + 24, cell * map.columns, 20), Qt::AlignCenter,
+    painter.drawText(QRect(left, top + map.rows * cell + 4 + label_h, cell * map.columns, label_h), Qt::AlignCenter,
                      QString::fromStdString(map.x_label));
     painter.save();
     painter.translate(left - 72, top + map.rows * cell / 2);
     painter.rotate(-90);
-    painter.drawText(QRect(-100, -10, 200, 20), Qt::AlignCenter, QString::fromStdString(map.y_label));
+    painter.drawText(QRect(-100, -label_h / 2, 200, label_h), Qt::AlignCenter, QString::fromStdString(map.y_label));
     painter.restore();
     const int bar_x = left + cell * map.columns + 30;
     for (int y = 0; y < bar_h; ++y)
       painter.fillRect(bar_x, top + y, 18, 1, colour(map.max - (map.max - map.min) * y / bar_h));
     painter.drawText(bar_x + 22, top + 10, QString::number(map.max, 'g', 3));
     painter.drawText(bar_x + 22, top + bar_h, QString::number(map.min, 'g', 3));
-    painter.drawText(QRect(bar_x - 20, top + bar_h + 8, 120, 18), Qt::AlignLeft,
+    painter.drawText(QRect(bar_x - 20, top + bar_h + 8, right + 10, label_h), Qt::AlignLeft,
                      QString::fromStdString(map.value_label));
   });
 }
