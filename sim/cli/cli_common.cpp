@@ -87,17 +87,6 @@ std::vector<int> parse_indices(const std::string& option, const std::string& tex
   return text.empty() ? std::vector<int>{} : parse_index_list("--" + option, text);
 }
 
-void check_plot_path(const std::string& option, const std::string& path) {
-  if (path.empty()) return;
-#ifndef KVSIM_HAVE_PLOT
-  bad_option(option, "this kvsim was built without Qt6, so it cannot render plots");
-#endif
-  std::string extension = std::filesystem::path(path).extension().string();
-  for (char& c : extension) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  if (extension != ".png" && extension != ".svg") bad_option(option, "'" + path + "' must end in .png or .svg");
-  kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
-}
-
 void prepare_outputs(const std::vector<std::string>& inputs, const std::vector<std::string>& text_outputs,
                      const std::vector<std::string>& file_outputs) {
   std::vector<std::string> outputs = text_outputs;

@@ -47,9 +47,6 @@ kvtrace::DType parse_dtype(const std::string& option, const std::string& text);
 // (kvsim/core/lists.hpp: empty items and repeats are refused).
 std::vector<int> parse_indices(const std::string& option, const std::string& text);
 
-// A --plot file: refused up front unless this kvsim renders plots (Qt6), the name ends in
-// .png or .svg (the format it writes), and the path is writable. Empty: nothing to check.
-void check_plot_path(const std::string& option, const std::string& path);
 // Checks a verb's outputs before any work starts: each can be written (text outputs may be
 // "-", a device or a FIFO; file outputs such as plots need a regular file), none is an input
 // of the run or another output. When a text output is "-", standard output carries that

@@ -10,9 +10,7 @@
 #include "kvsim/replay/report.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/reader.hpp"
-#ifdef KVSIM_HAVE_PLOT
-#include "kvsim/plot/plot.hpp"
-#endif
+#include "sweep_plot.hpp"
 
 namespace kvsim::cli {
 
@@ -104,8 +102,8 @@ void apply_replay_options(const ReplayCliOptions& v, const kvtrace::TraceReader&
   apply_replay_request(request, config);
   set_layer_schedules(v.layer_budget, reader, config);
   config.keep_records = !v.survival.empty();
-  check_plot_path("plot", v.plot);
-  prepare_outputs({v.trace}, {v.csv, v.json, v.survival}, {v.plot});
+  plot_layout(v.plot_style);
+  prepare_outputs({v.trace}, {v.csv, v.json, v.survival}, plot_files("plot", v.plot, parse_plot_metrics(v.plot_metric)));
 }
 
 void add_other_spelling(po::options_description& options, const std::string& other, const std::string& name) {
@@ -151,31 +149,19 @@ void write_outputs(const ReplayCliOptions& v, const kvtrace::TraceReader& reader
     for (int s = 0; s < reader.n_sequences(); ++s) text.push_back(reader.token_text(s));
     kvtrace::write_file_atomically(v.survival, survival_csv(results, text));
   }
+#ifdef KVSIM_HAVE_PLOT  // else plot_files refused --plot up front
   if (!v.plot.empty()) {
-#ifdef KVSIM_HAVE_PLOT
-    LinePlot plot;
-    plot.title = "Attention-mass retention vs KV budget: " + reader.meta().model;
-    plot.subtitle = "mean over every sequence, layer, head and step; teacher-forced replay (drift not modelled)";
-    const bool all_fractions =
-        std::all_of(results.cells.begin(), results.cells.end(), [](const CellResult& c) { return c.budget.fraction; });
-    plot.x_label = all_fractions ? "KV budget (% of sequence length)" : "KV budget (mean tokens)";
-    plot.y_label = "mean attention-mass retention";
-    double lowest = 1;
-    for (const auto& cell : results.cells) lowest = std::min(lowest, cell.retention.mean);
-    plot.y_min = std::max(0.0, std::floor(lowest * 10 - 0.5) / 10);
-    plot.y_max = 1;
-    for (const auto& cell : results.cells) {
-      if (plot.series.empty() || plot.series.back().name != cell.policy) {
-        plot.series.push_back({cell.policy, {}, cell.info && cell.info->upper_bound()});
-      }
-      const double x = all_fractions ? 100.0 * cell.budget_share_mean : cell.budget_tokens_mean;
-      plot.series.back().points.emplace_back(x, cell.retention.mean);
+    const std::vector<std::string> metrics = parse_plot_metrics(v.plot_metric);
+    const std::vector<std::string> paths = plot_files("plot", v.plot, metrics);
+    std::vector<kvtrace::FileContents> images;
+    for (size_t m = 0; m < metrics.size(); ++m) {
+      LinePlot plot = sweep_plot(results, reader.meta().model, metrics[m]);
+      plot.layout = plot_layout(v.plot_style);
+      images.push_back({paths[m], draw_line_plot(plot, plot_format(paths[m]))});
     }
-    render_line_plot(plot, v.plot);
-#else
-    bad_option("plot", "this kvsim was built without Qt6, so it cannot render plots");
-#endif
+    write_plot_files(images);
   }
+#endif
 }
 
 }  // namespace kvsim::cli

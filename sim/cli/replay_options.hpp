@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "cli_common.hpp"
+#include "plot_options.hpp"
 #include "kvsim/replay/replay.hpp"
 
 namespace kvtrace {
@@ -30,6 +31,8 @@ struct ReplayCliOptions {
   int pool = 0;  // ReplayConfig::pool
   int threads = 0;
   std::string csv, json, survival, plot;
+  std::string plot_metric = "retention";  // sweep: parse_plot_metrics (sweep_plot.hpp)
+  PlotCliOptions plot_style;
 };
 
 void add_replay_options(po::options_description& options, ReplayCliOptions& values);

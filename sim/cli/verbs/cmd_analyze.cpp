@@ -17,10 +17,8 @@
 #include "kvsim/replay/report.hpp"
 #include "kvtrace/atomic_file.hpp"
 #include "kvtrace/reader.hpp"
+#include "../plot_options.hpp"
 #include "../replay_options.hpp"
-#ifdef KVSIM_HAVE_PLOT
-#include "kvsim/plot/plot.hpp"
-#endif
 
 namespace kvsim::cli {
 namespace {
@@ -31,34 +29,31 @@ std::vector<int64_t> parse_lags(const std::string& text) {
   return out;
 }
 
-#ifdef KVSIM_HAVE_PLOT
-const char* const kPlots[] = {"persistence.png", "ever-pivotal.png", "spearman-vs-lag.png", "topk-recall-vs-lag.png",
-                              "cross-layer.png"};
+const char* const kPlots[] = {"persistence", "ever-pivotal", "spearman-vs-lag", "topk-recall-vs-lag", "cross-layer"};
 
+std::string need_plot_name(double mass) { return "need-" + need_mass_text(mass); }
+
+// The plots' names, each drawn into NAME.png in the --plot directory.
+std::vector<std::string> plot_stems(const std::vector<double>& masses) {
+  std::vector<std::string> stems(std::begin(kPlots), std::end(kPlots));
+  for (double mass : masses) stems.push_back(need_plot_name(mass));
+  return stems;
+}
+
+#ifdef KVSIM_HAVE_PLOT
 std::string join(const std::string& dir, const std::string& name) {
   return (std::filesystem::path(dir) / name).string();
 }
 
-std::string need_plot_name(double mass);
-
-std::vector<std::string> plot_paths(const std::string& dir, const std::vector<double>& masses) {
-  std::vector<std::string> paths;
-  for (const char* name : kPlots) paths.push_back(join(dir, name));
-  for (double mass : masses) paths.push_back(join(dir, need_plot_name(mass)));
-  return paths;
-}
-
 double floor_to(double value, double step) { return std::floor(value / step) * step; }
-
-// Draws every plot in memory, then writes them together: a failure leaves none of this run's.
-std::string need_plot_name(double mass) { return "need-" + need_mass_text(mass) + ".png"; }
 
 // Per mass: each layer's need at step t (mean over sequences and heads), the peak over layers,
 // sequences and heads, and all t + 1 positions.
-void need_plots(const TraceNeed& need, const std::string& dir, const std::string& who,
+void need_plots(const TraceNeed& need, const std::string& dir, const std::string& who, const PlotLayout& layout,
                 std::vector<kvtrace::FileContents>& plots) {
   for (size_t m = 0; m < need.masses.size(); ++m) {
     LinePlot plot;
+    plot.layout = layout;
     plot.title = "Attention need at p = " + need_mass_text(need.masses[m]) +
                  ": the fewest positions holding p of a head's attention";
     plot.subtitle = who + "; per layer the mean over sequences and heads; the peak over all of them dashed";
@@ -66,7 +61,7 @@ void need_plots(const TraceNeed& need, const std::string& dir, const std::string
     plot.y_label = "positions";
     double highest = 1;
     auto series = [&](const std::string& name, const std::vector<double>& values, bool dashed) {
-      PlotSeries s{name, {}, dashed};
+      PlotSeries s{name, {}, dashed, -1};
       for (size_t t = 0; t < values.size(); ++t)
         if (!std::isnan(values[t])) {
           s.points.emplace_back(static_cast<double>(t), values[t]);
@@ -77,13 +72,16 @@ void need_plots(const TraceNeed& need, const std::string& dir, const std::string
     for (const LayerNeed& layer : need.per_layer)
       series("layer " + std::to_string(layer.layer), layer.step_mean[m], false);
     series("peak", need.step_max[m], true);
-    plot.y_min = 0;
-    plot.y_max = std::ceil(highest / 40) * 40;  // four grid steps of whole tens
-    plots.push_back({join(dir, need_plot_name(need.masses[m])), draw_line_plot(plot, PlotFormat::png)});
+    plot.y_min = plot.y_max = 0;  // fit, from 0, in whole positions
+    plot.y_from_zero = plot.y_integer = true;
+    plot.x_floor = 0;
+    plots.push_back({join(dir, need_plot_name(need.masses[m]) + ".png"), draw_line_plot(plot, PlotFormat::png)});
   }
 }
 
-void write_plots(const TraceAnalysis& a, const std::string& dir, const std::string& model, const TraceNeed* need) {
+// Draws every plot in memory, then writes them together: a failure leaves none of this run's.
+void write_plots(const TraceAnalysis& a, const std::string& dir, const std::string& model, const TraceNeed* need,
+                 const PlotLayout& layout) {
   std::vector<kvtrace::FileContents> plots;
   const std::string who = model + ", " + std::to_string(a.sequences.size()) + " sequences";
   double lowest = 1;
@@ -93,6 +91,7 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
   const double common_min = std::min(0.9, floor_to(lowest, 0.05));
   auto heatmap = [&](const std::string& name, const std::string& title, const std::string& label, bool persistence) {
     Heatmap map;
+    map.layout = layout;
     map.title = title;
     char chance[160];
     std::snprintf(chance, sizeof chance,
@@ -116,6 +115,7 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
 
   auto lag_plot = [&](const std::string& name, bool recall) {
     LinePlot plot;
+    plot.layout = layout;
     plot.title = recall ? "Top-" + a.options.top_k.text + " recall of attention between steps t and t+lag"
                         : "Rank correlation of attention between steps t and t+lag";
     plot.subtitle = who + "; Spearman over positions 0..t, mean over start steps t, sequences and heads";
@@ -126,7 +126,7 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
     plot.x_log = true;
     double lowest = 1;
     auto series = [&](const std::string& label, const StatRow& row, bool dashed) {
-      PlotSeries s{label, {}, dashed};
+      PlotSeries s{label, {}, dashed, -1};
       for (size_t l = 0; l < a.options.lags.size(); ++l) {
         const double v = recall ? row.topk_recall[l] : row.spearman[l];
         s.points.emplace_back(static_cast<double>(a.options.lags[l]), v);
@@ -136,7 +136,7 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
     };
     for (const StatRow& row : a.layer_means) series("layer " + std::to_string(row.layer), row, false);
     series("all layers", a.overall, true);
-    plot.y_min = std::max(-1.0, floor_to(lowest, 0.1));
+    plot.y_min = recall ? 0.0 : std::max(-1.0, floor_to(lowest, 0.1));  // recall is a share: from 0
     plot.y_max = 1;
     plots.push_back({join(dir, name), draw_line_plot(plot, PlotFormat::png)});
   };
@@ -144,6 +144,7 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
   lag_plot("topk-recall-vs-lag.png", true);
 
   LinePlot cross;
+  cross.layout = layout;
   cross.title = "Cross-layer Spearman of head-averaged importance, layers l and l+1";
   cross.subtitle =
       who +
@@ -151,7 +152,8 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
   cross.x_label = "l (pair of layers l and l+1, counted from 0)";
   cross.y_label = "Spearman rank correlation";
   cross.x_integer = true;
-  PlotSeries accumulated{"accumulated attention", {}, false}, normalised{"normalised (per step, x (t+1))", {}, false};
+  PlotSeries accumulated{"accumulated attention", {}, false, -1},
+      normalised{"normalised (per step, x (t+1))", {}, false, -1};
   double cross_lowest = 0.8;
   for (const CrossLayerPair& pair : a.cross_layer) {
     accumulated.points.emplace_back(pair.layer_a, pair.spearman);
@@ -160,7 +162,7 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
       if (!std::isnan(v)) cross_lowest = std::min(cross_lowest, v);
   }
   // The blog's pairs only where this trace has them (a trace of two layers has one pair).
-  PlotSeries blog{"blog's claim", {}, true};
+  PlotSeries blog{"blog's claim", {}, true, -1};
   const std::pair<double, double> kBlog[] = {{0, 0.87}, {1, 0.85}, {2, 0.91}, {3, 0.88}};
   for (const auto& point : kBlog)
     for (const CrossLayerPair& pair : a.cross_layer)
@@ -170,7 +172,7 @@ void write_plots(const TraceAnalysis& a, const std::string& dir, const std::stri
   cross.y_min = std::max(-1.0, floor_to(cross_lowest, 0.1));
   cross.y_max = 1;
   plots.push_back({join(dir, "cross-layer.png"), draw_line_plot(cross, PlotFormat::png)});
-  if (need) need_plots(*need, dir, who, plots);
+  if (need) need_plots(*need, dir, who, layout, plots);
   write_plot_files(plots);
 }
 #endif
@@ -182,24 +184,13 @@ std::string lags_text(const std::vector<int64_t>& lags) {
   return text;
 }
 
-// The plot directory, made if missing, and each plot an output like --csv: writable, and
-// neither an input nor another output.
+// The plot directory (plot_options.hpp: a name without an extension, made if missing), and
+// each plot an output like --csv: writable, and neither an input nor another output.
 void prepare_plots(const std::string& trace, const std::string& plot, const std::vector<std::string>& files,
                    const std::vector<double>& masses) {
-  if (plot.empty()) return;
-#ifdef KVSIM_HAVE_PLOT
-  std::error_code error;
-  std::filesystem::create_directories(plot, error);
-  if (error || !std::filesystem::is_directory(plot)) throw kvtrace::InputError(plot, "", "cannot create the plot directory");
-  const std::vector<std::string> plots = plot_paths(plot, masses);
-  for (const std::string& path : plots) kvtrace::check_output_path(path, kvtrace::OutputKind::seekable);
-  std::vector<std::string> outputs = files;
-  outputs.insert(outputs.end(), plots.begin(), plots.end());
+  std::vector<std::string> outputs = plot_files("plot", plot, plot_stems(masses));
+  outputs.insert(outputs.end(), files.begin(), files.end());
   kvtrace::check_distinct_paths({trace}, outputs);
-#else
-  (void)trace, (void)files, (void)masses;
-  bad_option("plot", "this kvsim was built without Qt6, so it cannot render plots");
-#endif
 }
 
 // The attention need at `masses` over the analysed sequences and layers (none without masses).
@@ -244,11 +235,13 @@ int cmd_analyze(const std::vector<std::string>& args) {
   options.add_options()("csv", po::value(&csv), "write per layer and head, per-layer and overall means as CSV")(
       "json", po::value(&json), "write everything, per sequence too, as JSON")(
       "plot", po::value(&plot),
-      "write PNG plots into this directory (made if missing): persistence and ever-pivotal heatmaps, Spearman and "
-      "top-k recall vs lag, cross-layer; with --need the need over steps")(
+      "write PNG plots into this directory (a name without an extension, made if missing): persistence and "
+      "ever-pivotal heatmaps, Spearman and top-k recall vs lag, cross-layer; with --need the need over steps")(
       "need", po::value(&need),
       "also the attention need at these masses (0.9,0.95,0.99): the fewest positions holding p of a head's "
       "attention, per layer over every step (--json: key need)");
+  PlotCliOptions plot_style;
+  add_plot_options(options, plot_style);
   po::positional_options_description positional;
   positional.add("trace", 1);
   po::variables_map vm;
@@ -276,6 +269,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
   config.threads = threads;
   check_options(config.options);
   const std::vector<double> masses = need.empty() ? std::vector<double>{} : parse_need_masses(need);
+  plot_layout(plot_style);
   prepare_outputs({trace}, {csv, json});
   prepare_plots(trace, plot, {csv, json}, masses);
   const kvtrace::TraceReader reader = open_trace(trace);
@@ -303,7 +297,7 @@ int cmd_analyze(const std::vector<std::string>& args) {
     kvtrace::write_file_atomically(json, doc);
   }
 #ifdef KVSIM_HAVE_PLOT
-  if (!plot.empty()) write_plots(analysis, plot, reader.meta().model, measured ? &*measured : nullptr);
+  if (!plot.empty()) write_plots(analysis, plot, reader.meta().model, measured ? &*measured : nullptr, plot_layout(plot_style));
 #endif
   std::cout << wrap_text(reader.meta().model + " (" + reader.path() +
                          "): " + std::to_string(analysis.sequences.size()) + " sequences x " +

@@ -17,6 +17,7 @@
 #include "kvsim/model/llama2.hpp"
 #include "kvtrace/reader.hpp"
 #include "kvsim/model/tokenizer.hpp"
+#include "../plot_options.hpp"
 #include "../replay_options.hpp"
 #ifdef KVSIM_HAVE_PLOT
 #include "kvsim/plot/plot.hpp"
@@ -43,8 +44,10 @@ std::vector<EvalSequence> choose(std::vector<EvalSequence> all, const std::vecto
 }
 
 #ifdef KVSIM_HAVE_PLOT
-void write_plot(const EvalResults& results, const std::string& model, const std::string& path) {
+void write_plot(const EvalResults& results, const std::string& model, const std::string& path,
+                const PlotLayout& layout) {
   LinePlot plot;
+  plot.layout = layout;
   plot.title = "Perplexity increase vs KV budget, closed loop: " + model;
   plot.subtitle = "the model attends only to each policy's cache; " + std::to_string(results.sequences) +
                   " sequences; full-cache perplexity " + std::to_string(results.full_perplexity).substr(0, 6);
@@ -52,9 +55,12 @@ void write_plot(const EvalResults& results, const std::string& model, const std:
       std::all_of(results.cells.begin(), results.cells.end(), [](const EvalCell& c) { return c.budget.fraction; });
   plot.x_label = all_fractions ? "KV budget (% of sequence length)" : "KV budget (mean tokens)";
   plot.y_label = "perplexity increase over the full cache";
-  plot.y_min = plot.y_max = 0;  // fit the data
+  plot.y_min = plot.y_max = 0;  // fit the data, from 0
+  plot.y_from_zero = true;
+  plot.x_floor = 0;
+  if (all_fractions) plot.x_cap = 100;
   for (const EvalCell& cell : results.cells) {
-    if (plot.series.empty() || plot.series.back().name != cell.policy) plot.series.push_back({cell.policy, {}, false});
+    if (plot.series.empty() || plot.series.back().name != cell.policy) plot.series.push_back({cell.policy, {}, false, -1});
     const double x = all_fractions ? 100.0 * cell.budget_share_mean : cell.budget_tokens_mean;
     plot.series.back().points.emplace_back(x, cell.perplexity_increase);
   }
@@ -63,19 +69,25 @@ void write_plot(const EvalResults& results, const std::string& model, const std:
 
 // The proxy itself: replay's mean retention against the closed loop's perplexity increase,
 // one line per policy through its budgets.
-void write_proxy_plot(const EvalResults& results, const std::string& model, const std::string& path) {
+void write_proxy_plot(const EvalResults& results, const std::string& model, const std::string& path,
+                      const PlotLayout& layout) {
   LinePlot plot;
+  plot.layout = layout;
   plot.title = "Replay retention vs closed-loop perplexity increase: " + model;
   char subtitle[160];
   std::snprintf(subtitle, sizeof subtitle, "one point per budget; Spearman over all %lld (policy, budget) pairs: %+.3f",
                 static_cast<long long>(results.correlations.front().pairs), results.correlations.front().retention);
   plot.subtitle = subtitle;
-  plot.x_label = "mean attention-mass retention, teacher-forced replay (%)";
+  // Retention is a share from 0 to 1 here as in every table, CSV and plot of kvsim.
+  plot.x_label = "mean attention-mass retention (teacher-forced replay)";
   plot.y_label = "perplexity increase over the full cache, closed loop";
   plot.y_min = plot.y_max = 0;
+  plot.y_from_zero = true;
+  plot.x_floor = 0;
+  plot.x_cap = 1;
   for (const EvalCell& cell : results.cells) {
-    if (plot.series.empty() || plot.series.back().name != cell.policy) plot.series.push_back({cell.policy, {}, false});
-    plot.series.back().points.emplace_back(100 * cell.replay_retention.mean, cell.perplexity_increase);
+    if (plot.series.empty() || plot.series.back().name != cell.policy) plot.series.push_back({cell.policy, {}, false, -1});
+    plot.series.back().points.emplace_back(cell.replay_retention.mean, cell.perplexity_increase);
   }
   for (PlotSeries& series : plot.series) std::sort(series.points.begin(), series.points.end());
   render_line_plot(plot, path);
@@ -87,6 +99,7 @@ struct EvalArgs {
   std::string model_path, tokenizer_path, trace_path, text_path, csv, json, plot, proxy_plot, seqs;
   std::string aggregate = "mean", page_score = "mean";
   int64_t page = 0;
+  PlotCliOptions plot_style;
   std::string policies = kDefaultEvalPolicies, budgets = kDefaultEvalBudgets, ratios;
   std::vector<std::string> params, protect;
   int tokens = 0, threads = 0;
@@ -147,9 +160,12 @@ void add_eval_options(po::options_description& options, EvalArgs& a) {
   add_progress_options(options);
   options.add_options()("csv", po::value(&a.csv), "write one row per (policy, budget) as CSV")(
       "json", po::value(&a.json), "write results, per-sequence values and correlations as JSON")(
-      "plot", po::value(&a.plot), "write perplexity increase vs budget as PNG or SVG, one line per policy")(
-      "proxy-plot", po::value(&a.proxy_plot),
-      "write closed-loop perplexity increase vs replay retention as PNG or SVG");
+      "plot", po::value(&a.plot),
+      "draw perplexity increase vs budget, one line per policy: F.png or F.svg, or a directory (no extension) that "
+      "gets perplexity.png")("proxy-plot", po::value(&a.proxy_plot),
+                             "draw closed-loop perplexity increase vs replay retention: F.png or F.svg, or a "
+                             "directory (no extension) that gets proxy.png");
+  add_plot_options(options, a.plot_style);
 }
 
 // The run's settings from the options; throws InputError for a bad one.
@@ -247,8 +263,8 @@ void write_eval_outputs(const EvalResults& results, const EvalArgs& a, const std
   if (!a.csv.empty()) kvtrace::write_file_atomically(a.csv, eval_csv(results));
   if (!a.json.empty()) kvtrace::write_file_atomically(a.json, eval_json(results, source, a.model_path));
 #ifdef KVSIM_HAVE_PLOT
-  if (!a.plot.empty()) write_plot(results, model_name, a.plot);
-  if (!a.proxy_plot.empty()) write_proxy_plot(results, model_name, a.proxy_plot);
+  if (!a.plot.empty()) write_plot(results, model_name, a.plot, plot_layout(a.plot_style));
+  if (!a.proxy_plot.empty()) write_proxy_plot(results, model_name, a.proxy_plot, plot_layout(a.plot_style));
 #endif
   std::cout << model_name << " on " << source << "\n" << eval_table(results);
 }
@@ -267,8 +283,9 @@ int cmd_eval(const std::vector<std::string>& args) {
     return 0;
   const EvalConfig config = eval_config(a, vm);
   const std::vector<int> chosen = parse_indices("seqs", a.seqs);
-  check_plot_path("plot", a.plot);
-  check_plot_path("proxy-plot", a.proxy_plot);
+  plot_layout(a.plot_style);
+  if (!a.plot.empty()) a.plot = plot_files("plot", a.plot, {"perplexity"}).front();  // the file to write
+  if (!a.proxy_plot.empty()) a.proxy_plot = plot_files("proxy-plot", a.proxy_plot, {"proxy"}).front();
   prepare_outputs({a.trace_path, a.text_path, a.model_path, a.tokenizer_path}, {a.csv, a.json}, {a.plot, a.proxy_plot});
 
   if (a.model_path.empty()) a.model_path = (fs::path(default_model_dir()) / "stories15M.bin").string();

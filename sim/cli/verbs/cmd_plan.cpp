@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "../cli_common.hpp"
+#include "../plot_options.hpp"
 #include "kvsim/core/data_dir.hpp"
 #include "kvsim/plan/plan_table.hpp"
 #include "kvsim/replay/report.hpp"
@@ -44,9 +45,10 @@ void list_cards(const std::string& dir) {
 }
 
 #ifdef KVSIM_HAVE_PLOT
-void write_plot(const Plan& plan, const std::string& path) {
+void write_plot(const Plan& plan, const std::string& path, const PlotLayout& layout) {
   const PlanSetup& setup = plan.setup;
   LinePlot plot;
+  plot.layout = layout;
   plot.title = "Maximum concurrent sequences vs KV budget: " + setup.model.display_name + " on " +
                std::to_string(setup.gpus) + " x " + setup.gpu.display_name;
   plot.subtitle = (setup.contexts.size() == 1 ? "context " + std::to_string(setup.contexts[0]) + " tokens"
@@ -56,22 +58,17 @@ void write_plot(const Plan& plan, const std::string& path) {
   plot.x_label = "KV budget (% of the context)";
   plot.y_label = "maximum concurrent sequences";
   for (auto& series : plan_series(plan))
-    plot.series.push_back({std::move(series.name), std::move(series.points), series.dashed});
-  double highest = 1;
-  for (const auto& series : plot.series)
-    for (const auto& point : series.points) highest = std::max(highest, point.second);
-  // Four round intervals from 0 (the chart draws five ticks when the range is not small).
-  const double interval = highest * 1.05 / 4;
-  double decade = 1;
-  while (decade * 10 <= interval) decade *= 10;
-  double nice = 10 * decade;
-  for (double m : {1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 7.5, 10.0})
-    if (m * decade >= interval) {
-      nice = m * decade;
-      break;
-    }
-  plot.y_min = 0;
-  plot.y_max = 4 * nice;
+    plot.series.push_back({std::move(series.name), std::move(series.points), series.dashed, -1});
+  // The full cache's level in the colour of its format's line.
+  for (auto& series : plot.series) {
+    const auto comma = series.name.rfind(", full cache");
+    if (!series.dashed || comma == std::string::npos) continue;
+    for (size_t k = 0; k < plot.series.size(); ++k)
+      if (plot.series[k].name == series.name.substr(0, comma) + ", budget B") series.colour_of = static_cast<int>(k);
+  }
+  plot.y_min = plot.y_max = 0;  // fit, from 0, in whole sequences
+  plot.y_from_zero = plot.y_integer = true;
+  plot.x_floor = 0, plot.x_cap = 100;
   render_line_plot(plot, path);
 }
 #endif
@@ -112,7 +109,9 @@ int cmd_plan(const std::vector<std::string>& args) {
       "quality target for --sweep (default retention>=0.95): retention, retention_p5, retention_min >= X; "
       "output_error, output_error_p95, output_error_max <= X (quote it for the shell)")("json", po::value(&json),
                                                                                         "also write the plan as JSON")(
-      "plot", po::value(&plot), "write maximum concurrent sequences vs budget as PNG or SVG")(
+      "plot", po::value(&plot),
+      "draw maximum concurrent sequences vs budget: F.png or F.svg, or a directory (no extension) that gets "
+      "plan.png")(
       "cards", po::value(&o.cards)->default_value(o.cards), "folder holding models/*.json and gpus/*.json")(
       "layer-budget", po::value(&o.layer_budget)->default_value(o.layer_budget),
       "per-layer budgets as the sweep used: uniform, pyramid[:beta=20][:window=32] or one weight per layer")(
@@ -122,11 +121,13 @@ int cmd_plan(const std::vector<std::string>& args) {
       "KV cache layout, with --sweep: per-head, dense (a layer's fullest kv head), paged-layer (a slot per "
       "position any kv head of a layer holds: vLLM, SGLang) or paged-model (any layer: one block table)")(
       "list", po::bool_switch(&list), "list the model cards, GPU cards and quantization presets");
+  PlotCliOptions plot_style;
+  add_plot_options(options, plot_style);
   po::positional_options_description positional;
   po::variables_map vm;
   if (!parse_options("plan",
                      "--model M --gpu G [--gpus N] [--context 4096] [--budget 20% | --sweep SWEEP.csv --target "
-                     "'retention>=0.95'] [--kv-quant flexgen4] [--json F] [--plot F.png]",
+                     "'retention>=0.95'] [--kv-quant flexgen4] [--json F] [--plot F.png|DIR]",
                      args, options, positional, vm))
     return 0;
   if (list) {
@@ -134,14 +135,15 @@ int cmd_plan(const std::vector<std::string>& args) {
     return 0;
   }
   check_plan_request(o);
-  check_plot_path("plot", plot);
+  plot_layout(plot_style);
+  if (!plot.empty()) plot = plot_files("plot", plot, {"plan"}).front();  // the file to write
   prepare_outputs({o.sweep, o.context, o.model, o.gpu}, {json}, {plot});
 
   const Plan plan = make_plan(o);
   // Outputs first: a failed write is then the only line printed.
   if (!json.empty()) kvtrace::write_file_atomically(json, plan_json(plan));
 #ifdef KVSIM_HAVE_PLOT
-  if (!plot.empty()) write_plot(plan, plot);
+  if (!plot.empty()) write_plot(plan, plot, plot_layout(plot_style));
 #endif
   std::cout << plan_text(plan);
   return 0;

@@ -40,7 +40,11 @@ int cmd_sweep(const std::vector<std::string>& args) {
       "compression-ratio", po::value(&ratios),
       "instead of --budgets, kvpress's compression ratios R (0.5,0.75; --mode prefill): B = (1 - R) x the prompt "
       "(the context with --question)")(
-      "plot", po::value(&values.plot), "write retention vs budget as PNG or SVG (rendered off screen)")(
+      "plot", po::value(&values.plot),
+      "draw --plot-metric vs budget, one line per policy: F.png or F.svg, or a directory (no extension) with one "
+      "PNG per metric")("plot-metric", po::value(&values.plot_metric)->default_value(values.plot_metric),
+                        "what --plot draws, a comma list: retention, p5, min, output-error, occupancy, or a sweep CSV "
+                        "column (occupancy_dense_mean, span_evidence_held_all, ...)")(
       "resume",
       "write --csv row by row as each policy finishes, and continue an interrupted sweep from the rows already in it; "
       "the settings and the trace's identity go to CSV.settings, and a resume with other settings or another trace is "
@@ -52,11 +56,12 @@ int cmd_sweep(const std::vector<std::string>& args) {
                         "also the attention need at these masses (0.9,0.95,0.99) over the recorded steps: printed per "
                         "layer, and a CSV row per mass (policy need) that kvsim plan --target need@P plans from");
   add_replay_options(options, values);
+  add_plot_options(options, values.plot_style);
   po::positional_options_description positional;
   positional.add("trace", 1);
   po::variables_map vm;
   const std::string usage = "TRACE [--policies a,b (default " + policies + ")] [--budgets B,B (default " + budgets +
-                            ")] [--csv F] [--plot F.png] [options]";
+                            ")] [--csv F] [--plot F.png|DIR] [options]";
   if (!parse_options("sweep", usage, args, options, positional, vm)) return 0;
   policies = either_spelling(vm, "policies", "policy", policies);
   budgets = either_spelling(vm, "budgets", "budget", budgets);

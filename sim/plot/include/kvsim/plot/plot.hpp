@@ -3,6 +3,7 @@
 // atomically as PNG or SVG by the file's extension, checked like any output (Qt's image
 // writers do not report a failed flush or close, so they never write a file themselves).
 // Built only when Qt6 is found (KVSIM_HAVE_PLOT).
+#include <cmath>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,18 +12,45 @@
 
 namespace kvsim {
 
+// A reference line (an upper bound such as oracle, the full cache's level) is drawn black and
+// dashed, or in the colour of series `colour_of` (its index) when that is set.
 struct PlotSeries {
   std::string name;
   std::vector<std::pair<double, double>> points;
-  bool dashed = false;  // bounds (oracle) are drawn dashed
+  bool dashed = false;
+  int colour_of = -1;
 };
+
+// The figure: inches at dpi pixels per inch (PNG; SVG gives the same pixel size), fonts in
+// points. The defaults are --plot-size 8x5, --dpi 150, --font-size 10 (docs/guide.md).
+struct PlotLayout {
+  double width_in = 8, height_in = 5;
+  int dpi = 150;
+  double font_pt = 10;
+};
+
+// How series i of a line plot is drawn: colour, marker and line style, each cycling with its
+// own period (10 colours, 7 markers, 4 line styles), so every triple differs for i < 140.
+enum class PlotMarker { circle, square, diamond, triangle_up, triangle_down, pentagon, cross };
+enum class PlotDash { solid, dot, dash_dot, dash_dot_dot, dash };  // dash: reference lines only
+struct PlotStyle {
+  unsigned rgb = 0;  // 0xRRGGBB
+  PlotMarker marker = PlotMarker::circle;
+  PlotDash dash = PlotDash::solid;
+};
+PlotStyle series_style(const std::vector<PlotSeries>& series, size_t i);
 
 struct LinePlot {
   std::string title, subtitle, x_label, y_label;
   std::vector<PlotSeries> series;
-  double y_min = 0, y_max = 1;  // y_min == y_max: fit the data
+  double y_min = 0, y_max = 1;  // y_min == y_max: fit the data (from 0 when y_from_zero)
+  bool y_from_zero = false;
+  bool y_integer = false;  // y counts something: whole-number ticks only
   bool x_log = false;
   bool x_integer = false;  // x takes a few whole values (layers): one labelled tick per whole number
+  double x_cap = INFINITY;  // the axis never goes past this (100 for percentages)
+  double x_floor = -INFINITY;  // nor below this
+  PlotLayout layout;
 };
 
 struct Heatmap {
@@ -31,6 +59,7 @@ struct Heatmap {
   std::vector<double> values;  // [row][column], NaN for no value
   double min = 0, max = 1;
   std::vector<std::string> row_labels, column_labels;  // empty: 0, 1, 2, ...
+  PlotLayout layout;  // dpi and fonts; a heatmap's size follows its cells
 };
 
 enum class PlotFormat { png, svg };
