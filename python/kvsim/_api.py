@@ -716,9 +716,11 @@ def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=N
          reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None,
          layer_budget="uniform", head_budget="uniform", layout="per-head", as_frame=None):
     """Capacity planning (kvsim plan). With pandas: a DataFrame of the plan's rows, one per
-    policy and budget, with the keys of the rows of `kvsim plan --json` as columns (policy,
-    budget, quant, kv_bytes_per_token, blocks_per_sequence, max_sequences, gain, ...; the plan
-    has no CSV); the rest of that document is in the frame's .attrs. With as_frame=False: the
+    policy and budget, with the keys of the rows of `kvsim plan --json` as columns, in the
+    order of the table `kvsim plan` prints (policy, budget, quant, the target's metric,
+    kv_bytes_per_token, kv_bytes_per_sequence, blocks_per_sequence, max_sequences, gain, the
+    step; each one's details after it; the plan has no CSV); the rest of that document is in
+    the frame's .attrs. With as_frame=False: the
     document `kvsim plan --json` writes, as a dict with its 'rows' as a list of dicts.
 
     model, gpu: card names (kvsim plan --list), display names, Hugging Face ids or card files;
