@@ -346,7 +346,8 @@ def register_policy(name, cls):
     type 'integer'|'real'|'choice'|'index_set', default, help, min, max, choices; each name
     once). Registering a name again replaces the class, except while a run using it (in
     another thread) has not finished; a built-in name is refused. An exception in the class,
-    or a bad answer from evict, raises kvsim.PolicyError naming the policy, layer and step;
+    or a bad answer from evict, raises kvsim.PolicyError naming the policy, sequence, layer,
+    kv head ('all kv heads' with grouping 'layer'), step and budget (B, tokens);
     KeyboardInterrupt and SystemExit pass unchanged. Instances must not share mutable state
     (then results do not depend on threads).
     """
