@@ -5,6 +5,12 @@ kvsim._kvsim and the kvsim program. The wheel holds the package (kvsim/, with th
 the program in bin/ (with kvsim-plot.so in lib/kvsim/ when Qt was found) and the bundled data
 in share/kvsim/, where the module and the program look for it.
 
+Two builds of one checkout at once (two `pip install .`, or pip and `python3 -m build`) would
+write the same build-python/ (CMake's folder, setuptools' lib and bdist folders) and
+python/kvsim.egg-info: each run of this file holds an exclusive lock on build-python/.lock
+(flock, released when the process ends, even killed), so the second waits for the first and
+then reuses what it compiled.
+
 Environment:
   KVSIM_CMAKE_BUILD_DIR       the CMake build folder (default: build-python/cmake here). It is
                               kept, so the next pip install recompiles only what changed. A
@@ -16,6 +22,7 @@ Environment:
   CMAKE_BUILD_PARALLEL_LEVEL  compile jobs (default: the number of cores)
 """
 
+import contextlib
 import glob
 import os
 import shlex
@@ -34,6 +41,26 @@ except ImportError:  # setuptools < 69 (Debian bookworm's 66): distutils' own, a
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
 BUILD_BASE = "build-python"  # setuptools' default build/ is kvsim's CMake build folder
+
+
+@contextlib.contextmanager
+def build_lock(folder):
+    """Holds an exclusive lock on folder/.lock (made if missing) while the block runs; says so
+    on stderr while it waits for another holder."""
+    import fcntl
+
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, ".lock"), "a+", encoding="utf-8") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"kvsim setup.py: waiting for another build of this checkout ({folder}/.lock)", file=sys.stderr,
+                  flush=True)
+            fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def cmake_build_dir():
@@ -108,9 +135,11 @@ def data_files():
             ("share/kvsim", ["data/README.md"])]
 
 
-setup(
-    ext_modules=[Extension("kvsim._kvsim", sources=[])],
-    cmdclass={"build_ext": CMakeBuild, "install_data": InstallData},
-    data_files=data_files(),
-    options={"build": {"build_base": BUILD_BASE}},
-)
+if __name__ == "__main__":  # setuptools runs this file as __main__; tests import build_lock
+    with build_lock(os.path.join(ROOT, BUILD_BASE)):
+        setup(
+            ext_modules=[Extension("kvsim._kvsim", sources=[])],
+            cmdclass={"build_ext": CMakeBuild, "install_data": InstallData},
+            data_files=data_files(),
+            options={"build": {"build_base": BUILD_BASE}},
+        )

@@ -115,7 +115,7 @@ class PyPolicy final : public Policy {
 
   void reset(const GroupContext& group) override {
     tensors_ = group.tensors;
-    layer_ = group.layer;
+    where_ = Where{group.seed, group.layer, group.budget};
     Gil gil;
     guarded("reset", [&] {
       py::object ctx = py::module_::import("types").attr("SimpleNamespace")(
@@ -202,10 +202,24 @@ class PyPolicy final : public Policy {
     return out;
   }
 
+  // "Python policy NAME, sequence 2, layer 3, kv head 1, step 7, budget 51: PROBLEM": the
+  // cache group and the step, so that a run of many (a sweep, the GUI's replays at other
+  // budgets) says which one failed. The group's seed is cache_group_seed(sequence, layer,
+  // group) (kvsim/core/engine.cpp: sequence << 40 ^ layer << 20 ^ group), group the kv head
+  // (replay_rows: as its origin numbers them) or, for a class with one cache per layer,
+  // past the last one. Before reset only the name is known.
   [[noreturn]] void fail(const std::string& problem) const {
     std::string text = "Python policy " + cls_.info->name;
-    if (layer_ >= 0) text.append(", layer ").append(std::to_string(layer_));
+    if (where_) {
+      text.append(", sequence ").append(std::to_string(where_->seed >> 40));
+      text.append(", layer ").append(std::to_string(where_->layer));
+      if (cls_.info->grouping == Grouping::layer)
+        text.append(", all kv heads");
+      else
+        text.append(", kv head ").append(std::to_string(where_->seed & 0xFFFFF));
+    }
     if (step_ >= 0) text.append(", step ").append(std::to_string(step_));
+    if (where_) text.append(", budget ").append(std::to_string(where_->budget));
     throw PolicyError(text.append(": ").append(problem));
   }
 
@@ -223,9 +237,14 @@ class PyPolicy final : public Policy {
 
   const PyClass& cls_;
   std::optional<Bound> bound_;
+  struct Where {
+    uint64_t seed;
+    int layer;
+    int64_t budget;
+  };
   const GroupTensors* tensors_ = nullptr;
-  int layer_ = -1;     // -1 before reset
-  int64_t step_ = -1;  // -1 before the first step
+  std::optional<Where> where_;  // the cache group (GroupContext), from reset on
+  int64_t step_ = -1;           // -1 before the first step
 };
 
 ParamType param_type(const std::string& name) {

@@ -346,7 +346,8 @@ def register_policy(name, cls):
     type 'integer'|'real'|'choice'|'index_set', default, help, min, max, choices; each name
     once). Registering a name again replaces the class, except while a run using it (in
     another thread) has not finished; a built-in name is refused. An exception in the class,
-    or a bad answer from evict, raises kvsim.PolicyError naming the policy, layer and step;
+    or a bad answer from evict, raises kvsim.PolicyError naming the policy, sequence, layer,
+    kv head ('all kv heads' with grouping 'layer'), step and budget (B, tokens);
     KeyboardInterrupt and SystemExit pass unchanged. Instances must not share mutable state
     (then results do not depend on threads).
     """
@@ -716,9 +717,11 @@ def plan(model, gpu, *, gpus=1, weight_dtype="bf16", kv_dtype="fp16", kv_quant=N
          reserve="2GiB", block_size=16, context=None, budget=None, sweep=None, target=None, cards=None,
          layer_budget="uniform", head_budget="uniform", layout="per-head", as_frame=None):
     """Capacity planning (kvsim plan). With pandas: a DataFrame of the plan's rows, one per
-    policy and budget, with the keys of the rows of `kvsim plan --json` as columns (policy,
-    budget, quant, kv_bytes_per_token, blocks_per_sequence, max_sequences, gain, ...; the plan
-    has no CSV); the rest of that document is in the frame's .attrs. With as_frame=False: the
+    policy and budget, with the keys of the rows of `kvsim plan --json` as columns, in the
+    order of the table `kvsim plan` prints (policy, budget, quant, the target's metric,
+    kv_bytes_per_token, kv_bytes_per_sequence, blocks_per_sequence, max_sequences, gain, the
+    step; each one's details after it; the plan has no CSV); the rest of that document is in
+    the frame's .attrs. With as_frame=False: the
     document `kvsim plan --json` writes, as a dict with its 'rows' as a list of dicts.
 
     model, gpu: card names (kvsim plan --list), display names, Hugging Face ids or card files;

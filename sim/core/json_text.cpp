@@ -21,13 +21,14 @@ size_t sequence_length(const std::string& text, size_t i) {
   return length;
 }
 
-void escape_strings(nlohmann::json& node) {
+template <class Json>
+void escape_strings(Json& node) {
   if (node.is_string()) {
-    node = utf8_escaped(node.get<std::string>());
+    node = utf8_escaped(node.template get<std::string>());
   } else if (node.is_array()) {
     for (auto& item : node) escape_strings(item);
   } else if (node.is_object()) {
-    nlohmann::json out = nlohmann::json::object();
+    Json out = Json::object();
     for (auto& [key, value] : node.items()) {
       escape_strings(value);
       out[utf8_escaped(key)] = std::move(value);
@@ -56,6 +57,11 @@ std::string utf8_escaped(const std::string& text) {
 }
 
 std::string json_text(nlohmann::json doc, int indent) {
+  escape_strings(doc);
+  return doc.dump(indent) + "\n";
+}
+
+std::string json_text(nlohmann::ordered_json doc, int indent) {
   escape_strings(doc);
   return doc.dump(indent) + "\n";
 }

@@ -310,8 +310,8 @@ void check_pages(Plan& plan, const std::string& sweep) {
 
 // A row's decode step (kvsim/plan/roofline.hpp), flat so that a row stays one record (a
 // DataFrame row in Python); null where the target is not met.
-void add_step_json(const PlanRow& row, nlohmann::json& out) {
-  using nlohmann::json;
+void add_step_json(const PlanRow& row, nlohmann::ordered_json& out) {
+  using json = nlohmann::ordered_json;
   const bool shown = row.met && row.step && row.step->batch > 0;
   const DecodeStep step = shown ? *row.step : DecodeStep{};
   auto value = [&](double number) { return shown ? json(number) : json(nullptr); };
@@ -326,7 +326,7 @@ void add_step_json(const PlanRow& row, nlohmann::json& out) {
 }
 
 // The attention layout and experts, for the cards that have them (absent otherwise).
-void add_model_layout_json(const ModelCard& model, nlohmann::json& out) {
+void add_model_layout_json(const ModelCard& model, nlohmann::ordered_json& out) {
   if (model.any_sliding()) {
     out["sliding_window"] = model.sliding_window;
     out["sliding_layers"] = std::count(model.sliding_layers.begin(), model.sliding_layers.end(), true);
@@ -420,35 +420,38 @@ Plan make_plan(const PlanRequest& r) {
 }
 
 std::string plan_json(const Plan& plan) {
-  using nlohmann::json;
+  using json = nlohmann::ordered_json;  // keys as written: a row's columns in the plan table's order
   const PlanSetup& setup = plan.setup;
   const ModelCard& model = setup.model;
   const MemoryPlan& memory = plan.memory;
   const int kv_bits = kv_dtype_bits(setup.kv_dtype);
   json j_rows = json::array();
   for (const auto& row : plan.rows) {
-    json r = {{"policy", row.policy},
-              {"bound", row.bound},
-              {"budget", row.budget ? json(row.budget->text) : json(nullptr)},
-              {"budget_tokens_mean", row.footprint.budget_tokens},
-              {"tokens_held_mean", row.footprint.tokens},
-              {"quant", row.quant.enabled() ? row.quant.name : setup.kv_dtype},
-              {"quant_spec", row.quant.canonical()},
-              {"quant_measured", row.quant_measured || !row.quant.enabled()},
-              {"bits_per_element", row.quant.enabled() ? bits_per_element(row.quant, model.head_dim, kv_bits)
-                                                       : static_cast<double>(kv_bits)},
-              {"residual_tokens", row.layout.residual},
-              {"kv_bytes_per_token", row.layout.bytes_per_token()},
-              {"block_bytes", row.layout.block_bytes},
-              {"kv_bytes_per_sequence", row.footprint.bytes},
-              {"blocks_per_sequence", row.footprint.blocks},
-              {"target_met", row.met},
-              {"max_sequences", row.met ? json(row.max_sequences) : json(nullptr)},
-              {"gain", row.met ? json(row.gain) : json(nullptr)},
-              {"compression", row.compression}};
+    // The plan table's columns in its order (policy, budget, quant, the target's metric,
+    // bytes, blocks, max seqs, gain, the roofline's step), each with its details after it.
+    json r = json::object();
+    r["policy"] = row.policy;
     if (!row.mode.empty()) r["mode"] = row.mode;
-    if (setup.gpu.has_roofline()) add_step_json(row, r);
+    r["bound"] = row.bound;
+    r["budget"] = row.budget ? json(row.budget->text) : json(nullptr);
+    r["budget_tokens_mean"] = row.footprint.budget_tokens;
+    r["tokens_held_mean"] = row.footprint.tokens;
+    r["quant"] = row.quant.enabled() ? row.quant.name : setup.kv_dtype;
+    r["quant_spec"] = row.quant.canonical();
+    r["quant_measured"] = row.quant_measured || !row.quant.enabled();
+    r["bits_per_element"] =
+        row.quant.enabled() ? bits_per_element(row.quant, model.head_dim, kv_bits) : static_cast<double>(kv_bits);
     if (plan.target) r[plan.target->column] = row.metric ? json(*row.metric) : json(nullptr);
+    r["kv_bytes_per_token"] = row.layout.bytes_per_token();
+    r["residual_tokens"] = row.layout.residual;
+    r["block_bytes"] = row.layout.block_bytes;
+    r["kv_bytes_per_sequence"] = row.footprint.bytes;
+    r["blocks_per_sequence"] = row.footprint.blocks;
+    r["target_met"] = row.met;
+    r["max_sequences"] = row.met ? json(row.max_sequences) : json(nullptr);
+    r["gain"] = row.met ? json(row.gain) : json(nullptr);
+    r["compression"] = row.compression;
+    if (setup.gpu.has_roofline()) add_step_json(row, r);
     j_rows.push_back(r);
   }
   json doc = {

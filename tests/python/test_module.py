@@ -779,6 +779,22 @@ class FrameTest(unittest.TestCase):
         self.assertEqual(list(frame.columns), list(document["rows"][0].keys()))
         self.assertEqual(frame.to_dict("records"), document["rows"])
         self.assertEqual(frame.attrs, {k: v for k, v in document.items() if k != "rows"})
+        # The columns in the order of the table `kvsim plan` prints, each one's details after it,
+        # as `kvsim plan --json` writes the rows.
+        self.assertEqual(list(frame.columns)[:12],
+                         ["policy", "bound", "budget", "budget_tokens_mean", "tokens_held_mean", "quant",
+                          "quant_spec", "quant_measured", "bits_per_element", "retention_mean",
+                          "kv_bytes_per_token", "residual_tokens"])
+        table = ["policy", "budget", "quant", "retention_mean", "kv_bytes_per_token", "kv_bytes_per_sequence",
+                 "blocks_per_sequence", "max_sequences", "gain", "step_seconds", "tokens_per_second_per_gpu"]
+        self.assertEqual([c for c in frame.columns if c in table], table)
+        cli("plan", "--model", "llama-3.1-8b", "--gpu", "h100-80gb", "--budget", "20%,512", "--json",
+            os.path.join(self.tmp, "plan.json"))
+        with open(os.path.join(self.tmp, "plan.json"), encoding="utf-8") as f:
+            written = json.load(f)["rows"]
+        budgets = kvsim.plan("llama-3.1-8b", "h100-80gb", budget="20%,512")
+        self.assertEqual(list(budgets.columns), list(written[0].keys()))
+        self.assertEqual(budgets.to_dict("records"), written)
         # A DataFrame read back from the CLI's CSV plans as the sweep() result does.
         cli("sweep", TRACE, "--policies", "h2o,oracle", "--budgets", "20%,60%", "--seqs", "0", "--csv",
             os.path.join(self.tmp, "plan-sweep.csv"))

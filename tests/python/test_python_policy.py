@@ -3,7 +3,7 @@ equals the C++ h2o bit for bit on the bundled trace, every number replay, sweep 
 loop (kvsim.eval, itself the CLI's) report, at one thread and four, and prints what the docs
 show; a numpy knorm reading the keys equals the C++ knorm, a numpy TOVA (one cache per layer)
 tova; the tensors a class declares are the stored ones; exceptions and bad answers from evict
-raise kvsim.PolicyError, one line naming the policy, layer and step.
+raise kvsim.PolicyError, one line naming the policy, sequence, layer, kv head, step and budget.
 Needs the compiled module (ctest python.policies sets PYTHONPATH); skipped without it unless
 KVSIM_REQUIRE_NATIVE=1."""
 
@@ -363,7 +363,7 @@ class PythonPolicyTest(unittest.TestCase):
             kvsim.replay(self.trace, "sticky", 16, seqs=[0], layers=[0], w=1)
 
     def test_errors_are_one_line(self):
-        at = r"Python policy bad, layer 3, step 7: "
+        at = r"Python policy bad, sequence 1, layer 3, kv head 0, step 7, budget 6: "
         cases = [
             (None, at + r"observe raised ZeroDivisionError: division by zero \(at test_python_policy.py:\d+\)$"),
             (lambda cache, excess: [cache[0], cache[0]], at + r"evict returned position \d+ twice$"),
@@ -392,9 +392,41 @@ class PythonPolicyTest(unittest.TestCase):
             kvsim.replay(self.trace, "broken", 6, seqs=[1], layers=[3])
         Broken.__init__ = lambda self: None
         Broken.reset = lambda self, ctx: ctx.missing
-        with self.assertRaisesRegex(kvsim.PolicyError, r"^Python policy broken, layer 3: reset raised AttributeError: "
+        with self.assertRaisesRegex(kvsim.PolicyError, r"^Python policy broken, sequence 1, layer 3, kv head 0, budget 6: "
+                                                       r"reset raised AttributeError: "
                                                        r"'types.SimpleNamespace' object has no attribute 'missing'"):
             kvsim.replay(self.trace, "broken", 6, seqs=[1], layers=[3])
+
+    def test_errors_name_the_cache_group_and_budget(self):
+        # A class that raises at step 9 only in the cache group whose seed is that of sequence
+        # 2, layer 3, kv head 4 (cache_group_seed: seq << 40 ^ layer << 20 ^ group) at B = 51
+        # (20% of 256): replay and sweep run many groups and budgets, and name that one.
+        target = (2 << 40) ^ (3 << 20) ^ 4
+
+        class OneGroup:
+            def reset(self, ctx):
+                self.armed = ctx.seed == target and ctx.budget == 51
+
+            def observe(self, step, cache, attention):
+                if self.armed and step == 9:
+                    raise ValueError("only here")
+
+            def evict(self, step, cache, excess, compress):
+                return cache[:excess] if excess > 0 else None
+
+        kvsim.register_policy("one-group", OneGroup)
+        message = (r"^Python policy one-group, sequence 2, layer 3, kv head 4, step 9, budget 51: "
+                   r"observe raised ValueError: only here \(at test_python_policy.py:\d+\)$")
+        for threads in (1, 4):
+            with self.assertRaisesRegex(kvsim.PolicyError, message):
+                kvsim.replay(self.trace, "one-group", "20%", seqs=[0, 1, 2, 3], layers=[2, 3], threads=threads)
+            with self.assertRaisesRegex(kvsim.PolicyError, message):
+                kvsim.sweep(self.trace, "one-group", "6,20%,60%", seqs=[1, 2], layers=[3], threads=threads)
+        # A class with one cache per layer names the layer's kv heads.
+        kvsim.register_policy("layer-bad", type("LayerBad", (failing(7, None),), {"grouping": "layer"}))
+        with self.assertRaisesRegex(kvsim.PolicyError, r"^Python policy layer-bad, sequence 1, layer 3, all kv heads, "
+                                                       r"step 7, budget 6: observe raised ZeroDivisionError"):
+            kvsim.sweep(self.trace, "layer-bad", "6", seqs=[1], layers=[3])
 
     def test_registration_is_checked(self):
         with self.assertRaisesRegex(kvsim.InputError, "policy 'h2o' is built in and cannot be replaced"):

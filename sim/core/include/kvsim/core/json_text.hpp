@@ -8,6 +8,8 @@
 namespace kvsim {
 
 std::string json_text(nlohmann::json doc, int indent);
+// The same with the keys in the order they were added (a table's columns), not sorted.
+std::string json_text(nlohmann::ordered_json doc, int indent);
 // `text` with every byte outside valid UTF-8 replaced by "\xNN".
 std::string utf8_escaped(const std::string& text);
 
