@@ -12,6 +12,7 @@
 #include <QSignalBlocker>
 #include <QSlider>
 #include <QSpinBox>
+#include <QToolButton>
 #include <QVBoxLayout>
 #include <algorithm>
 
@@ -40,8 +41,24 @@ ControlsPanel::ControlsPanel(Session* session, QWidget* parent) : QWidget(parent
       tr("stream: token t is appended at step t and the policy may evict at every step.\n"
          "prefill: the prompt is processed with the full cache, compressed to B, then decoding streams."));
   policy_layout->addWidget(mode_);
+  // The engine options fold away (their five rows would take the overview's height); the
+  // button names the options set, so folded ones are not forgotten.
+  engine_toggle_ = new QToolButton;
+  engine_toggle_->setObjectName("engineToggle");
+  engine_toggle_->setCheckable(true);
+  engine_toggle_->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+  engine_toggle_->setArrowType(Qt::RightArrow);
+  engine_toggle_->setAutoRaise(true);
   engine_ = new EngineOptionsPanel(session_);
+  engine_->setVisible(false);
+  policy_layout->addWidget(engine_toggle_);
   policy_layout->addWidget(engine_);
+  connect(engine_toggle_, &QToolButton::toggled, this, [this](bool open) {
+    engine_->setVisible(open);
+    engine_toggle_->setArrowType(open ? Qt::DownArrow : Qt::RightArrow);
+  });
+  connect(session_, &Session::settingsChanged, this, &ControlsPanel::nameEngineOptions);
+  nameEngineOptions();
   layout->addWidget(policy);
 
   layout->addWidget(makeBudgetBox());
@@ -87,12 +104,12 @@ QGroupBox* ControlsPanel::makeTraceBox() {
   trace_form->addRow(file_);
   sequence_ = new QComboBox;
   sequence_->setObjectName("sequenceBox");
-  sequence_->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
-  sequence_->setMinimumContentsLength(16);
   layer_ = new QComboBox;
   layer_->setObjectName("layerBox");
   head_ = new QComboBox;
   head_->setObjectName("headBox");
+  // Never narrower than their longest item (the column widens to them): "head 31 (kv 7)".
+  for (QComboBox* box : {sequence_, layer_, head_}) box->setSizeAdjustPolicy(QComboBox::AdjustToContents);
   auto* layer_head = new QHBoxLayout;
   layer_head->addWidget(layer_, 1);
   layer_head->addWidget(head_, 1);
@@ -162,17 +179,31 @@ void ControlsPanel::traceChanged() {
   for (int s = 0; s < reader.n_sequences(); ++s) {
     QString text;
     const std::vector<std::string> tokens = reader.token_text(s);
-    for (size_t i = 0; i < tokens.size() && text.size() < 40; ++i)  // the text, without BOS markers
+    for (size_t i = 0; i < tokens.size() && text.size() < 80; ++i)  // the text, without BOS markers
       if (QString::fromStdString(tokens[i]).trimmed() != "<s>") text += QString::fromStdString(tokens[i]);
     text = text.simplified();
-    sequence_->addItem(tr("%1: %2 tokens %3").arg(s).arg(reader.sequence(s).n_tokens).arg(text.left(36)));
-    sequence_->setItemData(s, text, Qt::ToolTipRole);
+    // The item its opening words (the box stays narrow), the tooltip its tokens and more text.
+    const QString opening = text.size() > 18 ? text.left(17).trimmed() + "\u2026" : text;
+    sequence_->addItem(tr("%1: %2").arg(s).arg(opening));
+    sequence_->setItemData(s, tr("%1 tokens: %2\u2026").arg(reader.sequence(s).n_tokens).arg(text), Qt::ToolTipRole);
   }
   for (int l = 0; l < meta.n_layers; ++l) layer_->addItem(tr("layer %1").arg(l));
   for (int h = 0; h < meta.n_heads; ++h)
     head_->addItem(meta.n_kv_heads == meta.n_heads ? tr("head %1").arg(h)
                                                    : tr("head %1 (kv %2)").arg(h).arg(meta.kv_head_of(h)));
   showBudget();
+}
+
+void ControlsPanel::nameEngineOptions() {
+  const ReplayOptions options = engine_->options();
+  QStringList set;
+  if (options.page > 0) set << tr("page %1").arg(options.page);
+  if (!options.question.empty()) set << tr("question %1").arg(QString::fromStdString(options.question));
+  if (!options.compress_every.empty())
+    set << tr("compress every %1").arg(QString::fromStdString(options.compress_every));
+  if (options.layer_budget != "uniform") set << tr("layer budget");
+  if (options.head_budget != "uniform") set << tr("head budget");
+  engine_toggle_->setText(set.isEmpty() ? tr("Engine options") : tr("Engine options: %1").arg(set.join(", ")));
 }
 
 void ControlsPanel::locationChanged() {

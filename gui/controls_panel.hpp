@@ -12,6 +12,7 @@ class QPushButton;
 class QRadioButton;
 class QSlider;
 class QSpinBox;
+class QToolButton;
 
 namespace kvgui {
 
@@ -28,6 +29,7 @@ class ControlsPanel : public QWidget {
   QRadioButton* tokensButton() const { return tokens_; }
   PolicyEditor* policyEditor() const { return policy_; }
   EngineOptionsPanel* engineOptions() const { return engine_; }
+  QToolButton* engineToggle() const { return engine_toggle_; }
   QLabel* statusLabel() const { return status_; }
   QComboBox* sequenceBox() const { return sequence_; }
   QComboBox* layerBox() const { return layer_; }
@@ -47,12 +49,14 @@ class ControlsPanel : public QWidget {
   void sliderMoved(int value);
   void showBudget();
   void replayed();
+  void nameEngineOptions();  // the fold's button: which engine options are set
 
   Session* session_;
   QLabel *name_, *file_;
   QComboBox *sequence_, *layer_, *head_;
   PolicyEditor* policy_;
   EngineOptionsPanel* engine_;
+  QToolButton* engine_toggle_;
   QRadioButton *tokens_, *percent_;
   QButtonGroup* units_;
   QSlider* slider_;

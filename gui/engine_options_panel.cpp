@@ -88,6 +88,8 @@ EngineOptionsPanel::EngineOptionsPanel(Session* session, QWidget* parent) : QWid
   head_row->addWidget(head_floor_);
   form->addRow(tr("Head budget"), head_row);
 
+  for (QComboBox* box : {page_score_, layer_budget_, head_budget_})  // never narrower than an item
+    box->setSizeAdjustPolicy(QComboBox::AdjustToContents);
   for (QSpinBox* box : {page_, question_, compress_every_}) {
     box->setKeyboardTracking(false);
     connect(box, qOverload<int>(&QSpinBox::valueChanged), this, &EngineOptionsPanel::apply);

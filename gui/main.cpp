@@ -2,6 +2,7 @@
 // The command line is gui_options.cpp's (kvsim.gui in Python takes the same options).
 #include <QApplication>
 #include <QMessageBox>
+#include <QScreen>
 #include <cstdio>
 
 #include "gui_options.hpp"
@@ -51,7 +52,12 @@ int main(int argc, char** argv) {
   QApplication::setApplicationName("kvsim-gui");
 
   kvgui::MainWindow window;
-  window.show();
+  // A screen smaller than the window's usual 1580 x 960 (a 1366 x 768 laptop): all of it.
+  const QSize room = window.screen() ? window.screen()->availableGeometry().size() : QSize(1580, 960);
+  if (room.width() < 1580 || room.height() < 960)
+    window.showMaximized();
+  else
+    window.show();
   const std::vector<kvgui::OptionProblem> problems = kvgui::applyOptions(window, line.options);
   if (!problems.empty() && kvgui::unattended(line.options)) {
     std::fprintf(stderr, "kvsim-gui: %s\n", qPrintable(problems.front().message));

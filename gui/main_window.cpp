@@ -12,11 +12,15 @@
 #include <QMessageBox>
 #include <QMimeData>
 #include <QSaveFile>
+#include <QScreen>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSettings>
 #include <QSplitter>
 #include <QStatusBar>
+#include <QToolButton>
 #include <QVBoxLayout>
+#include <algorithm>
 
 #include "charts/charts_panel.hpp"
 #include "controls_panel.hpp"
@@ -43,19 +47,25 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), session_(new Sess
   controls_ = new ControlsPanel(session_);
   overview_ = new OverviewGrid(session_);
   auto* overview_box = new QGroupBox(tr("4. Overview: every layer \u00d7 head"));
+  overview_box_ = overview_box;
   auto* overview_layout = new QVBoxLayout(overview_box);
   overview_layout->setContentsMargins(2, 2, 2, 2);
   overview_layout->addWidget(overview_);
-  auto* left = new QWidget;
-  auto* left_layout = new QVBoxLayout(left);
-  left_layout->setContentsMargins(0, 0, 0, 0);
-  left_layout->addWidget(controls_);
-  left_layout->addWidget(overview_box, 1);
-  auto* left_scroll = new QScrollArea;
-  left_scroll->setWidget(left);
-  left_scroll->setWidgetResizable(true);
-  left_scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
-  left_scroll->setMinimumWidth(310);
+  // The controls over the overview, the split between them the user's to move: the
+  // controls scroll when the overview takes the height that 32 layers need.
+  left_scroll_ = new QScrollArea;
+  left_scroll_->setWidget(controls_);
+  left_scroll_->setWidgetResizable(true);
+  left_scroll_->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+  left_scroll_->setFrameShape(QFrame::NoFrame);
+  auto* left = left_split_ = new QSplitter(Qt::Vertical);
+  left->setObjectName("leftSplitter");
+  left->setChildrenCollapsible(false);
+  left->addWidget(left_scroll_);
+  left->addWidget(overview_box);
+  left->setStretchFactor(0, 0);
+  left->setStretchFactor(1, 1);
+  fitLeftColumn();
 
   heatmap_ = new HeatmapView(session_);
   charts_ = new ChartsPanel(session_);
@@ -75,19 +85,39 @@ MainWindow::MainWindow(QWidget* parent) : QMainWindow(parent), session_(new Sess
   right->setStretchFactor(1, 1);
   right->setSizes({700, 240});
   auto* main = new QSplitter(Qt::Horizontal);
-  main->addWidget(left_scroll);
+  main->addWidget(left);
   main->addWidget(right);
   main->setStretchFactor(0, 0);
   main->setStretchFactor(1, 1);
-  main->setSizes({330, 1250});
+  main->setSizes({380, 1200});
   setCentralWidget(main);
 
   buildMenus();
   connect(controls_, &ControlsPanel::openRequested, this, &MainWindow::openDialog);
   connect(session_, &Session::replayed, this, &MainWindow::showStatus);
   connect(session_, &Session::failed, this, [this](const QString& message) { statusBar()->showMessage(message); });
+  connect(session_, &Session::traceChanged, this, &MainWindow::fitLeftColumn);
+  connect(controls_->engineToggle(), &QToolButton::toggled, this, &MainWindow::fitLeftColumn, Qt::QueuedConnection);
   statusBar()->showMessage(tr("Open a trace (Ctrl+O) or drop an .h5 file on the window."));
-  resize(1580, 960);
+  // 1580 x 960 where the screen has room, else the screen (1366 x 768 laptops).
+  const QSize room = screen() ? screen()->availableGeometry().size() : QSize(1580, 960);
+  resize(std::min(1580, room.width()), std::min(960, room.height()));
+}
+
+// The controls' column is as wide as their widest line (the combo boxes fit their longest
+// item) and the overview's smallest cells: nothing in it is cut off on the right.
+void MainWindow::fitLeftColumn() {
+  controls_->adjustSize();
+  const int scrollbar = left_scroll_->verticalScrollBar()->sizeHint().width();
+  left_scroll_->setMinimumWidth(std::max(310, controls_->minimumSizeHint().width() + scrollbar + 2));
+  left_scroll_->setMinimumHeight(std::min(200, controls_->sizeHint().height()));
+  // The overview as high as cells that show their values need, up to half the column; never
+  // below its 8 px cells (the controls above then scroll).
+  const int total = left_split_->height();
+  if (total <= 0) return;
+  const int overview =
+      std::max(overview_box_->minimumSizeHint().height(), std::min(overview_box_->sizeHint().height(), total / 2));
+  left_split_->setSizes({total - overview, overview});
 }
 
 void MainWindow::buildMenus() {
@@ -220,9 +250,15 @@ void MainWindow::showOverviewWindow() {
     grid->setObjectName("overviewWindowGrid");
     grid->setMetric(overview_->metric());
     layout->addWidget(grid);
+    // Cells of 28 px where the main window has room, else as large as its size allows (it
+    // fills a small screen): at 32 layers in a 1366 x 768 window 19 px, large enough for
+    // the values.
     const std::shared_ptr<const kvtrace::TraceReader> reader = session_->reader();
     const int heads = reader ? reader->meta().n_heads : 6, layers = reader ? reader->meta().n_layers : 6;
-    overview_window_->resize(std::min(1500, 28 * heads + 120), std::min(1000, 28 * layers + 160));
+    const QSize room = size();
+    const int side =
+        std::clamp(std::min((room.width() - 130) / heads, (room.height() - 150) / layers), OverviewGrid::kMinCell, 28);
+    overview_window_->resize(std::min(room.width(), side * heads + 130), std::min(room.height(), side * layers + 150));
   }
   overview_window_->show();
   overview_window_->raise();

@@ -9,6 +9,8 @@
 #include <QString>
 
 class QMenu;
+class QScrollArea;
+class QSplitter;
 
 namespace kvgui {
 
@@ -67,6 +69,7 @@ class MainWindow : public QMainWindow {
   void openWithMessage(const QString& path);
   void rememberRecent(const QString& path);
   void fillRecentMenu();
+  void fitLeftColumn();
   void saveDialog(const QString& title, const QString& filter, const QString& suffix,
                   bool (MainWindow::*write)(const QString&, QString*));
   void showStatus();
@@ -74,6 +77,9 @@ class MainWindow : public QMainWindow {
   Session* session_;
   ControlsPanel* controls_;
   OverviewGrid* overview_;
+  QScrollArea* left_scroll_;
+  QWidget* overview_box_;
+  QSplitter* left_split_;
   QPointer<QDialog> overview_window_;  // View > Overview in a window, while it is open
   HeatmapView* heatmap_;
   ChartsPanel* charts_;

@@ -8,6 +8,7 @@
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QToolButton>
 #include <QVBoxLayout>
 #include <algorithm>
 #include <climits>
@@ -40,8 +41,10 @@ bool valid(const QLineEdit& line) {
 QString describe(const kvsim::PolicyInfo& info) {
   QString text = QString::fromStdString(info.summary);
   if (info.engine == kvsim::Engine::bound) text += QObject::tr(" \u2014 an upper bound, not a cache.");
-  if (info.ignores_budget()) text += QObject::tr(" \u2014 ignores the budget.");
-  else if (!info.budgeted) text += QObject::tr(" \u2014 may hold more than the budget.");
+  if (info.ignores_budget())
+    text += QObject::tr(" \u2014 ignores the budget.");
+  else if (!info.budgeted)
+    text += QObject::tr(" \u2014 may hold more than the budget.");
   if (info.grouping == kvsim::Grouping::layer) text += QObject::tr(" \u2014 one cache for the whole layer.");
   return text;
 }
@@ -67,9 +70,25 @@ PolicyEditor::PolicyEditor(QWidget* parent) : QWidget(parent) {
   auto* top = new QHBoxLayout;
   top->addWidget(box_, 1);
   top->addWidget(defaults);
+  // The parameters fold away (a policy's rows would take the overview's height); the button
+  // names their values.
+  params_toggle_ = new QToolButton;
+  params_toggle_->setObjectName("paramsToggle");
+  params_toggle_->setCheckable(true);
+  params_toggle_->setToolButtonStyle(Qt::ToolButtonTextBesideIcon);
+  params_toggle_->setArrowType(Qt::RightArrow);
+  params_toggle_->setAutoRaise(true);
+  params_ = new QWidget;
+  params_->setLayout(form_);
+  params_->setVisible(false);
+  connect(params_toggle_, &QToolButton::toggled, this, [this](bool open) {
+    params_->setVisible(open);
+    params_toggle_->setArrowType(open ? Qt::DownArrow : Qt::RightArrow);
+  });
   layout->addLayout(top);
   layout->addWidget(summary_);
-  layout->addLayout(form_);
+  layout->addWidget(params_toggle_);
+  layout->addWidget(params_);
   connect(box_, &QComboBox::currentTextChanged, this, [this]() {
     rebuild({});
     emitChanged();
@@ -152,6 +171,25 @@ void PolicyEditor::rebuild(const std::map<std::string, std::string>& overrides) 
     }
   }
   quiet_ = was_quiet;
+  nameParameters();
+}
+
+// "Parameters: w 400, r 10, m auto, threshold avg", cut at 48 characters (all in the tooltip).
+void PolicyEditor::nameParameters() {
+  QStringList values;
+  for (int row = 0; row < form_->rowCount(); ++row) {
+    auto* label = qobject_cast<QLabel*>(form_->itemAt(row, QFormLayout::LabelRole)->widget());
+    QWidget* editor = form_->itemAt(row, QFormLayout::FieldRole)->widget();
+    QString value;
+    if (auto* spin = qobject_cast<QAbstractSpinBox*>(editor)) value = spin->text();
+    if (auto* combo = qobject_cast<QComboBox*>(editor)) value = combo->currentText();
+    if (auto* line = qobject_cast<QLineEdit*>(editor)) value = line->text().isEmpty() ? tr("all") : line->text();
+    values << label->text() + " " + value;
+  }
+  const QString text = values.isEmpty() ? tr("No parameters") : tr("Parameters: %1").arg(values.join(", "));
+  params_toggle_->setText(text.size() > 48 ? text.left(47) + "\u2026" : text);
+  params_toggle_->setToolTip(text);
+  params_toggle_->setEnabled(!values.isEmpty());
 }
 
 std::map<std::string, std::string> PolicyEditor::overrides() const {
@@ -179,6 +217,7 @@ std::map<std::string, std::string> PolicyEditor::overrides() const {
 }
 
 void PolicyEditor::emitChanged() {
+  nameParameters();
   if (!quiet_) emit changed(policy(), overrides());
 }
 

@@ -10,6 +10,7 @@
 class QComboBox;
 class QFormLayout;
 class QLabel;
+class QToolButton;
 
 namespace kvgui {
 
@@ -20,6 +21,7 @@ class PolicyEditor : public QWidget {
   QString policy() const;
   std::map<std::string, std::string> overrides() const;
   QComboBox* policyBox() const { return box_; }
+  QToolButton* parametersToggle() const { return params_toggle_; }
   // Shows `name` with `overrides` without emitting changed().
   void setPolicy(const QString& name, const std::map<std::string, std::string>& overrides = {});
 
@@ -29,10 +31,13 @@ class PolicyEditor : public QWidget {
  private:
   void rebuild(const std::map<std::string, std::string>& overrides);
   void emitChanged();
+  void nameParameters();
 
   QComboBox* box_;
   QLabel* summary_;
   QFormLayout* form_;
+  QWidget* params_;  // form_'s rows, folded under params_toggle_
+  QToolButton* params_toggle_;
   std::vector<QWidget*> editors_;  // one per ParamSpec of the policy shown
   bool quiet_ = false;
 };

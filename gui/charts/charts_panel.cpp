@@ -15,11 +15,11 @@ ChartsPanel::ChartsPanel(Session* session, QWidget* parent)
       budget_(new BudgetChart(session)),
       selection_(new SelectionChart(session)),
       persistence_(new PersistencePanel(session)) {
-  addTab(steps_, tr("Retention by step"));
+  addTab(steps_, tr("By step"));
   setTabToolTip(0, tr("The shown head at the current budget, several policies side by side"));
   addTab(budget_, tr("By budget"));
   setTabToolTip(1, tr("Mean retention over the whole trace at a range of budgets"));
-  addTab(selection_, tr("Selected tokens"));
+  addTab(selection_, tr("Selected"));
   setTabToolTip(2, tr("Attention the tokens picked in the token strip receive at every step"));
   addTab(persistence_, tr("Persistence"));
   setTabToolTip(3, tr("How persistent token importance is in the shown head (full rows, no policy)"));

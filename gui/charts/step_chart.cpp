@@ -2,6 +2,7 @@
 
 #include <QChart>
 #include <QChartView>
+#include <QCheckBox>
 #include <QHBoxLayout>
 #include <QLabel>
 #include <QLegend>
@@ -49,6 +50,21 @@ void add_points(std::vector<QPointF>& points, int64_t first_step, const T* value
 
 }  // namespace
 
+std::vector<float> movingMean(const float* values, int64_t n, int64_t window) {
+  std::vector<double> sums(static_cast<size_t>(n) + 1, 0.0);  // sums[i]: values[0..i)
+  for (int64_t i = 0; i < n; ++i) sums[static_cast<size_t>(i) + 1] = sums[static_cast<size_t>(i)] + values[i];
+  std::vector<float> mean(static_cast<size_t>(n));
+  window = std::max<int64_t>(1, window);
+  for (int64_t s = 0; s < n; ++s) {
+    const int64_t first = std::max<int64_t>(0, s - window / 2), end = std::min(n, s - window / 2 + window);
+    mean[static_cast<size_t>(s)] = static_cast<float>(
+        (sums[static_cast<size_t>(end)] - sums[static_cast<size_t>(first)]) / static_cast<double>(end - first));
+  }
+  return mean;
+}
+
+int64_t smoothingWindow(int64_t n_tokens) { return std::max<int64_t>(1, n_tokens / 128); }
+
 struct StepChart::Line {
   QString name;
   bool selected = false, bound = false;
@@ -73,12 +89,21 @@ StepChart::StepChart(Session* session, QWidget* parent) : QWidget(parent), sessi
     connect(action, &QAction::toggled, this, &StepChart::schedule);
   }
   choose_->setMenu(menu);
+  smooth_ = new QCheckBox(tr("Smooth"));
+  smooth_->setObjectName("smoothBox");
+  smooth_->setChecked(true);
+  smooth_->setToolTip(
+      tr("Draw each line as its centred moving mean over max(1, n / 128) steps (n: the sequence's tokens;\n"
+         "32 steps at 4,096), so that lines over thousands of steps stay apart. The legend's mean is of\n"
+         "every step either way."));
+  connect(smooth_, &QCheckBox::toggled, this, [this]() { drawFromCache(); });
   status_ = new QLabel;
   // The refusals of compared policies are long (page mode refuses every non-scoring one):
   // wrapped, they never widen the window.
   status_->setWordWrap(true);
   status_->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   bar->addWidget(choose_);
+  bar->addWidget(smooth_);
   bar->addWidget(status_, 1);
   layout->addLayout(bar);
   view_ = charts::new_view();
@@ -149,7 +174,7 @@ QString StepChart::settingsKey() const {
                     .arg(session_->budgetTokens())
                     .arg(session_->mode() == kvsim::Mode::stream ? "s" : "p");
   for (const kvsim::PolicyChoice& policy : choices()) key += "|" + QString::fromStdString(policy.label);
-  return key;
+  return key + (smooth_->isChecked() ? "|smooth" : "");
 }
 
 bool StepChart::isCurrent() const { return session_->isOpen() && drawn_ == settingsKey(); }
@@ -165,6 +190,7 @@ bool StepChart::drawFromCache() {
     return false;
   const int head = session_->head();
   const int64_t columns = plotColumns();
+  const int64_t window = smooth_->isChecked() ? smoothingWindow(session_->nTokens()) : 1;
   std::vector<Line> lines;
   std::vector<SpanShare> spans;  // of the shown policy's cache group
   const std::vector<kvsim::PolicyChoice> policies = choices();
@@ -184,7 +210,12 @@ bool StepChart::drawFromCache() {
         const kvsim::SimulationResult& r = record.result;
         const float* values =
             r.retention.data() + static_cast<size_t>(it - record.heads.begin()) * static_cast<size_t>(r.n_steps);
-        add_points(line.points, r.first_step, values, r.n_steps, columns);
+        if (window > 1) {
+          const std::vector<float> mean = movingMean(values, r.n_steps, window);
+          add_points(line.points, r.first_step, mean.data(), r.n_steps, columns);
+        } else {
+          add_points(line.points, r.first_step, values, r.n_steps, columns);
+        }
         line.mean = kvsim::summarize(std::span<const float>(values, static_cast<size_t>(r.n_steps))).mean;
         if (p == 0) spans = session_->spanShares(record);
       }
@@ -211,6 +242,8 @@ void StepChart::draw(const std::vector<Line>& lines, const std::vector<SpanShare
   QChart* chart = view_->chart();
   chart->removeAllSeries();  // the axes stay: made once, their ranges updated
   QString subtitle = tr("teacher-forced replay; legend: mean retention over the steps");
+  if (const int64_t window = smooth_->isChecked() ? smoothingWindow(session_->nTokens()) : 1; window > 1)
+    subtitle += tr("\nlines: moving mean over %1 steps").arg(window);
   if (!spans.empty())
     subtitle += tr("\ndotted (right axis): share of a span kind's tokens so far that %1 holds")
                     .arg(QString::fromStdString(session_->policy().label));
@@ -268,8 +301,8 @@ void StepChart::drawSpans(const std::vector<SpanShare>& spans) {
     if (first < n) add_points(points, span.first_step + first, span.share.data() + first, n - first, columns_);
     for (int64_t s = first; s < n; ++s) sum += span.share[static_cast<size_t>(s)];
     const double mean = first < n ? sum / static_cast<double>(n - first) : 0.0;
-    auto* series = charts::add_line(chart, tr("%1 held %2").arg(span.kind).arg(mean, 0, 'f', 3),
-                                    spanColour(span.kind), 2.2, false, x_, spans_axis_);
+    auto* series = charts::add_line(chart, tr("%1 held %2").arg(span.kind).arg(mean, 0, 'f', 3), spanColour(span.kind),
+                                    2.2, false, x_, spans_axis_);
     QPen pen = series->pen();
     pen.setStyle(Qt::DotLine);
     series->setPen(pen);

@@ -14,6 +14,7 @@
 #include "spans.hpp"
 
 class QChartView;
+class QCheckBox;
 class QLabel;
 class QLineSeries;
 class QTimer;
@@ -24,6 +25,12 @@ namespace kvgui {
 
 class Session;
 
+// The centred moving mean of n values over `window` steps: at step s the mean of steps
+// s - window/2 .. s - window/2 + window - 1 that exist (fewer at the two ends).
+std::vector<float> movingMean(const float* values, int64_t n, int64_t window);
+// The step chart's window for a sequence of n tokens: max(1, n / 128) (32 steps at 4,096).
+int64_t smoothingWindow(int64_t n_tokens);
+
 class StepChart : public QWidget {
   Q_OBJECT
  public:
@@ -31,6 +38,8 @@ class StepChart : public QWidget {
   QStringList compared() const;
   void setCompared(const QStringList& policies);
   QChartView* view() const { return view_; }
+  // Whether the retention lines are drawn as their moving mean (smoothingWindow steps).
+  QCheckBox* smoothBox() const { return smooth_; }
   bool busy() const;
   bool isCurrent() const;  // the lines drawn are those of the current settings
   void waitIdle();
@@ -48,6 +57,7 @@ class StepChart : public QWidget {
 
   Session* session_;
   QToolButton* choose_;
+  QCheckBox* smooth_;
   QLabel* status_;
   QChartView* view_;
   QValueAxis *x_ = nullptr, *y_ = nullptr;

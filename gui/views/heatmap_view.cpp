@@ -226,7 +226,10 @@ void HeatmapView::paintEvent(QPaintEvent*) {
   bold.setBold(true);
   painter.setFont(bold);
   painter.setPen(palette().color(QPalette::Text));
-  painter.drawText(QRect(plot.left(), 4, width() - plot.left() - 4, 20), Qt::AlignLeft | Qt::AlignVCenter, title());
+  const QString heading = title();  // over the plot, or from the left edge where it is too long for that
+  const int x = painter.fontMetrics().horizontalAdvance(heading) <= width() - plot.left() - 4 ? plot.left() : 4;
+  painter.drawText(QRect(x, 4, width() - x - 4, 20), Qt::AlignLeft | Qt::AlignVCenter,
+                   painter.fontMetrics().elidedText(heading, Qt::ElideRight, width() - x - 4));
   painter.setFont(font());
   const LayerReplay& replay = session_->replay();
   QString note = tr("Teacher-forced replay: rows from the full-cache run.");

@@ -29,16 +29,18 @@ OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
   metric_ = new QComboBox;
   metric_->setObjectName("overviewMetric");
   // In CellMetric's order.
-  metric_->addItem(tr("Colour: mean retention (policy at B)"));
-  metric_->addItem(tr("Colour: worst-step retention (policy at B)"));
-  metric_->addItem(tr("Colour: persistence ratio (trace, no policy)"));
-  for (const QString& layout : {tr("its kv head"), tr("a dense cache"), tr("a paged cache per layer"),
-                                tr("a paged cache per sequence")}) {
-    metric_->addItem(tr("Colour: mean positions held by %1 (policy at B)").arg(layout));
-    metric_->addItem(tr("Colour: peak positions held by %1 (policy at B)").arg(layout));
+  metric_->setSizeAdjustPolicy(QComboBox::AdjustToContents);  // never narrower than its longest item
+  metric_->addItem(tr("Mean retention (policy at B)"));
+  metric_->addItem(tr("Worst-step retention (policy at B)"));
+  metric_->addItem(tr("Persistence ratio (trace, no policy)"));
+  for (const QString& layout :
+       {tr("its kv head"), tr("dense cache"), tr("paged per layer"), tr("paged per sequence")}) {
+    metric_->addItem(tr("Mean positions held: %1").arg(layout));
+    metric_->addItem(tr("Peak positions held: %1").arg(layout));
   }
   metric_->setToolTip(
-      tr("Retention: share of the attention the policy's cache keeps, per head over all steps of this sequence.\n"
+      tr("The colour of each cell (rows: layers, columns: heads).\n"
+         "Retention: share of the attention the policy's cache keeps, per head over all steps of this sequence.\n"
          "Persistence: share of the tokens pivotal in the second half that were already pivotal in the first.\n"
          "Positions held: per kv head, what the policy's cache holds per step; a dense cache holds the layer's\n"
          "fullest kv head for every kv head; a paged cache per layer frees a position once every kv head of the\n"
@@ -49,7 +51,6 @@ OverviewGrid::OverviewGrid(Session* session, QWidget* parent)
   layout->addWidget(metric_);
   layout->addStretch(1);
   layout->addWidget(caption_);
-  setMinimumHeight(170);
   setMouseTracking(true);
   timer_->setSingleShot(true);
   connect(timer_, &QTimer::timeout, this, &OverviewGrid::request);
@@ -101,6 +102,7 @@ void OverviewGrid::schedule() {
     layers_ = meta.n_layers;
     heads_ = meta.n_heads;
     values_.assign(static_cast<size_t>(layers_ * heads_), NAN);
+    updateGeometry();  // its minimum size follows the layers and heads
   }
   const CellCache::Entry* made = session_->cells(key);
   if (made && made->complete()) {
@@ -130,8 +132,9 @@ void OverviewGrid::showCells(const QString& key) {
   const Metric metric = this->metric();
   QString caption;
   if (isHeldMetric(metric))
-    caption = tr("%1 of each head's cache over sequence %2 with %3 at B = %4, of %5 tokens (column %6). Click a cell "
-                 "to show it.")
+    caption = tr("%1 of each head's cache over sequence %2 with %3 at B = %4, of %5 tokens (column %6). Rows: layers, "
+                 "columns: heads; "
+                 "click a cell to show it.")
                   .arg(heldCaption(metric))
                   .arg(session_->sequence())
                   .arg(QString::fromStdString(session_->policy().label))
@@ -139,31 +142,88 @@ void OverviewGrid::showCells(const QString& key) {
                   .arg(session_->nTokens())
                   .arg(cellMetricName(metric));
   else if (metric == Metric::persistence)
-    caption = tr("Persistence ratio of each head, sequence %1 (full rows, no policy). Click a cell to show it.")
+    caption = tr("Persistence ratio of each head, sequence %1 (full rows, no policy). Rows: layers, columns: heads; "
+                 "click a cell to show it.")
                   .arg(session_->sequence());
   else
-    caption = tr("%1 retention of each head over sequence %2 with %3 at B = %4 (teacher-forced replay). Click a cell "
-                 "to show it.")
+    caption = tr("%1 retention of each head over sequence %2 with %3 at B = %4 (teacher-forced replay). Rows: layers, "
+                 "columns: heads; "
+                 "click a cell to show it.")
                   .arg(metric == Metric::mean_retention ? tr("Mean") : tr("Worst-step"))
                   .arg(session_->sequence())
                   .arg(QString::fromStdString(session_->policy().label))
                   .arg(session_->budgetTokens());
   if (!made->complete()) caption = tr("Computing the other layers\u2026 ") + caption;
-  const bool small = cellRect(0, 0).width() < 20;  // too small for the values
-  caption_->setText(small ? caption + tr(" View > Overview in a window (Ctrl+L) shows every value.") : caption);
+  // Too small for the values (not in View > Overview in a window, which is as large as it gets).
+  const bool small = cellRect(0, 0).width() < kValueCell && objectName() != "overviewWindowGrid";
+  caption_->setText(small ? caption + tr(" Ctrl+L: every value, in a window.") : caption);
+  updateGeometry();  // the caption's lines count in the minimum height
   update();
 }
 
-QRect OverviewGrid::gridRect() const {
-  const int top = metric_->geometry().bottom() + 22, bottom = caption_->geometry().top() - 4;
-  return QRect(28, top, width() - 36, std::max(20, bottom - top));
+namespace {
+
+constexpr int kBarRoom = 62;  // right of the cells: the colour bar, its gap and its numbers
+
+QFont label_font(const QFont& font) {
+  QFont small = font;
+  small.setPointSizeF(font.pointSizeF() * 0.8);
+  return small;
 }
+
+}  // namespace
+
+// Left of the cells the layer numbers, above them the head numbers, right of them the colour
+// bar; the metric box on top and the caption below.
+QRect OverviewGrid::gridRect() const {
+  const QFontMetrics metrics(label_font(font()));
+  const int left = metrics.horizontalAdvance(QString::number(std::max(10, layers_ - 1))) + 8;
+  const int top = metric_->geometry().bottom() + metrics.height() + 6, bottom = caption_->geometry().top() - 4;
+  return QRect(left, top, std::max(20, width() - left - kBarRoom), std::max(20, bottom - top));
+}
+
+QSize OverviewGrid::sizeFor(int cell) const {
+  const QFontMetrics metrics(label_font(font()));
+  const int layers = std::max(1, layers_), heads = std::max(1, heads_);
+  const int left = metrics.horizontalAdvance(QString::number(std::max(10, layers - 1))) + 8;
+  const int caption =
+      std::max(3 * QFontMetrics(caption_->font()).lineSpacing(), caption_->heightForWidth(std::max(200, width() - 8))) +
+      4;
+  const int width = std::max(left + heads * cell + kBarRoom, metric_->minimumSizeHint().width() + 8);
+  return {width, 4 + metric_->sizeHint().height() + metrics.height() + 6 + layers * cell + 4 + caption + 4};
+}
+
+QSize OverviewGrid::minimumSizeHint() const { return sizeFor(kMinCell); }
+
+QSize OverviewGrid::sizeHint() const { return sizeFor(kValueCell + 4); }
 
 QRect OverviewGrid::cellRect(int layer, int head) const {
   const QRect grid = gridRect();
   if (layers_ == 0 || heads_ == 0) return {};
   const int side = std::max(4, std::min({grid.width() / heads_, grid.height() / layers_, 44}));
   return QRect(grid.left() + head * side, grid.top() + layer * side, side, side);
+}
+
+QRect OverviewGrid::colourBarRect() const {
+  if (layers_ == 0 || heads_ == 0) return {};
+  const QRect first = cellRect(0, 0);
+  return QRect(first.left() + first.width() * heads_ + 8, first.top(), 10, first.height() * layers_);
+}
+
+int OverviewGrid::headLabelStep() const {
+  const int side = std::max(1, cellRect(0, 0).width());
+  const int needed = QFontMetrics(label_font(font())).horizontalAdvance(QString::number(std::max(0, heads_ - 1))) + 4;
+  int step = 1;
+  while (step * side < needed) step *= 2;
+  return step;
+}
+
+int OverviewGrid::layerLabelStep() const {
+  const int side = std::max(1, cellRect(0, 0).height());
+  const int needed = QFontMetrics(label_font(font())).height();
+  int step = 1;
+  while (step * side < needed) step *= 2;
+  return step;
 }
 
 bool OverviewGrid::cellAt(QPoint point, int* layer, int* head) const {
@@ -197,15 +257,24 @@ void OverviewGrid::colourRange(double* lo, double* hi) const {
 
 QString OverviewGrid::heldCaption(Metric metric) {
   switch (metric) {
-    case Metric::held_per_head_mean: return tr("Mean positions held per step by the kv head");
-    case Metric::held_per_head_peak: return tr("Peak positions held by the kv head");
-    case Metric::held_dense_mean: return tr("Mean positions held per step by a dense cache (the layer's fullest kv head)");
-    case Metric::held_dense_peak: return tr("Peak positions held by a dense cache (the layer's fullest kv head)");
-    case Metric::held_layer_union_mean: return tr("Mean positions held per step by a paged cache per layer");
-    case Metric::held_layer_union_peak: return tr("Peak positions held by a paged cache per layer");
-    case Metric::held_model_union_mean: return tr("Mean positions held per step by a paged cache per sequence");
-    case Metric::held_model_union_peak: return tr("Peak positions held by a paged cache per sequence");
-    default: return {};
+    case Metric::held_per_head_mean:
+      return tr("Mean positions held per step by the kv head");
+    case Metric::held_per_head_peak:
+      return tr("Peak positions held by the kv head");
+    case Metric::held_dense_mean:
+      return tr("Mean positions held per step by a dense cache (the layer's fullest kv head)");
+    case Metric::held_dense_peak:
+      return tr("Peak positions held by a dense cache (the layer's fullest kv head)");
+    case Metric::held_layer_union_mean:
+      return tr("Mean positions held per step by a paged cache per layer");
+    case Metric::held_layer_union_peak:
+      return tr("Peak positions held by a paged cache per layer");
+    case Metric::held_model_union_mean:
+      return tr("Mean positions held per step by a paged cache per sequence");
+    case Metric::held_model_union_peak:
+      return tr("Peak positions held by a paged cache per sequence");
+    default:
+      return {};
   }
 }
 
@@ -213,53 +282,65 @@ QString OverviewGrid::labelOf(double value) const {
   return isHeldMetric(metric()) ? QString::number(value, 'f', 0) : cellText(value);
 }
 
+void OverviewGrid::paintLabels(QPainter& painter, int side) const {
+  painter.setPen(palette().color(QPalette::Text));
+  painter.setFont(label_font(font()));
+  const QRect first = cellRect(0, 0);
+  const int height = painter.fontMetrics().height();
+  const int head_step = headLabelStep(), layer_step = layerLabelStep();
+  for (int h = 0; h < heads_; h += head_step)
+    painter.drawText(
+        QRect(cellRect(0, h).center().x() - side * head_step / 2, first.top() - height - 3, side * head_step, height),
+        Qt::AlignCenter, QString::number(h));
+  for (int l = 0; l < layers_; l += layer_step)
+    painter.drawText(QRect(0, cellRect(l, 0).center().y() - height / 2, first.left() - 4, height),
+                     Qt::AlignRight | Qt::AlignVCenter, QString::number(l));
+}
+
+// A vertical bar from the lowest colour (bottom) to the highest (top) with its two ends and
+// its middle numbered.
+void OverviewGrid::paintColourBar(QPainter& painter, double lo, double hi) const {
+  const QRect bar = colourBarRect();
+  for (int y = 0; y < bar.height(); ++y) {
+    painter.setPen(QColor(colors::viridis(1.0 - static_cast<double>(y) / std::max(1, bar.height() - 1))));
+    painter.drawLine(bar.left(), bar.top() + y, bar.right(), bar.top() + y);
+  }
+  painter.setPen(palette().color(QPalette::Text));
+  painter.setFont(label_font(font()));
+  const int decimals = isHeldMetric(metric()) ? 0 : 2;
+  const int height = painter.fontMetrics().height(), x = bar.right() + 4, w = kBarRoom - 22;
+  painter.drawText(QRect(x, bar.top() - 2, w, height), Qt::AlignLeft, QString::number(hi, 'f', decimals));
+  if (bar.height() >= 3 * height)
+    painter.drawText(QRect(x, bar.center().y() - height / 2, w, height), Qt::AlignLeft,
+                     QString::number((lo + hi) / 2, 'f', decimals));
+  painter.drawText(QRect(x, bar.bottom() - height + 2, w, height), Qt::AlignLeft, QString::number(lo, 'f', decimals));
+}
+
 void OverviewGrid::paintEvent(QPaintEvent*) {
   QPainter painter(this);
   if (layers_ == 0) return;
   double lo, hi;
   colourRange(&lo, &hi);
-  const QRect first = cellRect(0, 0);
-  const int side = first.width();
-  painter.setPen(palette().color(QPalette::Text));
-  QFont small = font();
-  small.setPointSizeF(font().pointSizeF() * (side >= 30 ? 0.9 : 0.75));
-  painter.setFont(small);
-  if (side >= 20)  // room for the head numbers above their columns
-    for (int h = 0; h < heads_; ++h)
-      painter.drawText(QRect(cellRect(0, h).left(), first.top() - 16, side, 14), Qt::AlignCenter, QString::number(h));
-  else
-    painter.drawText(QRect(first.left(), first.top() - 18, side * heads_, 16), Qt::AlignLeft,
-                     tr("heads \u2192   (rows: layers)"));
-  for (int l = 0; l < layers_; ++l)
-    painter.drawText(QRect(0, cellRect(l, 0).top(), first.left() - 3, side), Qt::AlignRight | Qt::AlignVCenter,
-                     QString::number(l));
+  const int side = cellRect(0, 0).width();
+  paintLabels(painter, side);
+  QFont values = font();
+  values.setPointSizeF(font().pointSizeF() * (side >= 30 ? 0.9 : 0.7));
+  painter.setFont(values);
   for (int l = 0; l < layers_; ++l)
     for (int h = 0; h < heads_; ++h) {
       const QRect cell = cellRect(l, h);
       const double v = value(l, h);
       const QColor colour = std::isfinite(v) ? QColor(colors::viridis((v - lo) / (hi - lo))) : QColor(235, 235, 235);
       painter.fillRect(cell.adjusted(0, 0, -1, -1), colour);
-      if (side >= 20 && std::isfinite(v)) {
+      if (side >= kValueCell && std::isfinite(v)) {
         painter.setPen(colors::text_on(colour));
         painter.drawText(cell, Qt::AlignCenter, labelOf(v));
       }
     }
   const QRect shown = cellRect(session_->layer(), session_->head());
-  painter.setPen(QPen(QColor(255, 80, 0), 3));
+  painter.setPen(QPen(QColor(255, 80, 0), side >= 12 ? 3 : 2));
   painter.drawRect(shown.adjusted(1, 1, -2, -2));
-  // The scale.
-  const int x = first.left() + side * heads_ + 10;
-  if (x + 40 < width()) {
-    const int h = side * layers_;
-    for (int y = 0; y < h; ++y) {
-      painter.setPen(QColor(colors::viridis(1.0 - static_cast<double>(y) / std::max(1, h - 1))));
-      painter.drawLine(x, first.top() + y, x + 8, first.top() + y);
-    }
-    painter.setPen(palette().color(QPalette::Text));
-    const int decimals = isHeldMetric(metric()) ? 0 : 1;
-    painter.drawText(QRect(x + 11, first.top() - 4, 40, 16), Qt::AlignLeft, QString::number(hi, 'f', decimals));
-    painter.drawText(QRect(x + 11, first.top() + h - 12, 40, 16), Qt::AlignLeft, QString::number(lo, 'f', decimals));
-  }
+  paintColourBar(painter, lo, hi);
 }
 
 void OverviewGrid::mousePressEvent(QMouseEvent* event) {

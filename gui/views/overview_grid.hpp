@@ -11,6 +11,7 @@
 
 class QComboBox;
 class QLabel;
+class QPainter;
 class QTimer;
 
 namespace kvgui {
@@ -35,9 +36,22 @@ class OverviewGrid : public QWidget {
   // Whether every cell shows the current settings.
   bool isCurrent() const;
   void waitIdle();
-  QSize sizeHint() const override { return {300, 240}; }
+  QSize sizeHint() const override;
+  // Room for cells of kMinCell px with their labels, the colour bar and the caption: a
+  // splitter or layout never squeezes the grid below it (32 layers x 32 heads included).
+  QSize minimumSizeHint() const override;
+  // Its height is minimumSizeHint's, not its layout's (which knows the caption, not the grid).
+  bool hasHeightForWidth() const override { return false; }
+  static constexpr int kMinCell = 8;
+  static constexpr int kValueCell = 18;  // from this side on each cell shows its value
   // Where (layer, head) is drawn (empty before a trace is open).
   QRect cellRect(int layer, int head) const;
+  // Where the colour bar is drawn (empty before a trace is open).
+  QRect colourBarRect() const;
+  // Every how many heads (layers) a column (row) is numbered: 1, 2, 4, 8 ... so that the
+  // numbers never overlap (head 0 and layer 0 are always numbered).
+  int headLabelStep() const;
+  int layerLabelStep() const;
 
  protected:
   void paintEvent(QPaintEvent* event) override;
@@ -50,9 +64,12 @@ class OverviewGrid : public QWidget {
   void request();
   void showCells(const QString& key);
   QRect gridRect() const;
+  QSize sizeFor(int cell) const;  // with cells of `cell` px
   bool cellAt(QPoint point, int* layer, int* head) const;
   void colourRange(double* lo, double* hi) const;
   QString labelOf(double value) const;  // cellText, or whole positions
+  void paintLabels(QPainter& painter, int side) const;
+  void paintColourBar(QPainter& painter, double lo, double hi) const;
   static QString heldCaption(Metric metric);
 
   Session* session_;

@@ -60,6 +60,9 @@ TokenStrip::TokenStrip(Session* session, QWidget* parent) : QWidget(parent), ses
   legend->addSpacing(12);
   auto* hint = new QLabel(tr("Click: chart a token's attention (Ctrl/Shift: several) \u00b7 double-click: step there"));
   hint->setStyleSheet("color: palette(placeholder-text);");
+  hint->setToolTip(hint->text());
+  hint->setWordWrap(true);  // wrapped, never widening the window past a 1366 px screen
+  hint->setSizePolicy(QSizePolicy::Ignored, QSizePolicy::Preferred);
   legend->addWidget(hint, 1);
   clear_ = new QPushButton(tr("Clear selection"));
   legend->addWidget(clear_);
@@ -143,7 +146,8 @@ void TokenStrip::updateSpanLegend() {
   span_legend_->setVisible(!kinds.empty());
   if (kinds.empty()) return;
   auto* title = new QLabel(tr("Spans:"));
-  title->setToolTip(tr("Named token ranges of the sequence (positions [start, end)), a band under their tokens by kind"));
+  title->setToolTip(
+      tr("Named token ranges of the sequence (positions [start, end)), a band under their tokens by kind"));
   layout->addWidget(title);
   constexpr size_t kListed = 20;
   for (const SpanKind& kind : kinds) {

@@ -6,6 +6,7 @@
 #include <QChart>
 #include <QChartView>
 #include <QLineSeries>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDialog>
 #include <QDragEnterEvent>
@@ -383,6 +384,7 @@ class GuiTest : public QObject {
     window.show();
     QVERIFY(window.openFile(path));
     kvgui::StepChart* steps = window.charts()->stepChart();
+    steps->smoothBox()->setChecked(false);  // the steps themselves, not their moving mean
     steps->setCompared({"recent"});
     window.controls()->policyEditor()->policyBox()->setCurrentText("h2o");
     window.waitIdle();
