@@ -104,7 +104,7 @@ TEST(CliRank, HostileOptionsAreOneLine) {
   expect_refused("rank " + path + " --format html", "--format: 'html' is not text, markdown, latex or csv");
   expect_refused("rank " + path + " --target nan", "--target: must be a finite number");
   expect_refused("rank " + path + " --target abc", "--target");
-  expect_refused("rank", "sweep");
+  expect_refused("rank", "missing SWEEP");
   expect_refused("rank " + path + " -o " + path, "");
   expect_refused("rank " + path + " -o " + dir.file("missing/r.csv"), dir.file("missing/r.csv"));
 }

@@ -87,29 +87,38 @@ Result run_image(std::span<const unsigned char> image, const Choices& choices) {
     }
 
     // The policies the replayed layer can feed: one that reads tensors the layer lacks, or
-    // un-rotates with RoPE attributes the trace lacks, is refused by design (tests/cli covers
-    // that), and would make every such input a rejection.
+    // un-rotates with RoPE attributes the trace lacks, or merges values under --quant, is
+    // refused by design (tests/cli covers that), and would make every such input a rejection.
     const kvtrace::LayerForm& form = reader.layer(0, 0);
+    const bool quant = (choices.options & 2) != 0;
     std::vector<std::string> runnable;
     for (const kvsim::PolicyInfo& info : kvsim::policies())
       if ((!info.needs_keys || form.has_k) && (!info.needs_values || form.has_v) &&
-          (!info.needs_queries || form.has_q) && (!info.rope_problem || info.rope_problem(meta.rope).empty()))
+          (!info.needs_queries || form.has_q) && (!info.rope_problem || info.rope_problem(meta.rope).empty()) &&
+          !(quant && info.merges))
         runnable.push_back(info.name);
     const bool percent = (choices.options & 4) != 0;
     const int64_t budget = percent ? std::max<int64_t>(1, (1 + choices.budget % 100) * n / 100)
                                    : 1 + static_cast<int64_t>(choices.budget) % (n + 2);
-    // Likewise a policy keeping `sinks` positions refuses a budget at or below them: fewer sinks.
+    // Likewise a policy keeping `sinks` (simlayerkv: `initial`) positions refuses a budget at or
+    // below them, and compactor one below its start + end: fewer kept positions.
     const std::string& second = runnable[choices.policy % runnable.size()];
     std::map<std::string, std::string> params;
     for (const kvsim::ParamSpec& param : kvsim::find_policy(second).params)
-      if (param.name == "sinks") params["sinks"] = std::to_string(std::clamp<int64_t>(budget - 1, 0, 4));
+      if (param.name == "sinks" || param.name == "initial")
+        params[param.name] = std::to_string(std::clamp<int64_t>(budget - 1, 0, 4));
+    if (second == "compactor") {
+      const int64_t start = std::min<int64_t>(8, budget / 2);
+      params["start"] = std::to_string(start);
+      params["end"] = std::to_string(std::min<int64_t>(4, budget - start));
+    }
     kvsim::ReplayConfig config;
     config.policies.push_back(kvsim::choose_policy("scissorhands"));
     config.policies.push_back(kvsim::choose_policy(second, params));
     config.budgets.push_back(
         kvsim::Budget::parse(percent ? std::to_string(1 + choices.budget % 100) + "%" : std::to_string(budget)));
     config.mode = (choices.options & 1) ? kvsim::Mode::prefill : kvsim::Mode::stream;
-    if (choices.options & 2) config.quant.push_back(kvsim::parse_quant("kivi2"));
+    if (quant) config.quant.push_back(kvsim::parse_quant("kivi2"));
     config.aggregate = static_cast<kvsim::Aggregate>((choices.options >> 3) % 3);
     config.rows = static_cast<kvtrace::RowsFrom>((choices.options >> 5) % 3);
     config.sequences = {0};
