@@ -262,4 +262,16 @@ inline std::vector<int> attended(const kvsim::SimulationResult& r, int64_t t) {
   return c;
 }
 
+// RoPE of head_dim 2, one interleaved pair, w = theta^0 / factor = pi/2: position p turns by
+// p x 90 degrees, (x, y) -> (-y, x) per quarter turn; hand-worked cases un-rotate with it.
+inline kvtrace::RopeMeta quarter_turns() {
+  kvtrace::RopeMeta rope;
+  rope.theta = 10000;
+  rope.scaling_type = "linear";
+  rope.scaling_factor = 2 / M_PI;
+  rope.rotary_dims = 2;
+  rope.pairing = "interleaved";
+  return rope;
+}
+
 }  // namespace hand

@@ -24,18 +24,6 @@ namespace {
 using hand::Case;
 using hand::Vectors;
 
-// head_dim 2, one pair (interleaved), w = theta^0 / factor = pi/2: position p turns by p x 90
-// degrees, (x, y) -> (-y, x) per quarter turn.
-kvtrace::RopeMeta quarter_turns() {
-  kvtrace::RopeMeta rope;
-  rope.theta = 10000;
-  rope.scaling_type = "linear";
-  rope.scaling_factor = 2 / M_PI;
-  rope.rotary_dims = 2;
-  rope.pairing = "interleaved";
-  return rope;
-}
-
 // The pre-RoPE vector x at position p as the trace stores it: turned by p quarter turns.
 std::vector<double> rotated(std::vector<double> x, int64_t p) {
   for (int64_t i = 0; i < p % 4; ++i) x = {-x[1], x[0]};
@@ -152,7 +140,7 @@ TEST(PolicyLeverage, EvictsTheCentredKeyOfLeastLeverage) {
   Case c;
   c.n = 5;
   c.keys = {rotated(kPreKeys)};
-  c.rope = quarter_turns();
+  c.rope = hand::quarter_turns();
   EXPECT_EQ(c.eviction_steps("leverage", 4, {{"sketch", "0"}}), (std::vector<int32_t>{-1, 4, -1, -1, -1}));
   EXPECT_EQ(c.eviction_steps("leverage", 4), (std::vector<int32_t>{-1, 4, -1, -1, -1}));
   Case unrotated = c;
@@ -162,7 +150,7 @@ TEST(PolicyLeverage, EvictsTheCentredKeyOfLeastLeverage) {
 
 TEST(PolicyLeverage, ScoresAreTheAuthorsFormula) {
   const Vectors pre = {{0.5, -1}, {2, 0.25}, {-1.5, 1}, {0.75, 3}, {1, -2}, {-0.25, 0.5}, {2.5, 1.5}};
-  const Direct direct(rotated(pre), {}, {}, quarter_turns());
+  const Direct direct(rotated(pre), {}, {}, hand::quarter_turns());
   expect_near(direct.scores("leverage", 3, {{"sketch", "0"}}), authors_leverage(pre));
 }
 
@@ -170,7 +158,7 @@ TEST(PolicyLeverage, RefusesATraceWithoutRope) {
   const kvsim::PolicyInfo& info = kvsim::find_policy("leverage");
   ASSERT_TRUE(info.rope_problem);
   EXPECT_NE(info.rope_problem(kvtrace::RopeMeta{}).find("to un-rotate the keys"), std::string::npos);
-  EXPECT_EQ(info.rope_problem(quarter_turns()), "");
+  EXPECT_EQ(info.rope_problem(hand::quarter_turns()), "");
   EXPECT_TRUE(info.needs_keys && !info.needs_values && !info.needs_queries && !info.needs_attention);
   Case c;
   c.n = 3;
@@ -278,7 +266,7 @@ TEST(PolicyCompactor, BlendsLeverageAndNonCausalAttentionBetweenSinks) {
   c.keys = {rotated({{5, 5}, {1, 1}, {2, 1}, {3, 1}, {0, 3}})};
   c.queries = {{{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}}};
   c.values = {{{1, 1}, {3, 0}, {0, 0}, {0, 0}, {1, 1}}};
-  c.rope = quarter_turns();
+  c.rope = hand::quarter_turns();
   std::map<std::string, std::string> params = {{"start", "1"}, {"end", "1"}, {"chunk", "3"}};
   EXPECT_EQ(c.eviction_steps("compactor", 4, params), (std::vector<int32_t>{-1, -1, -1, 4, -1}));
   params["blending"] = "5";
@@ -294,7 +282,7 @@ TEST(PolicyCompactor, ScoresAreTheAuthorsFormula) {
   const Vectors v = {{1, 2}, {0.5, 0}, {-1, 1}, {3, 0.25}, {0, -0.5}, {1.5, 1.5}, {-2, 0}};
   const std::vector<Vectors> q = {{{1, 1}, {-0.5, 2}, {0.25, -1}, {2, 0}, {-1, -1}, {0.5, 0.5}, {1.5, -0.75}}};
   const Vectors k = rotated(pre);
-  const Direct direct(k, v, q, quarter_turns());
+  const Direct direct(k, v, q, hand::quarter_turns());
   const auto inner = [](const Vectors& x) { return Vectors(x.begin() + 2, x.end() - 1); };
   const std::vector<double> leverage = authors_leverage(inner(pre));
   const std::vector<double> attention = authors_non_causal({inner(q[0])}, inner(k), inner(v), 3);

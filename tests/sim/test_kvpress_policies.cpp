@@ -117,18 +117,6 @@ TEST(PolicyObservedAttention, StreamDividesByTheRowsSinceJoining) {
 
 // ---- expected-attention ----
 
-// head_dim 2, one pair (interleaved), w = theta^0 / factor = pi/2: position p turns by p x 90
-// degrees.
-kvtrace::RopeMeta quarter_turns() {
-  kvtrace::RopeMeta rope;
-  rope.theta = 10000;
-  rope.scaling_type = "linear";
-  rope.scaling_factor = 2 / M_PI;
-  rope.rotary_dims = 2;
-  rope.pairing = "interleaved";
-  return rope;
-}
-
 // The three tokens the hand-worked case below scores (keys, values, queries of one head).
 Case three_rotated_tokens() {
   Case c;
@@ -136,7 +124,7 @@ Case three_rotated_tokens() {
   c.keys = {{{5, 5}, {0, -1}, {1, 0}}};
   c.values = {{{1, 1}, {1, 0}, {0, 6}}};
   c.queries = {{{7, 7}, {0, 1}, {-3, 0}}};
-  c.rope = quarter_turns();
+  c.rope = hand::quarter_turns();
   return c;
 }
 
@@ -168,7 +156,7 @@ TEST(PolicyExpectedAttention, AveragesTheGroupsSoftmaxes) {
   c.keys = {{{5, 5}, {0, -1}, {1, 0}}};
   c.values = {{{1, 1}, {1, 0}, {0, 6}}};
   c.queries = {{{7, 7}, {0, 1}, {-3, 0}}, {{7, 7}, {-1, 0}, {0, -3}}};
-  c.rope = quarter_turns();
+  c.rope = hand::quarter_turns();
   EXPECT_EQ(c.eviction_steps("expected-attention", 2, {{"sinks", "1"}, {"future", "1"}}),
             (std::vector<int32_t>{-1, 2, -1}));
 }
@@ -187,7 +175,7 @@ TEST(PolicyExpectedAttention, FutureRopeIsTheMeanRotation) {
   c.keys = {{{5, 5}, {0, -1}, {2, 0}}};
   c.values = {{{1, 1}, {1, 0}, {0, 0.5}}};
   c.queries = {{{7, 7}, {0, 1}, {-3, 0}}};
-  c.rope = quarter_turns();
+  c.rope = hand::quarter_turns();
   EXPECT_EQ(c.eviction_steps("expected-attention", 2, {{"sinks", "1"}, {"future", "2"}}),
             (std::vector<int32_t>{-1, 2, -1}));
   EXPECT_EQ(c.eviction_steps("expected-attention", 2, {{"sinks", "1"}, {"future", "1"}}),
@@ -198,8 +186,8 @@ TEST(PolicyExpectedAttention, RefusesATraceWithoutRope) {
   const kvsim::PolicyInfo& info = kvsim::find_policy("expected-attention");
   ASSERT_TRUE(info.rope_problem);
   EXPECT_NE(info.rope_problem(kvtrace::RopeMeta{}).find("needs the trace's RoPE attributes"), std::string::npos);
-  EXPECT_EQ(info.rope_problem(quarter_turns()), "");
-  kvtrace::RopeMeta yarn = quarter_turns();
+  EXPECT_EQ(info.rope_problem(hand::quarter_turns()), "");
+  kvtrace::RopeMeta yarn = hand::quarter_turns();
   yarn.scaling_type = "yarn";
   EXPECT_NE(info.rope_problem(yarn).find("not yarn"), std::string::npos);
   Case c;

@@ -247,17 +247,6 @@ TEST(PolicyChunkKV, PrefillMatchesTheAuthorsCompress) {
 
 // ---- capkv: w_j v_j^T (I + sum (w + epsilon) v v^T)^-1 v_j, w = exp(tau cos(anchor, k)) ----
 
-// head_dim 2, one interleaved pair, w = pi/2: position p turns by p x 90 degrees.
-kvtrace::RopeMeta quarter_turns() {
-  kvtrace::RopeMeta rope;
-  rope.theta = 10000;
-  rope.scaling_type = "linear";
-  rope.scaling_factor = 2 / M_PI;
-  rope.rotary_dims = 2;
-  rope.pairing = "interleaved";
-  return rope;
-}
-
 TEST(PolicyCapKV, QueryWeightedValueLeverage) {
   // sinks 1, future 1, epsilon 0, B = 2, 3 tokens: the eviction at t2 scores entries 1 and 2.
   // Un-rotated queries of positions 1, 2: (1,0) both, stored turned by 90 and 180 degrees:
@@ -271,7 +260,7 @@ TEST(PolicyCapKV, QueryWeightedValueLeverage) {
   c.keys = {{{5, 5}, {0, -2}, {1, 0}}};
   c.values = {{{1, 1}, {1, 0}, {0, 2}}};
   c.queries = {{{7, 7}, {0, 1}, {-1, 0}}};
-  c.rope = quarter_turns();
+  c.rope = hand::quarter_turns();
   const std::map<std::string, std::string> params = {{"sinks", "1"}, {"future", "1"}, {"epsilon", "0"}};
   EXPECT_EQ(c.eviction_steps("capkv", 2, params), (std::vector<int32_t>{-1, -1, 2}));
   std::map<std::string, std::string> flat = params;
@@ -287,7 +276,7 @@ TEST(PolicyCapKV, RefusesATraceWithoutRopeOrABudgetWithinTheSinks) {
   c.n = 3;
   c.keys = c.values = c.queries = {{{1, 0}, {0, 1}, {1, 1}}};
   EXPECT_THROW(c.eviction_steps("capkv", 2, {{"sinks", "1"}}), kvtrace::InputError);
-  c.rope = quarter_turns();
+  c.rope = hand::quarter_turns();
   EXPECT_THROW(c.eviction_steps("capkv", 1, {{"sinks", "1"}}), kvtrace::InputError);
 }
 

@@ -20,18 +20,6 @@ namespace {
 using hand::Case;
 using hand::Vectors;
 
-// head_dim 2, one pair (interleaved), w = theta^0 / factor = pi/2: position p turns by p x 90
-// degrees, (x, y) -> (-y, x) for each quarter turn.
-kvtrace::RopeMeta quarter_turns() {
-  kvtrace::RopeMeta rope;
-  rope.theta = 10000;
-  rope.scaling_type = "linear";
-  rope.scaling_factor = 2 / M_PI;
-  rope.rotary_dims = 2;
-  rope.pairing = "interleaved";
-  return rope;
-}
-
 TEST(PolicyTriAttention, UnrotatedKeysAgainstTheQueryCentre) {
   // Un-rotated queries of positions 0, 1, 2: (4,0), (4,0), (-2,0); stored rotated by 0, 90,
   //   180 degrees: (4,0), (0,4), (2,0). At t2 (all three calibrate): qbar = (2,0), |qbar| = 2;
@@ -50,10 +38,9 @@ TEST(PolicyTriAttention, UnrotatedKeysAgainstTheQueryCentre) {
   c.n = 3;
   c.keys = {{{1, 0}, {-1, 0}, {-3, 0}}};
   c.queries = {{{4, 0}, {0, 4}, {2, 0}}};
-  c.rope = quarter_turns();
+  c.rope = hand::quarter_turns();
   EXPECT_EQ(c.eviction_steps("triattention", 2, {{"horizon", "1"}}), (std::vector<int32_t>{-1, -1, 2}));
-  EXPECT_EQ(c.eviction_steps("triattention", 2, {{"horizon", "1"}, {"mlr", "off"}}),
-            (std::vector<int32_t>{-1, 2, -1}));
+  EXPECT_EQ(c.eviction_steps("triattention", 2, {{"horizon", "1"}, {"mlr", "off"}}), (std::vector<int32_t>{-1, 2, -1}));
   EXPECT_EQ(c.eviction_steps("triattention", 2, {{"horizon", "1"}, {"trig", "off"}}),
             (std::vector<int32_t>{2, -1, -1}));
   EXPECT_EQ(c.eviction_steps("triattention", 2, {{"horizon", "2"}}), (std::vector<int32_t>{-1, 2, -1}));
@@ -63,14 +50,14 @@ TEST(PolicyTriAttention, RefusesATraceItCannotUnrotate) {
   const kvsim::PolicyInfo& info = kvsim::find_policy("triattention");
   ASSERT_TRUE(info.rope_problem);
   EXPECT_NE(info.rope_problem(kvtrace::RopeMeta{}).find("needs the trace's RoPE attributes"), std::string::npos);
-  EXPECT_EQ(info.rope_problem(quarter_turns()), "");
-  kvtrace::RopeMeta yarn = quarter_turns();
+  EXPECT_EQ(info.rope_problem(hand::quarter_turns()), "");
+  kvtrace::RopeMeta yarn = hand::quarter_turns();
   yarn.scaling_type = "yarn";
   EXPECT_NE(info.rope_problem(yarn).find("not yarn"), std::string::npos);
   Case c;
   c.n = 3;
   c.keys = c.queries = {{{1, 0, 0, 1}, {0, 1, 1, 0}, {1, 1, 1, 1}}};
-  c.rope = quarter_turns();  // rotary_dims 2 of head_dim 4
+  c.rope = hand::quarter_turns();  // rotary_dims 2 of head_dim 4
   EXPECT_THROW(c.eviction_steps("triattention", 2), kvtrace::InputError);
   EXPECT_TRUE(info.needs_keys && info.needs_queries && !info.needs_values && !info.needs_attention);
 }
@@ -120,8 +107,8 @@ double authors_score(const std::vector<double>& qr, const std::vector<double>& q
 // complex queries and of their moduli, here over steps 0..t), score every cached key per head,
 // z-normalise per head (triattention.py lines 258-262), max over the group's heads (lines
 // 526-535), keep the top B (ties unlikely on random data).
-std::vector<int32_t> authors_loop(const Matrix& keys, const std::vector<Matrix>& queries, int64_t budget,
-                                  double theta, int64_t horizon) {
+std::vector<int32_t> authors_loop(const Matrix& keys, const std::vector<Matrix>& queries, int64_t budget, double theta,
+                                  int64_t horizon) {
   const auto n = static_cast<int64_t>(keys.size());
   const size_t d = keys[0].size(), half = d / 2;
   std::vector<double> inv_freq(half), offsets;
